@@ -1,0 +1,535 @@
+/* dl/core.h - status codes, error reporting, the context, allocation, arenas,
+ * the counter-based RNG, dtypes, denormal control.
+ *
+ * The context (dl_ctx) holds what other libraries keep in globals: allocator
+ * hooks, the panic handler, the log hook, the last error's message, thread
+ * count and the denormal policy. Every function that takes a dl_ctx * accepts
+ * NULL, which means "the defaults" (DL_MALLOC/DL_FREE, print to stderr and
+ * abort, OpenMP's thread count, flush denormals); NULL keeps no state, so two
+ * models in one process never interfere.
+ *
+ * Two kinds of failure:
+ *   - programmer errors (shape mismatch, wrong dtype, bad argument) call the
+ *     panic handler with the operation, the shapes and the source location;
+ *     the default prints "dl: <op>: <message> (file:line)" and aborts. A
+ *     handler that returns is followed by abort(); tests leave with longjmp.
+ *   - failures the caller must handle (out of memory, I/O, bad data) return a
+ *     dl_status (or NULL) and leave a readable message in ctx->message.
+ */
+#ifndef DL_CORE_H
+#define DL_CORE_H
+
+#include "config.h"
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <math.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* >>status ----------------------------------------------------------------- */
+
+/* One table of (id, message): the enum and dl_status_str come from it. */
+#define DL__STATUS_LIST(X)                                                    \
+  X(DL_OK, "ok")                                                              \
+  X(DL_ERR_NOMEM, "out of memory")                                            \
+  X(DL_ERR_OVERFLOW, "size overflow")                                         \
+  X(DL_ERR_IO, "input/output error")                                          \
+  X(DL_ERR_FORMAT, "bad or corrupt data")                                     \
+  X(DL_ERR_TRUNCATED, "truncated data")                                       \
+  X(DL_ERR_ARG, "invalid argument")                                           \
+  X(DL_ERR_SHAPE, "shape mismatch")                                           \
+  X(DL_ERR_DTYPE, "dtype mismatch")                                           \
+  X(DL_ERR_UNSUPPORTED, "unsupported")                                        \
+  X(DL_ERR_NO_DEVICE, "no such device")
+
+typedef enum dl_status {
+#define DL__X(id, msg) id,
+  DL__STATUS_LIST(DL__X)
+#undef DL__X
+  DL_STATUS_COUNT
+} dl_status;
+
+/* Text for a status code; never NULL. */
+DL_API const char *dl_status_str(dl_status s) {
+  static const char *const names[] = {
+#define DL__X(id, msg) msg,
+      DL__STATUS_LIST(DL__X)
+#undef DL__X
+  };
+  return ((unsigned)s < (unsigned)DL_STATUS_COUNT) ? names[s] : "unknown status";
+}
+
+/* >>dtype ------------------------------------------------------------------ */
+
+typedef enum dl_dtype {
+  DL_F32 = 0, DL_F64, DL_I32, DL_I64, DL_U8, DL_I8, DL_F16, DL_BF16,
+  DL_DTYPE_COUNT
+} dl_dtype;
+
+/* Bytes per element; 0 for an invalid dtype. */
+DL_API size_t dl_dtype_size(dl_dtype d) {
+  static const unsigned char sz[] = {4, 8, 4, 8, 1, 1, 2, 2};
+  return ((unsigned)d < (unsigned)DL_DTYPE_COUNT) ? sz[d] : 0;
+}
+/* Short name ("f32", "i64", ...); "?" for an invalid dtype. */
+DL_API const char *dl_dtype_name(dl_dtype d) {
+  static const char *const nm[] = {"f32", "f64", "i32", "i64", "u8", "i8", "f16", "bf16"};
+  return ((unsigned)d < (unsigned)DL_DTYPE_COUNT) ? nm[d] : "?";
+}
+
+/* >>context ---------------------------------------------------------------- */
+
+/* Run-time allocator: alloc(size, user) and free(ptr, user); realloc is
+ * optional (NULL: alloc + copy + free). Zero fields mean DL_MALLOC/DL_FREE. */
+typedef struct dl_allocator {
+  void *(*alloc)(size_t size, void *user);
+  void *(*realloc)(void *ptr, size_t size, void *user);
+  void (*free)(void *ptr, void *user);
+  void *user;
+} dl_allocator;
+
+/* Panic handler: op is the operation's name ("dl_matmul"), message names the
+ * shapes/dtypes involved, file:line is the caller's source location. */
+typedef void (*dl_panic_fn)(void *user, const char *op, const char *message,
+                            const char *file, int line);
+/* Log hook: level 0 = info, 1 = warning. */
+typedef void (*dl_log_fn)(void *user, int level, const char *message);
+
+/* dl_ctx_desc: zero fields are defaults.
+ *   allocator          {0}: DL_MALLOC / DL_REALLOC / DL_FREE
+ *   panic              NULL: print to stderr, abort()
+ *   log                NULL: print to stderr
+ *   threads            0: OpenMP's default (omp_get_max_threads), 1 without OpenMP
+ *   parallel_threshold 0: DL_PARALLEL_THRESHOLD elements
+ *   keep_denormals     0: library loops flush denormals to zero (FTZ/DAZ) on
+ *                      every thread they run on, restoring the caller's
+ *                      floating-point mode afterwards; 1: leave them alone */
+typedef struct dl_ctx_desc {
+  dl_allocator allocator;
+  dl_panic_fn panic;
+  void *panic_user;
+  dl_log_fn log;
+  void *log_user;
+  int threads;
+  int64_t parallel_threshold;
+  int keep_denormals;
+} dl_ctx_desc;
+
+typedef struct dl_ctx {
+  dl_ctx_desc desc;      /* as given, with defaults filled in */
+  dl_status status;      /* last failure reported through this context */
+  char message[512];     /* its readable message ("" when none) */
+} dl_ctx;
+
+/* Fill *ctx from desc (NULL desc: all defaults). The ctx is plain memory the
+ * caller owns: on the stack, static, anywhere; there is nothing to free. */
+DL_API void dl_ctx_init(dl_ctx *ctx, const dl_ctx_desc *desc) {
+  memset(ctx, 0, sizeof *ctx);
+  if (desc) ctx->desc = *desc;
+  if (ctx->desc.parallel_threshold <= 0) ctx->desc.parallel_threshold = DL_PARALLEL_THRESHOLD;
+  ctx->status = DL_OK;
+}
+
+/* Number of threads library loops use under ctx (1 without OpenMP). */
+DL_API int dl_ctx_threads(const dl_ctx *ctx) {
+#ifdef _OPENMP
+  if (ctx && ctx->desc.threads > 0) return ctx->desc.threads;
+  return omp_get_max_threads();
+#else
+  (void)ctx;
+  return 1;
+#endif
+}
+DL_API int64_t dl_ctx_parallel_threshold(const dl_ctx *ctx) {
+  return (ctx && ctx->desc.parallel_threshold > 0) ? ctx->desc.parallel_threshold
+                                                   : (int64_t)DL_PARALLEL_THRESHOLD;
+}
+
+/* Record a failure in ctx (if any) and return s. printf-style message. */
+DL_API dl_status dl_fail(dl_ctx *ctx, dl_status s, const char *fmt, ...) DL__PRINTF(3, 4);
+DL_API dl_status dl_fail(dl_ctx *ctx, dl_status s, const char *fmt, ...) {
+  if (ctx) {
+    va_list ap;
+    va_start(ap, fmt);
+    ctx->status = s;
+    vsnprintf(ctx->message, sizeof ctx->message, fmt, ap);
+    va_end(ap);
+  }
+  return s;
+}
+/* The last failure's message under ctx ("" if none or ctx is NULL). */
+DL_API const char *dl_ctx_message(const dl_ctx *ctx) { return ctx ? ctx->message : ""; }
+/* Forget the last failure. */
+DL_API void dl_ctx_clear(dl_ctx *ctx) {
+  if (ctx) { ctx->status = DL_OK; ctx->message[0] = 0; }
+}
+
+DL_API void dl_log_msg(const dl_ctx *ctx, int level, const char *fmt, ...) DL__PRINTF(3, 4);
+DL_API void dl_log_msg(const dl_ctx *ctx, int level, const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (ctx && ctx->desc.log) ctx->desc.log(ctx->desc.log_user, level, buf);
+#ifndef DL_NO_STDIO
+  else fprintf(stderr, "dl: %s%s\n", level ? "warning: " : "", buf);
+#endif
+}
+
+/* >>panic ------------------------------------------------------------------ */
+
+/* Report a programmer error and do not return. Use DL_PANIC for the caller's
+ * file:line. The message should name the op's operands: shapes and dtypes. */
+DL_API DL__NORETURN void dl_panic_at(const dl_ctx *ctx, const char *file, int line,
+                                     const char *op, const char *fmt, ...) DL__PRINTF(5, 6);
+DL_API DL__NORETURN void dl_panic_at(const dl_ctx *ctx, const char *file, int line,
+                                     const char *op, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (ctx && ctx->desc.panic) ctx->desc.panic(ctx->desc.panic_user, op, msg, file, line);
+#ifndef DL_NO_STDIO
+  fprintf(stderr, "dl: %s: %s (%s:%d)\n", op, msg, file, line);
+  fflush(stderr);
+#endif
+  abort();
+}
+#define DL_PANIC(ctx, op, ...) dl_panic_at((ctx), __FILE__, __LINE__, (op), __VA_ARGS__)
+
+/* >>alloc ------------------------------------------------------------------ */
+
+/* Overflow-checked size arithmetic: return 0 and set *out, or 1 on overflow. */
+DL_API int dl_size_mul(size_t a, size_t b, size_t *out) {
+  if (a != 0 && b > SIZE_MAX / a) return 1;
+  *out = a * b;
+  return 0;
+}
+DL_API int dl_size_add(size_t a, size_t b, size_t *out) {
+  if (b > SIZE_MAX - a) return 1;
+  *out = a + b;
+  return 0;
+}
+
+/* Raw allocation through ctx's hooks (or DL_MALLOC). NULL on failure, with
+ * DL_ERR_NOMEM recorded in ctx. Not aligned beyond what the hook gives. */
+DL_API void *dl_raw_alloc(dl_ctx *ctx, size_t size) {
+  void *p;
+  if (size == 0) size = 1;
+  if (ctx && ctx->desc.allocator.alloc) p = ctx->desc.allocator.alloc(size, ctx->desc.allocator.user);
+  else p = DL_MALLOC(size, ctx ? ctx->desc.allocator.user : NULL);
+  if (!p) dl_fail(ctx, DL_ERR_NOMEM, "out of memory allocating %zu bytes", size);
+  return p;
+}
+DL_API void dl_raw_free(dl_ctx *ctx, void *p) {
+  if (!p) return;
+  if (ctx && ctx->desc.allocator.free) ctx->desc.allocator.free(p, ctx->desc.allocator.user);
+  else DL_FREE(p, ctx ? ctx->desc.allocator.user : NULL);
+}
+
+/* DL_ALIGN-aligned allocation of size bytes; free with dl_free (same ctx).
+ * NULL on failure (DL_ERR_NOMEM or DL_ERR_OVERFLOW in ctx). */
+DL_API void *dl_alloc(dl_ctx *ctx, size_t size) {
+  size_t total;
+  unsigned char *raw, *p;
+  if (dl_size_add(size, DL_ALIGN + sizeof(void *), &total)) {
+    dl_fail(ctx, DL_ERR_OVERFLOW, "allocation of %zu bytes overflows size_t", size);
+    return NULL;
+  }
+  raw = (unsigned char *)dl_raw_alloc(ctx, total);
+  if (!raw) {
+    dl_fail(ctx, DL_ERR_NOMEM, "out of memory allocating %zu bytes", size);
+    return NULL;
+  }
+  p = raw + sizeof(void *);
+  p += (DL_ALIGN - ((uintptr_t)p % DL_ALIGN)) % DL_ALIGN;
+  memcpy(p - sizeof(void *), &raw, sizeof raw);
+  return p;
+}
+DL_API void dl_free(dl_ctx *ctx, void *p) {
+  void *raw;
+  if (!p) return;
+  memcpy(&raw, (unsigned char *)p - sizeof(void *), sizeof raw);
+  dl_raw_free(ctx, raw);
+}
+
+/* >>arena ------------------------------------------------------------------ */
+
+/* A bump allocator for activations, tape nodes and temporaries.
+ *
+ * Three ways to make one:
+ *   dl_arena_init(a, ctx, capacity, grow)  capacity bytes from the allocator;
+ *       with grow != 0 an allocation that does not fit takes an overflow
+ *       block, and the next rewind to the start replaces everything with one
+ *       block of the high-water size, so a training loop's steady state does
+ *       not allocate. With grow == 0 it fails instead.
+ *   dl_arena_init_buffer(a, ctx, buf, size)  a caller-supplied buffer: no
+ *       malloc ever, allocations past its end fail with DL_ERR_NOMEM.
+ * Either way, dl_arena_bytes_needed() reports the most the arena has been
+ * asked to hold (including a request that failed), i.e. the size to pass next
+ * time: run one step against a small buffer, then size the real one.
+ *
+ * Pointers from dl_arena_alloc are DL_ALIGN-aligned and valid until the arena
+ * is rewound past them (dl_arena_rewind) or freed. */
+typedef struct dl__arena_block {
+  struct dl__arena_block *prev;
+  size_t start;  /* arena offset of this block's first byte */
+  size_t cap;
+  size_t pad;
+} dl__arena_block;
+
+typedef struct dl_arena {
+  dl_ctx *ctx;
+  unsigned char *base;      /* main block */
+  size_t cap;               /* its capacity */
+  size_t used;              /* current offset (main block and overflow blocks) */
+  size_t high;              /* high-water mark of used */
+  size_t needed;            /* high-water including failed requests */
+  dl__arena_block *over;    /* newest overflow block */
+  size_t over_used;         /* bytes used in *over */
+  int grow, owns;
+  uint64_t allocs;          /* calls to the allocator so far (for tests/benchmarks) */
+} dl_arena;
+
+typedef size_t dl_arena_mark;
+
+DL_API dl_status dl_arena_init(dl_arena *a, dl_ctx *ctx, size_t capacity, int grow) {
+  memset(a, 0, sizeof *a);
+  a->ctx = ctx;
+  a->grow = grow;
+  a->owns = 1;
+  if (capacity) {
+    a->base = (unsigned char *)dl_alloc(ctx, capacity);
+    if (!a->base) return ctx ? ctx->status : DL_ERR_NOMEM;
+    a->allocs++;
+  }
+  a->cap = capacity;
+  return DL_OK;
+}
+DL_API void dl_arena_init_buffer(dl_arena *a, dl_ctx *ctx, void *buf, size_t size) {
+  size_t skip = (DL_ALIGN - ((uintptr_t)buf % DL_ALIGN)) % DL_ALIGN;
+  memset(a, 0, sizeof *a);
+  a->ctx = ctx;
+  a->base = (unsigned char *)buf + (skip < size ? skip : size);
+  a->cap = skip < size ? size - skip : 0;
+}
+
+DL_API void dl__arena_free_overflow(dl_arena *a, size_t keep_from) {
+  while (a->over && a->over->start >= keep_from) {
+    dl__arena_block *b = a->over;
+    a->over = b->prev;
+    dl_free(a->ctx, b);
+    a->over_used = a->over ? a->over->cap : 0; /* older blocks were full */
+  }
+}
+
+DL_API void dl_arena_free(dl_arena *a) {
+  dl__arena_free_overflow(a, 0);
+  if (a->owns) dl_free(a->ctx, a->base);
+  memset(a, 0, sizeof *a);
+}
+
+/* size bytes, DL_ALIGN-aligned, uninitialised. NULL when the arena is full
+ * (DL_ERR_NOMEM in the ctx, with the bytes needed). */
+DL_API void *dl_arena_alloc(dl_arena *a, size_t size) {
+  size_t rounded, end;
+  if (dl_size_add(size, DL_ALIGN - 1, &rounded)) {
+    dl_fail(a->ctx, DL_ERR_OVERFLOW, "arena request of %zu bytes overflows size_t", size);
+    return NULL;
+  }
+  rounded &= ~(size_t)(DL_ALIGN - 1);
+  if (rounded == 0) rounded = DL_ALIGN;
+  if (dl_size_add(a->used, rounded, &end)) {
+    dl_fail(a->ctx, DL_ERR_OVERFLOW, "arena offset overflows size_t");
+    return NULL;
+  }
+  if (end > a->needed) a->needed = end;
+  if (!a->over && end <= a->cap) {
+    void *p = a->base + a->used;
+    a->used = end;
+    if (end > a->high) a->high = end;
+    return p;
+  }
+  if (a->over && a->over_used + rounded <= a->over->cap) {
+    void *p = (unsigned char *)(a->over + 1) + a->over_used;
+    a->over_used += rounded;
+    a->used = end;
+    if (end > a->high) a->high = end;
+    return p;
+  }
+  if (!a->grow) {
+    dl_fail(a->ctx, DL_ERR_NOMEM,
+            "arena full: %zu bytes requested with %zu of %zu used; bytes needed so far: %zu",
+            size, a->used, a->cap, a->needed);
+    return NULL;
+  }
+  {
+    size_t cap = rounded > a->cap / 2 ? rounded : a->cap / 2, total;
+    dl__arena_block *b;
+    if (cap < (size_t)1 << 16) cap = (size_t)1 << 16;
+    if (dl_size_add(cap, sizeof(dl__arena_block), &total)) {
+      dl_fail(a->ctx, DL_ERR_OVERFLOW, "arena block size overflows size_t");
+      return NULL;
+    }
+    b = (dl__arena_block *)dl_alloc(a->ctx, total);
+    if (!b) return NULL;
+    a->allocs++;
+    b->prev = a->over;
+    b->start = a->used;
+    b->cap = cap;
+    a->over = b;
+    a->over_used = rounded;
+    a->used = end;
+    if (end > a->high) a->high = end;
+    return (void *)(b + 1);
+  }
+}
+
+/* Zero-filled variant of dl_arena_alloc. */
+DL_API void *dl_arena_calloc(dl_arena *a, size_t size) {
+  void *p = dl_arena_alloc(a, size);
+  if (p) memset(p, 0, size);
+  return p;
+}
+
+DL_API dl_arena_mark dl_arena_get_mark(const dl_arena *a) { return a->used; }
+
+/* Release everything allocated after mark. Rewinding a growable arena to 0
+ * after it overflowed replaces its blocks with one of the high-water size. */
+DL_API void dl_arena_rewind(dl_arena *a, dl_arena_mark mark) {
+  if (mark > a->used) return;
+  dl__arena_free_overflow(a, mark);
+  if (a->over) a->over_used = mark - a->over->start;
+  a->used = mark;
+  if (mark == 0 && a->grow && a->owns && a->high > a->cap) {
+    unsigned char *nb = (unsigned char *)dl_alloc(a->ctx, a->high);
+    if (nb) {
+      dl_free(a->ctx, a->base);
+      a->base = nb;
+      a->cap = a->high;
+      a->allocs++;
+    }
+  }
+}
+DL_API void dl_arena_reset(dl_arena *a) { dl_arena_rewind(a, 0); }
+DL_API size_t dl_arena_used(const dl_arena *a) { return a->used; }
+DL_API size_t dl_arena_high_water(const dl_arena *a) { return a->high; }
+/* The capacity that would have served every request so far. */
+DL_API size_t dl_arena_bytes_needed(const dl_arena *a) { return a->needed; }
+
+/* >>rng -------------------------------------------------------------------- */
+
+/* Counter-based RNG: draw k of a stream is mix(key + (k + 1) * golden), a
+ * SplitMix64 output. Because any draw can be computed from its index, filling
+ * a tensor in parallel gives the same numbers for any thread count. The state
+ * is two integers, copyable and checkpointable. */
+typedef struct dl_rng {
+  uint64_t key;
+  uint64_t counter;  /* draws consumed so far */
+} dl_rng;
+
+DL_API uint64_t dl__mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+DL_API dl_rng dl_rng_make(uint64_t seed) {
+  dl_rng r;
+  r.key = dl__mix64(seed ^ 0x6a09e667f3bcc909ULL);
+  r.counter = 0;
+  return r;
+}
+/* Draw number `index` of the stream (independent of the counter). */
+DL_API uint64_t dl_rng_at(const dl_rng *r, uint64_t index) {
+  return dl__mix64(r->key + (index + 1) * 0x9e3779b97f4a7c15ULL);
+}
+DL_API uint64_t dl_rng_u64(dl_rng *r) { return dl_rng_at(r, r->counter++); }
+/* Uniform in [0, 1) from 53 (f64) or 24 (f32) random bits. */
+DL_API double dl__u01_f64(uint64_t x) { return (double)(x >> 11) * (1.0 / 9007199254740992.0); }
+DL_API float dl__u01_f32(uint64_t x) { return (float)(x >> 40) * (1.0f / 16777216.0f); }
+DL_API double dl_rng_uniform(dl_rng *r) { return dl__u01_f64(dl_rng_u64(r)); }
+DL_API float dl_rng_uniform_f32(dl_rng *r) { return dl__u01_f32(dl_rng_u64(r)); }
+/* Standard normal from one 64-bit draw: Box-Muller on its two 32-bit halves
+ * would lose precision, so the two uniforms come from two mixes of it. */
+DL_API double dl__normal_from(uint64_t x) {
+  double u1 = ((double)(x >> 11) + 0.5) * (1.0 / 9007199254740992.0); /* (0,1) */
+  double u2 = dl__u01_f64(dl__mix64(x ^ 0xd1b54a32d192ed03ULL));
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2);
+}
+DL_API double dl_rng_normal(dl_rng *r) { return dl__normal_from(dl_rng_u64(r)); }
+/* Uniform integer in [0, n), unbiased (Lemire's method with rejection; the
+ * retries draw from a sub-stream of this one draw, so each call consumes
+ * exactly one counter value). n must be > 0. */
+DL_API uint64_t dl__below_from(uint64_t x, uint64_t n) {
+  uint64_t threshold = (0 - n) % n, sub = x;
+  for (;;) {
+    /* 64x64 -> 128 multiply-high, portable */
+    uint64_t a_lo = x & 0xffffffffu, a_hi = x >> 32, b_lo = n & 0xffffffffu, b_hi = n >> 32;
+    uint64_t p0 = a_lo * b_lo, p1 = a_lo * b_hi, p2 = a_hi * b_lo, p3 = a_hi * b_hi;
+    uint64_t mid = (p0 >> 32) + (p1 & 0xffffffffu) + (p2 & 0xffffffffu);
+    uint64_t hi = p3 + (p1 >> 32) + (p2 >> 32) + (mid >> 32);
+    uint64_t lo = x * n;
+    if (lo >= threshold) return hi;
+    sub = dl__mix64(sub + 0x9e3779b97f4a7c15ULL);
+    x = sub;
+  }
+}
+DL_API uint64_t dl_rng_below(dl_rng *r, uint64_t n) { return dl__below_from(dl_rng_u64(r), n); }
+
+/* >>fpenv ------------------------------------------------------------------ */
+
+/* Flush-to-zero / denormals-are-zero on the calling thread. dl_ftz_enter
+ * returns the previous mode for dl_ftz_leave. On targets without a known
+ * control register they do nothing. Library loops call them on every worker
+ * thread unless the ctx sets keep_denormals. */
+typedef struct dl_fpmode { unsigned long bits; int changed; } dl_fpmode;
+
+#if defined(__SSE__) || defined(__x86_64__) || defined(_M_X64)
+#include <xmmintrin.h>
+DL_API dl_fpmode dl_ftz_enter(int on) {
+  dl_fpmode m;
+  unsigned int csr = _mm_getcsr();
+  unsigned int want = on ? (csr | 0x8040u) : (csr & ~0x8040u);
+  m.bits = csr;
+  m.changed = want != csr;
+  if (m.changed) _mm_setcsr(want);
+  return m;
+}
+DL_API void dl_ftz_leave(dl_fpmode m) {
+  if (m.changed) _mm_setcsr((unsigned int)m.bits);
+}
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+DL_API dl_fpmode dl_ftz_enter(int on) {
+  dl_fpmode m;
+  unsigned long fpcr, want;
+  __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
+  want = on ? (fpcr | (1ul << 24)) : (fpcr & ~(1ul << 24));
+  m.bits = fpcr;
+  m.changed = want != fpcr;
+  if (m.changed) __asm__ __volatile__("msr fpcr, %0" : : "r"(want));
+  return m;
+}
+DL_API void dl_ftz_leave(dl_fpmode m) {
+  if (m.changed) __asm__ __volatile__("msr fpcr, %0" : : "r"(m.bits));
+}
+#else
+DL_API dl_fpmode dl_ftz_enter(int on) { dl_fpmode m = {0, 0}; (void)on; return m; }
+DL_API void dl_ftz_leave(dl_fpmode m) { (void)m; }
+#endif
+/* Enter the ctx's policy (FTZ unless keep_denormals). */
+DL_API dl_fpmode dl_ctx_fp_enter(const dl_ctx *ctx) {
+  if (ctx && ctx->desc.keep_denormals) { dl_fpmode m = {0, 0}; return m; }
+  return dl_ftz_enter(1);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DL_CORE_H */

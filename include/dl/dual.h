@@ -1,0 +1,516 @@
+/* dl/dual.h - dual numbers and the generic scalar math every op is written in.
+ *
+ * A dual number carries a value and a derivative: (v, d) stands for v + d*eps
+ * with eps^2 = 0, so evaluating f on (x, 1) gives (f(x), f'(x)). dl_dual holds
+ * floats, dl_dual64 doubles.
+ *
+ * Each function below exists as concrete, callable functions for four types:
+ *   dl_exp_f32(float)  dl_exp_f64(double)  dl_exp_dual(dl_dual)  dl_exp_dual64(dl_dual64)
+ * and as one generic name, dl_exp(x), that picks among them. In C the pick is
+ * made by _Generic from the *scalar context*, not from the argument alone:
+ *
+ *   - inside DL_ASSIGN and the op list (expr.h) the loop decides: the element
+ *     type of the destination (f32 or f64), or dual numbers for derivatives;
+ *   - in ordinary code, DL_SCALAR(type); at the top of a block says which:
+ *
+ *       static dl_dual64 f(dl_dual64 x) {
+ *         DL_SCALAR(dl_dual64);                 // literals below become duals
+ *         return dl_sub(dl_mul(x, dl_exp(x)), 2);
+ *       }
+ *
+ * Numbers (int, float, double literals and variables) are converted to the
+ * context's type: a double constant in an f32 loop becomes float, in a dual
+ * context it becomes a constant (derivative 0). Dual numbers are never
+ * converted: a dl_dual where the context is dl_dual64 or float is a compile
+ * error, as is generic math with no context. The compiler's message names the
+ * mistake (dl__ERROR_mixing_dl_dual_and_dl_dual64, ...).
+ *
+ * In C++ (g++, nvcc) the generic names are overloaded inline functions instead;
+ * mixed arguments follow the same rule (dual64 > dual > float > double >
+ * integers: a double constant meeting a float stays float).
+ *
+ * Derivative conventions follow PyTorch where there is a kink: relu'(0) = 0,
+ * leaky_relu'(0) = slope, elu'(0) = alpha, abs'(0) = 0, clamp passes the
+ * gradient for lo <= x <= hi, max/min split it evenly on ties.
+ *
+ * Accuracy: the f32 exp/log/log1p/expm1/tanh/sigmoid/erf are the vectorisable
+ * versions in vmath.h (bounds stated there); f64 uses the C library.
+ */
+#ifndef DL_DUAL_H
+#define DL_DUAL_H
+
+#include "tensor.h"
+#include "vmath.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dl_dual { float v, d; } dl_dual;
+typedef struct dl_dual64 { double v, d; } dl_dual64;
+
+DL_HD DL_API dl_dual dl_dual_make(float v, float d) { dl_dual r; r.v = v; r.d = d; return r; }
+DL_HD DL_API dl_dual64 dl_dual64_make(double v, double d) { dl_dual64 r; r.v = v; r.d = d; return r; }
+
+/* >>scalar functions ------------------------------------------------------- */
+
+/* The constants below are written as double literals and converted once. */
+#define DL__SQRT_2_OVER_PI 0.79788456080286535588
+#define DL__INV_SQRT_2 0.70710678118654752440
+#define DL__INV_SQRT_2PI 0.39894228040143267794
+#define DL__2_OVER_SQRT_PI 1.12837916709551257390
+
+/* Plain float/double versions; S is the type, sfx its suffix, and the rest are
+ * the primitive functions of that precision. */
+#define DL__SCALAR_FUNCS(S, sfx, EXP, LOG, LOG1P, EXPM1, SQRT, SIN, COS, TANH, SIGMOID, ERF, POW, FABS) \
+  /* a + b, a - b, a * b, a / b, -a */                                                 \
+  DL_HD DL_API S dl_add_##sfx(S a, S b) { return a + b; }                              \
+  DL_HD DL_API S dl_sub_##sfx(S a, S b) { return a - b; }                              \
+  DL_HD DL_API S dl_mul_##sfx(S a, S b) { return a * b; }                              \
+  DL_HD DL_API S dl_div_##sfx(S a, S b) { return a / b; }                              \
+  DL_HD DL_API S dl_neg_##sfx(S a) { return -a; }                                      \
+  /* e^x, ln x, ln(1+x), e^x - 1, sqrt x, sin x, cos x, tanh x, 1/(1+e^-x), erf x */   \
+  DL_HD DL_API S dl_exp_##sfx(S x) { return EXP(x); }                                  \
+  DL_HD DL_API S dl_log_##sfx(S x) { return LOG(x); }                                  \
+  DL_HD DL_API S dl_log1p_##sfx(S x) { return LOG1P(x); }                              \
+  DL_HD DL_API S dl_expm1_##sfx(S x) { return EXPM1(x); }                              \
+  DL_HD DL_API S dl_sqrt_##sfx(S x) { return SQRT(x); }                                \
+  DL_HD DL_API S dl_sin_##sfx(S x) { return SIN(x); }                                  \
+  DL_HD DL_API S dl_cos_##sfx(S x) { return COS(x); }                                  \
+  DL_HD DL_API S dl_tanh_##sfx(S x) { return TANH(x); }                                \
+  DL_HD DL_API S dl_sigmoid_##sfx(S x) { return SIGMOID(x); }                          \
+  DL_HD DL_API S dl_erf_##sfx(S x) { return ERF(x); }                                  \
+  /* a^b */                                                                            \
+  DL_HD DL_API S dl_pow_##sfx(S a, S b) { return POW(a, b); }                          \
+  /* |x| */                                                                            \
+  DL_HD DL_API S dl_abs_##sfx(S x) { return FABS(x); }                                 \
+  /* max(x, 0); NaN propagates */                                                      \
+  DL_HD DL_API S dl_relu_##sfx(S x) { return x < (S)0 ? (S)0 : x; }                    \
+  /* x > 0 ? x : slope * x */                                                          \
+  DL_HD DL_API S dl_leaky_relu_##sfx(S x, S slope) { return x > (S)0 ? x : slope * x; } \
+  /* x > 0 ? x : alpha * (e^x - 1) */                                                  \
+  DL_HD DL_API S dl_elu_##sfx(S x, S alpha) { return x > (S)0 ? x : alpha * EXPM1(x); } \
+  /* x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))  (PyTorch approximate='tanh') */ \
+  DL_HD DL_API S dl_gelu_##sfx(S x) {                                                  \
+    return (S)0.5 * x * ((S)1 + TANH((S)DL__SQRT_2_OVER_PI * (x + (S)0.044715 * x * x * x))); \
+  }                                                                                    \
+  /* x/2 * (1 + erf(x / sqrt 2))  (exact GELU) */                                      \
+  DL_HD DL_API S dl_gelu_erf_##sfx(S x) { return (S)0.5 * x * ((S)1 + ERF(x * (S)DL__INV_SQRT_2)); } \
+  /* x * sigmoid(x) */                                                                 \
+  DL_HD DL_API S dl_silu_##sfx(S x) { return x * SIGMOID(x); }                         \
+  /* ln(1 + e^x), computed as max(x,0) + ln(1 + e^-|x|) */                             \
+  DL_HD DL_API S dl_softplus_##sfx(S x) {                                              \
+    return (x > (S)0 ? x : (S)0) + LOG1P(EXP(-FABS(x)));                               \
+  }                                                                                    \
+  /* larger / smaller of a, b; NaN propagates */                                       \
+  DL_HD DL_API S dl_max_##sfx(S a, S b) { return (a > b || a != a) ? a : b; }          \
+  DL_HD DL_API S dl_min_##sfx(S a, S b) { return (a < b || a != a) ? a : b; }          \
+  /* min(max(x, lo), hi) */                                                            \
+  DL_HD DL_API S dl_clamp_##sfx(S x, S lo, S hi) { return x < lo ? lo : (x > hi ? hi : x); } \
+  /* comparisons give 1 or 0 in the context's type (no derivative) */                  \
+  DL_HD DL_API S dl_gt_##sfx(S a, S b) { return a > b ? (S)1 : (S)0; }                 \
+  DL_HD DL_API S dl_ge_##sfx(S a, S b) { return a >= b ? (S)1 : (S)0; }                \
+  DL_HD DL_API S dl_lt_##sfx(S a, S b) { return a < b ? (S)1 : (S)0; }                 \
+  DL_HD DL_API S dl_le_##sfx(S a, S b) { return a <= b ? (S)1 : (S)0; }                \
+  DL_HD DL_API S dl_eq_##sfx(S a, S b) { return a == b ? (S)1 : (S)0; }                \
+  /* c != 0 ? a : b */                                                                 \
+  DL_HD DL_API S dl_where_##sfx(S c, S a, S b) { return c != (S)0 ? a : b; }
+
+DL_HD DL_API double dl__sigmoid_libm(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+DL__SCALAR_FUNCS(float, f32, dl_vexp_f32, dl_vlog_f32, dl_vlog1p_f32, dl_vexpm1_f32, sqrtf, sinf,
+                 cosf, dl_vtanh_f32, dl_vsigmoid_f32, dl_verf_f32, powf, fabsf)
+DL__SCALAR_FUNCS(double, f64, exp, log, log1p, expm1, sqrt, sin, cos, tanh, dl__sigmoid_libm, erf,
+                 pow, fabs)
+
+/* Dual-number versions: D the dual type, S its scalar, sfx the scalar
+ * functions' suffix. Each rule is the chain rule: f(v + d eps) = f(v) + f'(v) d eps. */
+#define DL__DUAL_FUNCS(D, S, dsfx, sfx)                                                \
+  DL_HD DL_API D dl__mk_##dsfx(S v, S d) { D r; r.v = v; r.d = d; return r; }          \
+  DL_HD DL_API D dl_add_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v + b.v, a.d + b.d); } \
+  DL_HD DL_API D dl_sub_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v - b.v, a.d - b.d); } \
+  DL_HD DL_API D dl_mul_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v * b.v, a.d * b.v + a.v * b.d); } \
+  DL_HD DL_API D dl_div_##dsfx(D a, D b) {                                             \
+    S q = a.v / b.v;                                                                   \
+    return dl__mk_##dsfx(q, (a.d - q * b.d) / b.v);                                    \
+  }                                                                                    \
+  DL_HD DL_API D dl_neg_##dsfx(D a) { return dl__mk_##dsfx(-a.v, -a.d); }              \
+  DL_HD DL_API D dl_exp_##dsfx(D a) { S e = dl_exp_##sfx(a.v); return dl__mk_##dsfx(e, a.d * e); } \
+  DL_HD DL_API D dl_log_##dsfx(D a) { return dl__mk_##dsfx(dl_log_##sfx(a.v), a.d / a.v); } \
+  DL_HD DL_API D dl_log1p_##dsfx(D a) {                                                \
+    return dl__mk_##dsfx(dl_log1p_##sfx(a.v), a.d / ((S)1 + a.v));                     \
+  }                                                                                    \
+  DL_HD DL_API D dl_expm1_##dsfx(D a) {                                                \
+    return dl__mk_##dsfx(dl_expm1_##sfx(a.v), a.d * dl_exp_##sfx(a.v));                \
+  }                                                                                    \
+  DL_HD DL_API D dl_sqrt_##dsfx(D a) {                                                 \
+    S s = dl_sqrt_##sfx(a.v);                                                          \
+    return dl__mk_##dsfx(s, a.d / ((S)2 * s));                                         \
+  }                                                                                    \
+  DL_HD DL_API D dl_sin_##dsfx(D a) { return dl__mk_##dsfx(dl_sin_##sfx(a.v), a.d * dl_cos_##sfx(a.v)); } \
+  DL_HD DL_API D dl_cos_##dsfx(D a) { return dl__mk_##dsfx(dl_cos_##sfx(a.v), -a.d * dl_sin_##sfx(a.v)); } \
+  DL_HD DL_API D dl_tanh_##dsfx(D a) {                                                 \
+    S t = dl_tanh_##sfx(a.v);                                                          \
+    return dl__mk_##dsfx(t, a.d * ((S)1 - t * t));                                     \
+  }                                                                                    \
+  DL_HD DL_API D dl_sigmoid_##dsfx(D a) {                                              \
+    S s = dl_sigmoid_##sfx(a.v);                                                       \
+    return dl__mk_##dsfx(s, a.d * s * ((S)1 - s));                                     \
+  }                                                                                    \
+  DL_HD DL_API D dl_erf_##dsfx(D a) {                                                  \
+    return dl__mk_##dsfx(dl_erf_##sfx(a.v),                                            \
+                         a.d * (S)DL__2_OVER_SQRT_PI * dl_exp_##sfx(-a.v * a.v));      \
+  }                                                                                    \
+  /* d(a^b) = b a^(b-1) da + a^b ln(a) db; the ln term only when db != 0 */            \
+  DL_HD DL_API D dl_pow_##dsfx(D a, D b) {                                             \
+    S p = dl_pow_##sfx(a.v, b.v);                                                      \
+    S d = a.d != (S)0 ? a.d * b.v * dl_pow_##sfx(a.v, b.v - (S)1) : (S)0;              \
+    if (b.d != (S)0) d += b.d * p * dl_log_##sfx(a.v);                                 \
+    return dl__mk_##dsfx(p, d);                                                        \
+  }                                                                                    \
+  DL_HD DL_API D dl_abs_##dsfx(D a) {                                                  \
+    return dl__mk_##dsfx(dl_abs_##sfx(a.v), a.v > (S)0 ? a.d : (a.v < (S)0 ? -a.d : (S)0)); \
+  }                                                                                    \
+  DL_HD DL_API D dl_relu_##dsfx(D a) {                                                 \
+    return dl__mk_##dsfx(dl_relu_##sfx(a.v), a.v > (S)0 ? a.d : (S)0);                 \
+  }                                                                                    \
+  DL_HD DL_API D dl_leaky_relu_##dsfx(D a, S slope) {                                  \
+    return a.v > (S)0 ? a : dl__mk_##dsfx(slope * a.v, slope * a.d);                   \
+  }                                                                                    \
+  DL_HD DL_API D dl_elu_##dsfx(D a, S alpha) {                                         \
+    return a.v > (S)0 ? a                                                              \
+                      : dl__mk_##dsfx(alpha * dl_expm1_##sfx(a.v), a.d * alpha * dl_exp_##sfx(a.v)); \
+  }                                                                                    \
+  DL_HD DL_API D dl_gelu_##dsfx(D a) {                                                 \
+    S x = a.v, u = (S)DL__SQRT_2_OVER_PI * (x + (S)0.044715 * x * x * x);              \
+    S t = dl_tanh_##sfx(u);                                                            \
+    S du = (S)DL__SQRT_2_OVER_PI * ((S)1 + (S)3 * (S)0.044715 * x * x);                \
+    return dl__mk_##dsfx((S)0.5 * x * ((S)1 + t),                                      \
+                         a.d * ((S)0.5 * ((S)1 + t) + (S)0.5 * x * ((S)1 - t * t) * du)); \
+  }                                                                                    \
+  DL_HD DL_API D dl_gelu_erf_##dsfx(D a) {                                             \
+    S x = a.v, cdf = (S)0.5 * ((S)1 + dl_erf_##sfx(x * (S)DL__INV_SQRT_2));            \
+    S pdf = (S)DL__INV_SQRT_2PI * dl_exp_##sfx((S)-0.5 * x * x);                       \
+    return dl__mk_##dsfx(x * cdf, a.d * (cdf + x * pdf));                              \
+  }                                                                                    \
+  DL_HD DL_API D dl_silu_##dsfx(D a) {                                                 \
+    S s = dl_sigmoid_##sfx(a.v);                                                       \
+    return dl__mk_##dsfx(a.v * s, a.d * s * ((S)1 + a.v * ((S)1 - s)));                \
+  }                                                                                    \
+  DL_HD DL_API D dl_softplus_##dsfx(D a) {                                             \
+    return dl__mk_##dsfx(dl_softplus_##sfx(a.v), a.d * dl_sigmoid_##sfx(a.v));          \
+  }                                                                                    \
+  DL_HD DL_API D dl_max_##dsfx(D a, D b) {                                             \
+    if (a.v > b.v || a.v != a.v) return a;                                             \
+    if (a.v < b.v || b.v != b.v) return b;                                             \
+    return dl__mk_##dsfx(a.v, (S)0.5 * (a.d + b.d));                                   \
+  }                                                                                    \
+  DL_HD DL_API D dl_min_##dsfx(D a, D b) {                                             \
+    if (a.v < b.v || a.v != a.v) return a;                                             \
+    if (a.v > b.v || b.v != b.v) return b;                                             \
+    return dl__mk_##dsfx(a.v, (S)0.5 * (a.d + b.d));                                   \
+  }                                                                                    \
+  DL_HD DL_API D dl_clamp_##dsfx(D a, S lo, S hi) {                                    \
+    if (a.v < lo) return dl__mk_##dsfx(lo, (S)0);                                      \
+    if (a.v > hi) return dl__mk_##dsfx(hi, (S)0);                                      \
+    return a;                                                                          \
+  }                                                                                    \
+  DL_HD DL_API D dl_gt_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v > b.v ? (S)1 : (S)0, (S)0); } \
+  DL_HD DL_API D dl_ge_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v >= b.v ? (S)1 : (S)0, (S)0); } \
+  DL_HD DL_API D dl_lt_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v < b.v ? (S)1 : (S)0, (S)0); } \
+  DL_HD DL_API D dl_le_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v <= b.v ? (S)1 : (S)0, (S)0); } \
+  DL_HD DL_API D dl_eq_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v == b.v ? (S)1 : (S)0, (S)0); } \
+  DL_HD DL_API D dl_where_##dsfx(D c, D a, D b) { return c.v != (S)0 ? a : b; }
+
+DL__DUAL_FUNCS(dl_dual, float, dual, f32)
+DL__DUAL_FUNCS(dl_dual64, double, dual64, f64)
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+/* >>generic (C) ------------------------------------------------------------ */
+#ifndef __cplusplus
+
+/* Loop cursors (the scalar context inside fused loops, defined by expr.h's
+ * machinery below) and the shape-check probe. */
+typedef struct dl__cf32 { int64_t i; } dl__cf32;          /* contiguous, f32 */
+typedef struct dl__cf64 { int64_t i; } dl__cf64;          /* contiguous, f64 */
+#define DL__MAX_OPERANDS 16
+typedef struct dl__gcur {                                  /* broadcast / strided */
+  int64_t j;                                               /* index in the row */
+  int nops;
+  const dl_tensor *ops[DL__MAX_OPERANDS];
+  const char *base[DL__MAX_OPERANDS];                      /* row start per operand */
+  int64_t inc[DL__MAX_OPERANDS];                           /* stride along the row */
+} dl__gcur;
+typedef struct dl__gf32 { dl__gcur g; } dl__gf32;
+typedef struct dl__gf64 { dl__gcur g; } dl__gf64;
+typedef struct dl__probe {                                 /* first pass of DL_ASSIGN */
+  const dl_tensor *dst;
+  const char *expr, *file;
+  int line, nops;
+  const dl_tensor *ops[DL__MAX_OPERANDS];
+} dl__probe;
+
+/* With no context in scope, this file-scope tag makes the compiler say so. */
+static const struct dl__ERROR_generic_math_needs_DL_SCALAR_or_DL_ASSIGN { int unused; } *const dl__tag;
+
+/* DL_SCALAR(type): generic math in the rest of the block computes in `type`
+ * (float, double, dl_dual or dl_dual64). A statement; declares dl__tag. */
+#define DL_SCALAR(type) type const *const dl__tag = 0; (void)dl__tag
+
+/* Compile-time mistakes: selected by _Generic, these are called with two
+ * arguments and the compiler's error quotes their names. Never defined. */
+void dl__ERROR_tensor_outside_DL_ASSIGN(void);
+void dl__ERROR_dual_number_in_tensor_expression(void);
+void dl__ERROR_dual_number_in_float_context(void);
+void dl__ERROR_mixing_dl_dual_and_dl_dual64(void);
+
+/* Pick by context: s32 s64 dual dual64 | contiguous f32 f64 | general f32 f64 | probe */
+#define DL__TAGSEL(s32, s64, sd, sdd, c32, c64, g32, g64, p)                           \
+  _Generic(dl__tag, const float *: s32, const double *: s64, const dl_dual *: sd,      \
+           const dl_dual64 *: sdd, const dl__cf32 *: c32, const dl__cf64 *: c64,       \
+           const dl__gf32 *: g32, const dl__gf64 *: g64, dl__probe *: p)
+
+/* Leaf conversions: (context tag, operand) -> a value of the context's type. */
+DL_API float dl__num_f32(const void *tag, double x) { (void)tag; return (float)x; }
+DL_API double dl__num_f64(const void *tag, double x) { (void)tag; return x; }
+DL_API dl_dual dl__num_dual(const void *tag, double x) { (void)tag; return dl_dual_make((float)x, 0.0f); }
+DL_API dl_dual64 dl__num_dual64(const void *tag, double x) { (void)tag; return dl_dual64_make(x, 0.0); }
+DL_API dl__probe *dl__num_probe(dl__probe *p, double x) { (void)x; return p; }
+DL_API dl__probe *dl__same_probe(dl__probe *tag, dl__probe *x) { (void)tag; return x; }
+DL_API dl_dual dl__same_dual(const void *tag, dl_dual x) { (void)tag; return x; }
+DL_API dl_dual64 dl__same_dual64(const void *tag, dl_dual64 x) { (void)tag; return x; }
+DL_API float dl__ld_cf32(const dl__cf32 *c, const dl_tensor *t) { return ((const float *)t->data)[c->i]; }
+DL_API double dl__ld_cf64(const dl__cf64 *c, const dl_tensor *t) { return ((const double *)t->data)[c->i]; }
+DL_API int dl__gslot(const dl__gcur *g, const dl_tensor *t) {
+  int k = 0;
+  while (k < g->nops - 1 && g->ops[k] != t) k++;
+  return k;
+}
+DL_API float dl__ld_gf32(const dl__gf32 *c, const dl_tensor *t) {
+  int k = dl__gslot(&c->g, t);
+  return ((const float *)(const void *)c->g.base[k])[c->g.j * c->g.inc[k]];
+}
+DL_API double dl__ld_gf64(const dl__gf64 *c, const dl_tensor *t) {
+  int k = dl__gslot(&c->g, t);
+  return ((const double *)(const void *)c->g.base[k])[c->g.j * c->g.inc[k]];
+}
+/* Record operand t of a DL_ASSIGN: same dtype as the destination, shape
+ * broadcastable to it (right-aligned, each size equal or 1). */
+DL_API void dl__probe_operand(dl__probe *p, const dl_tensor *t) {
+  int k, d, off;
+  const dl_tensor *y = p->dst;
+  for (k = 0; k < p->nops; k++)
+    if (p->ops[k] == t) return;
+  if (t->dtype != y->dtype)
+    dl_panic_at(y->ctx, p->file, p->line, "DL_ASSIGN",
+                "dtype mismatch: destination %s, operand %s in `%s` (no implicit conversion)",
+                DL_SHAPESTR(y), DL_SHAPESTR(t), p->expr);
+  off = y->ndim - t->ndim;
+  for (d = 0; d < t->ndim; d++)
+    if (off < 0 || (t->shape[d] != 1 && t->shape[d] != y->shape[d + off])) break;
+  if (off < 0 || d < t->ndim)
+    dl_panic_at(y->ctx, p->file, p->line, "DL_ASSIGN",
+                "shape mismatch: operand %s does not broadcast to destination %s in `%s`",
+                DL_SHAPESTR(t), DL_SHAPESTR(y), p->expr);
+  if (p->nops == DL__MAX_OPERANDS)
+    dl_panic_at(y->ctx, p->file, p->line, "DL_ASSIGN", "more than %d tensor operands in `%s`",
+                DL__MAX_OPERANDS, p->expr);
+  p->ops[p->nops++] = t;
+}
+DL_API dl__probe *dl__ld_probe(dl__probe *p, const dl_tensor *t) { dl__probe_operand(p, t); return p; }
+
+#define DL__LEAF_TENSOR                                                                \
+  DL__TAGSEL(dl__ERROR_tensor_outside_DL_ASSIGN, dl__ERROR_tensor_outside_DL_ASSIGN,   \
+             dl__ERROR_tensor_outside_DL_ASSIGN, dl__ERROR_tensor_outside_DL_ASSIGN,   \
+             dl__ld_cf32, dl__ld_cf64, dl__ld_gf32, dl__ld_gf64, dl__ld_probe)
+#define DL__LEAF_DUAL                                                                  \
+  DL__TAGSEL(dl__ERROR_dual_number_in_float_context, dl__ERROR_dual_number_in_float_context, \
+             dl__same_dual, dl__ERROR_mixing_dl_dual_and_dl_dual64,                    \
+             dl__ERROR_dual_number_in_tensor_expression, dl__ERROR_dual_number_in_tensor_expression, \
+             dl__ERROR_dual_number_in_tensor_expression, dl__ERROR_dual_number_in_tensor_expression, \
+             dl__ERROR_dual_number_in_tensor_expression)
+#define DL__LEAF_DUAL64                                                                \
+  DL__TAGSEL(dl__ERROR_dual_number_in_float_context, dl__ERROR_dual_number_in_float_context, \
+             dl__ERROR_mixing_dl_dual_and_dl_dual64, dl__same_dual64,                  \
+             dl__ERROR_dual_number_in_tensor_expression, dl__ERROR_dual_number_in_tensor_expression, \
+             dl__ERROR_dual_number_in_tensor_expression, dl__ERROR_dual_number_in_tensor_expression, \
+             dl__ERROR_dual_number_in_tensor_expression)
+#define DL__LEAF_PROBE                                                                 \
+  DL__TAGSEL(dl__ERROR_tensor_outside_DL_ASSIGN, dl__ERROR_tensor_outside_DL_ASSIGN,   \
+             dl__ERROR_tensor_outside_DL_ASSIGN, dl__ERROR_tensor_outside_DL_ASSIGN,   \
+             dl__ERROR_tensor_outside_DL_ASSIGN, dl__ERROR_tensor_outside_DL_ASSIGN,   \
+             dl__ERROR_tensor_outside_DL_ASSIGN, dl__ERROR_tensor_outside_DL_ASSIGN,   \
+             dl__same_probe)
+#define DL__LEAF_NUMBER                                                                \
+  DL__TAGSEL(dl__num_f32, dl__num_f64, dl__num_dual, dl__num_dual64, dl__num_f32,      \
+             dl__num_f64, dl__num_f32, dl__num_f64, dl__num_probe)
+
+/* DL__L(x): x converted to the context's type (x appears twice in the text,
+ * evaluated once). */
+#define DL__L(x)                                                                       \
+  _Generic((x), dl_tensor *: DL__LEAF_TENSOR, const dl_tensor *: DL__LEAF_TENSOR,      \
+           dl_dual: DL__LEAF_DUAL, dl_dual64: DL__LEAF_DUAL64, dl__probe *: DL__LEAF_PROBE, \
+           default: DL__LEAF_NUMBER)(dl__tag, (x))
+
+/* Probe versions of every function: they only pass the probe along. */
+DL_API dl__probe *dl__probe_1(dl__probe *a) { return a; }
+DL_API dl__probe *dl__probe_2(dl__probe *a, dl__probe *b) { (void)b; return a; }
+DL_API dl__probe *dl__probe_3(dl__probe *a, dl__probe *b, dl__probe *c) { (void)b; (void)c; return a; }
+DL_API dl__probe *dl__probe_1n(dl__probe *a, double n) { (void)n; return a; }
+DL_API dl__probe *dl__probe_1nn(dl__probe *a, double n, double m) { (void)n; (void)m; return a; }
+
+/* The function `name` of the context's type; P is its probe version. */
+#define DL__FN(name, P)                                                                \
+  DL__TAGSEL(dl_##name##_f32, dl_##name##_f64, dl_##name##_dual, dl_##name##_dual64,   \
+             dl_##name##_f32, dl_##name##_f64, dl_##name##_f32, dl_##name##_f64, P)
+
+/* DL_APPLY1/2(f, ...): call a user function family f_f32, f_f64, f_dual,
+ * f_dual64 (as DL_DEFINE_OP makes) from generic code. */
+#define DL_APPLY1(f, a)                                                                \
+  DL__TAGSEL(f##_f32, f##_f64, f##_dual, f##_dual64, f##_f32, f##_f64, f##_f32,        \
+             f##_f64, dl__probe_1)(DL__L(a))
+#define DL_APPLY2(f, a, b)                                                             \
+  DL__TAGSEL(f##_f32, f##_f64, f##_dual, f##_dual64, f##_f32, f##_f64, f##_f32,        \
+             f##_f64, dl__probe_2)(DL__L(a), DL__L(b))
+
+#define dl_add(a, b) DL__FN(add, dl__probe_2)(DL__L(a), DL__L(b))
+#define dl_sub(a, b) DL__FN(sub, dl__probe_2)(DL__L(a), DL__L(b))
+#define dl_mul(a, b) DL__FN(mul, dl__probe_2)(DL__L(a), DL__L(b))
+#define dl_div(a, b) DL__FN(div, dl__probe_2)(DL__L(a), DL__L(b))
+#define dl_pow(a, b) DL__FN(pow, dl__probe_2)(DL__L(a), DL__L(b))
+#define dl_max(a, b) DL__FN(max, dl__probe_2)(DL__L(a), DL__L(b))
+#define dl_min(a, b) DL__FN(min, dl__probe_2)(DL__L(a), DL__L(b))
+#define dl_gt(a, b) DL__FN(gt, dl__probe_2)(DL__L(a), DL__L(b))
+#define dl_ge(a, b) DL__FN(ge, dl__probe_2)(DL__L(a), DL__L(b))
+#define dl_lt(a, b) DL__FN(lt, dl__probe_2)(DL__L(a), DL__L(b))
+#define dl_le(a, b) DL__FN(le, dl__probe_2)(DL__L(a), DL__L(b))
+#define dl_eq(a, b) DL__FN(eq, dl__probe_2)(DL__L(a), DL__L(b))
+#define dl_where(c, a, b) DL__FN(where, dl__probe_3)(DL__L(c), DL__L(a), DL__L(b))
+#define dl_neg(x) DL__FN(neg, dl__probe_1)(DL__L(x))
+#define dl_exp(x) DL__FN(exp, dl__probe_1)(DL__L(x))
+#define dl_log(x) DL__FN(log, dl__probe_1)(DL__L(x))
+#define dl_log1p(x) DL__FN(log1p, dl__probe_1)(DL__L(x))
+#define dl_expm1(x) DL__FN(expm1, dl__probe_1)(DL__L(x))
+#define dl_sqrt(x) DL__FN(sqrt, dl__probe_1)(DL__L(x))
+#define dl_sin(x) DL__FN(sin, dl__probe_1)(DL__L(x))
+#define dl_cos(x) DL__FN(cos, dl__probe_1)(DL__L(x))
+#define dl_tanh(x) DL__FN(tanh, dl__probe_1)(DL__L(x))
+#define dl_sigmoid(x) DL__FN(sigmoid, dl__probe_1)(DL__L(x))
+#define dl_erf(x) DL__FN(erf, dl__probe_1)(DL__L(x))
+#define dl_abs(x) DL__FN(abs, dl__probe_1)(DL__L(x))
+#define dl_relu(x) DL__FN(relu, dl__probe_1)(DL__L(x))
+#define dl_gelu(x) DL__FN(gelu, dl__probe_1)(DL__L(x))
+#define dl_gelu_erf(x) DL__FN(gelu_erf, dl__probe_1)(DL__L(x))
+#define dl_silu(x) DL__FN(silu, dl__probe_1)(DL__L(x))
+#define dl_softplus(x) DL__FN(softplus, dl__probe_1)(DL__L(x))
+/* slope, alpha, lo, hi are plain numbers (not differentiated) */
+#define dl_leaky_relu(x, slope) DL__FN(leaky_relu, dl__probe_1n)(DL__L(x), (slope))
+#define dl_elu(x, alpha) DL__FN(elu, dl__probe_1n)(DL__L(x), (alpha))
+#define dl_clamp(x, lo, hi) DL__FN(clamp, dl__probe_1nn)(DL__L(x), (lo), (hi))
+
+#else /* >>generic (C++) ------------------------------------------------------ */
+
+/* rank: dual64 4 > dual 3 > float 2 > double 1 > integers 0 */
+template <class T> struct dl__cxx_rank { static const int value = 0; };
+template <> struct dl__cxx_rank<double> { static const int value = 1; };
+template <> struct dl__cxx_rank<float> { static const int value = 2; };
+template <> struct dl__cxx_rank<dl_dual> { static const int value = 3; };
+template <> struct dl__cxx_rank<dl_dual64> { static const int value = 4; };
+template <int R> struct dl__cxx_type { typedef double type; };
+template <> struct dl__cxx_type<2> { typedef float type; };
+template <> struct dl__cxx_type<3> { typedef dl_dual type; };
+template <> struct dl__cxx_type<4> { typedef dl_dual64 type; };
+template <class A, class B> struct dl__cxx_common {
+  static const int ra = dl__cxx_rank<A>::value, rb = dl__cxx_rank<B>::value, r = ra > rb ? ra : rb;
+  static_assert(!((ra == 3 && rb == 4) || (ra == 4 && rb == 3)), "dl: mixing dl_dual and dl_dual64");
+  typedef typename dl__cxx_type<r>::type type;
+};
+template <class To> struct dl__cxx_cv {
+  template <class F> DL_HD static To from(F x) {
+    static_assert(dl__cxx_rank<F>::value < 3, "dl: a dual number where a float is expected");
+    return (To)x;
+  }
+};
+template <> struct dl__cxx_cv<dl_dual> {
+  DL_HD static dl_dual from(dl_dual x) { return x; }
+  template <class F> DL_HD static dl_dual from(F x) {
+    static_assert(dl__cxx_rank<F>::value < 3, "dl: mixing dl_dual and dl_dual64");
+    return dl_dual_make((float)x, 0.0f);
+  }
+};
+template <> struct dl__cxx_cv<dl_dual64> {
+  DL_HD static dl_dual64 from(dl_dual64 x) { return x; }
+  template <class F> DL_HD static dl_dual64 from(F x) {
+    static_assert(dl__cxx_rank<F>::value < 3, "dl: mixing dl_dual and dl_dual64");
+    return dl_dual64_make((double)x, 0.0);
+  }
+};
+#define DL__CXX_SEL(name)                                                              \
+  DL_HD inline float dl__cxx_##name(float a) { return dl_##name##_f32(a); }            \
+  DL_HD inline double dl__cxx_##name(double a) { return dl_##name##_f64(a); }          \
+  DL_HD inline dl_dual dl__cxx_##name(dl_dual a) { return dl_##name##_dual(a); }       \
+  DL_HD inline dl_dual64 dl__cxx_##name(dl_dual64 a) { return dl_##name##_dual64(a); }
+#define DL__CXX_UNARY(name)                                                            \
+  DL__CXX_SEL(name)                                                                    \
+  template <class A> DL_HD inline typename dl__cxx_common<A, A>::type dl_##name(A a) { \
+    return dl__cxx_##name(dl__cxx_cv<typename dl__cxx_common<A, A>::type>::from(a));   \
+  }
+#define DL__CXX_SEL2(name, N)                                                          \
+  DL_HD inline float dl__cxx_##name(float a, float b) { return dl_##name##_f32(a, b); } \
+  DL_HD inline double dl__cxx_##name(double a, double b) { return dl_##name##_f64(a, b); } \
+  DL_HD inline dl_dual dl__cxx_##name(dl_dual a, N##f b) { return dl_##name##_dual(a, b); } \
+  DL_HD inline dl_dual64 dl__cxx_##name(dl_dual64 a, N##d b) { return dl_##name##_dual64(a, b); }
+typedef dl_dual dl__cxx_Df;
+typedef dl_dual64 dl__cxx_Dd;
+typedef float dl__cxx_Nf;
+typedef double dl__cxx_Nd;
+#define DL__CXX_BINARY(name)                                                           \
+  DL__CXX_SEL2(name, dl__cxx_D)                                                        \
+  template <class A, class B>                                                          \
+  DL_HD inline typename dl__cxx_common<A, B>::type dl_##name(A a, B b) {               \
+    typedef typename dl__cxx_common<A, B>::type T;                                     \
+    return dl__cxx_##name(dl__cxx_cv<T>::from(a), dl__cxx_cv<T>::from(b));             \
+  }
+/* x differentiable, p a plain number */
+#define DL__CXX_PARAM1(name)                                                           \
+  DL__CXX_SEL2(name, dl__cxx_N)                                                        \
+  template <class A>                                                                   \
+  DL_HD inline typename dl__cxx_common<A, A>::type dl_##name(A a, double p) {          \
+    typedef typename dl__cxx_common<A, A>::type T;                                     \
+    return dl__cxx_##name(dl__cxx_cv<T>::from(a), p);                                  \
+  }
+DL__CXX_UNARY(neg) DL__CXX_UNARY(exp) DL__CXX_UNARY(log) DL__CXX_UNARY(log1p)
+DL__CXX_UNARY(expm1) DL__CXX_UNARY(sqrt) DL__CXX_UNARY(sin) DL__CXX_UNARY(cos)
+DL__CXX_UNARY(tanh) DL__CXX_UNARY(sigmoid) DL__CXX_UNARY(erf) DL__CXX_UNARY(abs)
+DL__CXX_UNARY(relu) DL__CXX_UNARY(gelu) DL__CXX_UNARY(gelu_erf) DL__CXX_UNARY(silu)
+DL__CXX_UNARY(softplus)
+DL__CXX_BINARY(add) DL__CXX_BINARY(sub) DL__CXX_BINARY(mul) DL__CXX_BINARY(div)
+DL__CXX_BINARY(pow) DL__CXX_BINARY(max) DL__CXX_BINARY(min) DL__CXX_BINARY(gt)
+DL__CXX_BINARY(ge) DL__CXX_BINARY(lt) DL__CXX_BINARY(le) DL__CXX_BINARY(eq)
+DL__CXX_PARAM1(leaky_relu) DL__CXX_PARAM1(elu)
+DL_HD inline float dl__cxx_clamp(float a, double lo, double hi) { return dl_clamp_f32(a, (float)lo, (float)hi); }
+DL_HD inline double dl__cxx_clamp(double a, double lo, double hi) { return dl_clamp_f64(a, lo, hi); }
+DL_HD inline dl_dual dl__cxx_clamp(dl_dual a, double lo, double hi) { return dl_clamp_dual(a, (float)lo, (float)hi); }
+DL_HD inline dl_dual64 dl__cxx_clamp(dl_dual64 a, double lo, double hi) { return dl_clamp_dual64(a, lo, hi); }
+template <class A> DL_HD inline typename dl__cxx_common<A, A>::type dl_clamp(A a, double lo, double hi) {
+  return dl__cxx_clamp(dl__cxx_cv<typename dl__cxx_common<A, A>::type>::from(a), lo, hi);
+}
+DL_HD inline float dl__cxx_where(float c, float a, float b) { return dl_where_f32(c, a, b); }
+DL_HD inline double dl__cxx_where(double c, double a, double b) { return dl_where_f64(c, a, b); }
+DL_HD inline dl_dual dl__cxx_where(dl_dual c, dl_dual a, dl_dual b) { return dl_where_dual(c, a, b); }
+DL_HD inline dl_dual64 dl__cxx_where(dl_dual64 c, dl_dual64 a, dl_dual64 b) { return dl_where_dual64(c, a, b); }
+template <class C, class A, class B>
+DL_HD inline typename dl__cxx_common<typename dl__cxx_common<A, B>::type, C>::type dl_where(C c, A a, B b) {
+  typedef typename dl__cxx_common<typename dl__cxx_common<A, B>::type, C>::type T;
+  return dl__cxx_where(dl__cxx_cv<T>::from(c), dl__cxx_cv<T>::from(a), dl__cxx_cv<T>::from(b));
+}
+/* In C++ the context is the argument types; DL_SCALAR is accepted and ignored. */
+#define DL_SCALAR(type) ((void)0)
+#define DL_APPLY1(f, a) f(a)
+#define DL_APPLY2(f, a, b) f(a, b)
+#endif /* __cplusplus */
+
+#endif /* DL_DUAL_H */

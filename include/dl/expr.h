@@ -1,0 +1,491 @@
+/* dl/expr.h - fused element-wise loops and the element-wise op list.
+ *
+ * DL_ASSIGN(dst, expr) evaluates a scalar expression written with dual.h's
+ * generic math over tensors and numbers, in one pass, into dst:
+ *
+ *   DL_ASSIGN(y, dl_tanh(dl_add(dl_mul(a, b), c)));      // y = tanh(a*b + c)
+ *   DL_ASSIGN(w, dl_sub(w, dl_mul(lr, g)));              // SGD step, in place
+ *   DL_ASSIGN(h, dl_relu(dl_add(h, bias)));              // bias (C) over a batch (N, C)
+ *
+ * - No temporaries: the expression is pasted into the loop body and every
+ *   tensor operand is read at the current element.
+ * - dst decides the element type (f32 or f64); every tensor operand must have
+ *   the same dtype (a mismatch panics naming both, never converts); numbers
+ *   take the element type.
+ * - Broadcasting: an operand's shape is right-aligned with dst's, and each of
+ *   its sizes must equal dst's or be 1 (so scalars, (C) over (N, C), (N, 1)
+ *   over (N, C) ...). dst itself is never broadcast. Strided views work
+ *   everywhere; the fastest path is all-contiguous, same-shape operands.
+ * - dst may appear in expr (element i reads its own position before writing);
+ *   an operand that is a *different* view of dst's memory panics.
+ * - Errors name the expression text, the shapes and the caller's file:line.
+ * - Evaluation contract: expr is expanded five times (a shape/dtype check and
+ *   four loops) and evaluated once for the check plus once per element, so it
+ *   must have no side effects. dst is evaluated once.
+ * - Threads: above the ctx's parallel threshold (DL_PARALLEL_THRESHOLD
+ *   elements by default) an OpenMP team takes blocks dynamically, so a thread
+ *   that loses its core to another process does not hold the others back;
+ *   below it no team is started. Every thread flushes denormals to zero
+ *   unless the ctx keeps them, and restores its mode afterwards.
+ *
+ * The op list: the library's element-wise ops are written once below as
+ * X(name, expression in x0 [, x1] [, p0]) and each entry generates
+ *   dl__op_NAME_f32/_f64/_dual/_dual64   scalar functions (the expression)
+ *   dl_NAME_into(y, x0 [, x1] [, p0])     forward, broadcasting, via DL_ASSIGN
+ *   dl_NAME_backward(gx0 [, gx1], gy, x0 [, x1] [, p0])
+ *        gx += gy * df/dx, the derivative taken by evaluating the same
+ *        expression on dual numbers; gradients of broadcast inputs are summed
+ *        back to their shape; a NULL gx is skipped.
+ * A user op is one line at file scope, the same way:
+ *   DL_DEFINE_OP1(my_leaky, dl_max(dl_mul(0.2, x0), x0))
+ * gives my_leaky_f32 ... my_leaky_dual64, my_leaky_into and my_leaky_backward,
+ * and DL_APPLY1(my_leaky, t) uses it inside any DL_ASSIGN expression.
+ */
+#ifndef DL_EXPR_H
+#define DL_EXPR_H
+
+#include "dual.h"
+
+#ifndef __cplusplus
+
+/* >>plan ------------------------------------------------------------------- */
+
+enum { DL__K_C32 = 1, DL__K_C64, DL__K_G32, DL__K_G64 };
+#define DL__ROW_CHUNK 4096
+
+/* How a DL_ASSIGN runs, derived from the probe: the contiguous path, or the
+ * general one over (rows x inner) with dimensions collapsed where possible. */
+typedef struct dl__plan {
+  int kind, nops, nd, par, threads;
+  const dl_ctx *ctx;
+  int64_t numel, inner, rows, chunks, tiles;
+  int64_t shape[DL_MAX_DIMS];                          /* collapsed outer shape */
+  int64_t ystr[DL_MAX_DIMS];                           /* dst strides (collapsed) */
+  int64_t ostr[DL__MAX_OPERANDS][DL_MAX_DIMS];         /* operand strides, 0 = broadcast */
+  int64_t yinc, oinc[DL__MAX_OPERANDS];
+  const dl_tensor *ops[DL__MAX_OPERANDS];
+  size_t esize;
+} dl__plan;
+
+DL_API void dl__probe_begin(dl__probe *p, const dl_tensor *dst, const char *expr,
+                            const char *file, int line) {
+  p->dst = dst;
+  p->expr = expr;
+  p->file = file;
+  p->line = line;
+  p->nops = 0;
+  if (dst->dtype != DL_F32 && dst->dtype != DL_F64)
+    dl_panic_at(dst->ctx, file, line, "DL_ASSIGN",
+                "destination %s must be f32 or f64 in `%s`", DL_SHAPESTR(dst), expr);
+}
+
+/* Byte range [lo, hi) that a tensor's elements span. */
+DL_API void dl__span(const dl_tensor *t, const char **lo, const char **hi) {
+  int64_t last = 0;
+  int d;
+  for (d = 0; d < t->ndim; d++) last += (t->shape[d] - 1) * t->strides[d];
+  *lo = (const char *)t->data;
+  *hi = (const char *)t->data + (size_t)(last + 1) * dl_dtype_size(t->dtype);
+}
+
+DL_API void dl__plan_make(dl__plan *pl, const dl__probe *p) {
+  const dl_tensor *y = p->dst;
+  const char *ylo, *yhi;
+  int k, d, contig = dl_tensor_is_contiguous(y), f64 = y->dtype == DL_F64;
+  int64_t str[DL__MAX_OPERANDS + 1][DL_MAX_DIMS], shp[DL_MAX_DIMS];
+  int nd;
+  memset(pl, 0, sizeof *pl);
+  pl->ctx = y->ctx;
+  pl->nops = p->nops;
+  pl->numel = y->numel;
+  pl->esize = dl_dtype_size(y->dtype);
+  pl->threads = dl_ctx_threads(y->ctx);
+  pl->par = pl->threads > 1 && y->numel >= dl_ctx_parallel_threshold(y->ctx);
+  if (y->numel == 0) { pl->kind = 0; return; }
+  dl__span(y, &ylo, &yhi);
+  for (k = 0; k < p->nops; k++) {
+    const dl_tensor *t = p->ops[k];
+    const char *lo, *hi;
+    pl->ops[k] = t;
+    if (t->numel == 0) continue;
+    dl__span(t, &lo, &hi);
+    if (lo < yhi && ylo < hi &&
+        !(t->data == y->data && dl_tensor_same_shape(t, y) &&
+          !memcmp(t->strides, y->strides, sizeof(int64_t) * (size_t)y->ndim)))
+      dl_panic_at(y->ctx, p->file, p->line, "DL_ASSIGN",
+                  "operand %s overlaps destination %s without being the same view in `%s`",
+                  DL_SHAPESTR(t), DL_SHAPESTR(y), p->expr);
+    if (!dl_tensor_same_shape(t, y) || !dl_tensor_is_contiguous(t)) contig = 0;
+  }
+  if (contig) { pl->kind = f64 ? DL__K_C64 : DL__K_C32; return; }
+  /* general: operand strides aligned to dst, size-1 dims dropped, mergeable dims merged */
+  nd = 0;
+  for (d = 0; d < y->ndim; d++) {
+    if (y->shape[d] == 1) continue;
+    shp[nd] = y->shape[d];
+    str[0][nd] = y->strides[d];
+    for (k = 0; k < p->nops; k++) {
+      const dl_tensor *t = p->ops[k];
+      int td = d - (y->ndim - t->ndim);
+      str[k + 1][nd] = (td < 0 || t->shape[td] == 1) ? 0 : t->strides[td];
+    }
+    if (nd > 0) {
+      int merge = 1;
+      for (k = 0; k <= p->nops && merge; k++)
+        merge = str[k][nd - 1] == str[k][nd] * shp[nd];
+      if (merge) {
+        shp[nd - 1] *= shp[nd];
+        for (k = 0; k <= p->nops; k++) str[k][nd - 1] = str[k][nd];
+        continue;
+      }
+    }
+    nd++;
+  }
+  if (nd == 0) { shp[0] = 1; for (k = 0; k <= p->nops; k++) str[k][0] = 0; nd = 1; }
+  pl->inner = shp[nd - 1];
+  pl->yinc = str[0][nd - 1];
+  for (k = 0; k < p->nops; k++) pl->oinc[k] = str[k + 1][nd - 1];
+  pl->nd = nd - 1;
+  pl->rows = 1;
+  for (d = 0; d < nd - 1; d++) {
+    pl->shape[d] = shp[d];
+    pl->ystr[d] = str[0][d];
+    for (k = 0; k < p->nops; k++) pl->ostr[k][d] = str[k + 1][d];
+    pl->rows *= shp[d];
+  }
+  pl->chunks = (pl->inner + DL__ROW_CHUNK - 1) / DL__ROW_CHUNK;
+  pl->tiles = pl->rows * pl->chunks;
+  pl->kind = f64 ? DL__K_G64 : DL__K_G32;
+}
+
+/* Set the cursor to tile `tile`; returns the dst row pointer and [*j0, *j1). */
+DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, int64_t tile,
+                           int64_t *j0, int64_t *j1) {
+  int64_t row = tile / pl->chunks, c = tile % pl->chunks, yoff = 0, off[DL__MAX_OPERANDS] = {0};
+  int d, k;
+  for (d = pl->nd - 1; d >= 0; d--) {
+    int64_t i = row % pl->shape[d];
+    row /= pl->shape[d];
+    yoff += i * pl->ystr[d];
+    for (k = 0; k < pl->nops; k++) off[k] += i * pl->ostr[k][d];
+  }
+  g->nops = pl->nops;
+  for (k = 0; k < pl->nops; k++) {
+    g->ops[k] = pl->ops[k];
+    g->base[k] = (const char *)pl->ops[k]->data + (size_t)off[k] * pl->esize;
+    g->inc[k] = pl->oinc[k];
+  }
+  *j0 = c * DL__ROW_CHUNK;
+  *j1 = *j0 + DL__ROW_CHUNK < pl->inner ? *j0 + DL__ROW_CHUNK : pl->inner;
+  return (char *)y->data + (size_t)yoff * pl->esize;
+}
+
+/* >>loops ------------------------------------------------------------------ */
+
+#define DL__BLOCK 8192
+
+/* The overlap check in dl__plan_make guarantees that an element of dst is
+ * only ever read at its own index, so the loops carry no dependence. */
+#if defined(__clang__)
+#define DL__IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define DL__IVDEP _Pragma("GCC ivdep")
+#else
+#define DL__IVDEP
+#endif
+
+/* Contiguous: blocks of DL__BLOCK elements, taken dynamically by the team. */
+#define DL__LOOP_C(T, CUR, expr)                                                       \
+  {                                                                                    \
+    T *const dl__out = (T *)dl__y->data;                                               \
+    const int64_t dl__n = dl__pl.numel;                                                \
+    const int64_t dl__nb = (dl__n + DL__BLOCK - 1) / DL__BLOCK;                        \
+    DL__OMP("omp parallel if(dl__pl.par) num_threads(dl__pl.threads)")                 \
+    {                                                                                  \
+      const dl_fpmode dl__fm = dl_ctx_fp_enter(dl__pl.ctx);                            \
+      int64_t dl__b;                                                                   \
+      DL__OMP("omp for schedule(dynamic, 1)")                                          \
+      for (dl__b = 0; dl__b < dl__nb; dl__b++) {                                       \
+        const int64_t dl__lo = dl__b * DL__BLOCK;                                      \
+        const int64_t dl__hi = dl__lo + DL__BLOCK < dl__n ? dl__lo + DL__BLOCK : dl__n; \
+        int64_t dl__i;                                                                 \
+        DL__IVDEP                                                                      \
+        for (dl__i = dl__lo; dl__i < dl__hi; dl__i++) {                                \
+          const CUR dl__c = {dl__i};                                                   \
+          const CUR *const dl__tag = &dl__c;                                           \
+          (void)dl__tag;                                                               \
+          dl__out[dl__i] = (expr);                                                     \
+        }                                                                              \
+      }                                                                                \
+      dl_ftz_leave(dl__fm);                                                            \
+    }                                                                                  \
+  }
+
+/* General: tiles of (row, chunk of the inner dimension). */
+#define DL__LOOP_G(T, CUR, expr)                                                       \
+  {                                                                                    \
+    DL__OMP("omp parallel if(dl__pl.par) num_threads(dl__pl.threads)")                 \
+    {                                                                                  \
+      const dl_fpmode dl__fm = dl_ctx_fp_enter(dl__pl.ctx);                            \
+      int64_t dl__t;                                                                   \
+      CUR dl__c;                                                                       \
+      DL__OMP("omp for schedule(dynamic, 1)")                                          \
+      for (dl__t = 0; dl__t < dl__pl.tiles; dl__t++) {                                 \
+        int64_t dl__j0, dl__j1;                                                        \
+        T *const dl__row = (T *)(void *)dl__plan_tile(&dl__pl, dl__y, &dl__c.g, dl__t, \
+                                                      &dl__j0, &dl__j1);               \
+        const CUR *const dl__tag = &dl__c;                                             \
+        (void)dl__tag;                                                                 \
+        for (dl__c.g.j = dl__j0; dl__c.g.j < dl__j1; dl__c.g.j++)                      \
+          dl__row[dl__c.g.j * dl__pl.yinc] = (expr);                                   \
+      }                                                                                \
+      dl_ftz_leave(dl__fm);                                                            \
+    }                                                                                  \
+  }
+
+/* DL_ASSIGN(dst, expr): see the top of this file. A statement. */
+#define DL_ASSIGN(dst, expr)                                                           \
+  do {                                                                                 \
+    dl_tensor *const dl__y = (dst);                                                    \
+    dl__plan dl__pl;                                                                   \
+    {                                                                                  \
+      dl__probe dl__pr;                                                                \
+      dl__probe *const dl__tag = &dl__pr;                                              \
+      (void)dl__tag;                                                                   \
+      dl__probe_begin(&dl__pr, dl__y, #expr, __FILE__, __LINE__);                      \
+      (void)(expr);                                                                    \
+      dl__plan_make(&dl__pl, &dl__pr);                                                 \
+    }                                                                                  \
+    switch (dl__pl.kind) {                                                             \
+      case DL__K_C32: DL__LOOP_C(float, dl__cf32, expr) break;                         \
+      case DL__K_C64: DL__LOOP_C(double, dl__cf64, expr) break;                        \
+      case DL__K_G32: DL__LOOP_G(float, dl__gf32, expr) break;                         \
+      case DL__K_G64: DL__LOOP_G(double, dl__gf64, expr) break;                        \
+      default: break;                                                                  \
+    }                                                                                  \
+  } while (0)
+
+/* >>backward machinery ----------------------------------------------------- */
+
+/* Walks the elements of gy (the broadcast shape) with the offset of each input
+ * (stride 0 along its broadcast dimensions): used by the generated backward
+ * rules. Serial when an input is broadcast (its gradient elements receive
+ * several contributions), parallel blocks otherwise. */
+typedef struct dl__bwalk {
+  const dl_tensor *gy;
+  int n;
+  const dl_tensor *x[2];
+  int64_t xs[2][DL_MAX_DIMS];
+  int bcast;
+} dl__bwalk;
+
+DL_API void dl__bwalk_init(dl__bwalk *w, const char *op, const dl_tensor *gy, int n,
+                           const dl_tensor *x0, const dl_tensor *x1, dl_tensor *g0, dl_tensor *g1) {
+  int k, d;
+  const dl_tensor *xs[2] = {x0, x1};
+  dl_tensor *gs[2] = {g0, g1};
+  w->gy = gy;
+  w->n = n;
+  w->bcast = !dl_tensor_is_contiguous(gy);
+  if (gy->dtype != DL_F32 && gy->dtype != DL_F64)
+    DL_PANIC(gy->ctx, op, "gradient %s must be f32 or f64", DL_SHAPESTR(gy));
+  for (k = 0; k < n; k++) {
+    const dl_tensor *x = xs[k];
+    int off = gy->ndim - x->ndim;
+    w->x[k] = x;
+    if (x->dtype != gy->dtype)
+      DL_PANIC(gy->ctx, op, "dtype mismatch: gradient %s, input %s", DL_SHAPESTR(gy), DL_SHAPESTR(x));
+    if (gs[k]) dl__check_same(gs[k], x, op, 1);
+    if (off < 0)
+      DL_PANIC(gy->ctx, op, "input %s has more dimensions than the gradient %s", DL_SHAPESTR(x), DL_SHAPESTR(gy));
+    for (d = 0; d < gy->ndim; d++) {
+      int xd = d - off;
+      if (xd >= 0 && x->shape[xd] != 1 && x->shape[xd] != gy->shape[d])
+        DL_PANIC(gy->ctx, op, "shape mismatch: input %s does not broadcast to gradient %s",
+                 DL_SHAPESTR(x), DL_SHAPESTR(gy));
+      w->xs[k][d] = (xd < 0 || x->shape[xd] == 1) ? 0 : x->strides[xd];
+      if (w->xs[k][d] == 0 && gy->shape[d] > 1) w->bcast = 1;
+    }
+    if (gs[k] && !dl_tensor_is_contiguous(x)) w->bcast = 1;
+    if (!dl_tensor_is_contiguous(x) || (gs[k] && !dl_tensor_is_contiguous(gs[k]))) w->bcast = 1;
+  }
+}
+/* Offsets of element i of gy in gy and in each input (and its gradient,
+ * which shares the input's shape but is contiguous or has its own strides). */
+DL_API void dl__bwalk_at(const dl__bwalk *w, int64_t i, int64_t *oy, int64_t *ox) {
+  int d, k;
+  *oy = 0;
+  ox[0] = ox[1] = 0;
+  for (d = w->gy->ndim - 1; d >= 0; d--) {
+    int64_t id = i % w->gy->shape[d];
+    i /= w->gy->shape[d];
+    *oy += id * w->gy->strides[d];
+    for (k = 0; k < w->n; k++) ox[k] += id * w->xs[k][d];
+  }
+}
+/* Offset in g (shape of x) of the element at x-offset xo. */
+DL_API int64_t dl__goff(const dl_tensor *x, const dl_tensor *g, int64_t xo) {
+  int64_t go = 0;
+  int d;
+  if (dl_tensor_is_contiguous(x) && dl_tensor_is_contiguous(g)) return xo;
+  for (d = x->ndim - 1; d >= 0; d--) {
+    int64_t id = x->strides[d] ? (xo / x->strides[d]) % x->shape[d] : 0;
+    go += id * g->strides[d];
+  }
+  return go;
+}
+
+DL_API void dl__unused(int n, ...) { (void)n; }
+
+/* >>op generators ---------------------------------------------------------- */
+
+/* One-input op: FAM the scalar family prefix, TN the tensor function prefix,
+ * PD/PA extra number parameters (", double p0" / ", p0", or empty). */
+#define DL__GEN_OP1(FAM, TN, PD, PA, expr)                                             \
+  DL_HD DL_API float FAM##_f32(float x0 PD) { DL_SCALAR(float); return (expr); }       \
+  DL_HD DL_API double FAM##_f64(double x0 PD) { DL_SCALAR(double); return (expr); }    \
+  DL_HD DL_API dl_dual FAM##_dual(dl_dual x0 PD) { DL_SCALAR(dl_dual); return (expr); } \
+  DL_HD DL_API dl_dual64 FAM##_dual64(dl_dual64 x0 PD) { DL_SCALAR(dl_dual64); return (expr); } \
+  DL_API dl__probe *FAM##_probe(dl__probe *x0 PD) { dl__unused(0 PA); return x0; }    \
+  /* y = f(x0), x0 broadcast to y */                                                   \
+  DL_API void TN##_into(dl_tensor *y, const dl_tensor *x0_ PD) {                       \
+    DL_ASSIGN(y, DL__TAGSEL(FAM##_f32, FAM##_f64, FAM##_dual, FAM##_dual64, FAM##_f32, \
+                            FAM##_f64, FAM##_f32, FAM##_f64, FAM##_probe)(DL__L(x0_) PA)); \
+  }                                                                                    \
+  /* gx0 += gy * f'(x0); gx0 has x0's shape (summed over broadcast dims) */           \
+  DL_API void TN##_backward(dl_tensor *gx0, const dl_tensor *gy, const dl_tensor *x0_ PD) { \
+    dl__bwalk w;                                                                       \
+    int64_t i, n = gy->numel;                                                          \
+    if (!gx0) return;                                                                  \
+    dl__bwalk_init(&w, #TN "_backward", gy, 1, x0_, NULL, gx0, NULL);                  \
+    if (gy->dtype == DL_F32) {                                                         \
+      const float *gp = (const float *)gy->data, *xp = (const float *)x0_->data;       \
+      float *g0 = (float *)gx0->data;                                                  \
+      if (!w.bcast) {                                                                  \
+        DL__OMP("omp parallel for if(n >= dl_ctx_parallel_threshold(gy->ctx)) num_threads(dl_ctx_threads(gy->ctx))") \
+        for (i = 0; i < n; i++) g0[i] += gp[i] * FAM##_dual(dl_dual_make(xp[i], 1.0f) PA).d; \
+      } else {                                                                         \
+        for (i = 0; i < n; i++) {                                                      \
+          int64_t oy, ox[2];                                                           \
+          dl__bwalk_at(&w, i, &oy, ox);                                                \
+          g0[dl__goff(x0_, gx0, ox[0])] += gp[oy] * FAM##_dual(dl_dual_make(xp[ox[0]], 1.0f) PA).d; \
+        }                                                                              \
+      }                                                                                \
+    } else {                                                                           \
+      const double *gp = (const double *)gy->data, *xp = (const double *)x0_->data;    \
+      double *g0 = (double *)gx0->data;                                                \
+      if (!w.bcast) {                                                                  \
+        DL__OMP("omp parallel for if(n >= dl_ctx_parallel_threshold(gy->ctx)) num_threads(dl_ctx_threads(gy->ctx))") \
+        for (i = 0; i < n; i++) g0[i] += gp[i] * FAM##_dual64(dl_dual64_make(xp[i], 1.0) PA).d; \
+      } else {                                                                         \
+        for (i = 0; i < n; i++) {                                                      \
+          int64_t oy, ox[2];                                                           \
+          dl__bwalk_at(&w, i, &oy, ox);                                                \
+          g0[dl__goff(x0_, gx0, ox[0])] += gp[oy] * FAM##_dual64(dl_dual64_make(xp[ox[0]], 1.0) PA).d; \
+        }                                                                              \
+      }                                                                                \
+    }                                                                                  \
+  }
+
+/* Two-input op (no extra parameters). */
+#define DL__GEN_OP2(FAM, TN, expr)                                                     \
+  DL_HD DL_API float FAM##_f32(float x0, float x1) { DL_SCALAR(float); return (expr); } \
+  DL_HD DL_API double FAM##_f64(double x0, double x1) { DL_SCALAR(double); return (expr); } \
+  DL_HD DL_API dl_dual FAM##_dual(dl_dual x0, dl_dual x1) { DL_SCALAR(dl_dual); return (expr); } \
+  DL_HD DL_API dl_dual64 FAM##_dual64(dl_dual64 x0, dl_dual64 x1) { DL_SCALAR(dl_dual64); return (expr); } \
+  DL_API dl__probe *FAM##_probe(dl__probe *x0, dl__probe *x1) { (void)x1; return x0; } \
+  /* y = f(x0, x1), both broadcast to y */                                             \
+  DL_API void TN##_into(dl_tensor *y, const dl_tensor *x0_, const dl_tensor *x1_) {    \
+    DL_ASSIGN(y, DL__TAGSEL(FAM##_f32, FAM##_f64, FAM##_dual, FAM##_dual64, FAM##_f32, \
+                            FAM##_f64, FAM##_f32, FAM##_f64, FAM##_probe)(DL__L(x0_), DL__L(x1_))); \
+  }                                                                                    \
+  /* gx0 += gy * df/dx0, gx1 += gy * df/dx1, each summed to its input's shape */       \
+  DL_API void TN##_backward(dl_tensor *gx0, dl_tensor *gx1, const dl_tensor *gy,        \
+                            const dl_tensor *x0_, const dl_tensor *x1_) {              \
+    dl__bwalk w;                                                                       \
+    int64_t i, n = gy->numel;                                                          \
+    dl__bwalk_init(&w, #TN "_backward", gy, 2, x0_, x1_, gx0, gx1);                    \
+    if (gy->dtype == DL_F32) {                                                         \
+      const float *gp = (const float *)gy->data, *ap = (const float *)x0_->data,       \
+                  *bp = (const float *)x1_->data;                                      \
+      float *g0 = gx0 ? (float *)gx0->data : NULL, *g1 = gx1 ? (float *)gx1->data : NULL; \
+      for (i = 0; i < n; i++) {                                                        \
+        int64_t oy, ox[2];                                                             \
+        float a, b;                                                                    \
+        if (w.bcast) dl__bwalk_at(&w, i, &oy, ox);                                     \
+        else oy = ox[0] = ox[1] = i;                                                   \
+        a = ap[ox[0]];                                                                 \
+        b = bp[ox[1]];                                                                 \
+        if (g0) g0[dl__goff(x0_, gx0, ox[0])] +=                                       \
+            gp[oy] * FAM##_dual(dl_dual_make(a, 1.0f), dl_dual_make(b, 0.0f)).d;       \
+        if (g1) g1[dl__goff(x1_, gx1, ox[1])] +=                                       \
+            gp[oy] * FAM##_dual(dl_dual_make(a, 0.0f), dl_dual_make(b, 1.0f)).d;       \
+      }                                                                                \
+    } else {                                                                           \
+      const double *gp = (const double *)gy->data, *ap = (const double *)x0_->data,    \
+                   *bp = (const double *)x1_->data;                                    \
+      double *g0 = gx0 ? (double *)gx0->data : NULL, *g1 = gx1 ? (double *)gx1->data : NULL; \
+      for (i = 0; i < n; i++) {                                                        \
+        int64_t oy, ox[2];                                                             \
+        double a, b;                                                                   \
+        if (w.bcast) dl__bwalk_at(&w, i, &oy, ox);                                     \
+        else oy = ox[0] = ox[1] = i;                                                   \
+        a = ap[ox[0]];                                                                 \
+        b = bp[ox[1]];                                                                 \
+        if (g0) g0[dl__goff(x0_, gx0, ox[0])] +=                                       \
+            gp[oy] * FAM##_dual64(dl_dual64_make(a, 1.0), dl_dual64_make(b, 0.0)).d;   \
+        if (g1) g1[dl__goff(x1_, gx1, ox[1])] +=                                       \
+            gp[oy] * FAM##_dual64(dl_dual64_make(a, 0.0), dl_dual64_make(b, 1.0)).d;   \
+      }                                                                                \
+    }                                                                                  \
+  }
+
+/* User ops: one line at file scope. x0 (and x1) are the inputs; in OP1P the
+ * number p0 is a parameter of the op (not differentiated). */
+#define DL_DEFINE_OP1(name, expr) DL__GEN_OP1(name, name, , , expr)
+#define DL_DEFINE_OP1P(name, expr) DL__GEN_OP1(name, name, DL__P1D, DL__P1A, expr)
+#define DL_DEFINE_OP2(name, expr) DL__GEN_OP2(name, name, expr)
+#define DL__P1D , double p0
+#define DL__P1A , p0
+
+/* >>op list ---------------------------------------------------------------- */
+
+/* The library's element-wise ops: each line is the whole definition. */
+#define DL_OPS_UNARY(X)                                                                \
+  X(neg, dl_neg(x0))                                                                   \
+  X(exp, dl_exp(x0))                                                                   \
+  X(log, dl_log(x0))                                                                   \
+  X(sqrt, dl_sqrt(x0))                                                                 \
+  X(abs, dl_abs(x0))                                                                   \
+  X(relu, dl_relu(x0))                                                                 \
+  X(sigmoid, dl_sigmoid(x0))                                                           \
+  X(tanh, dl_tanh(x0))                                                                 \
+  X(gelu, dl_gelu(x0))                                                                 \
+  X(gelu_erf, dl_gelu_erf(x0))                                                         \
+  X(silu, dl_silu(x0))                                                                 \
+  X(softplus, dl_softplus(x0))                                                         \
+  X(square, dl_mul(x0, x0))
+#define DL_OPS_UNARY_P(X)                                                              \
+  X(leaky_relu, dl_leaky_relu(x0, p0))                                                 \
+  X(elu, dl_elu(x0, p0))                                                               \
+  X(pow_scalar, dl_pow(x0, p0))                                                        \
+  X(add_scalar, dl_add(x0, p0))                                                        \
+  X(mul_scalar, dl_mul(x0, p0))
+#define DL_OPS_BINARY(X)                                                               \
+  X(add, dl_add(x0, x1))                                                               \
+  X(sub, dl_sub(x0, x1))                                                               \
+  X(mul, dl_mul(x0, x1))                                                               \
+  X(div, dl_div(x0, x1))                                                               \
+  X(pow, dl_pow(x0, x1))                                                               \
+  X(maximum, dl_max(x0, x1))                                                           \
+  X(minimum, dl_min(x0, x1))
+
+#define DL__LIB_OP1(name, expr) DL__GEN_OP1(dl__op_##name, dl_##name, , , expr)
+#define DL__LIB_OP1P(name, expr) DL__GEN_OP1(dl__op_##name, dl_##name, DL__P1D, DL__P1A, expr)
+#define DL__LIB_OP2(name, expr) DL__GEN_OP2(dl__op_##name, dl_##name, expr)
+DL_OPS_UNARY(DL__LIB_OP1)
+DL_OPS_UNARY_P(DL__LIB_OP1P)
+DL_OPS_BINARY(DL__LIB_OP2)
+
+#endif /* !__cplusplus */
+#endif /* DL_EXPR_H */

@@ -1,0 +1,540 @@
+/* dl/tensor.h - n-dimensional tensors, views, creation, copying, printing.
+ *
+ * A dl_tensor describes up to DL_MAX_DIMS (8) dimensions with int64 sizes and
+ * strides. Strides count elements, not bytes, and may be 0 (an expanded
+ * dimension) but never negative. `data` points at element [0, 0, ...]; a view
+ * points into its base's storage.
+ *
+ *   shape   (2, 3)        strides (3, 1)   contiguous row-major
+ *   transposed view (3, 2) strides (1, 3)   same storage, not contiguous
+ *
+ * Where a tensor's memory comes from, and who frees it:
+ *   dl_tensor_make(ctx, ...)      heap, owned: dl_tensor_free releases struct and data
+ *   dl_tensor_new(arena, ...)     arena: valid until the arena is rewound past it
+ *   dl_tensor_wrap(&t, ...)       caller's memory, caller's struct: nothing to free
+ *   dl_view_*(t, ...)             returned by value, borrows t's storage: valid
+ *                                 while t's storage lives; never freed
+ * Shapes are passed as (ndim, const int64_t *shape); DL_SHAPE(64, 784) expands
+ * to `2, (const int64_t[]){64, 784}`.
+ *
+ * Sizes are overflow-checked: a shape whose element count or byte size does
+ * not fit is refused with DL_ERR_OVERFLOW, never turned into a small
+ * allocation. dtypes never change silently: dl_tensor_convert is the only
+ * function that changes one, and mixing dtypes elsewhere is a panic that
+ * names both.
+ */
+#ifndef DL_TENSOR_H
+#define DL_TENSOR_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dl_device { DL_CPU = 0, DL_CUDA = 1 } dl_device;
+
+enum {
+  DL_TENSOR_OWNED = 1u << 0,          /* heap block released by dl_tensor_free */
+  DL_TENSOR_VIEW = 1u << 1,           /* borrows another tensor's storage */
+  DL_TENSOR_REQUIRES_GRAD = 1u << 2,  /* recorded on the tape (tape.h) */
+  DL_TENSOR_KEEP_GRAD = 1u << 3       /* keep .grad of a non-leaf (tape.h) */
+};
+
+typedef struct dl_tensor {
+  void *data;                        /* element [0,...,0]; NULL for 0 elements */
+  int64_t shape[DL_MAX_DIMS];        /* sizes, shape[ndim..] are 1 */
+  int64_t strides[DL_MAX_DIMS];      /* in elements */
+  int64_t numel;                     /* product of shape */
+  int ndim;                          /* 0 (a scalar) .. DL_MAX_DIMS */
+  dl_dtype dtype;
+  dl_device device;
+  unsigned flags;                    /* DL_TENSOR_* */
+  dl_ctx *ctx;                       /* panic handler, allocator, threads; may be NULL */
+  struct dl_tensor *grad;            /* gradient, same shape and dtype (tape.h) */
+  void *node;                        /* tape node that produced it (tape.h) */
+  void *block;                       /* heap block to release (owned tensors) */
+} dl_tensor;
+
+#define DL__NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, N, ...) N
+#define DL__NARGS(...) DL__NARGS_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+/* DL_SHAPE(a, b, ...) -> ndim, (const int64_t[]){a, b, ...}; 1 to 8 sizes. */
+#define DL_SHAPE(...) DL__NARGS(__VA_ARGS__), (const int64_t[]){__VA_ARGS__}
+
+/* >>shape helpers ---------------------------------------------------------- */
+
+/* Writes "f32[2, 3]" (or "f32[] " for a scalar) into buf; returns buf. */
+DL_API char *dl_shape_str(const dl_tensor *t, char *buf, size_t n) {
+  size_t at = 0;
+  int d;
+  if (!t) { snprintf(buf, n, "(null)"); return buf; }
+  at += (size_t)snprintf(buf, n, "%s[", dl_dtype_name(t->dtype));
+  for (d = 0; d < t->ndim && at < n; d++)
+    at += (size_t)snprintf(buf + at, n - at, d ? ", %lld" : "%lld", (long long)t->shape[d]);
+  if (at < n) snprintf(buf + at, n - at, "]");
+  return buf;
+}
+/* A shape string in a temporary for panic messages: DL_SHAPESTR(t). */
+typedef struct dl__shapebuf { char s[160]; } dl__shapebuf;
+DL_API dl__shapebuf dl__shape_of(const dl_tensor *t) {
+  dl__shapebuf b;
+  dl_shape_str(t, b.s, sizeof b.s);
+  return b;
+}
+#define DL_SHAPESTR(t) (dl__shape_of(t).s)
+
+/* Element count and byte size of a shape, overflow-checked.
+ * DL_OK, DL_ERR_ARG (bad ndim or negative size) or DL_ERR_OVERFLOW. */
+DL_API dl_status dl_shape_size(dl_dtype dtype, int ndim, const int64_t *shape, int64_t *numel,
+                               size_t *bytes) {
+  int64_t n = 1;
+  size_t b;
+  int d;
+  if (ndim < 0 || ndim > DL_MAX_DIMS || (ndim > 0 && !shape) || !dl_dtype_size(dtype))
+    return DL_ERR_ARG;
+  for (d = 0; d < ndim; d++) {
+    if (shape[d] < 0) return DL_ERR_ARG;
+    if (shape[d] != 0 && n > INT64_MAX / shape[d]) return DL_ERR_OVERFLOW;
+    n *= shape[d];
+  }
+  if ((uint64_t)n > (uint64_t)(SIZE_MAX / dl_dtype_size(dtype)) ||
+      (uint64_t)n > (uint64_t)PTRDIFF_MAX / dl_dtype_size(dtype))
+    return DL_ERR_OVERFLOW;
+  b = (size_t)n * dl_dtype_size(dtype);
+  if (numel) *numel = n;
+  if (bytes) *bytes = b;
+  return DL_OK;
+}
+
+/* Bytes dl_tensor_new takes from an arena for this shape (struct + data,
+ * aligned); 0 if the shape is invalid or overflows. */
+DL_API size_t dl_tensor_arena_bytes(dl_dtype dtype, int ndim, const int64_t *shape) {
+  size_t bytes, hdr = (sizeof(dl_tensor) + DL_ALIGN - 1) & ~(size_t)(DL_ALIGN - 1), total;
+  if (dl_shape_size(dtype, ndim, shape, NULL, &bytes) != DL_OK) return 0;
+  bytes = (bytes + DL_ALIGN - 1) & ~(size_t)(DL_ALIGN - 1);
+  if (dl_size_add(hdr, bytes, &total)) return 0;
+  return total;
+}
+
+/* Sets shape, contiguous strides and numel; data/flags untouched. */
+DL_API void dl__set_shape(dl_tensor *t, int ndim, const int64_t *shape) {
+  int d;
+  int64_t s = 1;
+  t->ndim = ndim;
+  for (d = DL_MAX_DIMS - 1; d >= 0; d--) {
+    t->shape[d] = d < ndim ? shape[d] : 1;
+    if (d < ndim) { t->strides[d] = s; s *= shape[d]; }
+    else t->strides[d] = 0;
+  }
+  t->numel = s;
+}
+
+DL_API dl_status dl__shape_fail(dl_ctx *ctx, dl_status st, const char *op, dl_dtype dtype,
+                                int ndim, const int64_t *shape) {
+  char buf[200];
+  size_t at = 0;
+  int d;
+  if (ndim < 0 || ndim > DL_MAX_DIMS || (ndim > 0 && !shape))
+    return dl_fail(ctx, st, "%s: bad rank %d (at most %d)", op, ndim, DL_MAX_DIMS);
+  for (d = 0; d < ndim && at < sizeof buf; d++)
+    at += (size_t)snprintf(buf + at, sizeof buf - at, d ? ", %lld" : "%lld", (long long)shape[d]);
+  if (ndim == 0) buf[0] = 0;
+  return dl_fail(ctx, st, "%s: %s for %s[%s]", op,
+                 st == DL_ERR_OVERFLOW ? "size overflows" : "invalid shape or dtype",
+                 dl_dtype_name(dtype), buf);
+}
+
+/* >>create ----------------------------------------------------------------- */
+
+/* A zero-filled tensor on the heap, owned: free with dl_tensor_free.
+ * NULL on failure (DL_ERR_ARG, DL_ERR_OVERFLOW or DL_ERR_NOMEM in ctx). */
+DL_API dl_tensor *dl_tensor_make(dl_ctx *ctx, dl_dtype dtype, int ndim, const int64_t *shape) {
+  size_t bytes, hdr = (sizeof(dl_tensor) + DL_ALIGN - 1) & ~(size_t)(DL_ALIGN - 1), total;
+  unsigned char *block;
+  dl_tensor *t;
+  dl_status st = dl_shape_size(dtype, ndim, shape, NULL, &bytes);
+  if (st != DL_OK) { dl__shape_fail(ctx, st, "dl_tensor_make", dtype, ndim, shape); return NULL; }
+  if (dl_size_add(hdr, bytes, &total)) {
+    dl__shape_fail(ctx, DL_ERR_OVERFLOW, "dl_tensor_make", dtype, ndim, shape);
+    return NULL;
+  }
+  block = (unsigned char *)dl_alloc(ctx, total);
+  if (!block) return NULL;
+  memset(block, 0, total);
+  t = (dl_tensor *)(void *)block;
+  dl__set_shape(t, ndim, shape);
+  t->dtype = dtype;
+  t->device = DL_CPU;
+  t->ctx = ctx;
+  t->flags = DL_TENSOR_OWNED;
+  t->block = block;
+  t->data = bytes ? block + hdr : NULL;
+  return t;
+}
+
+/* Release a tensor from dl_tensor_make (and its .grad if owned). NULL is a
+ * no-op; arena tensors and views are left alone. */
+DL_API void dl_tensor_free(dl_tensor *t) {
+  if (!t || !(t->flags & DL_TENSOR_OWNED)) return;
+  if (t->grad && t->grad != t) dl_tensor_free(t->grad);
+  dl_free(t->ctx, t->block);
+}
+
+/* An uninitialised tensor in an arena (struct and data), valid until the
+ * arena is rewound past it. NULL when the arena is full (see its ctx). */
+DL_API dl_tensor *dl_tensor_new(dl_arena *a, dl_dtype dtype, int ndim, const int64_t *shape) {
+  size_t bytes, hdr = (sizeof(dl_tensor) + DL_ALIGN - 1) & ~(size_t)(DL_ALIGN - 1), total;
+  unsigned char *block;
+  dl_tensor *t;
+  dl_status st = dl_shape_size(dtype, ndim, shape, NULL, &bytes);
+  if (st != DL_OK) { dl__shape_fail(a->ctx, st, "dl_tensor_new", dtype, ndim, shape); return NULL; }
+  if (dl_size_add(hdr, bytes, &total)) {
+    dl__shape_fail(a->ctx, DL_ERR_OVERFLOW, "dl_tensor_new", dtype, ndim, shape);
+    return NULL;
+  }
+  block = (unsigned char *)dl_arena_alloc(a, total);
+  if (!block) return NULL;
+  t = (dl_tensor *)(void *)block;
+  memset(t, 0, sizeof *t);
+  dl__set_shape(t, ndim, shape);
+  t->dtype = dtype;
+  t->ctx = a->ctx;
+  t->data = bytes ? block + hdr : NULL;
+  return t;
+}
+/* As dl_tensor_new, zero-filled. */
+DL_API dl_tensor *dl_tensor_zeros(dl_arena *a, dl_dtype dtype, int ndim, const int64_t *shape) {
+  dl_tensor *t = dl_tensor_new(a, dtype, ndim, shape);
+  if (t && t->data) memset(t->data, 0, (size_t)t->numel * dl_dtype_size(dtype));
+  return t;
+}
+
+/* Describe caller-owned contiguous memory as a tensor in *t (no allocation;
+ * for static buffers and firmware). DL_ERR_ARG / DL_ERR_OVERFLOW on a bad
+ * shape, with *t left zeroed. */
+DL_API dl_status dl_tensor_wrap(dl_tensor *t, dl_ctx *ctx, dl_dtype dtype, int ndim,
+                                const int64_t *shape, void *data) {
+  dl_status st = dl_shape_size(dtype, ndim, shape, NULL, NULL);
+  memset(t, 0, sizeof *t);
+  if (st != DL_OK) return dl__shape_fail(ctx, st, "dl_tensor_wrap", dtype, ndim, shape);
+  dl__set_shape(t, ndim, shape);
+  t->dtype = dtype;
+  t->ctx = ctx;
+  t->data = data;
+  return DL_OK;
+}
+
+/* >>typed access ----------------------------------------------------------- */
+
+DL_API void dl__want_dtype(const dl_tensor *t, dl_dtype want, const char *op) {
+  if (DL__UNLIKELY(t->dtype != want))
+    DL_PANIC(t->ctx, op, "tensor is %s, %s was asked for", DL_SHAPESTR(t), dl_dtype_name(want));
+}
+/* Typed pointer to element 0; panics (naming both dtypes) on a mismatch. */
+DL_API float *dl_f32(const dl_tensor *t) { dl__want_dtype(t, DL_F32, "dl_f32"); return (float *)t->data; }
+DL_API double *dl_f64(const dl_tensor *t) { dl__want_dtype(t, DL_F64, "dl_f64"); return (double *)t->data; }
+DL_API int32_t *dl_i32(const dl_tensor *t) { dl__want_dtype(t, DL_I32, "dl_i32"); return (int32_t *)t->data; }
+DL_API int64_t *dl_i64(const dl_tensor *t) { dl__want_dtype(t, DL_I64, "dl_i64"); return (int64_t *)t->data; }
+DL_API uint8_t *dl_u8(const dl_tensor *t) { dl__want_dtype(t, DL_U8, "dl_u8"); return (uint8_t *)t->data; }
+
+/* Offset in elements of the element at multi-index idx (t->ndim entries).
+ * Panics on an index out of range. */
+DL_API int64_t dl_tensor_offset(const dl_tensor *t, const int64_t *idx) {
+  int64_t off = 0;
+  int d;
+  for (d = 0; d < t->ndim; d++) {
+    if (DL__UNLIKELY(idx[d] < 0 || idx[d] >= t->shape[d]))
+      DL_PANIC(t->ctx, "dl_tensor_offset", "index %lld out of range for dimension %d of %s",
+               (long long)idx[d], d, DL_SHAPESTR(t));
+    off += idx[d] * t->strides[d];
+  }
+  return off;
+}
+/* Element at linear offset `off` (from dl_tensor_offset) as a double. */
+DL_API double dl__get_at(const dl_tensor *t, int64_t off) {
+  const char *p = (const char *)t->data;
+  switch (t->dtype) {
+    case DL_F32: return ((const float *)(const void *)p)[off];
+    case DL_F64: return ((const double *)(const void *)p)[off];
+    case DL_I32: return ((const int32_t *)(const void *)p)[off];
+    case DL_I64: return (double)((const int64_t *)(const void *)p)[off];
+    case DL_U8: return ((const uint8_t *)(const void *)p)[off];
+    case DL_I8: return ((const int8_t *)(const void *)p)[off];
+    default: DL_PANIC(t->ctx, "dl_tensor_get", "dtype %s has no scalar access", dl_dtype_name(t->dtype));
+  }
+}
+DL_API void dl__set_at(dl_tensor *t, int64_t off, double v) {
+  char *p = (char *)t->data;
+  switch (t->dtype) {
+    case DL_F32: ((float *)(void *)p)[off] = (float)v; break;
+    case DL_F64: ((double *)(void *)p)[off] = v; break;
+    case DL_I32: ((int32_t *)(void *)p)[off] = (int32_t)v; break;
+    case DL_I64: ((int64_t *)(void *)p)[off] = (int64_t)v; break;
+    case DL_U8: ((uint8_t *)(void *)p)[off] = (uint8_t)v; break;
+    case DL_I8: ((int8_t *)(void *)p)[off] = (int8_t)v; break;
+    default: DL_PANIC(t->ctx, "dl_tensor_set", "dtype %s has no scalar access", dl_dtype_name(t->dtype));
+  }
+}
+/* Read / write one element at multi-index idx, converted to/from double.
+ * For tests and printing, not for loops. */
+DL_API double dl_tensor_get(const dl_tensor *t, const int64_t *idx) { return dl__get_at(t, dl_tensor_offset(t, idx)); }
+DL_API void dl_tensor_set(dl_tensor *t, const int64_t *idx, double v) { dl__set_at(t, dl_tensor_offset(t, idx), v); }
+
+/* Linear index i (row-major order over the shape) -> element offset. */
+DL_API int64_t dl__offset_of_linear(const dl_tensor *t, int64_t i) {
+  int64_t off = 0;
+  int d;
+  for (d = t->ndim - 1; d >= 0; d--) {
+    off += (i % t->shape[d]) * t->strides[d];
+    i /= t->shape[d];
+  }
+  return off;
+}
+
+DL_API int dl_tensor_is_contiguous(const dl_tensor *t) {
+  int64_t s = 1;
+  int d;
+  for (d = t->ndim - 1; d >= 0; d--) {
+    if (t->shape[d] != 1 && t->strides[d] != s) return 0;
+    s *= t->shape[d];
+  }
+  return 1;
+}
+DL_API int dl_tensor_same_shape(const dl_tensor *a, const dl_tensor *b) {
+  int d;
+  if (a->ndim != b->ndim) return 0;
+  for (d = 0; d < a->ndim; d++)
+    if (a->shape[d] != b->shape[d]) return 0;
+  return 1;
+}
+
+/* >>views ------------------------------------------------------------------ */
+
+DL_API dl_tensor dl__view_base(const dl_tensor *t) {
+  dl_tensor v = *t;
+  v.flags = (t->flags & ~(unsigned)(DL_TENSOR_OWNED | DL_TENSOR_REQUIRES_GRAD | DL_TENSOR_KEEP_GRAD)) | DL_TENSOR_VIEW;
+  v.grad = NULL;
+  v.node = NULL;
+  v.block = NULL;
+  return v;
+}
+
+/* The same elements in a new shape; t must be contiguous. One size may be
+ * -1 (inferred). Panics on a non-contiguous t or a size mismatch. */
+DL_API dl_tensor dl_view_reshape(const dl_tensor *t, int ndim, const int64_t *shape) {
+  int64_t sh[DL_MAX_DIMS], known = 1;
+  int d, infer = -1;
+  dl_tensor v = dl__view_base(t);
+  if (ndim < 0 || ndim > DL_MAX_DIMS)
+    DL_PANIC(t->ctx, "dl_view_reshape", "rank %d for %s (at most %d)", ndim, DL_SHAPESTR(t), DL_MAX_DIMS);
+  for (d = 0; d < ndim; d++) {
+    sh[d] = shape[d];
+    if (sh[d] == -1 && infer < 0) infer = d;
+    else if (sh[d] < 0)
+      DL_PANIC(t->ctx, "dl_view_reshape", "size %lld in new shape for %s", (long long)sh[d], DL_SHAPESTR(t));
+    else known *= sh[d];
+  }
+  if (infer >= 0) {
+    if (known == 0 || t->numel % known)
+      DL_PANIC(t->ctx, "dl_view_reshape", "cannot infer size -1: %s has %lld elements, other sizes multiply to %lld",
+               DL_SHAPESTR(t), (long long)t->numel, (long long)known);
+    sh[infer] = t->numel / known;
+    known *= sh[infer];
+  }
+  if (known != t->numel)
+    DL_PANIC(t->ctx, "dl_view_reshape", "%s has %lld elements, the new shape %lld",
+             DL_SHAPESTR(t), (long long)t->numel, (long long)known);
+  if (!dl_tensor_is_contiguous(t))
+    DL_PANIC(t->ctx, "dl_view_reshape", "%s is not contiguous (copy it with dl_tensor_contiguous first)", DL_SHAPESTR(t));
+  dl__set_shape(&v, ndim, sh);
+  return v;
+}
+
+/* Dimensions reordered: result dimension d is t's dimension perm[d]. */
+DL_API dl_tensor dl_view_permute(const dl_tensor *t, const int *perm) {
+  dl_tensor v = dl__view_base(t);
+  int d, seen[DL_MAX_DIMS] = {0};
+  for (d = 0; d < t->ndim; d++) {
+    if (perm[d] < 0 || perm[d] >= t->ndim || seen[perm[d]]++)
+      DL_PANIC(t->ctx, "dl_view_permute", "invalid permutation entry %d at %d for %s", perm[d], d, DL_SHAPESTR(t));
+    v.shape[d] = t->shape[perm[d]];
+    v.strides[d] = t->strides[perm[d]];
+  }
+  return v;
+}
+/* Dimensions d0 and d1 swapped (negative counts from the end). */
+DL_API dl_tensor dl_view_transpose(const dl_tensor *t, int d0, int d1) {
+  int perm[DL_MAX_DIMS], d;
+  if (d0 < 0) d0 += t->ndim;
+  if (d1 < 0) d1 += t->ndim;
+  if (d0 < 0 || d1 < 0 || d0 >= t->ndim || d1 >= t->ndim)
+    DL_PANIC(t->ctx, "dl_view_transpose", "dimensions %d, %d out of range for %s", d0, d1, DL_SHAPESTR(t));
+  for (d = 0; d < t->ndim; d++) perm[d] = d;
+  perm[d0] = d1;
+  perm[d1] = d0;
+  return dl_view_permute(t, perm);
+}
+/* Elements start, start+step, ... < stop along dim (negative dim counts from
+ * the end; start/stop are clamped like Python's slices; step >= 1). */
+DL_API dl_tensor dl_view_slice(const dl_tensor *t, int dim, int64_t start, int64_t stop, int64_t step) {
+  dl_tensor v = dl__view_base(t);
+  int64_t n, len;
+  if (dim < 0) dim += t->ndim;
+  if (dim < 0 || dim >= t->ndim || step < 1)
+    DL_PANIC(t->ctx, "dl_view_slice", "dimension %d step %lld invalid for %s", dim, (long long)step, DL_SHAPESTR(t));
+  n = t->shape[dim];
+  if (start < 0) start += n;
+  if (stop < 0) stop += n;
+  if (start < 0) start = 0;
+  if (start > n) start = n;
+  if (stop > n) stop = n;
+  if (stop < start) stop = start;
+  len = (stop - start + step - 1) / step;
+  v.shape[dim] = len;
+  v.strides[dim] = t->strides[dim] * step;
+  v.numel = len == 0 ? 0 : (t->numel / (n ? n : 1)) * len;
+  if (v.numel == 0) v.data = NULL;
+  else v.data = (char *)t->data + (size_t)(start * t->strides[dim]) * dl_dtype_size(t->dtype);
+  return v;
+}
+/* Broadcast view: sizes of 1 (or new leading dimensions) repeated with
+ * stride 0. Each t dimension must equal the new size or be 1. */
+DL_API dl_tensor dl_view_expand(const dl_tensor *t, int ndim, const int64_t *shape) {
+  dl_tensor v = dl__view_base(t);
+  int d, off = ndim - t->ndim;
+  if (ndim > DL_MAX_DIMS || off < 0)
+    DL_PANIC(t->ctx, "dl_view_expand", "cannot expand %s to rank %d", DL_SHAPESTR(t), ndim);
+  v.ndim = ndim;
+  v.numel = 1;
+  for (d = ndim - 1; d >= 0; d--) {
+    int s = d - off;
+    if (s >= 0 && t->shape[s] == shape[d]) { v.shape[d] = shape[d]; v.strides[d] = t->strides[s]; }
+    else if (s < 0 || t->shape[s] == 1) { v.shape[d] = shape[d]; v.strides[d] = 0; }
+    else
+      DL_PANIC(t->ctx, "dl_view_expand", "cannot expand %s: dimension %d is %lld, asked %lld",
+               DL_SHAPESTR(t), s, (long long)t->shape[s], (long long)shape[d]);
+    v.numel *= shape[d];
+  }
+  for (d = ndim; d < DL_MAX_DIMS; d++) { v.shape[d] = 1; v.strides[d] = 0; }
+  return v;
+}
+
+/* >>copy ------------------------------------------------------------------- */
+
+DL_API void dl__check_same(const dl_tensor *a, const dl_tensor *b, const char *op, int dtype_too) {
+  if (dtype_too && a->dtype != b->dtype)
+    DL_PANIC(a->ctx, op, "dtype mismatch: %s vs %s (no implicit conversion; use dl_tensor_convert)",
+             DL_SHAPESTR(a), DL_SHAPESTR(b));
+  if (!dl_tensor_same_shape(a, b))
+    DL_PANIC(a->ctx, op, "shape mismatch: %s vs %s", DL_SHAPESTR(a), DL_SHAPESTR(b));
+}
+
+/* dst[...] = src[...] for any strides; same dtype and shape (panics otherwise). */
+DL_API void dl_tensor_copy(dl_tensor *dst, const dl_tensor *src) {
+  size_t es = dl_dtype_size(src->dtype);
+  int64_t i;
+  dl__check_same(dst, src, "dl_tensor_copy", 1);
+  if (dst->numel == 0) return;
+  if (dl_tensor_is_contiguous(dst) && dl_tensor_is_contiguous(src)) {
+    memmove(dst->data, src->data, (size_t)src->numel * es);
+    return;
+  }
+  for (i = 0; i < src->numel; i++)
+    memcpy((char *)dst->data + (size_t)dl__offset_of_linear(dst, i) * es,
+           (const char *)src->data + (size_t)dl__offset_of_linear(src, i) * es, es);
+}
+
+/* dst = src converted to dst's dtype (the one explicit conversion; f16/bf16
+ * are converted by io.h). Same shape; float -> integer truncates. */
+DL_API void dl_tensor_convert(dl_tensor *dst, const dl_tensor *src) {
+  int64_t i;
+  dl__check_same(dst, src, "dl_tensor_convert", 0);
+  for (i = 0; i < src->numel; i++)
+    dl__set_at(dst, dl__offset_of_linear(dst, i), dl__get_at(src, dl__offset_of_linear(src, i)));
+}
+
+/* A contiguous copy of t in the arena (t itself is not changed). */
+DL_API dl_tensor *dl_tensor_contiguous(dl_arena *a, const dl_tensor *t) {
+  dl_tensor *c = dl_tensor_new(a, t->dtype, t->ndim, t->shape);
+  if (c) dl_tensor_copy(c, t);
+  return c;
+}
+
+/* Every element set to v (converted to t's dtype). */
+DL_API void dl_tensor_fill(dl_tensor *t, double v) {
+  int64_t i;
+  if (dl_tensor_is_contiguous(t) && t->dtype == DL_F32) {
+    float *p = (float *)t->data, f = (float)v;
+    for (i = 0; i < t->numel; i++) p[i] = f;
+  } else if (dl_tensor_is_contiguous(t) && t->dtype == DL_F64) {
+    double *p = (double *)t->data;
+    for (i = 0; i < t->numel; i++) p[i] = v;
+  } else {
+    for (i = 0; i < t->numel; i++) dl__set_at(t, dl__offset_of_linear(t, i), v);
+  }
+}
+
+/* Uniform in [lo, hi) / normal(mean, std) draws into a float tensor. Element
+ * i (row-major) takes draw counter+i, so results do not depend on threads;
+ * the RNG advances by numel. */
+DL_API void dl_tensor_rand_uniform(dl_tensor *t, dl_rng *r, double lo, double hi) {
+  int64_t i;
+  if (t->dtype != DL_F32 && t->dtype != DL_F64)
+    DL_PANIC(t->ctx, "dl_tensor_rand_uniform", "needs f32 or f64, got %s", DL_SHAPESTR(t));
+  for (i = 0; i < t->numel; i++) {
+    uint64_t x = dl_rng_at(r, r->counter + (uint64_t)i);
+    double u = t->dtype == DL_F32 ? (double)dl__u01_f32(x) : dl__u01_f64(x);
+    double v = lo + (hi - lo) * u;
+    if (t->dtype == DL_F32 && (float)v >= (float)hi) v = lo; /* keep [lo, hi) after rounding */
+    dl__set_at(t, dl__offset_of_linear(t, i), v);
+  }
+  r->counter += (uint64_t)t->numel;
+}
+DL_API void dl_tensor_rand_normal(dl_tensor *t, dl_rng *r, double mean, double std) {
+  int64_t i;
+  if (t->dtype != DL_F32 && t->dtype != DL_F64)
+    DL_PANIC(t->ctx, "dl_tensor_rand_normal", "needs f32 or f64, got %s", DL_SHAPESTR(t));
+  for (i = 0; i < t->numel; i++)
+    dl__set_at(t, dl__offset_of_linear(t, i),
+               mean + std * dl__normal_from(dl_rng_at(r, r->counter + (uint64_t)i)));
+  r->counter += (uint64_t)t->numel;
+}
+
+/* >>print ------------------------------------------------------------------ */
+#ifndef DL_NO_STDIO
+DL_API void dl__print_rec(FILE *f, const dl_tensor *t, int d, int64_t off, int indent) {
+  int64_t n = t->shape[d], i, edge = 3;
+  int summarise = t->numel > 1000 && n > 2 * edge;
+  fputc('[', f);
+  for (i = 0; i < n; i++) {
+    if (summarise && i == edge) {
+      fprintf(f, d == t->ndim - 1 ? "..., " : "...,\n%*s", d == t->ndim - 1 ? 0 : indent + 1, "");
+      i = n - edge;
+    }
+    if (d == t->ndim - 1) {
+      double v = dl__get_at(t, off + i * t->strides[d]);
+      if (t->dtype == DL_F32 || t->dtype == DL_F64) fprintf(f, "%.*g", t->dtype == DL_F32 ? 6 : 10, v);
+      else fprintf(f, "%.0f", v);
+      if (i + 1 < n) fputs(", ", f);
+    } else {
+      dl__print_rec(f, t, d + 1, off + i * t->strides[d], indent + 1);
+      if (i + 1 < n) fprintf(f, ",\n%*s", indent + 1, "");
+    }
+  }
+  fputc(']', f);
+}
+/* Prints "name f32[2, 3] =\n[[1, 2, 3],\n [4, 5, 6]]"; tensors over 1000
+ * elements show 3 entries at each end of every dimension. */
+DL_API void dl_tensor_fprint(FILE *f, const dl_tensor *t, const char *name) {
+  fprintf(f, "%s%s%s =\n", name ? name : "", name ? " " : "", DL_SHAPESTR(t));
+  if (t->ndim == 0) fprintf(f, "%.10g", t->numel ? dl__get_at(t, 0) : 0.0);
+  else if (t->numel == 0) fputs("[]", f);
+  else dl__print_rec(f, t, 0, 0, 0);
+  fputc('\n', f);
+}
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DL_TENSOR_H */

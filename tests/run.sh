@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# tests/run.sh - the whole test suite; `make test` runs it. Ends with the line
+# "N passed, N failed[, N skipped]" that CI reads. Exits non-zero on any failure.
+#
+#   1. every public header compiles on its own: gcc and clang as C11 with
+#      -Wall -Wextra -Wpedantic -Werror, g++ as C++11, nvcc where it exists
+#   2. tests/test_*.c built with gcc -O2 -fopenmp and run (test_blas also with
+#      OpenBLAS), 2 OpenMP threads
+#   3. tests/compile_fail/*.c must fail to compile, with the message the file's
+#      "expect:" line names
+#   4. examples build warning-free with `cc -std=c11 -O2 prog.c -lm` and run
+#   5. the test programs again under -fsanitize=address,undefined
+# Set DL_TEST_QUICK=1 to skip step 5.
+set -u
+cd "$(dirname "$0")/.."
+B=build/tests
+mkdir -p "$B"
+CC=${CC:-gcc}
+WARN="-std=c11 -Wall -Wextra -Wpedantic -Werror"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+pass=0; fail=0; skip=0
+failed=()
+
+ok()   { pass=$((pass + 1)); }
+bad()  { fail=$((fail + 1)); failed+=("$1"); echo "FAILED: $1"; }
+
+# --- 1. headers on their own -------------------------------------------------
+for h in include/dl.h include/dl/*.h; do
+  [ -f "$h" ] || continue
+  src="#include \"$(basename "$h")\"
+int main(void) { return 0; }"
+  inc="-I$(dirname "$h")"
+  for c in gcc clang; do
+    command -v $c >/dev/null || { skip=$((skip + 1)); continue; }
+    if echo "$src" | $c $WARN $inc -Iinclude -x c - -o /dev/null 2>"$B/hdr.log"; then ok
+    else bad "$h alone with $c"; cat "$B/hdr.log" | head -20; fi
+  done
+  if echo "$src" | g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror $inc -Iinclude -x c++ - -o /dev/null 2>"$B/hdr.log"; then ok
+  else bad "$h as C++ with g++"; head -20 "$B/hdr.log"; fi
+  if command -v nvcc >/dev/null; then
+    echo "$src" > "$B/hdr.cu"
+    if nvcc -std=c++17 $inc -Iinclude -c "$B/hdr.cu" -o "$B/hdr.o" 2>"$B/hdr.log"; then ok
+    else bad "$h with nvcc"; head -20 "$B/hdr.log"; fi
+  fi
+done
+echo "headers: $pass passed, $fail failed"
+
+# --- 2. unit tests ------------------------------------------------------------
+run_test() { # name binary
+  local name=$1 bin=$2 out
+  out=$("$bin" 2>&1); local rc=$?
+  echo "$out" | grep -v '^HARNESS' | tail -n 40
+  local line; line=$(echo "$out" | grep '^HARNESS' | tail -n 1)
+  if [ -z "$line" ]; then bad "$name (crashed, exit $rc)"; return; fi
+  set -- $line
+  pass=$((pass + $2)); skip=$((skip + $4))
+  if [ "$3" -gt 0 ]; then fail=$((fail + $3)); failed+=("$name")
+  elif [ $rc -ne 0 ]; then bad "$name (exit $rc)"; fi
+}
+BLAS_FLAGS=""
+if [ -f /usr/include/x86_64-linux-gnu/cblas.h ] || [ -f /usr/include/cblas.h ] || ls /usr/include/*/cblas.h >/dev/null 2>&1; then
+  BLAS_FLAGS="-DDL_USE_OPENBLAS"
+fi
+for t in tests/test_*.c; do
+  n=$(basename "$t" .c)
+  if $CC $WARN -O2 -fopenmp -Iinclude -Itests "$t" -o "$B/$n" -lm 2>"$B/$n.log"; then run_test "$n" "$B/$n"
+  else bad "$n (build)"; head -30 "$B/$n.log"; fi
+  if [ "$n" = test_blas ]; then
+    if [ -n "$BLAS_FLAGS" ]; then
+      if $CC $WARN -O2 -fopenmp $BLAS_FLAGS -Iinclude -Itests "$t" -o "$B/${n}_openblas" -lopenblas -lm 2>"$B/$n.log"; then
+        run_test "${n}_openblas" "$B/${n}_openblas"
+      else bad "${n}_openblas (build)"; head -30 "$B/$n.log"; fi
+    else echo "SKIP test_blas with OpenBLAS: cblas.h not found (apt-get install libopenblas-dev)"; skip=$((skip + 1)); fi
+  fi
+done
+
+# --- 3. misuse that must not compile -----------------------------------------
+for t in tests/compile_fail/*.c; do
+  [ -f "$t" ] || continue
+  want=$(grep -m1 -o 'expect: .*' "$t" | sed 's/expect: //')
+  for c in gcc clang; do
+    command -v $c >/dev/null || continue
+    if $c $WARN -Iinclude -c "$t" -o /dev/null 2>"$B/cf.log"; then bad "$t compiled with $c but must not"
+    elif grep -q -- "$want" "$B/cf.log"; then ok
+    else bad "$t with $c: message lacks '$want'"; head -5 "$B/cf.log"; fi
+  done
+done
+
+# --- 4. examples as a user builds them ---------------------------------------
+for e in examples/*.c; do
+  [ -f "$e" ] || continue
+  n=$(basename "$e" .c)
+  if cc -std=c11 -O2 -Wall -Wextra -Wpedantic -Werror -Iinclude "$e" -o "$B/ex_$n" -lm 2>"$B/ex.log"; then ok
+  else bad "example $n (build with cc -O2 -lm)"; head -20 "$B/ex.log"; continue; fi
+  if [ -f "examples/$n.check" ]; then
+    if bash "examples/$n.check" "$B/ex_$n" >"$B/ex.log" 2>&1; then ok; else bad "example $n run"; tail -20 "$B/ex.log"; fi
+  fi
+done
+
+# --- 5. sanitizers ------------------------------------------------------------
+if [ "${DL_TEST_QUICK:-0}" != 1 ]; then
+  for t in tests/test_*.c; do
+    n=$(basename "$t" .c)
+    if $CC $WARN -O1 -g -fopenmp -fsanitize=address,undefined -fno-sanitize-recover=all -Iinclude -Itests \
+        "$t" -o "$B/${n}_san" -lm 2>"$B/$n.log"; then
+      ASAN_OPTIONS=detect_leaks=1 DL_TEST_SANITIZER=1 run_test "${n}_sanitized" "$B/${n}_san"
+    else bad "$n (sanitizer build)"; head -30 "$B/$n.log"; fi
+  done
+fi
+
+echo
+if [ $fail -gt 0 ]; then printf 'failed: %s\n' "${failed[@]}"; fi
+echo "$pass passed, $fail failed, $skip skipped"
+[ $fail -eq 0 ]

@@ -1,0 +1,197 @@
+/* tests/test_core.c - status codes, context, allocation hooks, arenas, RNG,
+ * denormal control. */
+#include "dl/core.h"
+#include "harness.h"
+
+static int n_alloc, n_free;
+static void *count_alloc(size_t n, void *user) { (void)user; n_alloc++; return malloc(n); }
+static void count_free(void *p, void *user) { (void)user; n_free++; free(p); }
+static void *fail_alloc(size_t n, void *user) { (void)n; (void)user; return NULL; }
+
+static void test_status(void) {
+  CHECK(strcmp(dl_status_str(DL_OK), "ok") == 0);
+  CHECK(strcmp(dl_status_str(DL_ERR_NOMEM), "out of memory") == 0);
+  CHECK(strcmp(dl_status_str((dl_status)999), "unknown status") == 0);
+  CHECK(dl_dtype_size(DL_F64) == 8 && dl_dtype_size(DL_BF16) == 2 && dl_dtype_size((dl_dtype)77) == 0);
+  CHECK(strcmp(dl_dtype_name(DL_I64), "i64") == 0);
+}
+
+static void test_ctx_messages(void) {
+  dl_ctx ctx;
+  dl_ctx_init(&ctx, NULL);
+  CHECK(ctx.status == DL_OK && dl_ctx_message(&ctx)[0] == 0);
+  CHECK(dl_fail(&ctx, DL_ERR_IO, "cannot open %s", "x.bin") == DL_ERR_IO);
+  CHECK(ctx.status == DL_ERR_IO && strcmp(dl_ctx_message(&ctx), "cannot open x.bin") == 0);
+  dl_ctx_clear(&ctx);
+  CHECK(ctx.status == DL_OK && dl_ctx_message(&ctx)[0] == 0);
+  CHECK(dl_fail(NULL, DL_ERR_FORMAT, "ignored") == DL_ERR_FORMAT); /* NULL ctx keeps nothing */
+  CHECK(dl_ctx_parallel_threshold(NULL) == DL_PARALLEL_THRESHOLD);
+  CHECK(dl_ctx_threads(NULL) >= 1);
+}
+
+static void test_size_checks(void) {
+  size_t out = 7;
+  CHECK(dl_size_mul((size_t)1 << 40, (size_t)1 << 40, &out) == 1 && out == 7);
+  CHECK(dl_size_mul(3, 5, &out) == 0 && out == 15);
+  CHECK(dl_size_add(SIZE_MAX, 1, &out) == 1);
+}
+
+static void test_runtime_hooks(void) {
+  dl_ctx ctx;
+  dl_ctx_desc d = {0};
+  void *p;
+  d.allocator.alloc = count_alloc;
+  d.allocator.free = count_free;
+  dl_ctx_init(&ctx, &d);
+  n_alloc = n_free = 0;
+  p = dl_alloc(&ctx, 100);
+  CHECK(p != NULL && ((uintptr_t)p % DL_ALIGN) == 0);
+  dl_free(&ctx, p);
+  CHECK(n_alloc == 1 && n_free == 1);
+  d.allocator.alloc = fail_alloc;
+  dl_ctx_init(&ctx, &d);
+  CHECK(dl_alloc(&ctx, 100) == NULL);
+  CHECK(ctx.status == DL_ERR_NOMEM && strstr(ctx.message, "100") != NULL);
+  CHECK(dl_alloc(&ctx, SIZE_MAX - 8) == NULL && ctx.status == DL_ERR_OVERFLOW);
+}
+
+static void test_arena_buffer_no_malloc(void) {
+  static unsigned char buf[4096];
+  dl_ctx ctx;
+  dl_ctx_desc d = {0};
+  dl_arena a;
+  unsigned char *p, *q;
+  dl_arena_mark m;
+  d.allocator.alloc = count_alloc;
+  d.allocator.free = count_free;
+  dl_ctx_init(&ctx, &d);
+  n_alloc = 0;
+  dl_arena_init_buffer(&a, &ctx, buf + 3, sizeof buf - 3); /* misaligned on purpose */
+  p = (unsigned char *)dl_arena_alloc(&a, 10);
+  CHECK(p != NULL && (uintptr_t)p % DL_ALIGN == 0 && p >= buf && p < buf + sizeof buf);
+  m = dl_arena_get_mark(&a);
+  q = (unsigned char *)dl_arena_alloc(&a, 100);
+  CHECK(q != NULL && q >= p + 10 && (uintptr_t)q % DL_ALIGN == 0);
+  CHECK(dl_arena_used(&a) == 64 + 128);
+  dl_arena_rewind(&a, m);
+  CHECK(dl_arena_used(&a) == 64);
+  CHECK(dl_arena_alloc(&a, 100) == q); /* rewound space is reused */
+  CHECK(dl_arena_high_water(&a) == 192);
+  /* too big: fails with a message, records what would have been needed */
+  CHECK(dl_arena_alloc(&a, 10000) == NULL);
+  CHECK(ctx.status == DL_ERR_NOMEM && strstr(ctx.message, "arena full") != NULL);
+  CHECK(dl_arena_bytes_needed(&a) == 192 + 10048);
+  CHECK(dl_arena_used(&a) == 192); /* failed request left the arena as it was */
+  CHECK(n_alloc == 0);              /* a caller's buffer never calls the allocator */
+  dl_arena_free(&a);
+  CHECK(n_alloc == 0);
+}
+
+static void test_arena_grow_then_steady(void) {
+  dl_ctx ctx;
+  dl_ctx_desc d = {0};
+  dl_arena a;
+  int step, k;
+  uint64_t allocs_after_first = 0;
+  d.allocator.alloc = count_alloc;
+  d.allocator.free = count_free;
+  dl_ctx_init(&ctx, &d);
+  n_alloc = n_free = 0;
+  CHECK(dl_arena_init(&a, &ctx, 1024, 1) == DL_OK);
+  for (step = 0; step < 5; step++) {
+    /* a "training step": 40 allocations of 1000 bytes, written to */
+    for (k = 0; k < 40; k++) {
+      unsigned char *p = (unsigned char *)dl_arena_alloc(&a, 1000);
+      CHECK(p != NULL);
+      if (p) memset(p, k, 1000);
+    }
+    dl_arena_reset(&a);
+    if (step == 0) allocs_after_first = a.allocs;
+  }
+  CHECK(allocs_after_first >= 2);     /* it grew, then consolidated */
+  CHECK(a.allocs == allocs_after_first); /* steady state: no allocator calls */
+  CHECK(a.cap >= 40 * 1024 && a.over == NULL);
+  CHECK(dl_arena_high_water(&a) == 40 * 1024);
+  dl_arena_free(&a);
+  CHECK(n_alloc == n_free);
+  /* fixed (non-growing) heap arena fails cleanly */
+  CHECK(dl_arena_init(&a, &ctx, 256, 0) == DL_OK);
+  CHECK(dl_arena_alloc(&a, 300) == NULL && ctx.status == DL_ERR_NOMEM);
+  dl_arena_free(&a);
+}
+
+static void test_arena_rewind_inside_overflow(void) {
+  dl_arena a;
+  void *p1, *p2, *p3;
+  dl_arena_mark m;
+  CHECK(dl_arena_init(&a, NULL, 128, 1) == DL_OK);
+  p1 = dl_arena_alloc(&a, 100);          /* main block */
+  p2 = dl_arena_alloc(&a, 100);          /* overflow block */
+  m = dl_arena_get_mark(&a);
+  p3 = dl_arena_alloc(&a, 100);          /* same overflow block */
+  CHECK(p1 && p2 && p3 && p3 == (char *)p2 + 128);
+  dl_arena_rewind(&a, m);
+  CHECK(dl_arena_alloc(&a, 100) == p3);  /* reused after a rewind inside the block */
+  dl_arena_free(&a);
+}
+
+static void test_rng(void) {
+  dl_rng a = dl_rng_make(123), b = dl_rng_make(123), c = dl_rng_make(124);
+  int i, same = 1, differ = 0, hist[10] = {0};
+  double sum = 0, sum2 = 0, usum = 0;
+  for (i = 0; i < 1000; i++) {
+    uint64_t x = dl_rng_u64(&a), y = dl_rng_u64(&b), z = dl_rng_u64(&c);
+    same &= x == y;
+    differ += x != z;
+  }
+  CHECK(same && differ == 1000);
+  CHECK(a.counter == 1000);
+  CHECK(dl_rng_at(&b, 5) == dl_rng_at(&a, 5)); /* random access by index */
+  a = dl_rng_make(7);
+  for (i = 0; i < 200000; i++) {
+    double n = dl_rng_normal(&a), u = dl_rng_uniform(&a);
+    float uf = dl_rng_uniform_f32(&a);
+    sum += n;
+    sum2 += n * n;
+    usum += u;
+    CHECK_MSG(u >= 0 && u < 1 && uf >= 0.0f && uf < 1.0f, "uniform out of range");
+    hist[dl_rng_below(&a, 10)]++;
+  }
+  CHECK_NEAR(sum / 200000, 0.0, 0.01);
+  CHECK_NEAR(sum2 / 200000, 1.0, 0.015);
+  CHECK_NEAR(usum / 200000, 0.5, 0.003);
+  for (i = 0; i < 10; i++) CHECK_NEAR(hist[i] / 200000.0, 0.1, 0.004);
+  /* below() with a bound near 2^64 stays in range */
+  for (i = 0; i < 1000; i++) CHECK(dl_rng_below(&a, UINT64_MAX - 5) < UINT64_MAX - 5);
+  CHECK(dl_rng_below(&a, 1) == 0);
+}
+
+static void test_ftz(void) {
+  volatile float tiny = 1e-39f, half = 0.5f; /* 1e-39 is subnormal in f32 */
+  volatile float r;
+  dl_fpmode m;
+#if defined(__SSE__) || defined(__x86_64__) || defined(__aarch64__)
+  m = dl_ftz_enter(1);
+  r = tiny * half;
+  CHECK(r == 0.0f);
+  dl_ftz_leave(m);
+  r = tiny * half;
+  CHECK(r != 0.0f);
+#else
+  (void)m; (void)r; (void)tiny; (void)half;
+  SKIP("no flush-to-zero control on this target");
+#endif
+}
+
+int main(void) {
+  RUN(test_status);
+  RUN(test_ctx_messages);
+  RUN(test_size_checks);
+  RUN(test_runtime_hooks);
+  RUN(test_arena_buffer_no_malloc);
+  RUN(test_arena_grow_then_steady);
+  RUN(test_arena_rewind_inside_overflow);
+  RUN(test_rng);
+  RUN(test_ftz);
+  return harness_finish();
+}
