@@ -173,6 +173,29 @@ static void test_rand_fill_deterministic(void) {
   dl_tensor_free(a); dl_tensor_free(b);
 }
 
+static void test_rand_threads(void) {
+  /* large enough for the parallel fill: 1 and 2 threads give the same numbers */
+  dl_ctx c1, c2;
+  dl_ctx_desc d = {0};
+  int64_t n = 4 * DL_PARALLEL_THRESHOLD + 3, i;
+  dl_tensor *a, *b;
+  dl_rng r1 = dl_rng_make(77), r2 = dl_rng_make(77);
+  int same = 1;
+  d.threads = 1;
+  dl_ctx_init(&c1, &d);
+  d.threads = 2;
+  dl_ctx_init(&c2, &d);
+  a = dl_tensor_make(&c1, DL_F64, DL_SHAPE(n));
+  b = dl_tensor_make(&c2, DL_F64, DL_SHAPE(n));
+  dl_tensor_rand_normal(a, &r1, 0, 1);
+  dl_tensor_rand_normal(b, &r2, 0, 1);
+  for (i = 0; i < n; i++) same &= dl_f64(a)[i] == dl_f64(b)[i];
+  CHECK(same);
+  CHECK(dl_f64(a)[n - 1] == dl__normal_from(dl_rng_at(&r1, (uint64_t)n - 1)));
+  dl_tensor_free(a);
+  dl_tensor_free(b);
+}
+
 static void test_print(void) {
   char buf[4096];
   FILE *f = tmpfile();
@@ -207,6 +230,7 @@ int main(void) {
   RUN(test_views);
   RUN(test_copy_convert);
   RUN(test_rand_fill_deterministic);
+  RUN(test_rand_threads);
   RUN(test_print);
   return harness_finish();
 }

@@ -161,11 +161,12 @@ DL__SCALAR_FUNCS(double, f64, exp, log, log1p, expm1, sqrt, sin, cos, tanh, dl__
     return dl__mk_##dsfx(dl_erf_##sfx(a.v),                                            \
                          a.d * (S)DL__2_OVER_SQRT_PI * dl_exp_##sfx(-a.v * a.v));      \
   }                                                                                    \
-  /* d(a^b) = b a^(b-1) da + a^b ln(a) db; the ln term only when db != 0 */            \
+  /* d(a^b) = b a^(b-1) da + a^b ln(a) db; as in PyTorch the first term is 0 when  \
+   * b = 0 and the second when a^b = 0 (no 0 * inf) */                                 \
   DL_HD DL_API D dl_pow_##dsfx(D a, D b) {                                             \
     S p = dl_pow_##sfx(a.v, b.v);                                                      \
-    S d = a.d != (S)0 ? a.d * b.v * dl_pow_##sfx(a.v, b.v - (S)1) : (S)0;              \
-    if (b.d != (S)0) d += b.d * p * dl_log_##sfx(a.v);                                 \
+    S d = (a.d != (S)0 && b.v != (S)0) ? a.d * b.v * dl_pow_##sfx(a.v, b.v - (S)1) : (S)0; \
+    if (b.d != (S)0 && p != (S)0) d += b.d * p * dl_log_##sfx(a.v);                    \
     return dl__mk_##dsfx(p, d);                                                        \
   }                                                                                    \
   DL_HD DL_API D dl_abs_##dsfx(D a) {                                                  \

@@ -475,29 +475,46 @@ DL_API void dl_tensor_fill(dl_tensor *t, double v) {
 }
 
 /* Uniform in [lo, hi) / normal(mean, std) draws into a float tensor. Element
- * i (row-major) takes draw counter+i, so results do not depend on threads;
- * the RNG advances by numel. */
-DL_API void dl_tensor_rand_uniform(dl_tensor *t, dl_rng *r, double lo, double hi) {
-  int64_t i;
+ * i (row-major) takes draw counter+i, so the result is the same for any
+ * thread count (large tensors are filled in parallel); the RNG advances by
+ * numel. */
+DL_API double dl__rand_value(int normal, dl_dtype dt, uint64_t x, double a, double b) {
+  double v;
+  if (normal) return a + b * dl__normal_from(x);
+  v = a + (b - a) * (dt == DL_F32 ? (double)dl__u01_f32(x) : dl__u01_f64(x));
+  if (dt == DL_F32 && (float)v >= (float)b) v = a; /* keep [lo, hi) after rounding to f32 */
+  return v;
+}
+DL_API void dl__rand_fill(dl_tensor *t, dl_rng *r, int normal, double a, double b, const char *op) {
+  int64_t i, n = t->numel;
+  const uint64_t base = r->counter;
+  const dl_rng rr = *r;
   if (t->dtype != DL_F32 && t->dtype != DL_F64)
-    DL_PANIC(t->ctx, "dl_tensor_rand_uniform", "needs f32 or f64, got %s", DL_SHAPESTR(t));
-  for (i = 0; i < t->numel; i++) {
-    uint64_t x = dl_rng_at(r, r->counter + (uint64_t)i);
-    double u = t->dtype == DL_F32 ? (double)dl__u01_f32(x) : dl__u01_f64(x);
-    double v = lo + (hi - lo) * u;
-    if (t->dtype == DL_F32 && (float)v >= (float)hi) v = lo; /* keep [lo, hi) after rounding */
-    dl__set_at(t, dl__offset_of_linear(t, i), v);
+    DL_PANIC(t->ctx, op, "needs f32 or f64, got %s", DL_SHAPESTR(t));
+  if (dl_tensor_is_contiguous(t)) {
+    int par = n >= dl_ctx_parallel_threshold(t->ctx) && dl_ctx_threads(t->ctx) > 1;
+    (void)par;
+    if (t->dtype == DL_F32) {
+      float *p = (float *)t->data;
+      DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(t->ctx))")
+      for (i = 0; i < n; i++) p[i] = (float)dl__rand_value(normal, DL_F32, dl_rng_at(&rr, base + (uint64_t)i), a, b);
+    } else {
+      double *p = (double *)t->data;
+      DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(t->ctx))")
+      for (i = 0; i < n; i++) p[i] = dl__rand_value(normal, DL_F64, dl_rng_at(&rr, base + (uint64_t)i), a, b);
+    }
+  } else {
+    for (i = 0; i < n; i++)
+      dl__set_at(t, dl__offset_of_linear(t, i),
+                 dl__rand_value(normal, t->dtype, dl_rng_at(&rr, base + (uint64_t)i), a, b));
   }
-  r->counter += (uint64_t)t->numel;
+  r->counter += (uint64_t)n;
+}
+DL_API void dl_tensor_rand_uniform(dl_tensor *t, dl_rng *r, double lo, double hi) {
+  dl__rand_fill(t, r, 0, lo, hi, "dl_tensor_rand_uniform");
 }
 DL_API void dl_tensor_rand_normal(dl_tensor *t, dl_rng *r, double mean, double std) {
-  int64_t i;
-  if (t->dtype != DL_F32 && t->dtype != DL_F64)
-    DL_PANIC(t->ctx, "dl_tensor_rand_normal", "needs f32 or f64, got %s", DL_SHAPESTR(t));
-  for (i = 0; i < t->numel; i++)
-    dl__set_at(t, dl__offset_of_linear(t, i),
-               mean + std * dl__normal_from(dl_rng_at(r, r->counter + (uint64_t)i)));
-  r->counter += (uint64_t)t->numel;
+  dl__rand_fill(t, r, 1, mean, std, "dl_tensor_rand_normal");
 }
 
 /* >>print ------------------------------------------------------------------ */

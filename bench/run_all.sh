@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# bench/run_all.sh - every benchmark with its reference in the same run
+# (`make bench`). Timings are medians; these machines are shared and noisy.
+#
+#   1. GEMM: dl_gemm_f32 over OpenBLAS vs cblas_sgemm directly at the shapes of
+#      a 784-256-128-10 MLP at batch 64, and the built-in kernel vs OpenBLAS
+#      at 512 and 1024 square (bench_gemm.c)
+#   2. vectorisable math vs glibc's scalar functions (bench_vmath.c)
+#   3. fused element-wise loops vs a STREAM triad and PyTorch eager, thread
+#      behaviour on a shared machine, denormals (run_fused.sh)
+set -u
+cd "$(dirname "$0")/.."
+B=build/bench
+mkdir -p "$B"
+CC=${CC:-gcc}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-2}
+status=0
+
+echo "== GEMM (2 threads) =="
+if $CC -std=c11 -O3 -march=native -fopenmp -DDL_USE_OPENBLAS -Iinclude bench/bench_gemm.c -o $B/bench_gemm -lopenblas -lm; then
+  $B/bench_gemm || status=1
+else echo "bench_gemm: build failed (libopenblas-dev missing?)"; status=1; fi
+
+echo
+echo "== vectorisable math (1 thread) =="
+if $CC -std=c11 -O3 -march=native -Iinclude bench/bench_vmath.c -o $B/bench_vmath -lm; then
+  $B/bench_vmath || status=1
+else echo "bench_vmath: build failed"; status=1; fi
+
+echo
+echo "== fused element-wise loops =="
+bash bench/run_fused.sh || status=1
+exit $status

@@ -1,0 +1,1182 @@
+/* dl/blas.h - GEMM: OpenBLAS (cblas_sgemm / cblas_dgemm) or a built-in
+ * cache-blocked kernel.
+ *
+ *   C = alpha * op(A) * op(B) + beta * C,   op(X) = X or X^T,  all row-major
+ *
+ *   op(A) is (M,K): A is (M,K) with lda >= max(1,K), or (K,M) when ta with lda >= max(1,M)
+ *   op(B) is (K,N): B is (K,N) with ldb >= max(1,N), or (N,K) when tb with ldb >= max(1,K)
+ *   C is (M,N) with ldc >= max(1,N)
+ *
+ * Element (i,j) of a row-major matrix X with leading dimension ldx lives at
+ * X[i * ldx + j]; ldx larger than the row length describes a view into a
+ * wider matrix. The caller owns every buffer; nothing is kept after a call.
+ *
+ * Contract shared by every entry point:
+ *   - beta == 0 means C is only written, never read (NaN or garbage in C does
+ *     not reach the result). alpha == 0 or K == 0 leaves A and B unread and
+ *     sets C = beta * C. M == 0 or N == 0 (or batch == 0) does nothing.
+ *   - Negative sizes, a trans flag other than DL_NOTRANS / DL_TRANS, leading
+ *     dimensions too small for the row-major shapes above, NULL matrices with
+ *     nonzero sizes, negative batch strides and batches whose C matrices
+ *     overlap are programmer errors: DL_PANIC names the entry point
+ *     ("dl_gemm_f32", ...) and the sizes.
+ *   - ctx may be NULL (defaults). ctx's allocator supplies the packing
+ *     buffers and ctx's thread count bounds the OpenMP team. The functions
+ *     keep no state between calls and are thread-safe.
+ *
+ * Entry points:
+ *   dl_gemm_f32 / dl_gemm_f64                  OpenBLAS when DL_USE_OPENBLAS is
+ *                                              defined (sizes above INT32_MAX go
+ *                                              to the built-in), else built-in
+ *   dl_gemm_batched_f32 / dl_gemm_batched_f64  batch independent products,
+ *                                              matrix b at X + b * strideX
+ *   dl_gemm_builtin_f32 / dl_gemm_builtin_f64  always the built-in kernel
+ *
+ * The built-in kernel (BLIS-style): op(A) is packed into MR-tall and op(B)
+ * into NR-wide micro-panels (zero-padded, so edge tiles compute a full tile
+ * and store only the part inside C), blocked MC x KC for L2 and KC x NC, and
+ * an MR x NR register-blocked micro-kernel runs over them. Serially (and
+ * for batches of at least two items per thread) each thread does whole
+ * items with its own packing buffers. With OpenMP (-fopenmp), 2*M*N*K*batch
+ * above DL_GEMM_PARALLEL_FLOPS and fewer than two items per thread, the team
+ * splits C into tiles handed out with schedule(dynamic), packing each panel
+ * of op(A) and op(B) once into a shared buffer (its first user packs it; no
+ * thread waits for another), with one barrier at the end (and one per
+ * further batch item, or K slab when the packed operands pass 32 MiB); a
+ * thread that loses its core holds up only the tile it is on. Below the
+ * threshold, or when already
+ * inside a parallel region, the calling thread does everything and no team
+ * starts. Every thread it runs on flushes denormals unless ctx keeps them
+ * (the OpenBLAS path sets the mode of the calling thread around the call).
+ *
+ * Shared machines: GOMP's default wait policy makes a thread that reaches a
+ * barrier spin for milliseconds, which keeps the scheduler from moving a
+ * team thread that lost its core to another process onto the spinning
+ * core. On 2 cores with other busy processes that made 2-thread GEMMs here
+ * 2-20x slower than 1 thread; with OMP_WAIT_POLICY=passive they ran as fast
+ * as 1 thread. Set it in such environments (it applies to the whole program).
+ *
+ * Configuration (define before including):
+ *   DL_GEMM_PARALLEL_FLOPS   2*M*N*K*batch above which the built-in kernel
+ *                            uses OpenMP (default 1000000)
+ *   DL_GEMM_NO_VECTOR_EXT    use the plain-C micro-kernel even where GCC
+ *                            vector extensions are available
+ *
+ * Micro-kernel: with GCC or clang, MR rows of two vectors each held in
+ * registers (GCC vector extensions: 64-byte vectors with AVX-512, 32 with AVX,
+ * 16 otherwise); elsewhere, or with DL_GEMM_NO_VECTOR_EXT, a plain-C MR x NR
+ * accumulator array. Results agree with a naive loop to rounding; the
+ * summation order (and FMA contraction) differs from OpenBLAS.
+ */
+#ifndef DL_BLAS_H
+#define DL_BLAS_H
+
+#include "core.h"
+#include "tensor.h"
+
+#ifdef DL_USE_OPENBLAS
+/* OpenBLAS's cblas.h would include <complex.h> in C, which defines the macro
+ * I and breaks any variable of that name in the including program. dl.h
+ * calls only the real GEMMs, so ask for OpenBLAS's struct complex types
+ * instead. (A program that needs C99-complex cblas prototypes includes
+ * <cblas.h> itself before dl.h.) */
+#ifndef FORCE_OPENBLAS_COMPLEX_STRUCT
+#define FORCE_OPENBLAS_COMPLEX_STRUCT
+#define DL__GEMM_FORCED_COMPLEX_STRUCT
+#endif
+#include <cblas.h>
+#ifdef DL__GEMM_FORCED_COMPLEX_STRUCT
+#undef FORCE_OPENBLAS_COMPLEX_STRUCT
+#undef DL__GEMM_FORCED_COMPLEX_STRUCT
+#endif
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* >>gemm-api --------------------------------------------------------------- */
+
+typedef enum dl_trans { DL_NOTRANS = 0, DL_TRANS = 1 } dl_trans;
+
+#ifndef DL_GEMM_PARALLEL_FLOPS
+#define DL_GEMM_PARALLEL_FLOPS 1000000
+#endif
+
+/* >>gemm-config ------------------------------------------------------------ */
+
+/* Micro-tile MR x NR (NR = two vectors; MR rows of two accumulators fill
+ * most of the vector registers) and cache blocks MC x KC of packed A and
+ * KC x NC of packed B, in elements; MC is a multiple of MR and NC of NR. */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(DL_GEMM_NO_VECTOR_EXT)
+#define DL__GEMM_VEC 1
+#if defined(__AVX512F__)
+#define DL__GEMM_VBYTES 64
+#define DL__GEMM_MR 12
+#elif defined(__AVX__)
+#define DL__GEMM_VBYTES 32
+#define DL__GEMM_MR 6
+#else
+#define DL__GEMM_VBYTES 16
+#define DL__GEMM_MR 6
+#endif
+typedef float dl__gemm_vf32 __attribute__((vector_size(DL__GEMM_VBYTES)));
+typedef double dl__gemm_vf64 __attribute__((vector_size(DL__GEMM_VBYTES)));
+#define DL__GEMM_NR_F32 (2 * DL__GEMM_VBYTES / 4)
+#define DL__GEMM_NR_F64 (2 * DL__GEMM_VBYTES / 8)
+#else
+#define DL__GEMM_VEC 0
+#define DL__GEMM_MR 4
+#define DL__GEMM_NR_F32 8
+#define DL__GEMM_NR_F64 8
+#endif
+
+/* Measured on a Zen 4 core (AVX-512, 32 KiB L1d, 1 MiB L2): a deep KC
+ * amortises the C tile's loads and stores and the packing (the KC x NR
+ * micro-panel of B streams from L2 well); with AVX-512 an MC x KC block of
+ * packed A is 384 KiB for both types (L2) and a KC x NC panel of B 4 MiB. */
+#define DL__GEMM_KC 512
+#define DL__GEMM_MC_F32 (DL__GEMM_MR * 16)
+#define DL__GEMM_MC_F64 (DL__GEMM_MR * 8)
+#define DL__GEMM_NC_F32 (DL__GEMM_NR_F32 * 64)
+#define DL__GEMM_NC_F64 (DL__GEMM_NR_F64 * 64)
+/* Transposing packs go PACK_STEP values of K at a time, so the lines they
+ * write stay in L1 between the rows they read. */
+#define DL__GEMM_PACK_STEP 16
+
+/* Unroll the next loop completely (GCC leaves short loops rolled at -O2,
+ * which would keep the accumulators in memory; clang unrolls them itself;
+ * nvcc's front end does not know the pragma). */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define DL__GEMM_UNROLL _Pragma("GCC unroll 16")
+/* ISO C modes (-std=c11) turn off FMA contraction in GCC; the micro-kernel
+ * wants c += a * b fused where the target has FMA. */
+#define DL__GEMM_CONTRACT __attribute__((optimize("fp-contract=fast")))
+#else
+#define DL__GEMM_UNROLL
+#define DL__GEMM_CONTRACT
+#endif
+
+/* >>gemm-types ------------------------------------------------------------- */
+
+/* One (possibly batched) GEMM with the arguments already checked. Matrices
+ * are byte pointers so the driver is shared by f32 and f64; leading
+ * dimensions and strides are in elements. */
+typedef struct dl__gemm_problem {
+  dl_trans ta, tb;
+  int64_t M, N, K, batch;
+  double alpha, beta; /* exact for f32 values too */
+  const unsigned char *A, *B;
+  unsigned char *C;
+  int64_t lda, ldb, ldc;
+  int64_t sa, sb, sc; /* batch strides */
+} dl__gemm_problem;
+
+/* Pack rows [i0, i0+mc) x columns [p0, p0+kc) of op(A) into MR-tall
+ * micro-panels: panel r holds, for p = 0..kc-1, the MR values
+ * op(A)(i0 + r*MR + i, p0 + p) (zero past row M). */
+typedef void (*dl__gemm_pack_a_fn)(dl_trans ta, const void *A, int64_t lda, int64_t i0,
+                                   int64_t mc, int64_t p0, int64_t kc, void *dst);
+/* Pack rows [p0, p0+kc) x columns [j0, j0+nc) of op(B) into NR-wide
+ * micro-panels: panel c holds, for p = 0..kc-1, the NR values
+ * op(B)(p0 + p, j0 + c*NR + j) (zero past column N). */
+typedef void (*dl__gemm_pack_b_fn)(dl_trans tb, const void *B, int64_t ldb, int64_t p0,
+                                   int64_t kc, int64_t j0, int64_t nc, void *dst);
+/* C(m x n tile at C, ldc) = alpha * a·b + beta * C, where a is one packed
+ * MR x kc micro-panel, b one packed kc x NR micro-panel, m <= MR, n <= NR;
+ * C is not read when beta == 0. */
+typedef void (*dl__gemm_kernel_fn)(int64_t kc, const void *a, const void *b, double alpha,
+                                   double beta, void *C, int64_t ldc, int m, int n);
+
+/* What the driver needs to know about one element type. */
+typedef struct dl__gemm_kind {
+  size_t esz;
+  int64_t mr, nr, mc, kc, nc;
+  dl__gemm_pack_a_fn pack_a;
+  dl__gemm_pack_b_fn pack_b;
+  dl__gemm_kernel_fn kernel;
+} dl__gemm_kind;
+
+/* >>gemm-f32 --------------------------------------------------------------- */
+
+/* dl__gemm_pack_a_fn for float: MR-tall panels, rows past mc zero. */
+DL_API void dl__gemm_pack_a_f32(dl_trans ta, const void *A_, int64_t lda, int64_t i0,
+                                int64_t mc, int64_t p0, int64_t kc, void *dst_) {
+  const int64_t MR = DL__GEMM_MR;
+  const float *A = (const float *)A_;
+  float *d = (float *)dst_;
+  int64_t r, i, p;
+  for (r = 0; r < mc; r += MR, d += MR * kc) {
+    int64_t rows = mc - r < MR ? mc - r : MR;
+    if (ta == DL_NOTRANS) { /* A is (M,K): row i0+r+i is contiguous in p */
+      int64_t q;
+      for (q = 0; q < kc; q += DL__GEMM_PACK_STEP) { /* keep the written lines in L1 */
+        const int64_t qe = kc - q < DL__GEMM_PACK_STEP ? kc - q : DL__GEMM_PACK_STEP;
+        for (i = 0; i < rows; i++) {
+          const float *s = A + (i0 + r + i) * lda + p0 + q;
+          float *o = d + q * MR + i;
+          for (p = 0; p < qe; p++) o[p * MR] = s[p];
+        }
+      }
+    } else if (rows == MR) { /* A is (K,M): the MR values for one p are contiguous */
+      for (p = 0; p < kc; p++)
+        memcpy(d + p * MR, A + (p0 + p) * lda + i0 + r, sizeof(float) * DL__GEMM_MR);
+    } else {
+      for (p = 0; p < kc; p++) {
+        const float *s = A + (p0 + p) * lda + i0 + r;
+        for (i = 0; i < rows; i++) d[p * MR + i] = s[i];
+      }
+    }
+    for (i = rows; i < MR; i++)
+      for (p = 0; p < kc; p++) d[p * MR + i] = 0.0f;
+  }
+}
+
+/* dl__gemm_pack_b_fn for float: NR-wide panels, columns past nc zero. */
+DL_API void dl__gemm_pack_b_f32(dl_trans tb, const void *B_, int64_t ldb, int64_t p0,
+                                int64_t kc, int64_t j0, int64_t nc, void *dst_) {
+  const int64_t NR = DL__GEMM_NR_F32;
+  const float *B = (const float *)B_;
+  float *d = (float *)dst_;
+  int64_t c, j, p;
+  for (c = 0; c < nc; c += NR, d += NR * kc) {
+    int64_t cols = nc - c < NR ? nc - c : NR;
+    if (tb == DL_NOTRANS && cols == NR) { /* B is (K,N): NR values per p are contiguous */
+      for (p = 0; p < kc; p++)
+        memcpy(d + p * NR, B + (p0 + p) * ldb + j0 + c, sizeof(float) * DL__GEMM_NR_F32);
+    } else if (tb == DL_NOTRANS) {
+      for (p = 0; p < kc; p++) {
+        const float *s = B + (p0 + p) * ldb + j0 + c;
+        for (j = 0; j < cols; j++) d[p * NR + j] = s[j];
+      }
+    } else { /* B is (N,K): column j0+c+j of op(B) is row j0+c+j of B */
+      int64_t q;
+      for (q = 0; q < kc; q += DL__GEMM_PACK_STEP) { /* keep the written lines in L1 */
+        const int64_t qe = kc - q < DL__GEMM_PACK_STEP ? kc - q : DL__GEMM_PACK_STEP;
+        for (j = 0; j < cols; j++) {
+          const float *s = B + (j0 + c + j) * ldb + p0 + q;
+          float *o = d + q * NR + j;
+          for (p = 0; p < qe; p++) o[p * NR] = s[p];
+        }
+      }
+    }
+    for (j = cols; j < NR; j++)
+      for (p = 0; p < kc; p++) d[p * NR + j] = 0.0f;
+  }
+}
+
+/* Write an MR x NR accumulator tile (row stride NR) to the m x n corner of C. */
+DL_API void dl__gemm_store_f32(const float *acc, float alpha, float beta, float *C, int64_t ldc,
+                               int m, int n) {
+  int i, j;
+  for (i = 0; i < m; i++) {
+    float *c = C + i * ldc;
+    const float *t = acc + i * DL__GEMM_NR_F32;
+    if (beta == 0.0f)
+      for (j = 0; j < n; j++) c[j] = alpha * t[j];
+    else
+      for (j = 0; j < n; j++) c[j] = alpha * t[j] + beta * c[j];
+  }
+}
+
+/* dl__gemm_kernel_fn for float: the MR x NR micro-kernel (accumulators in
+ * registers), then the store of its m x n corner. */
+DL_API DL__GEMM_CONTRACT void dl__gemm_kernel_f32(int64_t kc, const void *a_, const void *b_,
+                                                  double alpha_, double beta_, void *C_,
+                                                  int64_t ldc, int m, int n) {
+  enum { MR = DL__GEMM_MR, NR = DL__GEMM_NR_F32 };
+  const float *a = (const float *)a_, *b = (const float *)b_;
+  float *C = (float *)C_;
+  const float alpha = (float)alpha_, beta = (float)beta_;
+  int64_t p;
+  int i;
+#if DL__GEMM_VEC
+  enum { L = DL__GEMM_VBYTES / 4 };
+  const dl__gemm_vf32 zero = {0};
+  dl__gemm_vf32 c0[MR], c1[MR];
+  DL__GEMM_UNROLL
+  for (i = 0; i < MR; i++) c0[i] = c1[i] = zero;
+  for (p = 0; p < kc; p++, a += MR, b += NR) {
+    dl__gemm_vf32 b0, b1;
+    memcpy(&b0, b, sizeof b0);
+    memcpy(&b1, b + L, sizeof b1);
+    DL__GEMM_UNROLL
+    for (i = 0; i < MR; i++) {
+      dl__gemm_vf32 ai = a[i] - zero; /* broadcast (x - 0 == x for every x) */
+      c0[i] += ai * b0;
+      c1[i] += ai * b1;
+    }
+  }
+  if (m == MR && n == NR) {
+    DL__GEMM_UNROLL
+    for (i = 0; i < MR; i++) {
+      float *c = C + i * ldc;
+      dl__gemm_vf32 r0 = c0[i] * alpha, r1 = c1[i] * alpha;
+      if (beta != 0.0f) {
+        dl__gemm_vf32 x0, x1;
+        memcpy(&x0, c, sizeof x0);
+        memcpy(&x1, c + L, sizeof x1);
+        r0 += beta * x0;
+        r1 += beta * x1;
+      }
+      memcpy(c, &r0, sizeof r0);
+      memcpy(c + L, &r1, sizeof r1);
+    }
+  } else {
+    float t[MR * NR];
+    for (i = 0; i < MR; i++) {
+      memcpy(t + i * NR, &c0[i], sizeof c0[i]);
+      memcpy(t + i * NR + L, &c1[i], sizeof c1[i]);
+    }
+    dl__gemm_store_f32(t, alpha, beta, C, ldc, m, n);
+  }
+#else
+  float t[MR * NR];
+  int j;
+  for (i = 0; i < MR * NR; i++) t[i] = 0.0f;
+  for (p = 0; p < kc; p++, a += MR, b += NR)
+    for (i = 0; i < MR; i++) {
+      const float ai = a[i];
+      for (j = 0; j < NR; j++) t[i * NR + j] += ai * b[j];
+    }
+  dl__gemm_store_f32(t, alpha, beta, C, ldc, m, n);
+#endif
+}
+
+/* C = beta * C on an M x N block (C not read when beta == 0). */
+DL_API void dl__gemm_scale_f32(int64_t M, int64_t N, float beta, float *C, int64_t ldc) {
+  int64_t i, j;
+  if (beta == 1.0f) return;
+  for (i = 0; i < M; i++) {
+    float *c = C + i * ldc;
+    if (beta == 0.0f)
+      for (j = 0; j < N; j++) c[j] = 0.0f;
+    else
+      for (j = 0; j < N; j++) c[j] *= beta;
+  }
+}
+
+/* Batch item b of pr by the unblocked triple loop: the fallback when no
+ * packing buffer could be allocated. */
+DL_API void dl__gemm_naive_f32(const dl__gemm_problem *pr, int64_t b) {
+  const float *A = (const float *)pr->A + b * pr->sa, *B = (const float *)pr->B + b * pr->sb;
+  float *C = (float *)pr->C + b * pr->sc;
+  const float alpha = (float)pr->alpha, beta = (float)pr->beta;
+  int64_t i, j, p;
+  for (i = 0; i < pr->M; i++)
+    for (j = 0; j < pr->N; j++) {
+      float s = 0.0f;
+      for (p = 0; p < pr->K; p++)
+        s += (pr->ta ? A[p * pr->lda + i] : A[i * pr->lda + p]) *
+             (pr->tb ? B[j * pr->ldb + p] : B[p * pr->ldb + j]);
+      C[i * pr->ldc + j] = beta == 0.0f ? alpha * s : alpha * s + beta * C[i * pr->ldc + j];
+    }
+}
+
+/* The float kernels and block sizes for the driver. */
+DL_API dl__gemm_kind dl__gemm_kind_f32(void) {
+  dl__gemm_kind k;
+  k.esz = sizeof(float);
+  k.mr = DL__GEMM_MR;
+  k.nr = DL__GEMM_NR_F32;
+  k.mc = DL__GEMM_MC_F32;
+  k.kc = DL__GEMM_KC;
+  k.nc = DL__GEMM_NC_F32;
+  k.pack_a = dl__gemm_pack_a_f32;
+  k.pack_b = dl__gemm_pack_b_f32;
+  k.kernel = dl__gemm_kernel_f32;
+  return k;
+}
+
+/* >>gemm-f64 --------------------------------------------------------------- */
+
+/* dl__gemm_pack_a_fn for double: MR-tall panels, rows past mc zero. */
+DL_API void dl__gemm_pack_a_f64(dl_trans ta, const void *A_, int64_t lda, int64_t i0,
+                                int64_t mc, int64_t p0, int64_t kc, void *dst_) {
+  const int64_t MR = DL__GEMM_MR;
+  const double *A = (const double *)A_;
+  double *d = (double *)dst_;
+  int64_t r, i, p;
+  for (r = 0; r < mc; r += MR, d += MR * kc) {
+    int64_t rows = mc - r < MR ? mc - r : MR;
+    if (ta == DL_NOTRANS) {
+      int64_t q;
+      for (q = 0; q < kc; q += DL__GEMM_PACK_STEP) {
+        const int64_t qe = kc - q < DL__GEMM_PACK_STEP ? kc - q : DL__GEMM_PACK_STEP;
+        for (i = 0; i < rows; i++) {
+          const double *s = A + (i0 + r + i) * lda + p0 + q;
+          double *o = d + q * MR + i;
+          for (p = 0; p < qe; p++) o[p * MR] = s[p];
+        }
+      }
+    } else if (rows == MR) {
+      for (p = 0; p < kc; p++)
+        memcpy(d + p * MR, A + (p0 + p) * lda + i0 + r, sizeof(double) * DL__GEMM_MR);
+    } else {
+      for (p = 0; p < kc; p++) {
+        const double *s = A + (p0 + p) * lda + i0 + r;
+        for (i = 0; i < rows; i++) d[p * MR + i] = s[i];
+      }
+    }
+    for (i = rows; i < MR; i++)
+      for (p = 0; p < kc; p++) d[p * MR + i] = 0.0;
+  }
+}
+
+/* dl__gemm_pack_b_fn for double: NR-wide panels, columns past nc zero. */
+DL_API void dl__gemm_pack_b_f64(dl_trans tb, const void *B_, int64_t ldb, int64_t p0,
+                                int64_t kc, int64_t j0, int64_t nc, void *dst_) {
+  const int64_t NR = DL__GEMM_NR_F64;
+  const double *B = (const double *)B_;
+  double *d = (double *)dst_;
+  int64_t c, j, p;
+  for (c = 0; c < nc; c += NR, d += NR * kc) {
+    int64_t cols = nc - c < NR ? nc - c : NR;
+    if (tb == DL_NOTRANS && cols == NR) {
+      for (p = 0; p < kc; p++)
+        memcpy(d + p * NR, B + (p0 + p) * ldb + j0 + c, sizeof(double) * DL__GEMM_NR_F64);
+    } else if (tb == DL_NOTRANS) {
+      for (p = 0; p < kc; p++) {
+        const double *s = B + (p0 + p) * ldb + j0 + c;
+        for (j = 0; j < cols; j++) d[p * NR + j] = s[j];
+      }
+    } else {
+      int64_t q;
+      for (q = 0; q < kc; q += DL__GEMM_PACK_STEP) {
+        const int64_t qe = kc - q < DL__GEMM_PACK_STEP ? kc - q : DL__GEMM_PACK_STEP;
+        for (j = 0; j < cols; j++) {
+          const double *s = B + (j0 + c + j) * ldb + p0 + q;
+          double *o = d + q * NR + j;
+          for (p = 0; p < qe; p++) o[p * NR] = s[p];
+        }
+      }
+    }
+    for (j = cols; j < NR; j++)
+      for (p = 0; p < kc; p++) d[p * NR + j] = 0.0;
+  }
+}
+
+/* As dl__gemm_store_f32 for double. */
+DL_API void dl__gemm_store_f64(const double *acc, double alpha, double beta, double *C,
+                               int64_t ldc, int m, int n) {
+  int i, j;
+  for (i = 0; i < m; i++) {
+    double *c = C + i * ldc;
+    const double *t = acc + i * DL__GEMM_NR_F64;
+    if (beta == 0.0)
+      for (j = 0; j < n; j++) c[j] = alpha * t[j];
+    else
+      for (j = 0; j < n; j++) c[j] = alpha * t[j] + beta * c[j];
+  }
+}
+
+/* dl__gemm_kernel_fn for double: the MR x NR micro-kernel (accumulators in
+ * registers), then the store of its m x n corner. */
+DL_API DL__GEMM_CONTRACT void dl__gemm_kernel_f64(int64_t kc, const void *a_, const void *b_,
+                                                  double alpha, double beta, void *C_,
+                                                  int64_t ldc, int m, int n) {
+  enum { MR = DL__GEMM_MR, NR = DL__GEMM_NR_F64 };
+  const double *a = (const double *)a_, *b = (const double *)b_;
+  double *C = (double *)C_;
+  int64_t p;
+  int i;
+#if DL__GEMM_VEC
+  enum { L = DL__GEMM_VBYTES / 8 };
+  const dl__gemm_vf64 zero = {0};
+  dl__gemm_vf64 c0[MR], c1[MR];
+  DL__GEMM_UNROLL
+  for (i = 0; i < MR; i++) c0[i] = c1[i] = zero;
+  for (p = 0; p < kc; p++, a += MR, b += NR) {
+    dl__gemm_vf64 b0, b1;
+    memcpy(&b0, b, sizeof b0);
+    memcpy(&b1, b + L, sizeof b1);
+    DL__GEMM_UNROLL
+    for (i = 0; i < MR; i++) {
+      dl__gemm_vf64 ai = a[i] - zero;
+      c0[i] += ai * b0;
+      c1[i] += ai * b1;
+    }
+  }
+  if (m == MR && n == NR) {
+    DL__GEMM_UNROLL
+    for (i = 0; i < MR; i++) {
+      double *c = C + i * ldc;
+      dl__gemm_vf64 r0 = c0[i] * alpha, r1 = c1[i] * alpha;
+      if (beta != 0.0) {
+        dl__gemm_vf64 x0, x1;
+        memcpy(&x0, c, sizeof x0);
+        memcpy(&x1, c + L, sizeof x1);
+        r0 += beta * x0;
+        r1 += beta * x1;
+      }
+      memcpy(c, &r0, sizeof r0);
+      memcpy(c + L, &r1, sizeof r1);
+    }
+  } else {
+    double t[MR * NR];
+    for (i = 0; i < MR; i++) {
+      memcpy(t + i * NR, &c0[i], sizeof c0[i]);
+      memcpy(t + i * NR + L, &c1[i], sizeof c1[i]);
+    }
+    dl__gemm_store_f64(t, alpha, beta, C, ldc, m, n);
+  }
+#else
+  double t[MR * NR];
+  int j;
+  for (i = 0; i < MR * NR; i++) t[i] = 0.0;
+  for (p = 0; p < kc; p++, a += MR, b += NR)
+    for (i = 0; i < MR; i++) {
+      const double ai = a[i];
+      for (j = 0; j < NR; j++) t[i * NR + j] += ai * b[j];
+    }
+  dl__gemm_store_f64(t, alpha, beta, C, ldc, m, n);
+#endif
+}
+
+/* As dl__gemm_scale_f32 for double. */
+DL_API void dl__gemm_scale_f64(int64_t M, int64_t N, double beta, double *C, int64_t ldc) {
+  int64_t i, j;
+  if (beta == 1.0) return;
+  for (i = 0; i < M; i++) {
+    double *c = C + i * ldc;
+    if (beta == 0.0)
+      for (j = 0; j < N; j++) c[j] = 0.0;
+    else
+      for (j = 0; j < N; j++) c[j] *= beta;
+  }
+}
+
+/* As dl__gemm_naive_f32 for double. */
+DL_API void dl__gemm_naive_f64(const dl__gemm_problem *pr, int64_t b) {
+  const double *A = (const double *)pr->A + b * pr->sa, *B = (const double *)pr->B + b * pr->sb;
+  double *C = (double *)pr->C + b * pr->sc;
+  int64_t i, j, p;
+  for (i = 0; i < pr->M; i++)
+    for (j = 0; j < pr->N; j++) {
+      double s = 0.0;
+      for (p = 0; p < pr->K; p++)
+        s += (pr->ta ? A[p * pr->lda + i] : A[i * pr->lda + p]) *
+             (pr->tb ? B[j * pr->ldb + p] : B[p * pr->ldb + j]);
+      C[i * pr->ldc + j] =
+          pr->beta == 0.0 ? pr->alpha * s : pr->alpha * s + pr->beta * C[i * pr->ldc + j];
+    }
+}
+
+/* The double kernels and block sizes for the driver. */
+DL_API dl__gemm_kind dl__gemm_kind_f64(void) {
+  dl__gemm_kind k;
+  k.esz = sizeof(double);
+  k.mr = DL__GEMM_MR;
+  k.nr = DL__GEMM_NR_F64;
+  k.mc = DL__GEMM_MC_F64;
+  k.kc = DL__GEMM_KC;
+  k.nc = DL__GEMM_NC_F64;
+  k.pack_a = dl__gemm_pack_a_f64;
+  k.pack_b = dl__gemm_pack_b_f64;
+  k.kernel = dl__gemm_kernel_f64;
+  return k;
+}
+
+/* >>gemm-driver ------------------------------------------------------------ */
+
+/* How the work is shared out.
+ *
+ * Private mode (one thread, or a batch of at least two items per thread): a
+ * task is one whole batch item; the thread running it packs A and B into its
+ * own MC x KC and KC x NC buffers (abuf, bbuf bytes per thread).
+ *
+ * Shared mode (batch items split across threads): C is cut into a gm x gn
+ * grid of tm x tn tiles handed out with schedule(dynamic); K is cut into
+ * slabs of ks (all of K unless the packed slab would pass
+ * DL__GEMM_SLAB_BYTES). Each (panel, KC block) of op(A) and op(B) in a slab
+ * has a shared packed slot and a claim/ready flag pair: the first thread to
+ * need it packs it and publishes it, a thread that finds it ready uses it,
+ * and a thread that finds it being packed packs a private copy rather than
+ * wait. So every panel is packed about once, no thread ever waits for
+ * another inside a slab, and the only barriers are the one closing each
+ * slab (before its buffer is reused) and the end of the parallel region. */
+typedef struct dl__gemm_plan {
+  int threads, shared;
+  size_t abuf, bbuf;      /* private: bytes per thread, 64-aligned */
+  int64_t mp, np;         /* shared: MR panels of op(A), NR panels of op(B) */
+  int64_t ks, nslab, nkb; /* shared: K per slab, slabs, KC blocks per slab */
+  int64_t tm, tn, gm, gn; /* shared: tiles of C */
+  size_t apack, bpack;    /* shared: bytes of the packed slab of A, of B */
+  size_t nflags;          /* shared: ints of claim/ready flags, all items and slabs */
+  size_t total;           /* bytes to allocate */
+} dl__gemm_plan;
+
+/* Cap on the shared packed slab of op(A) and op(B) (bytes). */
+#define DL__GEMM_SLAB_BYTES ((size_t)32 << 20)
+
+DL_API int64_t dl__gemm_ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
+DL_API int64_t dl__gemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
+DL_API size_t dl__gemm_round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+DL_API dl__gemm_plan dl__gemm_make_plan(const dl_ctx *ctx, const dl__gemm_kind *k,
+                                        const dl__gemm_problem *pr) {
+  dl__gemm_plan pl;
+  const double flops = 2.0 * (double)pr->M * (double)pr->N * (double)pr->K * (double)pr->batch;
+  int threads = dl_ctx_threads(ctx);
+  memset(&pl, 0, sizeof pl);
+#ifdef _OPENMP
+  if (omp_in_parallel()) threads = 1; /* no nested teams */
+#endif
+  if (flops <= (double)DL_GEMM_PARALLEL_FLOPS) threads = 1;
+  pl.mp = dl__gemm_ceil(pr->M, k->mr);
+  pl.np = dl__gemm_ceil(pr->N, k->nr);
+  if (threads == 1 || pr->batch >= 2 * (int64_t)threads) {
+    const int64_t mc = dl__gemm_min(pl.mp * k->mr, k->mc), nc = dl__gemm_min(pl.np * k->nr, k->nc);
+    const int64_t kc = dl__gemm_min(pr->K, k->kc);
+    pl.threads = (int64_t)threads < pr->batch ? threads : (int)pr->batch;
+    pl.abuf = dl__gemm_round64((size_t)(mc * kc) * k->esz);
+    pl.bbuf = dl__gemm_round64((size_t)(kc * nc) * k->esz);
+    pl.total = (size_t)pl.threads * (pl.abuf + pl.bbuf);
+    return pl;
+  }
+  pl.shared = 1;
+  pl.threads = threads;
+  { /* slabs */
+    const size_t per_k = (size_t)(pl.mp * k->mr + pl.np * k->nr) * k->esz; /* bytes per K step */
+    pl.ks = pr->K;
+    if (per_k * (size_t)pr->K > DL__GEMM_SLAB_BYTES) {
+      pl.ks = (int64_t)(DL__GEMM_SLAB_BYTES / per_k) / k->kc * k->kc;
+      if (pl.ks < k->kc) pl.ks = k->kc;
+    }
+    pl.nslab = dl__gemm_ceil(pr->K, pl.ks);
+    pl.nkb = dl__gemm_ceil(pl.ks, k->kc);
+    pl.apack = dl__gemm_round64((size_t)(pl.mp * k->mr * pl.ks) * k->esz);
+    pl.bpack = dl__gemm_round64((size_t)(pl.np * k->nr * pl.ks) * k->esz);
+    pl.nflags = (size_t)(2 * (pl.mp + pl.np) * pl.nkb * pl.nslab * pr->batch);
+  }
+  { /* tiles: at most MC rows (the A block stays in L2); then halve the longer
+     * side until there are about four tiles per thread, keeping each above
+     * ~128K flops so handing it out costs little against its work */
+    int64_t tbm = dl__gemm_ceil(dl__gemm_min(pl.mp * k->mr, k->mc), k->mr), tbn = pl.np;
+    const int64_t want = 4 * (int64_t)threads;
+    while (dl__gemm_ceil(pl.mp, tbm) * dl__gemm_ceil(pl.np, tbn) < want) {
+      const int split_m = tbm > 1 && (tbm * k->mr >= tbn * k->nr || tbn == 1);
+      const int64_t nbm = split_m ? dl__gemm_ceil(tbm, 2) : tbm;
+      const int64_t nbn = split_m ? tbn : dl__gemm_ceil(tbn, 2);
+      if (nbm == tbm && nbn == tbn) break;
+      if (2.0 * (double)(nbm * k->mr) * (double)(nbn * k->nr) * (double)pr->K < 131072.0) break;
+      tbm = nbm;
+      tbn = nbn;
+    }
+    pl.tm = tbm * k->mr;
+    pl.tn = tbn * k->nr;
+    pl.gm = dl__gemm_ceil(pl.mp, tbm);
+    pl.gn = dl__gemm_ceil(pl.np, tbn);
+  }
+  /* packed slab, flags, then per thread one private A and one B panel */
+  pl.total = pl.apack + pl.bpack + dl__gemm_round64(pl.nflags * sizeof(int)) +
+             (size_t)threads * dl__gemm_round64((size_t)((k->mr + k->nr) * k->kc) * k->esz);
+  return pl;
+}
+
+/* Private mode: the whole of batch item bi with packing buffers pa (abuf
+ * bytes) and pb (bbuf bytes). */
+DL_API void dl__gemm_item(const dl__gemm_kind *k, const dl__gemm_problem *pr, int64_t bi,
+                          void *pa, void *pb) {
+  const size_t esz = k->esz;
+  const unsigned char *A = pr->A + (size_t)(bi * pr->sa) * esz;
+  const unsigned char *B = pr->B + (size_t)(bi * pr->sb) * esz;
+  unsigned char *C = pr->C + (size_t)(bi * pr->sc) * esz;
+  int64_t jc, pc, ic, jr, ir;
+  for (jc = 0; jc < pr->N; jc += k->nc) {
+    const int64_t nc = dl__gemm_min(pr->N - jc, k->nc);
+    for (pc = 0; pc < pr->K; pc += k->kc) {
+      const int64_t kc = dl__gemm_min(pr->K - pc, k->kc);
+      const double beta = pc == 0 ? pr->beta : 1.0; /* later K blocks accumulate */
+      k->pack_b(pr->tb, B, pr->ldb, pc, kc, jc, nc, pb);
+      for (ic = 0; ic < pr->M; ic += k->mc) {
+        const int64_t mc = dl__gemm_min(pr->M - ic, k->mc);
+        k->pack_a(pr->ta, A, pr->lda, ic, mc, pc, kc, pa);
+        for (jr = 0; jr < nc; jr += k->nr) {
+          const int n = (int)dl__gemm_min(nc - jr, k->nr);
+          const unsigned char *bp = (const unsigned char *)pb + (size_t)(jr * kc) * esz;
+          for (ir = 0; ir < mc; ir += k->mr)
+            k->kernel(kc, (const unsigned char *)pa + (size_t)(ir * kc) * esz, bp, pr->alpha, beta,
+                      C + (size_t)((ic + ir) * pr->ldc + jc + jr) * esz, pr->ldc,
+                      (int)dl__gemm_min(mc - ir, k->mr), n);
+        }
+      }
+    }
+  }
+}
+
+/* Shared mode: the packed KC block q of one panel, from the shared slot when
+ * this thread packs it first or finds it ready, else packed into own (this
+ * thread's private slot). flag[0] counts claims, flag[1] is set once the
+ * shared slot holds the data. is_b selects op(B) panel `panel` (else op(A)). */
+DL_API const unsigned char *dl__gemm_panel(const dl__gemm_kind *k, const dl__gemm_problem *pr,
+                                           int is_b, const unsigned char *X, int64_t panel,
+                                           int64_t p0, int64_t kc, unsigned char *slot,
+                                           unsigned char *own, int *flag) {
+  int ready, claims;
+  unsigned char *dst;
+  DL__OMP("omp atomic read seq_cst")
+  ready = flag[1];
+  if (ready) return slot;
+  DL__OMP("omp atomic capture seq_cst")
+  claims = flag[0]++;
+  dst = claims == 0 ? slot : own;
+  if (is_b)
+    k->pack_b(pr->tb, X, pr->ldb, p0, kc, panel * k->nr,
+              dl__gemm_min(pr->N - panel * k->nr, k->nr), dst);
+  else
+    k->pack_a(pr->ta, X, pr->lda, panel * k->mr, dl__gemm_min(pr->M - panel * k->mr, k->mr),
+              p0, kc, dst);
+  if (claims == 0) {
+    DL__OMP("omp atomic write seq_cst")
+    flag[1] = 1;
+  }
+  return dst;
+}
+
+/* Shared mode: tile t of batch item bi over slab s. pack is the shared
+ * packed slab (A then B), flags the slab's flags (A panels then B panels,
+ * nkb blocks each), own this thread's private A and B panel. */
+DL_API void dl__gemm_tile(const dl__gemm_kind *k, const dl__gemm_problem *pr,
+                          const dl__gemm_plan *pl, int64_t bi, int64_t s, int64_t t,
+                          unsigned char *pack, int *flags, unsigned char *own) {
+  const size_t esz = k->esz;
+  const int64_t k0 = s * pl->ks, kslab = dl__gemm_min(pr->K - k0, pl->ks);
+  const int64_t i0 = (t / pl->gn) * pl->tm, j0 = (t % pl->gn) * pl->tn;
+  const int64_t i1 = dl__gemm_min(i0 + pl->tm, pr->M), j1 = dl__gemm_min(j0 + pl->tn, pr->N);
+  const unsigned char *A = pr->A + (size_t)(bi * pr->sa) * esz;
+  const unsigned char *B = pr->B + (size_t)(bi * pr->sb) * esz;
+  unsigned char *C = pr->C + (size_t)(bi * pr->sc) * esz;
+  unsigned char *own_a = own, *own_b = own + (size_t)(k->mr * k->kc) * esz;
+  int64_t q, jr, ir;
+  for (q = 0; q < pl->nkb && q * k->kc < kslab; q++) {
+    const int64_t pc = q * k->kc, kc = dl__gemm_min(kslab - pc, k->kc);
+    const double beta = k0 + pc == 0 ? pr->beta : 1.0;
+    for (jr = j0; jr < j1; jr += k->nr) {
+      const int64_t c = jr / k->nr;
+      const unsigned char *bp = dl__gemm_panel(
+          k, pr, 1, B, c, k0 + pc, kc, pack + pl->apack + (size_t)(jr * kslab + pc * k->nr) * esz,
+          own_b, flags + 2 * ((pl->mp + c) * pl->nkb + q));
+      for (ir = i0; ir < i1; ir += k->mr) {
+        const int64_t r = ir / k->mr;
+        const unsigned char *ap = dl__gemm_panel(
+            k, pr, 0, A, r, k0 + pc, kc, pack + (size_t)(ir * kslab + pc * k->mr) * esz, own_a,
+            flags + 2 * (r * pl->nkb + q));
+        k->kernel(kc, ap, bp, pr->alpha, beta, C + (size_t)(ir * pr->ldc + jr) * esz, pr->ldc,
+                  (int)dl__gemm_min(i1 - ir, k->mr), (int)dl__gemm_min(j1 - jr, k->nr));
+      }
+    }
+  }
+}
+
+/* The calling thread's number in the team (0 without OpenMP). */
+DL_API int dl__gemm_thread_id(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+/* The built-in kernel on a checked problem (any batch). op names the entry
+ * point for the out-of-memory warning. */
+DL_API void dl__gemm_run(const dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
+                         const dl__gemm_problem *pr) {
+  dl__gemm_plan pl;
+  dl_ctx actx;
+  unsigned char *scratch;
+  int64_t b;
+  if (pr->M == 0 || pr->N == 0 || pr->batch == 0) return;
+  if (pr->K == 0 || pr->alpha == 0.0) { /* C = beta * C; A and B are not read */
+    for (b = 0; b < pr->batch; b++) {
+      if (k->esz == sizeof(float))
+        dl__gemm_scale_f32(pr->M, pr->N, (float)pr->beta, (float *)pr->C + b * pr->sc, pr->ldc);
+      else
+        dl__gemm_scale_f64(pr->M, pr->N, pr->beta, (double *)pr->C + b * pr->sc, pr->ldc);
+    }
+    return;
+  }
+  pl = dl__gemm_make_plan(ctx, k, pr);
+  /* dl_alloc records failures in its ctx; ctx is const here, so a copy
+   * carries the allocator hooks */
+  dl_ctx_init(&actx, ctx ? &ctx->desc : NULL);
+  scratch = (unsigned char *)dl_alloc(&actx, pl.total);
+  if (!scratch) {
+    dl_log_msg(ctx, 1, "%s: no memory for %zu bytes of packing buffers; using the unblocked loop",
+               op, pl.total);
+    for (b = 0; b < pr->batch; b++) {
+      if (k->esz == sizeof(float)) dl__gemm_naive_f32(pr, b);
+      else dl__gemm_naive_f64(pr, b);
+    }
+    return;
+  }
+  if (pl.threads == 1) {
+    dl_fpmode fm = dl_ctx_fp_enter(ctx);
+    for (b = 0; b < pr->batch; b++) dl__gemm_item(k, pr, b, scratch, scratch + pl.abuf);
+    dl_ftz_leave(fm);
+  } else if (!pl.shared) {
+    const int nt = pl.threads;
+    DL__OMP("omp parallel num_threads(nt)")
+    {
+      dl_fpmode fm = dl_ctx_fp_enter(ctx);
+      unsigned char *pa = scratch + (size_t)dl__gemm_thread_id() * (pl.abuf + pl.bbuf);
+      int64_t bi;
+      DL__OMP("omp for schedule(dynamic, 1)")
+      for (bi = 0; bi < pr->batch; bi++) dl__gemm_item(k, pr, bi, pa, pa + pl.abuf);
+      dl_ftz_leave(fm);
+    }
+    (void)nt;
+  } else {
+    const int nt = pl.threads;
+    const int64_t ntiles = pl.gm * pl.gn, fslab = 2 * (pl.mp + pl.np) * pl.nkb;
+    int *flags = (int *)(scratch + pl.apack + pl.bpack);
+    unsigned char *own0 = scratch + pl.apack + pl.bpack + dl__gemm_round64(pl.nflags * sizeof(int));
+    const size_t own_bytes = dl__gemm_round64((size_t)((k->mr + k->nr) * k->kc) * k->esz);
+    memset(flags, 0, pl.nflags * sizeof(int));
+    DL__OMP("omp parallel num_threads(nt)")
+    {
+      dl_fpmode fm = dl_ctx_fp_enter(ctx);
+      unsigned char *own = own0 + (size_t)dl__gemm_thread_id() * own_bytes;
+      int64_t bi, s, t;
+      for (bi = 0; bi < pr->batch; bi++)
+        for (s = 0; s < pl.nslab; s++) {
+          int *f = flags + (bi * pl.nslab + s) * fslab;
+          if (bi + 1 < pr->batch || s + 1 < pl.nslab) {
+            /* the loop's closing barrier keeps the next slab's packing out
+             * of the buffer until every tile of this one is done */
+            DL__OMP("omp for schedule(dynamic, 1)")
+            for (t = 0; t < ntiles; t++) dl__gemm_tile(k, pr, &pl, bi, s, t, scratch, f, own);
+          } else { /* the last slab: the region's own end is the only barrier */
+            DL__OMP("omp for schedule(dynamic, 1) nowait")
+            for (t = 0; t < ntiles; t++) dl__gemm_tile(k, pr, &pl, bi, s, t, scratch, f, own);
+          }
+        }
+      dl_ftz_leave(fm);
+    }
+    (void)nt;
+  }
+  dl_free(&actx, scratch);
+}
+
+/* >>gemm-check ------------------------------------------------------------- */
+
+/* Panic (naming op) unless the arguments describe valid row-major matrices.
+ * batched != 0 also checks batch and the strides. */
+DL_API void dl__gemm_check(const dl_ctx *ctx, const char *op, dl_trans ta, dl_trans tb,
+                           int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                           const void *B, int64_t ldb, const void *C, int64_t ldc, int batched,
+                           int64_t sa, int64_t sb, int64_t sc, int64_t batch) {
+  const long long m = (long long)M, n = (long long)N, kk = (long long)K;
+  long long need;
+  if ((ta != DL_NOTRANS && ta != DL_TRANS) || (tb != DL_NOTRANS && tb != DL_TRANS))
+    DL_PANIC(ctx, op, "trans flags must be DL_NOTRANS or DL_TRANS, got ta=%d tb=%d "
+             "(M=%lld N=%lld K=%lld)", (int)ta, (int)tb, m, n, kk);
+  if (M < 0 || N < 0 || K < 0) DL_PANIC(ctx, op, "negative size: M=%lld N=%lld K=%lld", m, n, kk);
+  need = ta ? m : kk; /* A is (M,K), or (K,M) when ta */
+  if (need < 1) need = 1;
+  if (lda < need)
+    DL_PANIC(ctx, op, "lda=%lld too small for A (%lld,%lld)%s: need lda >= %lld "
+             "(M=%lld N=%lld K=%lld)", (long long)lda, ta ? kk : m, ta ? m : kk,
+             ta ? " (ta)" : "", need, m, n, kk);
+  need = tb ? kk : n; /* B is (K,N), or (N,K) when tb */
+  if (need < 1) need = 1;
+  if (ldb < need)
+    DL_PANIC(ctx, op, "ldb=%lld too small for B (%lld,%lld)%s: need ldb >= %lld "
+             "(M=%lld N=%lld K=%lld)", (long long)ldb, tb ? n : kk, tb ? kk : n,
+             tb ? " (tb)" : "", need, m, n, kk);
+  need = n > 1 ? n : 1;
+  if (ldc < need)
+    DL_PANIC(ctx, op, "ldc=%lld too small for C (%lld,%lld): need ldc >= %lld "
+             "(M=%lld N=%lld K=%lld)", (long long)ldc, m, n, need, m, n, kk);
+  if (batched) {
+    if (batch < 0)
+      DL_PANIC(ctx, op, "negative batch=%lld (M=%lld N=%lld K=%lld)", (long long)batch, m, n, kk);
+    if (sa < 0 || sb < 0 || sc < 0)
+      DL_PANIC(ctx, op, "negative stride: strideA=%lld strideB=%lld strideC=%lld "
+               "(M=%lld N=%lld K=%lld)", (long long)sa, (long long)sb, (long long)sc, m, n, kk);
+    if (batch > 1 && M > 0 && N > 0 && sc < (M - 1) * ldc + N)
+      DL_PANIC(ctx, op, "strideC=%lld makes the %lld C matrices (%lld,%lld) with ldc=%lld "
+               "overlap: need strideC >= %lld (K=%lld)", (long long)sc, (long long)batch, m, n,
+               (long long)ldc, (long long)((M - 1) * ldc + N), kk);
+    if (batch == 0) return;
+  }
+  if (M > 0 && K > 0 && !A) DL_PANIC(ctx, op, "A is NULL with M=%lld N=%lld K=%lld", m, n, kk);
+  if (N > 0 && K > 0 && !B) DL_PANIC(ctx, op, "B is NULL with M=%lld N=%lld K=%lld", m, n, kk);
+  if (M > 0 && N > 0 && !C) DL_PANIC(ctx, op, "C is NULL with M=%lld N=%lld K=%lld", m, n, kk);
+}
+
+/* The checked arguments as one problem for the driver. */
+DL_API dl__gemm_problem dl__gemm_problem_make(dl_trans ta, dl_trans tb, int64_t M, int64_t N,
+                                              int64_t K, double alpha, const void *A,
+                                              int64_t lda, int64_t sa, const void *B,
+                                              int64_t ldb, int64_t sb, double beta, void *C,
+                                              int64_t ldc, int64_t sc, int64_t batch) {
+  dl__gemm_problem pr;
+  pr.ta = ta;
+  pr.tb = tb;
+  pr.M = M;
+  pr.N = N;
+  pr.K = K;
+  pr.batch = batch;
+  pr.alpha = alpha;
+  pr.beta = beta;
+  pr.A = (const unsigned char *)A;
+  pr.B = (const unsigned char *)B;
+  pr.C = (unsigned char *)C;
+  pr.lda = lda;
+  pr.ldb = ldb;
+  pr.ldc = ldc;
+  pr.sa = sa;
+  pr.sb = sb;
+  pr.sc = sc;
+  return pr;
+}
+
+#ifdef DL_USE_OPENBLAS
+/* Whether every size fits cblas's 32-bit int. */
+DL_API int dl__gemm_fits_int(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                             int64_t ldc) {
+  return M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX &&
+         ldb <= INT32_MAX && ldc <= INT32_MAX;
+}
+#endif
+
+/* >>gemm-public ------------------------------------------------------------ */
+
+/* The built-in kernel, whatever DL_USE_OPENBLAS says.
+ * A is (M,K) or (K,M) when ta; B is (K,N) or (N,K) when tb; C is (M,N).
+ * C = alpha * op(A) * op(B) + beta * C. */
+DL_API void dl_gemm_builtin_f32(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M,
+                                int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                                const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  dl__gemm_kind k = dl__gemm_kind_f32();
+  dl__gemm_problem pr;
+  dl__gemm_check(ctx, "dl_gemm_builtin_f32", ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 0, 0, 0, 0,
+                 1);
+  pr = dl__gemm_problem_make(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+  dl__gemm_run(ctx, "dl_gemm_builtin_f32", &k, &pr);
+}
+
+/* As dl_gemm_builtin_f32 in double precision. */
+DL_API void dl_gemm_builtin_f64(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M,
+                                int64_t N, int64_t K, double alpha, const double *A,
+                                int64_t lda, const double *B, int64_t ldb, double beta,
+                                double *C, int64_t ldc) {
+  dl__gemm_kind k = dl__gemm_kind_f64();
+  dl__gemm_problem pr;
+  dl__gemm_check(ctx, "dl_gemm_builtin_f64", ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 0, 0, 0, 0,
+                 1);
+  pr = dl__gemm_problem_make(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+  dl__gemm_run(ctx, "dl_gemm_builtin_f64", &k, &pr);
+}
+
+/* C = alpha * op(A) * op(B) + beta * C through cblas_sgemm under
+ * DL_USE_OPENBLAS, else the built-in kernel.
+ * A is (M,K) or (K,M) when ta; B is (K,N) or (N,K) when tb; C is (M,N). */
+DL_API void dl_gemm_f32(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M, int64_t N,
+                        int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                        int64_t ldb, float beta, float *C, int64_t ldc) {
+  dl__gemm_check(ctx, "dl_gemm_f32", ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 0, 0, 0, 0, 1);
+#ifdef DL_USE_OPENBLAS
+  if (dl__gemm_fits_int(M, N, K, lda, ldb, ldc)) {
+    dl_fpmode fm;
+    if (M == 0 || N == 0) return;
+    if (K == 0 || alpha == 0.0f) {
+      dl__gemm_scale_f32(M, N, beta, C, ldc);
+      return;
+    }
+    fm = dl_ctx_fp_enter(ctx);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    dl_ftz_leave(fm);
+    return;
+  }
+#endif
+  {
+    dl__gemm_kind k = dl__gemm_kind_f32();
+    dl__gemm_problem pr =
+        dl__gemm_problem_make(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+    dl__gemm_run(ctx, "dl_gemm_f32", &k, &pr);
+  }
+}
+
+/* As dl_gemm_f32 in double precision (cblas_dgemm under DL_USE_OPENBLAS). */
+DL_API void dl_gemm_f64(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M, int64_t N,
+                        int64_t K, double alpha, const double *A, int64_t lda, const double *B,
+                        int64_t ldb, double beta, double *C, int64_t ldc) {
+  dl__gemm_check(ctx, "dl_gemm_f64", ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 0, 0, 0, 0, 1);
+#ifdef DL_USE_OPENBLAS
+  if (dl__gemm_fits_int(M, N, K, lda, ldb, ldc)) {
+    dl_fpmode fm;
+    if (M == 0 || N == 0) return;
+    if (K == 0 || alpha == 0.0) {
+      dl__gemm_scale_f64(M, N, beta, C, ldc);
+      return;
+    }
+    fm = dl_ctx_fp_enter(ctx);
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    dl_ftz_leave(fm);
+    return;
+  }
+#endif
+  {
+    dl__gemm_kind k = dl__gemm_kind_f64();
+    dl__gemm_problem pr =
+        dl__gemm_problem_make(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+    dl__gemm_run(ctx, "dl_gemm_f64", &k, &pr);
+  }
+}
+
+/* batch independent products: for b in [0, batch), matrix b of A starts at
+ * A + b * strideA (likewise B, C; strides in elements, >= 0; a stride of 0
+ * shares one A or B across the batch). The C matrices must not overlap.
+ * OpenBLAS 0.3.21 has no cblas_sgemm_batch, so under DL_USE_OPENBLAS this is
+ * one cblas_sgemm per item; the built-in kernel spreads batch x blocks of C
+ * over the OpenMP team. */
+DL_API void dl_gemm_batched_f32(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M,
+                                int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                                int64_t strideA, const float *B, int64_t ldb, int64_t strideB,
+                                float beta, float *C, int64_t ldc, int64_t strideC,
+                                int64_t batch) {
+  dl__gemm_check(ctx, "dl_gemm_batched_f32", ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 1,
+                 strideA, strideB, strideC, batch);
+#ifdef DL_USE_OPENBLAS
+  if (dl__gemm_fits_int(M, N, K, lda, ldb, ldc)) {
+    dl_fpmode fm;
+    int64_t b;
+    if (M == 0 || N == 0) return;
+    if (K == 0 || alpha == 0.0f) {
+      for (b = 0; b < batch; b++) dl__gemm_scale_f32(M, N, beta, C + b * strideC, ldc);
+      return;
+    }
+    fm = dl_ctx_fp_enter(ctx);
+    for (b = 0; b < batch; b++)
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                  (int)M, (int)N, (int)K, alpha, A + b * strideA, (int)lda, B + b * strideB,
+                  (int)ldb, beta, C + b * strideC, (int)ldc);
+    dl_ftz_leave(fm);
+    return;
+  }
+#endif
+  {
+    dl__gemm_kind k = dl__gemm_kind_f32();
+    dl__gemm_problem pr = dl__gemm_problem_make(ta, tb, M, N, K, alpha, A, lda, strideA, B, ldb,
+                                                strideB, beta, C, ldc, strideC, batch);
+    dl__gemm_run(ctx, "dl_gemm_batched_f32", &k, &pr);
+  }
+}
+
+/* As dl_gemm_batched_f32 in double precision. */
+DL_API void dl_gemm_batched_f64(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M,
+                                int64_t N, int64_t K, double alpha, const double *A,
+                                int64_t lda, int64_t strideA, const double *B, int64_t ldb,
+                                int64_t strideB, double beta, double *C, int64_t ldc,
+                                int64_t strideC, int64_t batch) {
+  dl__gemm_check(ctx, "dl_gemm_batched_f64", ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 1,
+                 strideA, strideB, strideC, batch);
+#ifdef DL_USE_OPENBLAS
+  if (dl__gemm_fits_int(M, N, K, lda, ldb, ldc)) {
+    dl_fpmode fm;
+    int64_t b;
+    if (M == 0 || N == 0) return;
+    if (K == 0 || alpha == 0.0) {
+      for (b = 0; b < batch; b++) dl__gemm_scale_f64(M, N, beta, C + b * strideC, ldc);
+      return;
+    }
+    fm = dl_ctx_fp_enter(ctx);
+    for (b = 0; b < batch; b++)
+      cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                  (int)M, (int)N, (int)K, alpha, A + b * strideA, (int)lda, B + b * strideB,
+                  (int)ldb, beta, C + b * strideC, (int)ldc);
+    dl_ftz_leave(fm);
+    return;
+  }
+#endif
+  {
+    dl__gemm_kind k = dl__gemm_kind_f64();
+    dl__gemm_problem pr = dl__gemm_problem_make(ta, tb, M, N, K, alpha, A, lda, strideA, B, ldb,
+                                                strideB, beta, C, ldc, strideC, batch);
+    dl__gemm_run(ctx, "dl_gemm_batched_f64", &k, &pr);
+  }
+}
+
+
+/* >>matmul (tensors) ------------------------------------------------------- */
+
+/* How a 2-D (or the last two dims of an n-D) view maps onto a row-major GEMM
+ * operand: unit stride along the last dim is the plain layout, unit stride
+ * along the one before it is a transposed view. 0 when neither (copy first). */
+DL_API int dl__mat_layout(const dl_tensor *t, dl_trans *tr, int64_t *ld) {
+  int r = t->ndim - 2, c = t->ndim - 1;
+  if (t->strides[c] == 1 || t->shape[c] == 1) {
+    *tr = DL_NOTRANS;
+    *ld = t->shape[r] == 1 ? (t->shape[c] > 1 ? t->shape[c] : 1) : t->strides[r];
+    if (*ld < t->shape[c]) *ld = t->shape[c];
+    return t->shape[r] == 1 || t->strides[r] >= t->shape[c];
+  }
+  if (t->strides[r] == 1) {
+    *tr = DL_TRANS;
+    *ld = t->strides[c];
+    return *ld >= t->shape[r];
+  }
+  return 0;
+}
+
+/* C = alpha * A @ B + beta * C for f32/f64 tensors (no implicit conversion):
+ *   A (M, K), B (K, N), C (M, N); or batched: A (b.., M, K) with B either
+ *   (K, N) (shared) or (b.., K, N), C (b.., M, N), batch dims equal.
+ * A and B may be transposed views (dl_view_transpose) of contiguous data: no
+ * copy is made. C must be contiguous. beta = 0 overwrites C. Panics naming
+ * the three shapes on any mismatch. */
+DL_API void dl_matmul_into(dl_tensor *C, const dl_tensor *A, const dl_tensor *B, double alpha,
+                           double beta) {
+  int64_t M, N, K, batch = 1, lda, ldb, sa, sb;
+  dl_trans ta, tb;
+  int d, bshared;
+  if (A->dtype != B->dtype || A->dtype != C->dtype || (A->dtype != DL_F32 && A->dtype != DL_F64))
+    DL_PANIC(C->ctx, "dl_matmul", "dtypes %s @ %s -> %s: all f32 or all f64", DL_SHAPESTR(A),
+             DL_SHAPESTR(B), DL_SHAPESTR(C));
+  if (A->ndim < 2 || B->ndim < 2 || C->ndim != A->ndim || (B->ndim != 2 && B->ndim != A->ndim))
+    DL_PANIC(C->ctx, "dl_matmul", "ranks do not fit: %s @ %s -> %s", DL_SHAPESTR(A), DL_SHAPESTR(B),
+             DL_SHAPESTR(C));
+  M = A->shape[A->ndim - 2];
+  K = A->shape[A->ndim - 1];
+  N = B->shape[B->ndim - 1];
+  bshared = B->ndim == 2;
+  if (B->shape[B->ndim - 2] != K || C->shape[C->ndim - 2] != M || C->shape[C->ndim - 1] != N)
+    DL_PANIC(C->ctx, "dl_matmul", "shape mismatch: %s @ %s -> %s", DL_SHAPESTR(A), DL_SHAPESTR(B),
+             DL_SHAPESTR(C));
+  for (d = 0; d < A->ndim - 2; d++) {
+    if (C->shape[d] != A->shape[d] || (!bshared && B->shape[d] != A->shape[d]))
+      DL_PANIC(C->ctx, "dl_matmul", "batch dimensions differ: %s @ %s -> %s", DL_SHAPESTR(A),
+               DL_SHAPESTR(B), DL_SHAPESTR(C));
+    batch *= A->shape[d];
+  }
+  if (!dl_tensor_is_contiguous(C))
+    DL_PANIC(C->ctx, "dl_matmul", "destination %s must be contiguous", DL_SHAPESTR(C));
+  if (!dl__mat_layout(A, &ta, &lda) || !dl__mat_layout(B, &tb, &ldb))
+    DL_PANIC(C->ctx, "dl_matmul", "operands %s, %s need unit stride in one of their last two dimensions",
+             DL_SHAPESTR(A), DL_SHAPESTR(B));
+  /* batch dims of A (and B) must be uniformly strided: the leading dims
+   * collapse to one stride */
+  sa = A->ndim > 2 ? A->strides[A->ndim - 3] : 0;
+  sb = (!bshared && B->ndim > 2) ? B->strides[B->ndim - 3] : 0;
+  for (d = A->ndim - 4; d >= 0; d--) {
+    if (A->strides[d] != A->strides[d + 1] * A->shape[d + 1] ||
+        (!bshared && B->strides[d] != B->strides[d + 1] * B->shape[d + 1]))
+      DL_PANIC(C->ctx, "dl_matmul", "batch dimensions of %s / %s are not uniformly strided",
+               DL_SHAPESTR(A), DL_SHAPESTR(B));
+  }
+  if (A->dtype == DL_F32)
+    dl_gemm_batched_f32(C->ctx, ta, tb, M, N, K, (float)alpha, (const float *)A->data, lda, sa,
+                        (const float *)B->data, ldb, sb, (float)beta, (float *)C->data, N, M * N, batch);
+  else
+    dl_gemm_batched_f64(C->ctx, ta, tb, M, N, K, alpha, (const double *)A->data, lda, sa,
+                        (const double *)B->data, ldb, sb, beta, (double *)C->data, N, M * N, batch);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DL_BLAS_H */
