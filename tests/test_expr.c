@@ -297,6 +297,31 @@ static void test_oplist_binary(void) {
   check_binary("user softmax2", test_softmax2_into, test_softmax2_backward, -2, 2);
 }
 
+/* backward through a sliced (strided) input and into a strided gradient view
+ * equals the same computation on contiguous copies */
+static void test_backward_strided_views(void) {
+  dl_rng r = dl_rng_make(31);
+  dl_tensor *big = mk(DL_F64, DL_SHAPE(4, 10), &r), *b = mk(DL_F64, DL_SHAPE(6), &r), *gy = mk(DL_F64, DL_SHAPE(4, 6), &r);
+  dl_tensor *ac = mk(DL_F64, DL_SHAPE(4, 6), NULL), *ga = mk(DL_F64, DL_SHAPE(4, 6), NULL), *gb = mk(DL_F64, DL_SHAPE(6), NULL);
+  dl_tensor *gbig = mk(DL_F64, DL_SHAPE(6, 4), NULL), *gb2 = mk(DL_F64, DL_SHAPE(6), NULL);
+  dl_tensor av = dl_view_slice(big, 1, 2, 8, 1), gav = dl_view_transpose(gbig, 0, 1);
+  int64_t i, j;
+  dl_tensor_copy(ac, &av);
+  dl_mul_backward(ga, gb, gy, ac, b);        /* contiguous reference */
+  dl_mul_backward(&gav, gb2, gy, &av, b);    /* strided input, transposed gradient */
+  for (i = 0; i < 4; i++)
+    for (j = 0; j < 6; j++) CHECK_NEAR(dl_f64(gbig)[j * 4 + i], dl_f64(ga)[i * 6 + j], 1e-15);
+  for (j = 0; j < 6; j++) CHECK_NEAR(dl_f64(gb2)[j], dl_f64(gb)[j], 1e-14);
+  dl_tensor_fill(ga, 0);
+  dl_tensor_fill(gbig, 0);
+  dl_sigmoid_backward(ga, gy, ac);
+  dl_sigmoid_backward(&gav, gy, &av);
+  for (i = 0; i < 4; i++)
+    for (j = 0; j < 6; j++) CHECK_NEAR(dl_f64(gbig)[j * 4 + i], dl_f64(ga)[i * 6 + j], 1e-15);
+  dl_tensor_free(big); dl_tensor_free(b); dl_tensor_free(gy); dl_tensor_free(ac); dl_tensor_free(ga);
+  dl_tensor_free(gb); dl_tensor_free(gbig); dl_tensor_free(gb2);
+}
+
 static void test_backward_f32_and_errors(void) {
   dl_tensor *x = mk(DL_F32, DL_SHAPE(5), NULL), *gy = mk(DL_F32, DL_SHAPE(5), NULL), *gx = mk(DL_F32, DL_SHAPE(5), NULL);
   dl_tensor *gbad = mk(DL_F32, DL_SHAPE(4), NULL), *g64 = mk(DL_F64, DL_SHAPE(5), NULL);
@@ -329,6 +354,7 @@ int main(void) {
   RUN(test_oplist_unary);
   RUN(test_oplist_param);
   RUN(test_oplist_binary);
+  RUN(test_backward_strided_views);
   RUN(test_backward_f32_and_errors);
   return harness_finish();
 }

@@ -274,9 +274,9 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
 typedef struct dl__bwalk {
   const dl_tensor *gy;
   int n;
-  const dl_tensor *x[2];
-  int64_t xs[2][DL_MAX_DIMS];
-  int bcast;
+  int64_t xs[2][DL_MAX_DIMS];   /* input strides along gy's dims, 0 where broadcast */
+  int64_t gs[2][DL_MAX_DIMS];   /* the same for the input's gradient tensor */
+  int bcast;                    /* 0: everything contiguous and same-shape */
 } dl__bwalk;
 
 DL_API void dl__bwalk_init(dl__bwalk *w, const char *op, const dl_tensor *gy, int n,
@@ -292,47 +292,38 @@ DL_API void dl__bwalk_init(dl__bwalk *w, const char *op, const dl_tensor *gy, in
   for (k = 0; k < n; k++) {
     const dl_tensor *x = xs[k];
     int off = gy->ndim - x->ndim;
-    w->x[k] = x;
     if (x->dtype != gy->dtype)
       DL_PANIC(gy->ctx, op, "dtype mismatch: gradient %s, input %s", DL_SHAPESTR(gy), DL_SHAPESTR(x));
     if (gs[k]) dl__check_same(gs[k], x, op, 1);
     if (off < 0)
       DL_PANIC(gy->ctx, op, "input %s has more dimensions than the gradient %s", DL_SHAPESTR(x), DL_SHAPESTR(gy));
     for (d = 0; d < gy->ndim; d++) {
-      int xd = d - off;
-      if (xd >= 0 && x->shape[xd] != 1 && x->shape[xd] != gy->shape[d])
+      int xd = d - off, b = xd < 0 || x->shape[xd] == 1;
+      if (!b && x->shape[xd] != gy->shape[d])
         DL_PANIC(gy->ctx, op, "shape mismatch: input %s does not broadcast to gradient %s",
                  DL_SHAPESTR(x), DL_SHAPESTR(gy));
-      w->xs[k][d] = (xd < 0 || x->shape[xd] == 1) ? 0 : x->strides[xd];
-      if (w->xs[k][d] == 0 && gy->shape[d] > 1) w->bcast = 1;
+      w->xs[k][d] = b ? 0 : x->strides[xd];
+      w->gs[k][d] = (b || !gs[k]) ? 0 : gs[k]->strides[xd];
+      if (b && gy->shape[d] > 1) w->bcast = 1;
     }
-    if (gs[k] && !dl_tensor_is_contiguous(x)) w->bcast = 1;
     if (!dl_tensor_is_contiguous(x) || (gs[k] && !dl_tensor_is_contiguous(gs[k]))) w->bcast = 1;
   }
 }
-/* Offsets of element i of gy in gy and in each input (and its gradient,
- * which shares the input's shape but is contiguous or has its own strides). */
-DL_API void dl__bwalk_at(const dl__bwalk *w, int64_t i, int64_t *oy, int64_t *ox) {
+/* Offsets of element i (row-major over gy's shape) in gy, in each input (ox)
+ * and in each input's gradient (og). */
+DL_API void dl__bwalk_at(const dl__bwalk *w, int64_t i, int64_t *oy, int64_t *ox, int64_t *og) {
   int d, k;
   *oy = 0;
-  ox[0] = ox[1] = 0;
+  ox[0] = ox[1] = og[0] = og[1] = 0;
   for (d = w->gy->ndim - 1; d >= 0; d--) {
     int64_t id = i % w->gy->shape[d];
     i /= w->gy->shape[d];
     *oy += id * w->gy->strides[d];
-    for (k = 0; k < w->n; k++) ox[k] += id * w->xs[k][d];
+    for (k = 0; k < w->n; k++) {
+      ox[k] += id * w->xs[k][d];
+      og[k] += id * w->gs[k][d];
+    }
   }
-}
-/* Offset in g (shape of x) of the element at x-offset xo. */
-DL_API int64_t dl__goff(const dl_tensor *x, const dl_tensor *g, int64_t xo) {
-  int64_t go = 0;
-  int d;
-  if (dl_tensor_is_contiguous(x) && dl_tensor_is_contiguous(g)) return xo;
-  for (d = x->ndim - 1; d >= 0; d--) {
-    int64_t id = x->strides[d] ? (xo / x->strides[d]) % x->shape[d] : 0;
-    go += id * g->strides[d];
-  }
-  return go;
 }
 
 DL_API void dl__unused(int n, ...) { (void)n; }
@@ -366,9 +357,9 @@ DL_API void dl__unused(int n, ...) { (void)n; }
         for (i = 0; i < n; i++) g0[i] += gp[i] * FAM##_dual(dl_dual_make(xp[i], 1.0f) PA).d; \
       } else {                                                                         \
         for (i = 0; i < n; i++) {                                                      \
-          int64_t oy, ox[2];                                                           \
-          dl__bwalk_at(&w, i, &oy, ox);                                                \
-          g0[dl__goff(x0_, gx0, ox[0])] += gp[oy] * FAM##_dual(dl_dual_make(xp[ox[0]], 1.0f) PA).d; \
+          int64_t oy, ox[2], og[2];                                                    \
+          dl__bwalk_at(&w, i, &oy, ox, og);                                            \
+          g0[og[0]] += gp[oy] * FAM##_dual(dl_dual_make(xp[ox[0]], 1.0f) PA).d;        \
         }                                                                              \
       }                                                                                \
     } else {                                                                           \
@@ -379,9 +370,9 @@ DL_API void dl__unused(int n, ...) { (void)n; }
         for (i = 0; i < n; i++) g0[i] += gp[i] * FAM##_dual64(dl_dual64_make(xp[i], 1.0) PA).d; \
       } else {                                                                         \
         for (i = 0; i < n; i++) {                                                      \
-          int64_t oy, ox[2];                                                           \
-          dl__bwalk_at(&w, i, &oy, ox);                                                \
-          g0[dl__goff(x0_, gx0, ox[0])] += gp[oy] * FAM##_dual64(dl_dual64_make(xp[ox[0]], 1.0) PA).d; \
+          int64_t oy, ox[2], og[2];                                                    \
+          dl__bwalk_at(&w, i, &oy, ox, og);                                            \
+          g0[og[0]] += gp[oy] * FAM##_dual64(dl_dual64_make(xp[ox[0]], 1.0) PA).d;     \
         }                                                                              \
       }                                                                                \
     }                                                                                  \
@@ -410,15 +401,15 @@ DL_API void dl__unused(int n, ...) { (void)n; }
                   *bp = (const float *)x1_->data;                                      \
       float *g0 = gx0 ? (float *)gx0->data : NULL, *g1 = gx1 ? (float *)gx1->data : NULL; \
       for (i = 0; i < n; i++) {                                                        \
-        int64_t oy, ox[2];                                                             \
+        int64_t oy, ox[2], og[2];                                                      \
         float a, b;                                                                    \
-        if (w.bcast) dl__bwalk_at(&w, i, &oy, ox);                                     \
-        else oy = ox[0] = ox[1] = i;                                                   \
+        if (w.bcast) dl__bwalk_at(&w, i, &oy, ox, og);                                 \
+        else oy = ox[0] = ox[1] = og[0] = og[1] = i;                                   \
         a = ap[ox[0]];                                                                 \
         b = bp[ox[1]];                                                                 \
-        if (g0) g0[dl__goff(x0_, gx0, ox[0])] +=                                       \
+        if (g0) g0[og[0]] +=                                       \
             gp[oy] * FAM##_dual(dl_dual_make(a, 1.0f), dl_dual_make(b, 0.0f)).d;       \
-        if (g1) g1[dl__goff(x1_, gx1, ox[1])] +=                                       \
+        if (g1) g1[og[1]] +=                                       \
             gp[oy] * FAM##_dual(dl_dual_make(a, 0.0f), dl_dual_make(b, 1.0f)).d;       \
       }                                                                                \
     } else {                                                                           \
@@ -426,15 +417,15 @@ DL_API void dl__unused(int n, ...) { (void)n; }
                    *bp = (const double *)x1_->data;                                    \
       double *g0 = gx0 ? (double *)gx0->data : NULL, *g1 = gx1 ? (double *)gx1->data : NULL; \
       for (i = 0; i < n; i++) {                                                        \
-        int64_t oy, ox[2];                                                             \
+        int64_t oy, ox[2], og[2];                                                      \
         double a, b;                                                                   \
-        if (w.bcast) dl__bwalk_at(&w, i, &oy, ox);                                     \
-        else oy = ox[0] = ox[1] = i;                                                   \
+        if (w.bcast) dl__bwalk_at(&w, i, &oy, ox, og);                                 \
+        else oy = ox[0] = ox[1] = og[0] = og[1] = i;                                   \
         a = ap[ox[0]];                                                                 \
         b = bp[ox[1]];                                                                 \
-        if (g0) g0[dl__goff(x0_, gx0, ox[0])] +=                                       \
+        if (g0) g0[og[0]] +=                                       \
             gp[oy] * FAM##_dual64(dl_dual64_make(a, 1.0), dl_dual64_make(b, 0.0)).d;   \
-        if (g1) g1[dl__goff(x1_, gx1, ox[1])] +=                                       \
+        if (g1) g1[og[1]] +=                                       \
             gp[oy] * FAM##_dual64(dl_dual64_make(a, 0.0), dl_dual64_make(b, 1.0)).d;   \
       }                                                                                \
     }                                                                                  \
