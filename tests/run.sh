@@ -39,10 +39,16 @@ int main(void) { return 0; }"
   else bad "$h as C++ with g++"; head -20 "$B/hdr.log"; fi
   if command -v nvcc >/dev/null; then
     echo "$src" > "$B/hdr.cu"
-    if nvcc -std=c++17 $inc -Iinclude -c "$B/hdr.cu" -o "$B/hdr.o" 2>"$B/hdr.log"; then ok
-    else bad "$h with nvcc"; head -20 "$B/hdr.log"; fi
+    if nvcc -std=c++17 -Werror all-warnings $inc -Iinclude -c "$B/hdr.cu" -o "$B/hdr.o" 2>"$B/hdr.log"; then ok
+    else bad "$h with nvcc"; cut -c1-300 "$B/hdr.log" | head -20; fi
   fi
 done
+if command -v nvcc >/dev/null; then
+  if nvcc -std=c++17 -Werror all-warnings -Iinclude -c tests/nvcc_device.cu -o "$B/nvcc_device.o" 2>"$B/hdr.log"; then ok
+  else bad "tests/nvcc_device.cu (generic math as CUDA device code)"; cut -c1-300 "$B/hdr.log" | head -20; fi
+else
+  echo "SKIP nvcc checks: nvcc not found (the CUDA toolkit is not installed here)"; skip=$((skip + 1))
+fi
 echo "headers: $pass passed, $fail failed"
 
 # --- 2. unit tests ------------------------------------------------------------
