@@ -77,6 +77,15 @@
 #define DL_HD
 #endif
 
+/* Small scalar functions that fused loops call per element (vmath, dual
+ * numbers, op families): forced inline on gcc/clang so that gcc -O2, which
+ * otherwise declines to inline them, still gets a loop it can vectorise. */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define DL__VAPI DL_API __attribute__((always_inline))
+#else
+#define DL__VAPI DL_API
+#endif
+
 #ifdef __cplusplus
 #define DL__RESTRICT __restrict
 #else

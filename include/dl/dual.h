@@ -49,8 +49,8 @@ extern "C" {
 typedef struct dl_dual { float v, d; } dl_dual;
 typedef struct dl_dual64 { double v, d; } dl_dual64;
 
-DL_HD DL_API dl_dual dl_dual_make(float v, float d) { dl_dual r; r.v = v; r.d = d; return r; }
-DL_HD DL_API dl_dual64 dl_dual64_make(double v, double d) { dl_dual64 r; r.v = v; r.d = d; return r; }
+DL_HD DL__VAPI dl_dual dl_dual_make(float v, float d) { dl_dual r; r.v = v; r.d = d; return r; }
+DL_HD DL__VAPI dl_dual64 dl_dual64_make(double v, double d) { dl_dual64 r; r.v = v; r.d = d; return r; }
 
 /* >>scalar functions ------------------------------------------------------- */
 
@@ -64,59 +64,59 @@ DL_HD DL_API dl_dual64 dl_dual64_make(double v, double d) { dl_dual64 r; r.v = v
  * the primitive functions of that precision. */
 #define DL__SCALAR_FUNCS(S, sfx, EXP, LOG, LOG1P, EXPM1, SQRT, SIN, COS, TANH, SIGMOID, ERF, POW, FABS) \
   /* a + b, a - b, a * b, a / b, -a */                                                 \
-  DL_HD DL_API S dl_add_##sfx(S a, S b) { return a + b; }                              \
-  DL_HD DL_API S dl_sub_##sfx(S a, S b) { return a - b; }                              \
-  DL_HD DL_API S dl_mul_##sfx(S a, S b) { return a * b; }                              \
-  DL_HD DL_API S dl_div_##sfx(S a, S b) { return a / b; }                              \
-  DL_HD DL_API S dl_neg_##sfx(S a) { return -a; }                                      \
+  DL_HD DL__VAPI S dl_add_##sfx(S a, S b) { return a + b; }                              \
+  DL_HD DL__VAPI S dl_sub_##sfx(S a, S b) { return a - b; }                              \
+  DL_HD DL__VAPI S dl_mul_##sfx(S a, S b) { return a * b; }                              \
+  DL_HD DL__VAPI S dl_div_##sfx(S a, S b) { return a / b; }                              \
+  DL_HD DL__VAPI S dl_neg_##sfx(S a) { return -a; }                                      \
   /* e^x, ln x, ln(1+x), e^x - 1, sqrt x, sin x, cos x, tanh x, 1/(1+e^-x), erf x */   \
-  DL_HD DL_API S dl_exp_##sfx(S x) { return EXP(x); }                                  \
-  DL_HD DL_API S dl_log_##sfx(S x) { return LOG(x); }                                  \
-  DL_HD DL_API S dl_log1p_##sfx(S x) { return LOG1P(x); }                              \
-  DL_HD DL_API S dl_expm1_##sfx(S x) { return EXPM1(x); }                              \
-  DL_HD DL_API S dl_sqrt_##sfx(S x) { return SQRT(x); }                                \
-  DL_HD DL_API S dl_sin_##sfx(S x) { return SIN(x); }                                  \
-  DL_HD DL_API S dl_cos_##sfx(S x) { return COS(x); }                                  \
-  DL_HD DL_API S dl_tanh_##sfx(S x) { return TANH(x); }                                \
-  DL_HD DL_API S dl_sigmoid_##sfx(S x) { return SIGMOID(x); }                          \
-  DL_HD DL_API S dl_erf_##sfx(S x) { return ERF(x); }                                  \
+  DL_HD DL__VAPI S dl_exp_##sfx(S x) { return EXP(x); }                                  \
+  DL_HD DL__VAPI S dl_log_##sfx(S x) { return LOG(x); }                                  \
+  DL_HD DL__VAPI S dl_log1p_##sfx(S x) { return LOG1P(x); }                              \
+  DL_HD DL__VAPI S dl_expm1_##sfx(S x) { return EXPM1(x); }                              \
+  DL_HD DL__VAPI S dl_sqrt_##sfx(S x) { return SQRT(x); }                                \
+  DL_HD DL__VAPI S dl_sin_##sfx(S x) { return SIN(x); }                                  \
+  DL_HD DL__VAPI S dl_cos_##sfx(S x) { return COS(x); }                                  \
+  DL_HD DL__VAPI S dl_tanh_##sfx(S x) { return TANH(x); }                                \
+  DL_HD DL__VAPI S dl_sigmoid_##sfx(S x) { return SIGMOID(x); }                          \
+  DL_HD DL__VAPI S dl_erf_##sfx(S x) { return ERF(x); }                                  \
   /* a^b */                                                                            \
-  DL_HD DL_API S dl_pow_##sfx(S a, S b) { return POW(a, b); }                          \
+  DL_HD DL__VAPI S dl_pow_##sfx(S a, S b) { return POW(a, b); }                          \
   /* |x| */                                                                            \
-  DL_HD DL_API S dl_abs_##sfx(S x) { return FABS(x); }                                 \
+  DL_HD DL__VAPI S dl_abs_##sfx(S x) { return FABS(x); }                                 \
   /* max(x, 0); NaN propagates */                                                      \
-  DL_HD DL_API S dl_relu_##sfx(S x) { return x < (S)0 ? (S)0 : x; }                    \
+  DL_HD DL__VAPI S dl_relu_##sfx(S x) { return x < (S)0 ? (S)0 : x; }                    \
   /* x > 0 ? x : slope * x */                                                          \
-  DL_HD DL_API S dl_leaky_relu_##sfx(S x, S slope) { return x > (S)0 ? x : slope * x; } \
+  DL_HD DL__VAPI S dl_leaky_relu_##sfx(S x, S slope) { return x > (S)0 ? x : slope * x; } \
   /* x > 0 ? x : alpha * (e^x - 1) */                                                  \
-  DL_HD DL_API S dl_elu_##sfx(S x, S alpha) { return x > (S)0 ? x : alpha * EXPM1(x); } \
+  DL_HD DL__VAPI S dl_elu_##sfx(S x, S alpha) { return x > (S)0 ? x : alpha * EXPM1(x); } \
   /* x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))  (PyTorch approximate='tanh') */ \
-  DL_HD DL_API S dl_gelu_##sfx(S x) {                                                  \
+  DL_HD DL__VAPI S dl_gelu_##sfx(S x) {                                                  \
     return (S)0.5 * x * ((S)1 + TANH((S)DL__SQRT_2_OVER_PI * (x + (S)0.044715 * x * x * x))); \
   }                                                                                    \
   /* x/2 * (1 + erf(x / sqrt 2))  (exact GELU) */                                      \
-  DL_HD DL_API S dl_gelu_erf_##sfx(S x) { return (S)0.5 * x * ((S)1 + ERF(x * (S)DL__INV_SQRT_2)); } \
+  DL_HD DL__VAPI S dl_gelu_erf_##sfx(S x) { return (S)0.5 * x * ((S)1 + ERF(x * (S)DL__INV_SQRT_2)); } \
   /* x * sigmoid(x) */                                                                 \
-  DL_HD DL_API S dl_silu_##sfx(S x) { return x * SIGMOID(x); }                         \
+  DL_HD DL__VAPI S dl_silu_##sfx(S x) { return x * SIGMOID(x); }                         \
   /* ln(1 + e^x), computed as max(x,0) + ln(1 + e^-|x|) */                             \
-  DL_HD DL_API S dl_softplus_##sfx(S x) {                                              \
+  DL_HD DL__VAPI S dl_softplus_##sfx(S x) {                                              \
     return (x > (S)0 ? x : (S)0) + LOG1P(EXP(-FABS(x)));                               \
   }                                                                                    \
   /* larger / smaller of a, b; NaN propagates */                                       \
-  DL_HD DL_API S dl_max_##sfx(S a, S b) { return (a > b || a != a) ? a : b; }          \
-  DL_HD DL_API S dl_min_##sfx(S a, S b) { return (a < b || a != a) ? a : b; }          \
+  DL_HD DL__VAPI S dl_max_##sfx(S a, S b) { return (a > b || a != a) ? a : b; }          \
+  DL_HD DL__VAPI S dl_min_##sfx(S a, S b) { return (a < b || a != a) ? a : b; }          \
   /* min(max(x, lo), hi) */                                                            \
-  DL_HD DL_API S dl_clamp_##sfx(S x, S lo, S hi) { return x < lo ? lo : (x > hi ? hi : x); } \
+  DL_HD DL__VAPI S dl_clamp_##sfx(S x, S lo, S hi) { return x < lo ? lo : (x > hi ? hi : x); } \
   /* comparisons give 1 or 0 in the context's type (no derivative) */                  \
-  DL_HD DL_API S dl_gt_##sfx(S a, S b) { return a > b ? (S)1 : (S)0; }                 \
-  DL_HD DL_API S dl_ge_##sfx(S a, S b) { return a >= b ? (S)1 : (S)0; }                \
-  DL_HD DL_API S dl_lt_##sfx(S a, S b) { return a < b ? (S)1 : (S)0; }                 \
-  DL_HD DL_API S dl_le_##sfx(S a, S b) { return a <= b ? (S)1 : (S)0; }                \
-  DL_HD DL_API S dl_eq_##sfx(S a, S b) { return a == b ? (S)1 : (S)0; }                \
+  DL_HD DL__VAPI S dl_gt_##sfx(S a, S b) { return a > b ? (S)1 : (S)0; }                 \
+  DL_HD DL__VAPI S dl_ge_##sfx(S a, S b) { return a >= b ? (S)1 : (S)0; }                \
+  DL_HD DL__VAPI S dl_lt_##sfx(S a, S b) { return a < b ? (S)1 : (S)0; }                 \
+  DL_HD DL__VAPI S dl_le_##sfx(S a, S b) { return a <= b ? (S)1 : (S)0; }                \
+  DL_HD DL__VAPI S dl_eq_##sfx(S a, S b) { return a == b ? (S)1 : (S)0; }                \
   /* c != 0 ? a : b */                                                                 \
-  DL_HD DL_API S dl_where_##sfx(S c, S a, S b) { return c != (S)0 ? a : b; }
+  DL_HD DL__VAPI S dl_where_##sfx(S c, S a, S b) { return c != (S)0 ? a : b; }
 
-DL_HD DL_API double dl__sigmoid_libm(double x) { return 1.0 / (1.0 + exp(-x)); }
+DL_HD DL__VAPI double dl__sigmoid_libm(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 DL__SCALAR_FUNCS(float, f32, dl_vexp_f32, dl_vlog_f32, dl_vlog1p_f32, dl_vexpm1_f32, sqrtf, sinf,
                  cosf, dl_vtanh_f32, dl_vsigmoid_f32, dl_verf_f32, powf, fabsf)
@@ -126,102 +126,102 @@ DL__SCALAR_FUNCS(double, f64, exp, log, log1p, expm1, sqrt, sin, cos, tanh, dl__
 /* Dual-number versions: D the dual type, S its scalar, sfx the scalar
  * functions' suffix. Each rule is the chain rule: f(v + d eps) = f(v) + f'(v) d eps. */
 #define DL__DUAL_FUNCS(D, S, dsfx, sfx)                                                \
-  DL_HD DL_API D dl__mk_##dsfx(S v, S d) { D r; r.v = v; r.d = d; return r; }          \
-  DL_HD DL_API D dl_add_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v + b.v, a.d + b.d); } \
-  DL_HD DL_API D dl_sub_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v - b.v, a.d - b.d); } \
-  DL_HD DL_API D dl_mul_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v * b.v, a.d * b.v + a.v * b.d); } \
-  DL_HD DL_API D dl_div_##dsfx(D a, D b) {                                             \
+  DL_HD DL__VAPI D dl__mk_##dsfx(S v, S d) { D r; r.v = v; r.d = d; return r; }          \
+  DL_HD DL__VAPI D dl_add_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v + b.v, a.d + b.d); } \
+  DL_HD DL__VAPI D dl_sub_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v - b.v, a.d - b.d); } \
+  DL_HD DL__VAPI D dl_mul_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v * b.v, a.d * b.v + a.v * b.d); } \
+  DL_HD DL__VAPI D dl_div_##dsfx(D a, D b) {                                             \
     S q = a.v / b.v;                                                                   \
     return dl__mk_##dsfx(q, (a.d - q * b.d) / b.v);                                    \
   }                                                                                    \
-  DL_HD DL_API D dl_neg_##dsfx(D a) { return dl__mk_##dsfx(-a.v, -a.d); }              \
-  DL_HD DL_API D dl_exp_##dsfx(D a) { S e = dl_exp_##sfx(a.v); return dl__mk_##dsfx(e, a.d * e); } \
-  DL_HD DL_API D dl_log_##dsfx(D a) { return dl__mk_##dsfx(dl_log_##sfx(a.v), a.d / a.v); } \
-  DL_HD DL_API D dl_log1p_##dsfx(D a) {                                                \
+  DL_HD DL__VAPI D dl_neg_##dsfx(D a) { return dl__mk_##dsfx(-a.v, -a.d); }              \
+  DL_HD DL__VAPI D dl_exp_##dsfx(D a) { S e = dl_exp_##sfx(a.v); return dl__mk_##dsfx(e, a.d * e); } \
+  DL_HD DL__VAPI D dl_log_##dsfx(D a) { return dl__mk_##dsfx(dl_log_##sfx(a.v), a.d / a.v); } \
+  DL_HD DL__VAPI D dl_log1p_##dsfx(D a) {                                                \
     return dl__mk_##dsfx(dl_log1p_##sfx(a.v), a.d / ((S)1 + a.v));                     \
   }                                                                                    \
-  DL_HD DL_API D dl_expm1_##dsfx(D a) {                                                \
+  DL_HD DL__VAPI D dl_expm1_##dsfx(D a) {                                                \
     return dl__mk_##dsfx(dl_expm1_##sfx(a.v), a.d * dl_exp_##sfx(a.v));                \
   }                                                                                    \
-  DL_HD DL_API D dl_sqrt_##dsfx(D a) {                                                 \
+  DL_HD DL__VAPI D dl_sqrt_##dsfx(D a) {                                                 \
     S s = dl_sqrt_##sfx(a.v);                                                          \
     return dl__mk_##dsfx(s, a.d / ((S)2 * s));                                         \
   }                                                                                    \
-  DL_HD DL_API D dl_sin_##dsfx(D a) { return dl__mk_##dsfx(dl_sin_##sfx(a.v), a.d * dl_cos_##sfx(a.v)); } \
-  DL_HD DL_API D dl_cos_##dsfx(D a) { return dl__mk_##dsfx(dl_cos_##sfx(a.v), -a.d * dl_sin_##sfx(a.v)); } \
-  DL_HD DL_API D dl_tanh_##dsfx(D a) {                                                 \
+  DL_HD DL__VAPI D dl_sin_##dsfx(D a) { return dl__mk_##dsfx(dl_sin_##sfx(a.v), a.d * dl_cos_##sfx(a.v)); } \
+  DL_HD DL__VAPI D dl_cos_##dsfx(D a) { return dl__mk_##dsfx(dl_cos_##sfx(a.v), -a.d * dl_sin_##sfx(a.v)); } \
+  DL_HD DL__VAPI D dl_tanh_##dsfx(D a) {                                                 \
     S t = dl_tanh_##sfx(a.v);                                                          \
     return dl__mk_##dsfx(t, a.d * ((S)1 - t * t));                                     \
   }                                                                                    \
-  DL_HD DL_API D dl_sigmoid_##dsfx(D a) {                                              \
+  DL_HD DL__VAPI D dl_sigmoid_##dsfx(D a) {                                              \
     S s = dl_sigmoid_##sfx(a.v);                                                       \
     return dl__mk_##dsfx(s, a.d * s * ((S)1 - s));                                     \
   }                                                                                    \
-  DL_HD DL_API D dl_erf_##dsfx(D a) {                                                  \
+  DL_HD DL__VAPI D dl_erf_##dsfx(D a) {                                                  \
     return dl__mk_##dsfx(dl_erf_##sfx(a.v),                                            \
                          a.d * (S)DL__2_OVER_SQRT_PI * dl_exp_##sfx(-a.v * a.v));      \
   }                                                                                    \
   /* d(a^b) = b a^(b-1) da + a^b ln(a) db; as in PyTorch the first term is 0 when  \
    * b = 0 and the second when a^b = 0 (no 0 * inf) */                                 \
-  DL_HD DL_API D dl_pow_##dsfx(D a, D b) {                                             \
+  DL_HD DL__VAPI D dl_pow_##dsfx(D a, D b) {                                             \
     S p = dl_pow_##sfx(a.v, b.v);                                                      \
     S d = (a.d != (S)0 && b.v != (S)0) ? a.d * b.v * dl_pow_##sfx(a.v, b.v - (S)1) : (S)0; \
     if (b.d != (S)0 && p != (S)0) d += b.d * p * dl_log_##sfx(a.v);                    \
     return dl__mk_##dsfx(p, d);                                                        \
   }                                                                                    \
-  DL_HD DL_API D dl_abs_##dsfx(D a) {                                                  \
+  DL_HD DL__VAPI D dl_abs_##dsfx(D a) {                                                  \
     return dl__mk_##dsfx(dl_abs_##sfx(a.v), a.v > (S)0 ? a.d : (a.v < (S)0 ? -a.d : (S)0)); \
   }                                                                                    \
-  DL_HD DL_API D dl_relu_##dsfx(D a) {                                                 \
+  DL_HD DL__VAPI D dl_relu_##dsfx(D a) {                                                 \
     return dl__mk_##dsfx(dl_relu_##sfx(a.v), a.v > (S)0 ? a.d : (S)0);                 \
   }                                                                                    \
-  DL_HD DL_API D dl_leaky_relu_##dsfx(D a, S slope) {                                  \
+  DL_HD DL__VAPI D dl_leaky_relu_##dsfx(D a, S slope) {                                  \
     return a.v > (S)0 ? a : dl__mk_##dsfx(slope * a.v, slope * a.d);                   \
   }                                                                                    \
-  DL_HD DL_API D dl_elu_##dsfx(D a, S alpha) {                                         \
+  DL_HD DL__VAPI D dl_elu_##dsfx(D a, S alpha) {                                         \
     return a.v > (S)0 ? a                                                              \
                       : dl__mk_##dsfx(alpha * dl_expm1_##sfx(a.v), a.d * alpha * dl_exp_##sfx(a.v)); \
   }                                                                                    \
-  DL_HD DL_API D dl_gelu_##dsfx(D a) {                                                 \
+  DL_HD DL__VAPI D dl_gelu_##dsfx(D a) {                                                 \
     S x = a.v, u = (S)DL__SQRT_2_OVER_PI * (x + (S)0.044715 * x * x * x);              \
     S t = dl_tanh_##sfx(u);                                                            \
     S du = (S)DL__SQRT_2_OVER_PI * ((S)1 + (S)3 * (S)0.044715 * x * x);                \
     return dl__mk_##dsfx((S)0.5 * x * ((S)1 + t),                                      \
                          a.d * ((S)0.5 * ((S)1 + t) + (S)0.5 * x * ((S)1 - t * t) * du)); \
   }                                                                                    \
-  DL_HD DL_API D dl_gelu_erf_##dsfx(D a) {                                             \
+  DL_HD DL__VAPI D dl_gelu_erf_##dsfx(D a) {                                             \
     S x = a.v, cdf = (S)0.5 * ((S)1 + dl_erf_##sfx(x * (S)DL__INV_SQRT_2));            \
     S pdf = (S)DL__INV_SQRT_2PI * dl_exp_##sfx((S)-0.5 * x * x);                       \
     return dl__mk_##dsfx(x * cdf, a.d * (cdf + x * pdf));                              \
   }                                                                                    \
-  DL_HD DL_API D dl_silu_##dsfx(D a) {                                                 \
+  DL_HD DL__VAPI D dl_silu_##dsfx(D a) {                                                 \
     S s = dl_sigmoid_##sfx(a.v);                                                       \
     return dl__mk_##dsfx(a.v * s, a.d * s * ((S)1 + a.v * ((S)1 - s)));                \
   }                                                                                    \
-  DL_HD DL_API D dl_softplus_##dsfx(D a) {                                             \
+  DL_HD DL__VAPI D dl_softplus_##dsfx(D a) {                                             \
     return dl__mk_##dsfx(dl_softplus_##sfx(a.v), a.d * dl_sigmoid_##sfx(a.v));          \
   }                                                                                    \
-  DL_HD DL_API D dl_max_##dsfx(D a, D b) {                                             \
+  DL_HD DL__VAPI D dl_max_##dsfx(D a, D b) {                                             \
     if (a.v > b.v || a.v != a.v) return a;                                             \
     if (a.v < b.v || b.v != b.v) return b;                                             \
     return dl__mk_##dsfx(a.v, (S)0.5 * (a.d + b.d));                                   \
   }                                                                                    \
-  DL_HD DL_API D dl_min_##dsfx(D a, D b) {                                             \
+  DL_HD DL__VAPI D dl_min_##dsfx(D a, D b) {                                             \
     if (a.v < b.v || a.v != a.v) return a;                                             \
     if (a.v > b.v || b.v != b.v) return b;                                             \
     return dl__mk_##dsfx(a.v, (S)0.5 * (a.d + b.d));                                   \
   }                                                                                    \
-  DL_HD DL_API D dl_clamp_##dsfx(D a, S lo, S hi) {                                    \
+  DL_HD DL__VAPI D dl_clamp_##dsfx(D a, S lo, S hi) {                                    \
     if (a.v < lo) return dl__mk_##dsfx(lo, (S)0);                                      \
     if (a.v > hi) return dl__mk_##dsfx(hi, (S)0);                                      \
     return a;                                                                          \
   }                                                                                    \
-  DL_HD DL_API D dl_gt_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v > b.v ? (S)1 : (S)0, (S)0); } \
-  DL_HD DL_API D dl_ge_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v >= b.v ? (S)1 : (S)0, (S)0); } \
-  DL_HD DL_API D dl_lt_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v < b.v ? (S)1 : (S)0, (S)0); } \
-  DL_HD DL_API D dl_le_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v <= b.v ? (S)1 : (S)0, (S)0); } \
-  DL_HD DL_API D dl_eq_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v == b.v ? (S)1 : (S)0, (S)0); } \
-  DL_HD DL_API D dl_where_##dsfx(D c, D a, D b) { return c.v != (S)0 ? a : b; }
+  DL_HD DL__VAPI D dl_gt_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v > b.v ? (S)1 : (S)0, (S)0); } \
+  DL_HD DL__VAPI D dl_ge_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v >= b.v ? (S)1 : (S)0, (S)0); } \
+  DL_HD DL__VAPI D dl_lt_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v < b.v ? (S)1 : (S)0, (S)0); } \
+  DL_HD DL__VAPI D dl_le_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v <= b.v ? (S)1 : (S)0, (S)0); } \
+  DL_HD DL__VAPI D dl_eq_##dsfx(D a, D b) { return dl__mk_##dsfx(a.v == b.v ? (S)1 : (S)0, (S)0); } \
+  DL_HD DL__VAPI D dl_where_##dsfx(D c, D a, D b) { return c.v != (S)0 ? a : b; }
 
 DL__DUAL_FUNCS(dl_dual, float, dual, f32)
 DL__DUAL_FUNCS(dl_dual64, double, dual64, f64)
@@ -275,26 +275,26 @@ void dl__ERROR_mixing_dl_dual_and_dl_dual64(void);
            const dl__gf32 *: g32, const dl__gf64 *: g64, dl__probe *: p)
 
 /* Leaf conversions: (context tag, operand) -> a value of the context's type. */
-DL_API float dl__num_f32(const void *tag, double x) { (void)tag; return (float)x; }
-DL_API double dl__num_f64(const void *tag, double x) { (void)tag; return x; }
-DL_API dl_dual dl__num_dual(const void *tag, double x) { (void)tag; return dl_dual_make((float)x, 0.0f); }
-DL_API dl_dual64 dl__num_dual64(const void *tag, double x) { (void)tag; return dl_dual64_make(x, 0.0); }
-DL_API dl__probe *dl__num_probe(dl__probe *p, double x) { (void)x; return p; }
-DL_API dl__probe *dl__same_probe(dl__probe *tag, dl__probe *x) { (void)tag; return x; }
-DL_API dl_dual dl__same_dual(const void *tag, dl_dual x) { (void)tag; return x; }
-DL_API dl_dual64 dl__same_dual64(const void *tag, dl_dual64 x) { (void)tag; return x; }
-DL_API float dl__ld_cf32(const dl__cf32 *c, const dl_tensor *t) { return ((const float *)t->data)[c->i]; }
-DL_API double dl__ld_cf64(const dl__cf64 *c, const dl_tensor *t) { return ((const double *)t->data)[c->i]; }
-DL_API int dl__gslot(const dl__gcur *g, const dl_tensor *t) {
+DL__VAPI float dl__num_f32(const void *tag, double x) { (void)tag; return (float)x; }
+DL__VAPI double dl__num_f64(const void *tag, double x) { (void)tag; return x; }
+DL__VAPI dl_dual dl__num_dual(const void *tag, double x) { (void)tag; return dl_dual_make((float)x, 0.0f); }
+DL__VAPI dl_dual64 dl__num_dual64(const void *tag, double x) { (void)tag; return dl_dual64_make(x, 0.0); }
+DL__VAPI dl__probe *dl__num_probe(dl__probe *p, double x) { (void)x; return p; }
+DL__VAPI dl__probe *dl__same_probe(dl__probe *tag, dl__probe *x) { (void)tag; return x; }
+DL__VAPI dl_dual dl__same_dual(const void *tag, dl_dual x) { (void)tag; return x; }
+DL__VAPI dl_dual64 dl__same_dual64(const void *tag, dl_dual64 x) { (void)tag; return x; }
+DL__VAPI float dl__ld_cf32(const dl__cf32 *c, const dl_tensor *t) { return ((const float *)t->data)[c->i]; }
+DL__VAPI double dl__ld_cf64(const dl__cf64 *c, const dl_tensor *t) { return ((const double *)t->data)[c->i]; }
+DL__VAPI int dl__gslot(const dl__gcur *g, const dl_tensor *t) {
   int k = 0;
   while (k < g->nops - 1 && g->ops[k] != t) k++;
   return k;
 }
-DL_API float dl__ld_gf32(const dl__gf32 *c, const dl_tensor *t) {
+DL__VAPI float dl__ld_gf32(const dl__gf32 *c, const dl_tensor *t) {
   int k = dl__gslot(&c->g, t);
   return ((const float *)(const void *)c->g.base[k])[c->g.j * c->g.inc[k]];
 }
-DL_API double dl__ld_gf64(const dl__gf64 *c, const dl_tensor *t) {
+DL__VAPI double dl__ld_gf64(const dl__gf64 *c, const dl_tensor *t) {
   int k = dl__gslot(&c->g, t);
   return ((const double *)(const void *)c->g.base[k])[c->g.j * c->g.inc[k]];
 }

@@ -23,10 +23,11 @@
  *   four loops) and evaluated once for the check plus once per element, so it
  *   must have no side effects. dst is evaluated once.
  * - Threads: above the ctx's parallel threshold (DL_PARALLEL_THRESHOLD
- *   elements by default) an OpenMP team takes blocks dynamically, so a thread
- *   that loses its core to another process does not hold the others back;
- *   below it no team is started. Every thread flushes denormals to zero
- *   unless the ctx keeps them, and restores its mode afterwards.
+ *   elements by default) an OpenMP team takes blocks dynamically; below it
+ *   no team is started. A team guard (below) falls back to one thread for a
+ *   while when the team stops paying for itself, as it does when another
+ *   process holds a core. Every thread flushes denormals to zero unless the
+ *   ctx keeps them, and restores its mode afterwards.
  *
  * The op list: the library's element-wise ops are written once below as
  * X(name, expression in x0 [, x1] [, p0]) and each entry generates
@@ -185,13 +186,113 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
 #define DL__BLOCK 8192
 
 /* The overlap check in dl__plan_make guarantees that an element of dst is
- * only ever read at its own index, so the loops carry no dependence. */
-#if defined(__clang__)
-#define DL__IVDEP _Pragma("clang loop vectorize(assume_safety)")
-#elif defined(__GNUC__)
+ * only ever read at its own index, so the loops carry no dependence. gcc
+ * gets told so (with OpenMP, `omp simd` also makes -O2 vectorise); clang
+ * vectorises without being told, and its assume_safety hint would warn on
+ * every f64 loop that calls libm. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(_OPENMP)
+#define DL__IVDEP _Pragma("omp simd")
+#elif defined(__GNUC__) && !defined(__clang__)
 #define DL__IVDEP _Pragma("GCC ivdep")
 #else
 #define DL__IVDEP
+#endif
+
+/* Team guard (shared machines). When another process holds one of the
+ * cores, a team member that loses its core while it holds a block makes the
+ * whole loop wait for its next time slice; before the passive wait policy
+ * (core.h) that cost 0.03-0.3x of the 1-thread speed, after it still
+ * 0.75-0.85x (bench/run_fused.sh). Each parallel loop therefore measures what
+ * the team gained: one thread's time (all blocks at the fastest member's time
+ * per block) minus the loop's wall time. The gains go into a balance that
+ * forgets with a time constant of 100 ms ("did the team save time over the
+ * last 0.1 s?"); when it turns negative, the ctx's next loops run on one
+ * thread for 50 ms, doubling while it keeps happening (at most 2 s), halving
+ * after each loop that gained. After a back-off (and at the start) the
+ * balance is judged only after 4 parallel loops, so that waking the team's
+ * sleeping threads is paid for by the loops it serves. The state lives in
+ * the ctx (dl_ctx.team); with a NULL ctx, in one static per translation unit.
+ * It only ever chooses between 1 and the ctx's thread count: results are the
+ * same either way (element-wise loops do not reduce). */
+#ifdef _OPENMP
+#define DL__TEAM_MAX 64
+typedef struct dl__team {
+  double t0, busy[DL__TEAM_MAX];
+  int64_t done[DL__TEAM_MAX];
+  int par, nt;
+} dl__team;
+static dl__team_state dl__team_null;
+DL_API void dl__team_begin(dl__team *tm, dl_ctx *ctx, int par) {
+  dl__team_state *st = ctx ? &ctx->team : &dl__team_null;
+  double until;
+  tm->nt = 1;
+  tm->t0 = omp_get_wtime();
+  DL__OMP("omp atomic read")
+  until = st->until;
+  tm->par = par && tm->t0 >= until;
+}
+/* Called by every member after its share of the loop (nowait). */
+DL_API void dl__team_member(dl__team *tm, double since, int64_t done) {
+  int id = omp_get_thread_num();
+  if (id == 0) tm->nt = omp_get_num_threads();
+  if (id < DL__TEAM_MAX) {
+    tm->busy[id] = omp_get_wtime() - since;
+    tm->done[id] = done;
+  }
+}
+DL_API void dl__team_end(dl__team *tm, dl_ctx *ctx, int64_t units) {
+  dl__team_state *st = ctx ? &ctx->team : &dl__team_null;
+  double now, per = 0, gain, win, bal, last;
+  int k, probe;
+  if (!tm->par) return;
+  now = omp_get_wtime();
+  for (k = 0; k < tm->nt && k < DL__TEAM_MAX; k++)
+    if (tm->done[k] > 0 && (per == 0 || tm->busy[k] / (double)tm->done[k] < per))
+      per = tm->busy[k] / (double)tm->done[k];
+  gain = (double)units * per - (now - tm->t0);
+  DL__OMP("omp atomic read")
+  win = st->window;
+  DL__OMP("omp atomic read")
+  bal = st->balance;
+  DL__OMP("omp atomic read")
+  last = st->last;
+  DL__OMP("omp atomic read")
+  probe = st->probe;
+  bal = bal / (1 + (now - last) / 0.1) + gain;
+  if (probe < 4) {
+    probe++;
+  } else if (bal < 0) {  /* the team has been costing the caller time, not saving it */
+    win = win > 0 ? 2 * win : 0.05;
+    if (win > 2.0) win = 2.0;
+    bal = 0;
+    probe = 0;
+    DL__OMP("omp atomic write")
+    st->until = now + win;
+  } else if (gain > 0) {
+    win = win * 0.5 < 0.05 ? 0 : win * 0.5;
+  }
+  DL__OMP("omp atomic write")
+  st->probe = probe;
+  DL__OMP("omp atomic write")
+  st->window = win;
+  DL__OMP("omp atomic write")
+  st->balance = bal;
+  DL__OMP("omp atomic write")
+  st->last = now;
+}
+#define DL__TEAM_BEGIN dl__team dl__tm; dl__team_begin(&dl__tm, dl__y->ctx, dl__pl.par);
+#define DL__TEAM_PAR "omp parallel if(dl__tm.par) num_threads(dl__pl.threads)"
+#define DL__TEAM_SINCE const double dl__since = omp_get_wtime(); int64_t dl__done = 0;
+#define DL__TEAM_COUNT dl__done++;
+#define DL__TEAM_MEMBER if (dl__tm.par) dl__team_member(&dl__tm, dl__since, dl__done);
+#define DL__TEAM_END(units) dl__team_end(&dl__tm, dl__y->ctx, (units));
+#else
+#define DL__TEAM_BEGIN
+#define DL__TEAM_PAR ""
+#define DL__TEAM_SINCE
+#define DL__TEAM_COUNT
+#define DL__TEAM_MEMBER
+#define DL__TEAM_END(units)
 #endif
 
 /* Contiguous: blocks of DL__BLOCK elements, taken dynamically by the team. */
@@ -200,15 +301,18 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
     T *const dl__out = (T *)dl__y->data;                                               \
     const int64_t dl__n = dl__pl.numel;                                                \
     const int64_t dl__nb = (dl__n + DL__BLOCK - 1) / DL__BLOCK;                        \
-    DL__OMP("omp parallel if(dl__pl.par) num_threads(dl__pl.threads)")                 \
+    DL__TEAM_BEGIN                                                                     \
+    DL__OMP(DL__TEAM_PAR)                                                              \
     {                                                                                  \
       const dl_fpmode dl__fm = dl_ctx_fp_enter(dl__pl.ctx);                            \
       int64_t dl__b;                                                                   \
-      DL__OMP("omp for schedule(dynamic, 1)")                                          \
+      DL__TEAM_SINCE                                                                   \
+      DL__OMP("omp for schedule(dynamic, 1) nowait")                                   \
       for (dl__b = 0; dl__b < dl__nb; dl__b++) {                                       \
         const int64_t dl__lo = dl__b * DL__BLOCK;                                      \
         const int64_t dl__hi = dl__lo + DL__BLOCK < dl__n ? dl__lo + DL__BLOCK : dl__n; \
         int64_t dl__i;                                                                 \
+        DL__TEAM_COUNT                                                                 \
         DL__IVDEP                                                                      \
         for (dl__i = dl__lo; dl__i < dl__hi; dl__i++) {                                \
           const CUR dl__c = {dl__i};                                                   \
@@ -217,21 +321,26 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
           dl__out[dl__i] = (expr);                                                     \
         }                                                                              \
       }                                                                                \
+      DL__TEAM_MEMBER                                                                  \
       dl_ftz_leave(dl__fm);                                                            \
     }                                                                                  \
+    DL__TEAM_END(dl__nb)                                                       \
   }
 
 /* General: tiles of (row, chunk of the inner dimension). */
 #define DL__LOOP_G(T, CUR, expr)                                                       \
   {                                                                                    \
-    DL__OMP("omp parallel if(dl__pl.par) num_threads(dl__pl.threads)")                 \
+    DL__TEAM_BEGIN                                                                     \
+    DL__OMP(DL__TEAM_PAR)                                                              \
     {                                                                                  \
       const dl_fpmode dl__fm = dl_ctx_fp_enter(dl__pl.ctx);                            \
       int64_t dl__t;                                                                   \
       CUR dl__c;                                                                       \
-      DL__OMP("omp for schedule(dynamic, 1)")                                          \
+      DL__TEAM_SINCE                                                                   \
+      DL__OMP("omp for schedule(dynamic, 1) nowait")                                   \
       for (dl__t = 0; dl__t < dl__pl.tiles; dl__t++) {                                 \
         int64_t dl__j0, dl__j1;                                                        \
+        DL__TEAM_COUNT                                                                 \
         T *const dl__row = (T *)(void *)dl__plan_tile(&dl__pl, dl__y, &dl__c.g, dl__t, \
                                                       &dl__j0, &dl__j1);               \
         const CUR *const dl__tag = &dl__c;                                             \
@@ -239,8 +348,10 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
         for (dl__c.g.j = dl__j0; dl__c.g.j < dl__j1; dl__c.g.j++)                      \
           dl__row[dl__c.g.j * dl__pl.yinc] = (expr);                                   \
       }                                                                                \
+      DL__TEAM_MEMBER                                                                  \
       dl_ftz_leave(dl__fm);                                                            \
     }                                                                                  \
+    DL__TEAM_END(dl__pl.tiles)                                                 \
   }
 
 /* DL_ASSIGN(dst, expr): see the top of this file. A statement. */
@@ -333,10 +444,10 @@ DL_API void dl__unused(int n, ...) { (void)n; }
 /* One-input op: FAM the scalar family prefix, TN the tensor function prefix,
  * PD/PA extra number parameters (", double p0" / ", p0", or empty). */
 #define DL__GEN_OP1(FAM, TN, PD, PA, expr)                                             \
-  DL_HD DL_API float FAM##_f32(float x0 PD) { DL_SCALAR(float); return (expr); }       \
-  DL_HD DL_API double FAM##_f64(double x0 PD) { DL_SCALAR(double); return (expr); }    \
-  DL_HD DL_API dl_dual FAM##_dual(dl_dual x0 PD) { DL_SCALAR(dl_dual); return (expr); } \
-  DL_HD DL_API dl_dual64 FAM##_dual64(dl_dual64 x0 PD) { DL_SCALAR(dl_dual64); return (expr); } \
+  DL_HD DL__VAPI float FAM##_f32(float x0 PD) { DL_SCALAR(float); return (expr); }       \
+  DL_HD DL__VAPI double FAM##_f64(double x0 PD) { DL_SCALAR(double); return (expr); }    \
+  DL_HD DL__VAPI dl_dual FAM##_dual(dl_dual x0 PD) { DL_SCALAR(dl_dual); return (expr); } \
+  DL_HD DL__VAPI dl_dual64 FAM##_dual64(dl_dual64 x0 PD) { DL_SCALAR(dl_dual64); return (expr); } \
   DL_API dl__probe *FAM##_probe(dl__probe *x0 PD) { dl__unused(0 PA); return x0; }    \
   /* y = f(x0), x0 broadcast to y */                                                   \
   DL_API void TN##_into(dl_tensor *y, const dl_tensor *x0_ PD) {                       \
@@ -353,7 +464,7 @@ DL_API void dl__unused(int n, ...) { (void)n; }
       const float *gp = (const float *)gy->data, *xp = (const float *)x0_->data;       \
       float *g0 = (float *)gx0->data;                                                  \
       if (!w.bcast) {                                                                  \
-        DL__OMP("omp parallel for if(n >= dl_ctx_parallel_threshold(gy->ctx)) num_threads(dl_ctx_threads(gy->ctx))") \
+        DL__OMP("omp parallel for schedule(dynamic, 8192) if(n >= dl_ctx_parallel_threshold(gy->ctx)) num_threads(dl_ctx_threads(gy->ctx))") \
         for (i = 0; i < n; i++) g0[i] += gp[i] * FAM##_dual(dl_dual_make(xp[i], 1.0f) PA).d; \
       } else {                                                                         \
         for (i = 0; i < n; i++) {                                                      \
@@ -366,7 +477,7 @@ DL_API void dl__unused(int n, ...) { (void)n; }
       const double *gp = (const double *)gy->data, *xp = (const double *)x0_->data;    \
       double *g0 = (double *)gx0->data;                                                \
       if (!w.bcast) {                                                                  \
-        DL__OMP("omp parallel for if(n >= dl_ctx_parallel_threshold(gy->ctx)) num_threads(dl_ctx_threads(gy->ctx))") \
+        DL__OMP("omp parallel for schedule(dynamic, 8192) if(n >= dl_ctx_parallel_threshold(gy->ctx)) num_threads(dl_ctx_threads(gy->ctx))") \
         for (i = 0; i < n; i++) g0[i] += gp[i] * FAM##_dual64(dl_dual64_make(xp[i], 1.0) PA).d; \
       } else {                                                                         \
         for (i = 0; i < n; i++) {                                                      \
@@ -380,10 +491,10 @@ DL_API void dl__unused(int n, ...) { (void)n; }
 
 /* Two-input op (no extra parameters). */
 #define DL__GEN_OP2(FAM, TN, expr)                                                     \
-  DL_HD DL_API float FAM##_f32(float x0, float x1) { DL_SCALAR(float); return (expr); } \
-  DL_HD DL_API double FAM##_f64(double x0, double x1) { DL_SCALAR(double); return (expr); } \
-  DL_HD DL_API dl_dual FAM##_dual(dl_dual x0, dl_dual x1) { DL_SCALAR(dl_dual); return (expr); } \
-  DL_HD DL_API dl_dual64 FAM##_dual64(dl_dual64 x0, dl_dual64 x1) { DL_SCALAR(dl_dual64); return (expr); } \
+  DL_HD DL__VAPI float FAM##_f32(float x0, float x1) { DL_SCALAR(float); return (expr); } \
+  DL_HD DL__VAPI double FAM##_f64(double x0, double x1) { DL_SCALAR(double); return (expr); } \
+  DL_HD DL__VAPI dl_dual FAM##_dual(dl_dual x0, dl_dual x1) { DL_SCALAR(dl_dual); return (expr); } \
+  DL_HD DL__VAPI dl_dual64 FAM##_dual64(dl_dual64 x0, dl_dual64 x1) { DL_SCALAR(dl_dual64); return (expr); } \
   DL_API dl__probe *FAM##_probe(dl__probe *x0, dl__probe *x1) { (void)x1; return x0; } \
   /* y = f(x0, x1), both broadcast to y */                                             \
   DL_API void TN##_into(dl_tensor *y, const dl_tensor *x0_, const dl_tensor *x1_) {    \

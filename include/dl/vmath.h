@@ -74,22 +74,22 @@ extern "C" {
 
 /* The bits of a float / double and back (memcpy: defined in C and C++, and
  * compiled to a register move). */
-DL_HD DL_API uint32_t dl__vbits_f32(float x) {
+DL_HD DL__VAPI uint32_t dl__vbits_f32(float x) {
   uint32_t u;
   memcpy(&u, &x, sizeof u);
   return u;
 }
-DL_HD DL_API float dl__vfrom_f32(uint32_t u) {
+DL_HD DL__VAPI float dl__vfrom_f32(uint32_t u) {
   float x;
   memcpy(&x, &u, sizeof x);
   return x;
 }
-DL_HD DL_API uint64_t dl__vbits_f64(double x) {
+DL_HD DL__VAPI uint64_t dl__vbits_f64(double x) {
   uint64_t u;
   memcpy(&u, &x, sizeof u);
   return u;
 }
-DL_HD DL_API double dl__vfrom_f64(uint64_t u) {
+DL_HD DL__VAPI double dl__vfrom_f64(uint64_t u) {
   double x;
   memcpy(&x, &u, sizeof x);
   return x;
@@ -114,11 +114,11 @@ DL_HD DL_API double dl__vfrom_f64(uint64_t u) {
  * that picks a's or b's bits. Written this way rather than as ?: because
  * gcc turns ?: into branches, sinks the arithmetic that only one arm uses
  * into them, and then will not if-convert a loop whose arms may trap. */
-DL_HD DL_API float dl__vsel_f32(int c, float a, float b) {
+DL_HD DL__VAPI float dl__vsel_f32(int c, float a, float b) {
   uint32_t m = 0u - (uint32_t)c;
   return dl__vfrom_f32((dl__vbits_f32(a) & m) | (dl__vbits_f32(b) & ~m));
 }
-DL_HD DL_API double dl__vsel_f64(int c, double a, double b) {
+DL_HD DL__VAPI double dl__vsel_f64(int c, double a, double b) {
   uint64_t m = 0u - (uint64_t)c;
   return dl__vfrom_f64((dl__vbits_f64(a) & m) | (dl__vbits_f64(b) & ~m));
 }
@@ -139,13 +139,13 @@ DL_HD DL_API double dl__vsel_f64(int c, double a, double b) {
 #define DL__VLN2HI_F64 0.69314718048553914   /* 33 significant bits */
 #define DL__VLN2LO_F64 7.4406171100123968e-11
 
-DL_HD DL_API float dl__vexp_reduce_f32(float x, float *t) {
+DL_HD DL__VAPI float dl__vexp_reduce_f32(float x, float *t) {
   float sh = DL__VFMA_F32(x, DL__VLOG2E_F32, DL__VSHIFT_F32);
   float n = sh - DL__VSHIFT_F32;
   *t = sh;
   return DL__VFMA_F32(-n, DL__VLN2LO_F32, DL__VFMA_F32(-n, DL__VLN2HI_F32, x));
 }
-DL_HD DL_API double dl__vexp_reduce_f64(double x, double *t) {
+DL_HD DL__VAPI double dl__vexp_reduce_f64(double x, double *t) {
   double sh = DL__VFMA_F64(x, DL__VLOG2E_F64, DL__VSHIFT_F64);
   double n = sh - DL__VSHIFT_F64;
   *t = sh;
@@ -154,7 +154,7 @@ DL_HD DL_API double dl__vexp_reduce_f64(double x, double *t) {
 
 /* q(r) with e^r - 1 = r + r^2 q(r) for |r| <= 0.354: relative error of
  * e^r - 1 2^-28 (f32), 2^-57 (f64) before rounding. */
-DL_HD DL_API float dl__vexpm1_q_f32(float r) {
+DL_HD DL__VAPI float dl__vexpm1_q_f32(float r) {
   float q = 0.000199672169f;
   q = DL__VFMA_F32(q, r, 0.00139454729f);
   q = DL__VFMA_F32(q, r, 0.0083332099f);
@@ -163,7 +163,7 @@ DL_HD DL_API float dl__vexpm1_q_f32(float r) {
   q = DL__VFMA_F32(q, r, 0.5f);
   return q;
 }
-DL_HD DL_API double dl__vexpm1_q_f64(double r) {
+DL_HD DL__VAPI double dl__vexpm1_q_f64(double r) {
   double q = 1.768865547632694e-09;
   q = DL__VFMA_F64(q, r, 2.5107358809917935e-08);
   q = DL__VFMA_F64(q, r, 2.7568359335201212e-07);
@@ -181,32 +181,32 @@ DL_HD DL_API double dl__vexpm1_q_f64(double r) {
 /* 2^n e^r - 1 for the reduced r and s = 2^n: (s - 1 + s r) + s r^2 q(r).
  * The first sum is exact where it cancels (n = 1, r < -1/4), so no bits of
  * the result are lost to s (e^r - 1) + (s - 1) cancelling. */
-DL_HD DL_API float dl__vexpm1_scaled_f32(float r, float s) {
+DL_HD DL__VAPI float dl__vexpm1_scaled_f32(float r, float s) {
   return DL__VFMA_F32(s, (r * r) * dl__vexpm1_q_f32(r), DL__VFMA_F32(s, r, s - 1.0f));
 }
-DL_HD DL_API double dl__vexpm1_scaled_f64(double r, double s) {
+DL_HD DL__VAPI double dl__vexpm1_scaled_f64(double r, double s) {
   return DL__VFMA_F64(s, (r * r) * dl__vexpm1_q_f64(r), DL__VFMA_F64(s, r, s - 1.0));
 }
 
 /* 2^n from the shifted value t of dl__vexp_reduce, for n + bias in range
  * (the result must be a normal number). */
-DL_HD DL_API float dl__vpow2_f32(float t, uint32_t bias) {
+DL_HD DL__VAPI float dl__vpow2_f32(float t, uint32_t bias) {
   return dl__vfrom_f32((dl__vbits_f32(t) - DL__VSHIFT_F32_BITS + bias) << 23);
 }
-DL_HD DL_API double dl__vpow2_f64(double t, uint64_t bias) {
+DL_HD DL__VAPI double dl__vpow2_f64(double t, uint64_t bias) {
   return dl__vfrom_f64((dl__vbits_f64(t) - DL__VSHIFT_F64_BITS + bias) << 52);
 }
 
 /* e^(x + xlo) for results that are normal numbers (x in [-87, 88] for f32,
  * [-708, 709] for f64), |xlo| < 2^-6, and x - n ln2_hi exact (x a multiple
  * of 2^-22 (f32) / 2^-50 (f64), as erf's x^2 split gives). */
-DL_HD DL_API float dl__vexp_normal_f32(float x, float xlo) {
+DL_HD DL__VAPI float dl__vexp_normal_f32(float x, float xlo) {
   float t = DL__VFMA_F32(x + xlo, DL__VLOG2E_F32, DL__VSHIFT_F32);
   float n = t - DL__VSHIFT_F32;
   float r = DL__VFMA_F32(-n, DL__VLN2LO_F32, DL__VFMA_F32(-n, DL__VLN2HI_F32, x) + xlo);
   return (1.0f + DL__VFMA_F32(r * r, dl__vexpm1_q_f32(r), r)) * dl__vpow2_f32(t, 127u);
 }
-DL_HD DL_API double dl__vexp_normal_f64(double x, double xlo) {
+DL_HD DL__VAPI double dl__vexp_normal_f64(double x, double xlo) {
   double t = DL__VFMA_F64(x + xlo, DL__VLOG2E_F64, DL__VSHIFT_F64);
   double n = t - DL__VSHIFT_F64;
   double r = DL__VFMA_F64(-n, DL__VLN2LO_F64, DL__VFMA_F64(-n, DL__VLN2HI_F64, x) + xlo);
@@ -216,7 +216,7 @@ DL_HD DL_API double dl__vexp_normal_f64(double x, double xlo) {
 /* f(x) = e^x; max error 0.99 ulp (all floats).
  * x is clamped to where e^x is 0 or inf anyway; 2^n is applied as two halves
  * so that subnormal results round once (gradual underflow, then +0). */
-DL_HD DL_API float dl_vexp_f32(float x) {
+DL_HD DL__VAPI float dl_vexp_f32(float x) {
   float xc = dl__vsel_f32(x < -104.0f, -104.0f, x);
   xc = dl__vsel_f32(xc > 89.0f, 89.0f, xc);
   float t, r = dl__vexp_reduce_f32(xc, &t);
@@ -229,7 +229,7 @@ DL_HD DL_API float dl_vexp_f32(float x) {
 }
 /* f(x) = e^x; max error 0.99 ulp (sampled over all doubles).
  * Clamped and scaled as the f32 version. */
-DL_HD DL_API double dl_vexp_f64(double x) {
+DL_HD DL__VAPI double dl_vexp_f64(double x) {
   double xc = dl__vsel_f64(x < -746.0, -746.0, x);
   xc = dl__vsel_f64(xc > 710.0, 710.0, xc);
   double t, r = dl__vexp_reduce_f64(xc, &t);
@@ -242,7 +242,7 @@ DL_HD DL_API double dl_vexp_f64(double x) {
 }
 
 /* f(x) = e^x - 1; max error 1.26 ulp (all floats), relative near 0. */
-DL_HD DL_API float dl_vexpm1_f32(float x) {
+DL_HD DL__VAPI float dl_vexpm1_f32(float x) {
   float xc = dl__vsel_f32(x < -20.0f, -20.0f, x); /* e^-20 - 1 rounds to -1 */
   xc = dl__vsel_f32(xc > 89.0f, 89.0f, xc);
   float t, r = dl__vexp_reduce_f32(xc, &t);
@@ -256,7 +256,7 @@ DL_HD DL_API float dl_vexpm1_f32(float x) {
 }
 /* f(x) = e^x - 1; max error 1.51 ulp (sampled over all doubles), relative
  * near 0. */
-DL_HD DL_API double dl_vexpm1_f64(double x) {
+DL_HD DL__VAPI double dl_vexpm1_f64(double x) {
   double xc = dl__vsel_f64(x < -40.0, -40.0, x); /* e^-40 - 1 rounds to -1 */
   xc = dl__vsel_f64(xc > 710.0, 710.0, xc);
   double t, r = dl__vexp_reduce_f64(xc, &t);
@@ -274,7 +274,7 @@ DL_HD DL_API double dl_vexpm1_f64(double x) {
  * beforehand); c is a correction far below u's ulp. u = 2^k m with
  * m in [sqrt(1/2), sqrt(2)), f = m - 1 (exact), s = f / (2 + f),
  * log(m) = f - f^2/2 + s (f^2/2 + R(s^2)). */
-DL_HD DL_API float dl__vlog_kernel_f32(float u, float kadd, float c) {
+DL_HD DL__VAPI float dl__vlog_kernel_f32(float u, float kadd, float c) {
   uint32_t ix = dl__vbits_f32(u) - 0x3F3504F3u + 0x40000000u; /* 0x3F3504F3 = sqrt(1/2) */
   float k = dl__vfrom_f32(0x4B000000u | (ix >> 23)) - 8388736.0f + kadd; /* 2^23 + 128 */
   float f = dl__vfrom_f32((ix & 0x007FFFFFu) + 0x3F3504F3u) - 1.0f;
@@ -285,7 +285,7 @@ DL_HD DL_API float dl__vlog_kernel_f32(float u, float kadd, float c) {
   float lo = DL__VFMA_F32(s, hfsq + R, DL__VFMA_F32(k, DL__VLN2LO_F32, c));
   return DL__VFMA_F32(k, DL__VLN2HI_F32, -((hfsq - lo) - f));
 }
-DL_HD DL_API double dl__vlog_kernel_f64(double u, double kadd, double c) {
+DL_HD DL__VAPI double dl__vlog_kernel_f64(double u, double kadd, double c) {
   uint64_t ix = dl__vbits_f64(u) - 0x3FE6A09E667F3BCDu + 0x4000000000000000u;
   double k = dl__vfrom_f64(0x4330000000000000u | (ix >> 52)) - 4503599627371520.0 + kadd;
   double f = dl__vfrom_f64((ix & 0x000FFFFFFFFFFFFFu) + 0x3FE6A09E667F3BCDu) - 1.0;
@@ -305,7 +305,7 @@ DL_HD DL_API double dl__vlog_kernel_f64(double u, double kadd, double c) {
 }
 
 /* f(x) = ln x; max error 0.84 ulp (all floats, subnormal x included). */
-DL_HD DL_API float dl_vlog_f32(float x) {
+DL_HD DL__VAPI float dl_vlog_f32(float x) {
   float xs = x * 8388608.0f; /* 2^23 */
   int sub = x < 1.17549435e-38f;
   float y = dl__vlog_kernel_f32(dl__vsel_f32(sub, xs, x), dl__vsel_f32(sub, -23.0f, 0.0f), 0.0f);
@@ -316,7 +316,7 @@ DL_HD DL_API float dl_vlog_f32(float x) {
 }
 /* f(x) = ln x; max error 0.84 ulp (sampled over all doubles, subnormal x
  * included). */
-DL_HD DL_API double dl_vlog_f64(double x) {
+DL_HD DL__VAPI double dl_vlog_f64(double x) {
   double xs = x * 4503599627370496.0; /* 2^52 */
   int sub = x < 2.2250738585072014e-308;
   double y = dl__vlog_kernel_f64(dl__vsel_f64(sub, xs, x), dl__vsel_f64(sub, -52.0, 0.0), 0.0);
@@ -329,7 +329,7 @@ DL_HD DL_API double dl_vlog_f64(double x) {
 /* f(x) = ln(1 + x); max error 0.87 ulp (all floats), relative near 0.
  * u = 1 + x is rounded; its exact rounding error (Fast2Sum) is added back
  * as err / u. */
-DL_HD DL_API float dl_vlog1p_f32(float x) {
+DL_HD DL__VAPI float dl_vlog1p_f32(float x) {
   float u = 1.0f + x;
   float hi = dl__vsel_f32(x > 1.0f, x, 1.0f), lo = dl__vsel_f32(x > 1.0f, 1.0f, x);
   float c = (lo - (u - hi)) / u;
@@ -342,7 +342,7 @@ DL_HD DL_API float dl_vlog1p_f32(float x) {
 }
 /* f(x) = ln(1 + x); max error 0.85 ulp (sampled over all doubles), relative
  * near 0. */
-DL_HD DL_API double dl_vlog1p_f64(double x) {
+DL_HD DL__VAPI double dl_vlog1p_f64(double x) {
   double u = 1.0 + x;
   double hi = dl__vsel_f64(x > 1.0, x, 1.0), lo = dl__vsel_f64(x > 1.0, 1.0, x);
   double c = (lo - (u - hi)) / u;
@@ -360,7 +360,7 @@ DL_HD DL_API double dl_vlog1p_f64(double x) {
  * |x| < 1/2: x + x^3 P(x^2); above: sign(x) e / (e + 2), e = e^{2|x|} - 1,
  * with the rounding error of e + 2 (exact by Fast2Sum) divided out again
  * through 1 / (e + 2) = (1 - y) / 2; |x| >= 9.5 gives +-1. */
-DL_HD DL_API float dl_vtanh_f32(float x) {
+DL_HD DL__VAPI float dl_vtanh_f32(float x) {
   uint32_t sx = dl__vbits_f32(x) & 0x80000000u;
   float a = dl__vfrom_f32(dl__vbits_f32(x) ^ sx);
   float z = a * a;
@@ -383,7 +383,7 @@ DL_HD DL_API float dl_vtanh_f32(float x) {
 }
 /* f(x) = tanh x; max error 1.45 ulp (sampled over all doubles), relative
  * near 0. As the f32 version; |x| >= 20 gives +-1. */
-DL_HD DL_API double dl_vtanh_f64(double x) {
+DL_HD DL__VAPI double dl_vtanh_f64(double x) {
   uint64_t sx = dl__vbits_f64(x) & 0x8000000000000000u;
   double a = dl__vfrom_f64(dl__vbits_f64(x) ^ sx);
   double z = a * a;
@@ -414,7 +414,7 @@ DL_HD DL_API double dl_vtanh_f64(double x) {
  * Computed as e^x / (1 + e^x) for x < 0, so the left tail is accurate
  * relative to its (tiny, then subnormal, then 0) value; the rounding error
  * of 1 + e^-|x| is divided out again. */
-DL_HD DL_API float dl_vsigmoid_f32(float x) {
+DL_HD DL__VAPI float dl_vsigmoid_f32(float x) {
   float e = dl_vexp_f32(dl__vfrom_f32(dl__vbits_f32(x) | 0x80000000u)); /* e^-|x| */
   float d = 1.0f + e;
   float err = (1.0f - d) + e; /* (1 + e) - d */
@@ -425,7 +425,7 @@ DL_HD DL_API float dl_vsigmoid_f32(float x) {
 }
 /* f(x) = 1 / (1 + e^-x); max error 1.97 ulp (sampled over all doubles).
  * As the f32 version. */
-DL_HD DL_API double dl_vsigmoid_f64(double x) {
+DL_HD DL__VAPI double dl_vsigmoid_f64(double x) {
   double e = dl_vexp_f64(dl__vfrom_f64(dl__vbits_f64(x) | 0x8000000000000000u));
   double d = 1.0 + e;
   double err = (1.0 - d) + e;
@@ -441,7 +441,7 @@ DL_HD DL_API double dl_vsigmoid_f64(double x) {
  * |x| < 1: x + x P(x^2); 1 <= |x|: 1 - e^{-x^2} Q(|x|), with x^2 split
  * exactly into hi + lo (12-bit high half) so e^{-x^2} keeps full accuracy;
  * |x| >= 3.95 gives +-1. */
-DL_HD DL_API float dl_verf_f32(float x) {
+DL_HD DL__VAPI float dl_verf_f32(float x) {
   uint32_t sx = dl__vbits_f32(x) & 0x80000000u;
   float a = dl__vfrom_f32(dl__vbits_f32(x) ^ sx);
   float z = a * a;
@@ -473,7 +473,7 @@ DL_HD DL_API float dl_verf_f32(float x) {
  * |x| < 1: x + x P(x^2);
  * 1 <= |x|: 1 - e^{-x^2} Q(|x|) (x^2 split exactly, 26-bit high half);
  * |x| >= 6 gives +-1. */
-DL_HD DL_API double dl_verf_f64(double x) {
+DL_HD DL__VAPI double dl_verf_f64(double x) {
   uint64_t sx = dl__vbits_f64(x) & 0x8000000000000000u;
   double a = dl__vfrom_f64(dl__vbits_f64(x) ^ sx);
   double z = a * a;
