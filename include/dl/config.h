@@ -14,6 +14,7 @@
  *   DL_NO_STDIO              firmware builds: no printing helpers that need FILE
  *   DL_PARALLEL_THRESHOLD    elements below which fused loops never start an
  *                            OpenMP team (default 32768)
+ *   DL_GEMM_PARALLEL_FLOPS   flops below which GEMM never starts a team (blas.h)
  *   DL_MAX_DIMS              is fixed at 8
  *
  * OpenMP is switched on by the compiler's own flag (-fopenmp defines _OPENMP);

@@ -31,28 +31,6 @@
 extern "C" {
 #endif
 
-/* >>threads ---------------------------------------------------------------- */
-
-/* libgomp's default wait policy spins for milliseconds at the end of every
- * parallel region; on a machine where another process holds a core, the
- * spinning thread takes the CPU from the one still working and 2 threads
- * ran 4-30x slower than 1 (bench/run_fused.sh). The policy can only be chosen
- * before libgomp starts, so when built with OpenMP on an ELF target, dl.h
- * puts an entry in the program's pre-init array (it runs before any shared
- * library's initialiser) that sets OMP_WAIT_POLICY=passive *unless the
- * environment already sets it*: the user's own choice always wins. Define
- * DL_NO_PASSIVE_WAIT to leave the environment alone. */
-#if defined(_OPENMP) && defined(__ELF__) && !defined(DL_NO_PASSIVE_WAIT) && \
-    (defined(__GNUC__) || defined(__clang__)) && !defined(__cplusplus)
-int setenv(const char *name, const char *value, int overwrite);
-static void dl__passive_wait(int argc, char **argv, char **envp) {
-  (void)argc; (void)argv; (void)envp;
-  setenv("OMP_WAIT_POLICY", "passive", 0);
-}
-__attribute__((section(".preinit_array"), used)) static void (*const dl__passive_wait_entry)(
-    int, char **, char **) = dl__passive_wait;
-#endif
-
 /* >>status ----------------------------------------------------------------- */
 
 /* One table of (id, message): the enum and dl_status_str come from it. */

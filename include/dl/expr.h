@@ -200,9 +200,11 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
 
 /* Team guard (shared machines). When another process holds one of the
  * cores, a team member that loses its core while it holds a block makes the
- * whole loop wait for its next time slice; before the passive wait policy
- * (core.h) that cost 0.03-0.3x of the 1-thread speed, after it still
- * 0.75-0.85x (bench/run_fused.sh). Each parallel loop therefore measures what
+ * whole loop wait for its next time slice, and libgomp's idle members spin
+ * for milliseconds (GOMP_SPINCOUNT) on the core the others need: measured
+ * here at 0.03-0.3x of the 1-thread speed under the default wait policy,
+ * 0.75-0.85x under OMP_WAIT_POLICY=passive (bench/run_fused.sh). The wait
+ * policy is fixed before main() and a header cannot change it. Each parallel loop therefore measures what
  * the team gained: one thread's time (all blocks at the fastest member's time
  * per block) minus the loop's wall time. The gains go into a balance that
  * forgets with a time constant of 100 ms ("did the team save time over the
