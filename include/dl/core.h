@@ -121,7 +121,7 @@ typedef struct dl_ctx_desc {
 } dl_ctx_desc;
 
 /* Fused loops' record of whether their OpenMP team beats one thread (see
- * the team guard in expr.h); zero is the initial state. */
+ * the team guard below); zero is the initial state. */
 typedef struct dl__team_state {
   double until;    /* loops use one thread until this omp_get_wtime() */
   double window;   /* current back-off in seconds, 0 when none */
@@ -493,6 +493,94 @@ DL_API uint64_t dl__below_from(uint64_t x, uint64_t n) {
   }
 }
 DL_API uint64_t dl_rng_below(dl_rng *r, uint64_t n) { return dl__below_from(dl_rng_u64(r), n); }
+
+/* >>team guard ------------------------------------------------------------ */
+
+/* Team guard (shared machines). When another process holds one of the
+ * cores, a team member that loses its core while it holds a block makes the
+ * whole loop wait for its next time slice, and libgomp's idle members spin
+ * for milliseconds (GOMP_SPINCOUNT) on the core the others need: measured
+ * here at 0.03-0.3x of the 1-thread speed under the default wait policy,
+ * 0.75-0.85x under OMP_WAIT_POLICY=passive (bench/run_fused.sh). The wait
+ * policy is fixed before main() and a header cannot change it. Each
+ * parallel loop (expr.h, blas.h) therefore measures what the team gained: one thread's time (all blocks at the fastest member's time
+ * per block) minus the loop's wall time. The gains go into a balance that
+ * forgets with a time constant of 100 ms ("did the team save time over the
+ * last 0.1 s?"); when it turns negative, the ctx's next loops run on one
+ * thread for 50 ms, doubling while it keeps happening (at most 2 s), halving
+ * after each loop that gained. After a back-off (and at the start) the
+ * balance is judged only after 4 parallel loops, so that waking the team's
+ * sleeping threads is paid for by the loops it serves. The state lives in
+ * the ctx (dl_ctx.team); with a NULL ctx, in one static per translation unit.
+ * It only ever chooses between 1 and the ctx's thread count: results are the
+ * same either way (element-wise loops do not reduce). */
+#ifdef _OPENMP
+#define DL__TEAM_MAX 64
+typedef struct dl__team {
+  double t0, busy[DL__TEAM_MAX];
+  int64_t done[DL__TEAM_MAX];
+  int par, nt;
+} dl__team;
+static dl__team_state dl__team_null;
+DL_API void dl__team_begin(dl__team *tm, dl_ctx *ctx, int par) {
+  dl__team_state *st = ctx ? &ctx->team : &dl__team_null;
+  double until;
+  tm->nt = 1;
+  tm->t0 = omp_get_wtime();
+  DL__OMP("omp atomic read")
+  until = st->until;
+  tm->par = par && tm->t0 >= until;
+}
+/* Called by every member after its share of the loop (nowait). */
+DL_API void dl__team_member(dl__team *tm, double since, int64_t done) {
+  int id = omp_get_thread_num();
+  if (id == 0) tm->nt = omp_get_num_threads();
+  if (id < DL__TEAM_MAX) {
+    tm->busy[id] = omp_get_wtime() - since;
+    tm->done[id] = done;
+  }
+}
+DL_API void dl__team_end(dl__team *tm, dl_ctx *ctx, int64_t units) {
+  dl__team_state *st = ctx ? &ctx->team : &dl__team_null;
+  double now, per = 0, gain, win, bal, last;
+  int k, probe;
+  if (!tm->par) return;
+  now = omp_get_wtime();
+  for (k = 0; k < tm->nt && k < DL__TEAM_MAX; k++)
+    if (tm->done[k] > 0 && (per == 0 || tm->busy[k] / (double)tm->done[k] < per))
+      per = tm->busy[k] / (double)tm->done[k];
+  gain = (double)units * per - (now - tm->t0);
+  DL__OMP("omp atomic read")
+  win = st->window;
+  DL__OMP("omp atomic read")
+  bal = st->balance;
+  DL__OMP("omp atomic read")
+  last = st->last;
+  DL__OMP("omp atomic read")
+  probe = st->probe;
+  bal = bal / (1 + (now - last) / 0.1) + gain;
+  if (probe < 4) {
+    probe++;
+  } else if (bal < 0) {  /* the team has been costing the caller time, not saving it */
+    win = win > 0 ? 2 * win : 0.05;
+    if (win > 2.0) win = 2.0;
+    bal = 0;
+    probe = 0;
+    DL__OMP("omp atomic write")
+    st->until = now + win;
+  } else if (gain > 0) {
+    win = win * 0.5 < 0.05 ? 0 : win * 0.5;
+  }
+  DL__OMP("omp atomic write")
+  st->probe = probe;
+  DL__OMP("omp atomic write")
+  st->window = win;
+  DL__OMP("omp atomic write")
+  st->balance = bal;
+  DL__OMP("omp atomic write")
+  st->last = now;
+}
+#endif /* _OPENMP */
 
 /* >>fpenv ------------------------------------------------------------------ */
 
