@@ -183,6 +183,49 @@ static void test_ftz(void) {
 #endif
 }
 
+#ifdef _OPENMP
+/* One judged loop: `units` blocks, thread 0 did `done` of them in `busy`
+ * seconds, the loop took `wall` seconds. */
+static void team_loop(dl_ctx *ctx, double wall, int64_t units, double busy, int64_t done) {
+  dl__team tm;
+  dl__team_begin(&tm, ctx, 1);
+  CHECK(tm.par == 1);
+  tm.nt = 2;
+  tm.busy[0] = busy;
+  tm.done[0] = done;
+  tm.busy[1] = 0;
+  tm.done[1] = 0;
+  tm.t0 = omp_get_wtime() - wall;
+  dl__team_end(&tm, ctx, units);
+}
+#endif
+
+static void test_team_guard(void) {
+#ifdef _OPENMP
+  dl_ctx ctx;
+  dl__team tm;
+  int k;
+  dl_ctx_init(&ctx, NULL);
+  /* a team that loses time: 20 blocks at 0.1 ms each would take 2 ms on one
+   * thread, the loop took 10 ms. The first 4 loops are only probes. */
+  for (k = 0; k < 4; k++) team_loop(&ctx, 0.010, 20, 0.001, 10);
+  CHECK(ctx.team.until == 0.0 && ctx.team.probe == 4);
+  team_loop(&ctx, 0.010, 20, 0.001, 10);
+  CHECK(ctx.team.window == 0.05);
+  CHECK(ctx.team.until > omp_get_wtime());       /* backed off for 50 ms */
+  dl__team_begin(&tm, &ctx, 1);
+  CHECK(tm.par == 0);                             /* so the next loop runs on one thread */
+  dl__team_begin(&tm, &ctx, 0);
+  CHECK(tm.par == 0);                             /* small work never starts a team */
+  /* a team that pays (10 ms of work in 6 ms) keeps its threads */
+  dl_ctx_init(&ctx, NULL);
+  for (k = 0; k < 8; k++) team_loop(&ctx, 0.006, 20, 0.005, 10);
+  CHECK(ctx.team.until == 0.0 && ctx.team.window == 0.0 && ctx.team.balance > 0);
+#else
+  SKIP("built without OpenMP: no team to guard");
+#endif
+}
+
 int main(void) {
   RUN(test_status);
   RUN(test_ctx_messages);
@@ -193,5 +236,6 @@ int main(void) {
   RUN(test_arena_rewind_inside_overflow);
   RUN(test_rng);
   RUN(test_ftz);
+  RUN(test_team_guard);
   return harness_finish();
 }
