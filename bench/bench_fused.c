@@ -29,27 +29,11 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-#include <unistd.h>
+
+#include "bench_util.h"
 
 #define BENCH_WARMUP 2
 #define BENCH_MAX_REPS 64
-
-static double bench_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int bench_cmp(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
-static double bench_median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, bench_cmp);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void triad(float *a, const float *b, const float *c, float s, int64_t n, int threads) {
   int64_t i;
@@ -80,39 +64,6 @@ static void fused(dl_tensor *y, const dl_tensor *a, const dl_tensor *b, const dl
  * (blocks, dynamic schedule, leaf loads) from the speed of dl_tanh. */
 static void fused_fma(dl_tensor *y, const dl_tensor *a, const dl_tensor *b, const dl_tensor *c) {
   DL_ASSIGN(y, dl_add(dl_mul(a, b), c));
-}
-
-/* CPU time the rest of the machine used (in cores) since the last call:
- * /proc/stat busy time minus this process's own CPU time, over wall time.
- * Other sessions share these machines; a figure taken while this is well
- * above 0 is not a clean one. Returns -1 where /proc/stat is unreadable. */
-static double bench_other_load(void) {
-  static double busy0, own0, wall0;
-  static int have;
-  unsigned long long v[8] = {0};
-  double busy, own, wall, load = -1;
-  struct timespec ts;
-  FILE *f = fopen("/proc/stat", "r");
-  if (!f) return -1;
-  if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
-             &v[5], &v[6], &v[7]) != 8) {
-    fclose(f);
-    return -1;
-  }
-  fclose(f);
-  busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  own = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-  wall = bench_now();
-  if (have && wall > wall0) {
-    load = ((busy - busy0) - (own - own0)) / (wall - wall0);
-    if (load < 0) load = 0; /* /proc/stat ticks are coarser than our own clock */
-  }
-  busy0 = busy;
-  own0 = own;
-  wall0 = wall;
-  have = 1;
-  return load;
 }
 
 int main(int argc, char **argv) {

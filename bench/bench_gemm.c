@@ -18,8 +18,8 @@
  * dl_gemm and cblas alternate call by call. OpenBLAS's idle threads and an
  * OpenMP team's idle threads both spin for a while after their last job and
  * would steal the cores from the other library, so the built-in kernel is
- * timed in blocks, RUNS per contender in alternation, each after a SETTLE
- * second sleep. The load average is printed: other processes on a 2-core
+ * timed in blocks, RUNS per contender in alternation, each after a SETTLE_MS
+ * millisecond sleep. The load average is printed: other processes on a 2-core
  * machine move the absolute figures a lot, the ratios much less.
  */
 #define _POSIX_C_SOURCE 199309L
@@ -31,25 +31,11 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+
+#include "bench_util.h"
 
 #define RUNS 5
-#define SETTLE 0.3
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#define SETTLE_MS 300
 
 typedef struct shape {
   const char *name;
@@ -134,9 +120,9 @@ static void call(int who, int f64, const shape *s, operands *o) {
 
 /* Seconds taken by one call. */
 static double time_call(int who, int f64, const shape *s, operands *o) {
-  const double t0 = now();
+  const double t0 = bench_now();
   call(who, f64, s, o);
-  return now() - t0;
+  return bench_now() - t0;
 }
 
 /* Calls to time so that they take about budget seconds (odd, 31..20001),
@@ -154,13 +140,6 @@ static int pick_calls(int who, int f64, const shape *s, operands *o, double budg
   return n | 1;
 }
 
-static void settle(void) {
-  struct timespec ts;
-  ts.tv_sec = 0;
-  ts.tv_nsec = (long)(SETTLE * 1e9);
-  nanosleep(&ts, NULL);
-}
-
 /* Median seconds per call of dl_gemm_f32 and cblas_sgemm (both OpenBLAS
  * underneath), timed call by call in alternation: out[WHO_DL], out[WHO_CBLAS]. */
 static void time_wrapper(const shape *s, double budget, double out[3]) {
@@ -176,8 +155,8 @@ static void time_wrapper(const shape *s, double budget, double out[3]) {
     t[first][i] = time_call(first, 0, s, &o);
     t[!first][i] = time_call(!first, 0, s, &o);
   }
-  out[WHO_DL] = median(t[WHO_DL], n);
-  out[WHO_CBLAS] = median(t[WHO_CBLAS], n);
+  out[WHO_DL] = bench_median(t[WHO_DL], n);
+  out[WHO_CBLAS] = bench_median(t[WHO_CBLAS], n);
   free(t[0]);
   free(t[1]);
   free_operands(&o);
@@ -190,7 +169,7 @@ static double time_alone(int who, int f64, const shape *s, double budget) {
   double *t = (double *)malloc((size_t)n * sizeof(double)), m;
   int i;
   for (i = 0; i < n; i++) t[i] = time_call(who, f64, s, &o);
-  m = median(t, n);
+  m = bench_median(t, n);
   free(t);
   free_operands(&o);
   return m;
@@ -204,19 +183,19 @@ static void time_builtin_vs_cblas(int f64, const shape *s, double budget, double
   int n[3], r, k, i, filled[3] = {0, 0, 0};
   double *t[3];
   n[WHO_BUILTIN] = pick_calls(WHO_BUILTIN, f64, s, &o, budget);
-  settle();
+  bench_pause_ms(SETTLE_MS);
   n[WHO_CBLAS] = pick_calls(WHO_CBLAS, f64, s, &o, budget);
   t[WHO_BUILTIN] = (double *)malloc((size_t)(n[WHO_BUILTIN] * RUNS) * sizeof(double));
   t[WHO_CBLAS] = (double *)malloc((size_t)(n[WHO_CBLAS] * RUNS) * sizeof(double));
   for (r = 0; r < RUNS; r++)
     for (k = 0; k < 2; k++) {
       const int who = (k + r) % 2 ? WHO_BUILTIN : WHO_CBLAS;
-      settle();
+      bench_pause_ms(SETTLE_MS);
       call(who, f64, s, &o); /* wake its threads */
       for (i = 0; i < n[who]; i++) t[who][filled[who]++] = time_call(who, f64, s, &o);
     }
-  out[WHO_BUILTIN] = median(t[WHO_BUILTIN], filled[WHO_BUILTIN]);
-  out[WHO_CBLAS] = median(t[WHO_CBLAS], filled[WHO_CBLAS]);
+  out[WHO_BUILTIN] = bench_median(t[WHO_BUILTIN], filled[WHO_BUILTIN]);
+  out[WHO_CBLAS] = bench_median(t[WHO_CBLAS], filled[WHO_CBLAS]);
   free(t[WHO_BUILTIN]);
   free(t[WHO_CBLAS]);
   free_operands(&o);
@@ -284,7 +263,7 @@ int main(void) {
   /* OpenBLAS phase: dl_gemm_f32 against cblas_sgemm */
   for (i = 0; i < n; i++) time_wrapper(&mlp[i], 0.4, t[i]);
   /* built-in phase */
-  settle();
+  bench_pause_ms(SETTLE_MS);
   for (i = 0; i < n; i++) t[i][WHO_BUILTIN] = time_alone(WHO_BUILTIN, 0, &mlp[i], 0.3);
 
   printf("\nPart 1: MLP 784-256-128-10, batch %d, f32, microseconds per call\n", batch);

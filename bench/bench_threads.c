@@ -35,65 +35,11 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-#include <unistd.h>
+
+#include "bench_util.h"
 
 #define BENCH_MAX_REPS 64
 #define BENCH_SETTLE_MS 30
-
-static void bench_pause_ms(int ms) {
-  struct timespec ts;
-  ts.tv_sec = ms / 1000;
-  ts.tv_nsec = (long)(ms % 1000) * 1000000L;
-  nanosleep(&ts, NULL);
-}
-
-static double bench_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int bench_cmp(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
-static double bench_median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, bench_cmp);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* CPU time the rest of the machine used (in cores) since the last call; -1
- * on the first call or where /proc/stat is unreadable. See bench_fused.c. */
-static double bench_other_load(void) {
-  static double busy0, own0, wall0;
-  static int have;
-  unsigned long long v[8] = {0};
-  double busy, own, wall, load = -1;
-  struct timespec ts;
-  FILE *f = fopen("/proc/stat", "r");
-  if (!f) return -1;
-  if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
-             &v[5], &v[6], &v[7]) != 8) {
-    fclose(f);
-    return -1;
-  }
-  fclose(f);
-  busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  own = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-  wall = bench_now();
-  if (have && wall > wall0) {
-    load = ((busy - busy0) - (own - own0)) / (wall - wall0);
-    if (load < 0) load = 0;
-  }
-  busy0 = busy;
-  own0 = own;
-  wall0 = wall;
-  have = 1;
-  return load;
-}
 
 /* Threads of this process now (from /proc/self/status); -1 if unknown. */
 static int bench_process_threads(void) {

@@ -15,16 +15,11 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+
+#include "bench_util.h"
 
 #define N ((size_t)1 << 24)
 #define REPS 7
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 #if defined(__GNUC__) || defined(__clang__)
 #define BENCH_NOINLINE __attribute__((noinline))
@@ -50,23 +45,17 @@ LOOP(loop_copy, x[i])
 
 typedef void (*loop_fn)(const float *, float *, size_t);
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* median GB/s of REPS runs */
 static double gbps(loop_fn fn, const float *x, float *y) {
   double t[REPS];
   int r;
   fn(x, y, N); /* warm-up: page faults, caches, clocks */
   for (r = 0; r < REPS; r++) {
-    double t0 = now();
+    double t0 = bench_now();
     fn(x, y, N);
-    t[r] = now() - t0;
+    t[r] = bench_now() - t0;
   }
-  qsort(t, REPS, sizeof *t, cmp_double);
-  return (double)(2 * N * sizeof(float)) / t[REPS / 2] / 1e9;
+  return (double)(2 * N * sizeof(float)) / bench_median(t, REPS) / 1e9;
 }
 
 /* largest |a - b| / max(|b|, tiny), to show both loops computed the same thing */
