@@ -197,385 +197,220 @@ typedef struct dl__gemm_kind {
   dl__gemm_kernel_fn kernel;
 } dl__gemm_kind;
 
-/* >>gemm-f32 --------------------------------------------------------------- */
+/* >>gemm-kernels ----------------------------------------------------------- */
 
-/* dl__gemm_pack_a_fn for float: MR-tall panels, rows past mc zero. */
-DL_API void dl__gemm_pack_a_f32(dl_trans ta, const void *A_, int64_t lda, int64_t i0,
-                                int64_t mc, int64_t p0, int64_t kc, void *dst_) {
-  const int64_t MR = DL__GEMM_MR;
-  const float *A = (const float *)A_;
-  float *d = (float *)dst_;
-  int64_t r, i, p;
-  for (r = 0; r < mc; r += MR, d += MR * kc) {
-    int64_t rows = mc - r < MR ? mc - r : MR;
-    if (ta == DL_NOTRANS) { /* A is (M,K): row i0+r+i is contiguous in p */
-      int64_t q;
-      for (q = 0; q < kc; q += DL__GEMM_PACK_STEP) { /* keep the written lines in L1 */
-        const int64_t qe = kc - q < DL__GEMM_PACK_STEP ? kc - q : DL__GEMM_PACK_STEP;
-        for (i = 0; i < rows; i++) {
-          const float *s = A + (i0 + r + i) * lda + p0 + q;
-          float *o = d + q * MR + i;
-          for (p = 0; p < qe; p++) o[p * MR] = s[p];
-        }
-      }
-    } else if (rows == MR) { /* A is (K,M): the MR values for one p are contiguous */
-      for (p = 0; p < kc; p++)
-        memcpy(d + p * MR, A + (p0 + p) * lda + i0 + r, sizeof(float) * DL__GEMM_MR);
-    } else {
-      for (p = 0; p < kc; p++) {
-        const float *s = A + (p0 + p) * lda + i0 + r;
-        for (i = 0; i < rows; i++) d[p * MR + i] = s[i];
-      }
-    }
-    for (i = rows; i < MR; i++)
-      for (p = 0; p < kc; p++) d[p * MR + i] = 0.0f;
-  }
-}
-
-/* dl__gemm_pack_b_fn for float: NR-wide panels, columns past nc zero. */
-DL_API void dl__gemm_pack_b_f32(dl_trans tb, const void *B_, int64_t ldb, int64_t p0,
-                                int64_t kc, int64_t j0, int64_t nc, void *dst_) {
-  const int64_t NR = DL__GEMM_NR_F32;
-  const float *B = (const float *)B_;
-  float *d = (float *)dst_;
-  int64_t c, j, p;
-  for (c = 0; c < nc; c += NR, d += NR * kc) {
-    int64_t cols = nc - c < NR ? nc - c : NR;
-    if (tb == DL_NOTRANS && cols == NR) { /* B is (K,N): NR values per p are contiguous */
-      for (p = 0; p < kc; p++)
-        memcpy(d + p * NR, B + (p0 + p) * ldb + j0 + c, sizeof(float) * DL__GEMM_NR_F32);
-    } else if (tb == DL_NOTRANS) {
-      for (p = 0; p < kc; p++) {
-        const float *s = B + (p0 + p) * ldb + j0 + c;
-        for (j = 0; j < cols; j++) d[p * NR + j] = s[j];
-      }
-    } else { /* B is (N,K): column j0+c+j of op(B) is row j0+c+j of B */
-      int64_t q;
-      for (q = 0; q < kc; q += DL__GEMM_PACK_STEP) { /* keep the written lines in L1 */
-        const int64_t qe = kc - q < DL__GEMM_PACK_STEP ? kc - q : DL__GEMM_PACK_STEP;
-        for (j = 0; j < cols; j++) {
-          const float *s = B + (j0 + c + j) * ldb + p0 + q;
-          float *o = d + q * NR + j;
-          for (p = 0; p < qe; p++) o[p * NR] = s[p];
-        }
-      }
-    }
-    for (j = cols; j < NR; j++)
-      for (p = 0; p < kc; p++) d[p * NR + j] = 0.0f;
-  }
-}
-
-/* Write an MR x NR accumulator tile (row stride NR) to the m x n corner of C. */
-DL_API void dl__gemm_store_f32(const float *acc, float alpha, float beta, float *C, int64_t ldc,
-                               int m, int n) {
-  int i, j;
-  for (i = 0; i < m; i++) {
-    float *c = C + i * ldc;
-    const float *t = acc + i * DL__GEMM_NR_F32;
-    if (beta == 0.0f)
-      for (j = 0; j < n; j++) c[j] = alpha * t[j];
-    else
-      for (j = 0; j < n; j++) c[j] = alpha * t[j] + beta * c[j];
-  }
-}
-
-/* dl__gemm_kernel_fn for float: the MR x NR micro-kernel (accumulators in
- * registers), then the store of its m x n corner. */
-DL_API DL__GEMM_CONTRACT void dl__gemm_kernel_f32(int64_t kc, const void *a_, const void *b_,
-                                                  double alpha_, double beta_, void *C_,
-                                                  int64_t ldc, int m, int n) {
-  enum { MR = DL__GEMM_MR, NR = DL__GEMM_NR_F32 };
-  const float *a = (const float *)a_, *b = (const float *)b_;
-  float *C = (float *)C_;
-  const float alpha = (float)alpha_, beta = (float)beta_;
-  int64_t p;
-  int i;
+/* The micro-kernel's body, defined one way per build (a preprocessor #if
+ * cannot stand inside the generator below): the body of
+ * dl__gemm_kernel_<sfx>, whose variables (kc, a, b, alpha, beta, C, ldc, m,
+ * n, p, i and the enum MR, NR) it uses. T is the element type, VT its vector
+ * type and sfx the suffix of the store it ends with. */
 #if DL__GEMM_VEC
-  enum { L = DL__GEMM_VBYTES / 4 };
-  const dl__gemm_vf32 zero = {0};
-  dl__gemm_vf32 c0[MR], c1[MR];
-  DL__GEMM_UNROLL
-  for (i = 0; i < MR; i++) c0[i] = c1[i] = zero;
-  for (p = 0; p < kc; p++, a += MR, b += NR) {
-    dl__gemm_vf32 b0, b1;
-    memcpy(&b0, b, sizeof b0);
-    memcpy(&b1, b + L, sizeof b1);
-    DL__GEMM_UNROLL
-    for (i = 0; i < MR; i++) {
-      dl__gemm_vf32 ai = a[i] - zero; /* broadcast (x - 0 == x for every x) */
-      c0[i] += ai * b0;
-      c1[i] += ai * b1;
-    }
-  }
-  if (m == MR && n == NR) {
-    DL__GEMM_UNROLL
-    for (i = 0; i < MR; i++) {
-      float *c = C + i * ldc;
-      dl__gemm_vf32 r0 = c0[i] * alpha, r1 = c1[i] * alpha;
-      if (beta != 0.0f) {
-        dl__gemm_vf32 x0, x1;
-        memcpy(&x0, c, sizeof x0);
-        memcpy(&x1, c + L, sizeof x1);
-        r0 += beta * x0;
-        r1 += beta * x1;
-      }
-      memcpy(c, &r0, sizeof r0);
-      memcpy(c + L, &r1, sizeof r1);
-    }
-  } else {
-    float t[MR * NR];
-    for (i = 0; i < MR; i++) {
-      memcpy(t + i * NR, &c0[i], sizeof c0[i]);
-      memcpy(t + i * NR + L, &c1[i], sizeof c1[i]);
-    }
-    dl__gemm_store_f32(t, alpha, beta, C, ldc, m, n);
+/* MR rows of two vector accumulators (L lanes each) in registers. */
+#define DL__GEMM_KERNEL_BODY(T, sfx, VT)                                                           \
+  enum { L = DL__GEMM_VBYTES / sizeof(T) };                                                        \
+  const VT zero = {0};                                                                             \
+  VT c0[MR], c1[MR];                                                                               \
+  DL__GEMM_UNROLL                                                                                  \
+  for (i = 0; i < MR; i++) c0[i] = c1[i] = zero;                                                   \
+  for (p = 0; p < kc; p++, a += MR, b += NR) {                                                     \
+    VT b0, b1;                                                                                     \
+    memcpy(&b0, b, sizeof b0);                                                                     \
+    memcpy(&b1, b + L, sizeof b1);                                                                 \
+    DL__GEMM_UNROLL                                                                                \
+    for (i = 0; i < MR; i++) {                                                                     \
+      VT ai = a[i] - zero; /* broadcast (x - 0 == x for every x) */                                \
+      c0[i] += ai * b0;                                                                            \
+      c1[i] += ai * b1;                                                                            \
+    }                                                                                              \
+  }                                                                                                \
+  if (m == MR && n == NR) {                                                                        \
+    DL__GEMM_UNROLL                                                                                \
+    for (i = 0; i < MR; i++) {                                                                     \
+      T *c = C + i * ldc;                                                                          \
+      VT r0 = c0[i] * alpha, r1 = c1[i] * alpha;                                                   \
+      if (beta != (T)0) {                                                                          \
+        VT x0, x1;                                                                                 \
+        memcpy(&x0, c, sizeof x0);                                                                 \
+        memcpy(&x1, c + L, sizeof x1);                                                             \
+        r0 += beta * x0;                                                                           \
+        r1 += beta * x1;                                                                           \
+      }                                                                                            \
+      memcpy(c, &r0, sizeof r0);                                                                   \
+      memcpy(c + L, &r1, sizeof r1);                                                               \
+    }                                                                                              \
+  } else {                                                                                         \
+    T t[MR * NR];                                                                                  \
+    for (i = 0; i < MR; i++) {                                                                     \
+      memcpy(t + i * NR, &c0[i], sizeof c0[i]);                                                    \
+      memcpy(t + i * NR + L, &c1[i], sizeof c1[i]);                                                \
+    }                                                                                              \
+    dl__gemm_store_##sfx(t, alpha, beta, C, ldc, m, n);                                            \
   }
 #else
-  float t[MR * NR];
-  int j;
-  for (i = 0; i < MR * NR; i++) t[i] = 0.0f;
-  for (p = 0; p < kc; p++, a += MR, b += NR)
-    for (i = 0; i < MR; i++) {
-      const float ai = a[i];
-      for (j = 0; j < NR; j++) t[i * NR + j] += ai * b[j];
-    }
-  dl__gemm_store_f32(t, alpha, beta, C, ldc, m, n);
+/* A plain-C MR x NR accumulator array (VT is not used). */
+#define DL__GEMM_KERNEL_BODY(T, sfx, VT)                                                           \
+  T t[MR * NR];                                                                                    \
+  int j;                                                                                           \
+  for (i = 0; i < MR * NR; i++) t[i] = (T)0;                                                       \
+  for (p = 0; p < kc; p++, a += MR, b += NR)                                                       \
+    for (i = 0; i < MR; i++) {                                                                     \
+      const T ai = a[i];                                                                           \
+      for (j = 0; j < NR; j++) t[i * NR + j] += ai * b[j];                                         \
+    }                                                                                              \
+  dl__gemm_store_##sfx(t, alpha, beta, C, ldc, m, n);
 #endif
-}
 
-/* C = beta * C on an M x N block (C not read when beta == 0). */
-DL_API void dl__gemm_scale_f32(int64_t M, int64_t N, float beta, float *C, int64_t ldc) {
-  int64_t i, j;
-  if (beta == 1.0f) return;
-  for (i = 0; i < M; i++) {
-    float *c = C + i * ldc;
-    if (beta == 0.0f)
-      for (j = 0; j < N; j++) c[j] = 0.0f;
-    else
-      for (j = 0; j < N; j++) c[j] *= beta;
+/* Everything the driver needs for one element type, written once and
+ * instantiated for float and double below. DL__GEMM_DEFINE(T, sfx, NRT, MCT,
+ * NCT, VT) defines dl__gemm_pack_a_<sfx>, dl__gemm_pack_b_<sfx>,
+ * dl__gemm_store_<sfx>, dl__gemm_kernel_<sfx>, dl__gemm_scale_<sfx>,
+ * dl__gemm_naive_<sfx> and dl__gemm_kind_<sfx>: T is the element type, sfx
+ * its suffix (f32, f64), NRT the micro-tile width, MCT and NCT the cache
+ * blocks of that type (MR and KC are shared), VT its vector type (only named
+ * under DL__GEMM_VEC). Constants are written (T)0, (T)1 so float code stays
+ * in float. */
+#define DL__GEMM_DEFINE(T, sfx, NRT, MCT, NCT, VT)                                                 \
+  /* dl__gemm_pack_a_fn for T: MR-tall panels, rows past mc zero. */                               \
+  DL_API void dl__gemm_pack_a_##sfx(dl_trans ta, const void *A_, int64_t lda, int64_t i0,          \
+                                    int64_t mc, int64_t p0, int64_t kc, void *dst_) {              \
+    const int64_t MR = DL__GEMM_MR;                                                                \
+    const T *A = (const T *)A_;                                                                    \
+    T *d = (T *)dst_;                                                                              \
+    int64_t r, i, p;                                                                               \
+    for (r = 0; r < mc; r += MR, d += MR * kc) {                                                   \
+      int64_t rows = mc - r < MR ? mc - r : MR;                                                    \
+      if (ta == DL_NOTRANS) { /* A is (M,K): row i0+r+i is contiguous in p */                      \
+        int64_t q;                                                                                 \
+        for (q = 0; q < kc; q += DL__GEMM_PACK_STEP) { /* keep the written lines in L1 */          \
+          const int64_t qe = kc - q < DL__GEMM_PACK_STEP ? kc - q : DL__GEMM_PACK_STEP;            \
+          for (i = 0; i < rows; i++) {                                                             \
+            const T *s = A + (i0 + r + i) * lda + p0 + q;                                          \
+            T *o = d + q * MR + i;                                                                 \
+            for (p = 0; p < qe; p++) o[p * MR] = s[p];                                             \
+          }                                                                                        \
+        }                                                                                          \
+      } else if (rows == MR) { /* A is (K,M): the MR values for one p are contiguous */            \
+        for (p = 0; p < kc; p++)                                                                   \
+          memcpy(d + p * MR, A + (p0 + p) * lda + i0 + r, sizeof(T) * DL__GEMM_MR);                \
+      } else {                                                                                     \
+        for (p = 0; p < kc; p++) {                                                                 \
+          const T *s = A + (p0 + p) * lda + i0 + r;                                                \
+          for (i = 0; i < rows; i++) d[p * MR + i] = s[i];                                         \
+        }                                                                                          \
+      }                                                                                            \
+      for (i = rows; i < MR; i++)                                                                  \
+        for (p = 0; p < kc; p++) d[p * MR + i] = (T)0;                                             \
+    }                                                                                              \
+  }                                                                                                \
+                                                                                                   \
+  /* dl__gemm_pack_b_fn for T: NR-wide panels, columns past nc zero. */                            \
+  DL_API void dl__gemm_pack_b_##sfx(dl_trans tb, const void *B_, int64_t ldb, int64_t p0,          \
+                                    int64_t kc, int64_t j0, int64_t nc, void *dst_) {              \
+    const int64_t NR = NRT;                                                                        \
+    const T *B = (const T *)B_;                                                                    \
+    T *d = (T *)dst_;                                                                              \
+    int64_t c, j, p;                                                                               \
+    for (c = 0; c < nc; c += NR, d += NR * kc) {                                                   \
+      int64_t cols = nc - c < NR ? nc - c : NR;                                                    \
+      if (tb == DL_NOTRANS && cols == NR) { /* B is (K,N): NR values per p are contiguous */       \
+        for (p = 0; p < kc; p++)                                                                   \
+          memcpy(d + p * NR, B + (p0 + p) * ldb + j0 + c, sizeof(T) * NRT);                        \
+      } else if (tb == DL_NOTRANS) {                                                               \
+        for (p = 0; p < kc; p++) {                                                                 \
+          const T *s = B + (p0 + p) * ldb + j0 + c;                                                \
+          for (j = 0; j < cols; j++) d[p * NR + j] = s[j];                                         \
+        }                                                                                          \
+      } else { /* B is (N,K): column j0+c+j of op(B) is row j0+c+j of B */                         \
+        int64_t q;                                                                                 \
+        for (q = 0; q < kc; q += DL__GEMM_PACK_STEP) { /* keep the written lines in L1 */          \
+          const int64_t qe = kc - q < DL__GEMM_PACK_STEP ? kc - q : DL__GEMM_PACK_STEP;            \
+          for (j = 0; j < cols; j++) {                                                             \
+            const T *s = B + (j0 + c + j) * ldb + p0 + q;                                          \
+            T *o = d + q * NR + j;                                                                 \
+            for (p = 0; p < qe; p++) o[p * NR] = s[p];                                             \
+          }                                                                                        \
+        }                                                                                          \
+      }                                                                                            \
+      for (j = cols; j < NR; j++)                                                                  \
+        for (p = 0; p < kc; p++) d[p * NR + j] = (T)0;                                             \
+    }                                                                                              \
+  }                                                                                                \
+                                                                                                   \
+  /* Write an MR x NR accumulator tile (row stride NR) to the m x n corner of C. */                \
+  DL_API void dl__gemm_store_##sfx(const T *acc, T alpha, T beta, T *C, int64_t ldc, int m,        \
+                                   int n) {                                                        \
+    int i, j;                                                                                      \
+    for (i = 0; i < m; i++) {                                                                      \
+      T *c = C + i * ldc;                                                                          \
+      const T *t = acc + i * NRT;                                                                  \
+      if (beta == (T)0)                                                                            \
+        for (j = 0; j < n; j++) c[j] = alpha * t[j];                                               \
+      else                                                                                         \
+        for (j = 0; j < n; j++) c[j] = alpha * t[j] + beta * c[j];                                 \
+    }                                                                                              \
+  }                                                                                                \
+                                                                                                   \
+  /* dl__gemm_kernel_fn for T: the MR x NR micro-kernel (accumulators in                           \
+   * registers), then the store of its m x n corner. */                                            \
+  DL_API DL__GEMM_CONTRACT void dl__gemm_kernel_##sfx(int64_t kc, const void *a_, const void *b_,  \
+                                                      double alpha_, double beta_, void *C_,       \
+                                                      int64_t ldc, int m, int n) {                 \
+    enum { MR = DL__GEMM_MR, NR = NRT };                                                           \
+    const T *a = (const T *)a_, *b = (const T *)b_;                                                \
+    T *C = (T *)C_;                                                                                \
+    const T alpha = (T)alpha_, beta = (T)beta_;                                                    \
+    int64_t p;                                                                                     \
+    int i;                                                                                         \
+    DL__GEMM_KERNEL_BODY(T, sfx, VT)                                                               \
+  }                                                                                                \
+                                                                                                   \
+  /* C = beta * C on an M x N block (C not read when beta == 0). */                                \
+  DL_API void dl__gemm_scale_##sfx(int64_t M, int64_t N, T beta, T *C, int64_t ldc) {              \
+    int64_t i, j;                                                                                  \
+    if (beta == (T)1) return;                                                                      \
+    for (i = 0; i < M; i++) {                                                                      \
+      T *c = C + i * ldc;                                                                          \
+      if (beta == (T)0)                                                                            \
+        for (j = 0; j < N; j++) c[j] = (T)0;                                                       \
+      else                                                                                         \
+        for (j = 0; j < N; j++) c[j] *= beta;                                                      \
+    }                                                                                              \
+  }                                                                                                \
+                                                                                                   \
+  /* Batch item b of pr by the unblocked triple loop: the fallback when no                         \
+   * packing buffer could be allocated. */                                                         \
+  DL_API void dl__gemm_naive_##sfx(const dl__gemm_problem *pr, int64_t b) {                        \
+    const T *A = (const T *)pr->A + b * pr->sa, *B = (const T *)pr->B + b * pr->sb;                \
+    T *C = (T *)pr->C + b * pr->sc;                                                                \
+    const T alpha = (T)pr->alpha, beta = (T)pr->beta;                                              \
+    int64_t i, j, p;                                                                               \
+    for (i = 0; i < pr->M; i++)                                                                    \
+      for (j = 0; j < pr->N; j++) {                                                                \
+        T s = (T)0;                                                                                \
+        for (p = 0; p < pr->K; p++)                                                                \
+          s += (pr->ta ? A[p * pr->lda + i] : A[i * pr->lda + p]) *                                \
+               (pr->tb ? B[j * pr->ldb + p] : B[p * pr->ldb + j]);                                 \
+        C[i * pr->ldc + j] = beta == (T)0 ? alpha * s : alpha * s + beta * C[i * pr->ldc + j];     \
+      }                                                                                            \
+  }                                                                                                \
+                                                                                                   \
+  /* The T kernels and block sizes for the driver. */                                              \
+  DL_API dl__gemm_kind dl__gemm_kind_##sfx(void) {                                                 \
+    dl__gemm_kind k;                                                                               \
+    k.esz = sizeof(T);                                                                             \
+    k.mr = DL__GEMM_MR;                                                                            \
+    k.nr = NRT;                                                                                    \
+    k.mc = MCT;                                                                                    \
+    k.kc = DL__GEMM_KC;                                                                            \
+    k.nc = NCT;                                                                                    \
+    k.pack_a = dl__gemm_pack_a_##sfx;                                                              \
+    k.pack_b = dl__gemm_pack_b_##sfx;                                                              \
+    k.kernel = dl__gemm_kernel_##sfx;                                                              \
+    return k;                                                                                      \
   }
-}
 
-/* Batch item b of pr by the unblocked triple loop: the fallback when no
- * packing buffer could be allocated. */
-DL_API void dl__gemm_naive_f32(const dl__gemm_problem *pr, int64_t b) {
-  const float *A = (const float *)pr->A + b * pr->sa, *B = (const float *)pr->B + b * pr->sb;
-  float *C = (float *)pr->C + b * pr->sc;
-  const float alpha = (float)pr->alpha, beta = (float)pr->beta;
-  int64_t i, j, p;
-  for (i = 0; i < pr->M; i++)
-    for (j = 0; j < pr->N; j++) {
-      float s = 0.0f;
-      for (p = 0; p < pr->K; p++)
-        s += (pr->ta ? A[p * pr->lda + i] : A[i * pr->lda + p]) *
-             (pr->tb ? B[j * pr->ldb + p] : B[p * pr->ldb + j]);
-      C[i * pr->ldc + j] = beta == 0.0f ? alpha * s : alpha * s + beta * C[i * pr->ldc + j];
-    }
-}
-
-/* The float kernels and block sizes for the driver. */
-DL_API dl__gemm_kind dl__gemm_kind_f32(void) {
-  dl__gemm_kind k;
-  k.esz = sizeof(float);
-  k.mr = DL__GEMM_MR;
-  k.nr = DL__GEMM_NR_F32;
-  k.mc = DL__GEMM_MC_F32;
-  k.kc = DL__GEMM_KC;
-  k.nc = DL__GEMM_NC_F32;
-  k.pack_a = dl__gemm_pack_a_f32;
-  k.pack_b = dl__gemm_pack_b_f32;
-  k.kernel = dl__gemm_kernel_f32;
-  return k;
-}
-
-/* >>gemm-f64 --------------------------------------------------------------- */
-
-/* dl__gemm_pack_a_fn for double: MR-tall panels, rows past mc zero. */
-DL_API void dl__gemm_pack_a_f64(dl_trans ta, const void *A_, int64_t lda, int64_t i0,
-                                int64_t mc, int64_t p0, int64_t kc, void *dst_) {
-  const int64_t MR = DL__GEMM_MR;
-  const double *A = (const double *)A_;
-  double *d = (double *)dst_;
-  int64_t r, i, p;
-  for (r = 0; r < mc; r += MR, d += MR * kc) {
-    int64_t rows = mc - r < MR ? mc - r : MR;
-    if (ta == DL_NOTRANS) {
-      int64_t q;
-      for (q = 0; q < kc; q += DL__GEMM_PACK_STEP) {
-        const int64_t qe = kc - q < DL__GEMM_PACK_STEP ? kc - q : DL__GEMM_PACK_STEP;
-        for (i = 0; i < rows; i++) {
-          const double *s = A + (i0 + r + i) * lda + p0 + q;
-          double *o = d + q * MR + i;
-          for (p = 0; p < qe; p++) o[p * MR] = s[p];
-        }
-      }
-    } else if (rows == MR) {
-      for (p = 0; p < kc; p++)
-        memcpy(d + p * MR, A + (p0 + p) * lda + i0 + r, sizeof(double) * DL__GEMM_MR);
-    } else {
-      for (p = 0; p < kc; p++) {
-        const double *s = A + (p0 + p) * lda + i0 + r;
-        for (i = 0; i < rows; i++) d[p * MR + i] = s[i];
-      }
-    }
-    for (i = rows; i < MR; i++)
-      for (p = 0; p < kc; p++) d[p * MR + i] = 0.0;
-  }
-}
-
-/* dl__gemm_pack_b_fn for double: NR-wide panels, columns past nc zero. */
-DL_API void dl__gemm_pack_b_f64(dl_trans tb, const void *B_, int64_t ldb, int64_t p0,
-                                int64_t kc, int64_t j0, int64_t nc, void *dst_) {
-  const int64_t NR = DL__GEMM_NR_F64;
-  const double *B = (const double *)B_;
-  double *d = (double *)dst_;
-  int64_t c, j, p;
-  for (c = 0; c < nc; c += NR, d += NR * kc) {
-    int64_t cols = nc - c < NR ? nc - c : NR;
-    if (tb == DL_NOTRANS && cols == NR) {
-      for (p = 0; p < kc; p++)
-        memcpy(d + p * NR, B + (p0 + p) * ldb + j0 + c, sizeof(double) * DL__GEMM_NR_F64);
-    } else if (tb == DL_NOTRANS) {
-      for (p = 0; p < kc; p++) {
-        const double *s = B + (p0 + p) * ldb + j0 + c;
-        for (j = 0; j < cols; j++) d[p * NR + j] = s[j];
-      }
-    } else {
-      int64_t q;
-      for (q = 0; q < kc; q += DL__GEMM_PACK_STEP) {
-        const int64_t qe = kc - q < DL__GEMM_PACK_STEP ? kc - q : DL__GEMM_PACK_STEP;
-        for (j = 0; j < cols; j++) {
-          const double *s = B + (j0 + c + j) * ldb + p0 + q;
-          double *o = d + q * NR + j;
-          for (p = 0; p < qe; p++) o[p * NR] = s[p];
-        }
-      }
-    }
-    for (j = cols; j < NR; j++)
-      for (p = 0; p < kc; p++) d[p * NR + j] = 0.0;
-  }
-}
-
-/* As dl__gemm_store_f32 for double. */
-DL_API void dl__gemm_store_f64(const double *acc, double alpha, double beta, double *C,
-                               int64_t ldc, int m, int n) {
-  int i, j;
-  for (i = 0; i < m; i++) {
-    double *c = C + i * ldc;
-    const double *t = acc + i * DL__GEMM_NR_F64;
-    if (beta == 0.0)
-      for (j = 0; j < n; j++) c[j] = alpha * t[j];
-    else
-      for (j = 0; j < n; j++) c[j] = alpha * t[j] + beta * c[j];
-  }
-}
-
-/* dl__gemm_kernel_fn for double: the MR x NR micro-kernel (accumulators in
- * registers), then the store of its m x n corner. */
-DL_API DL__GEMM_CONTRACT void dl__gemm_kernel_f64(int64_t kc, const void *a_, const void *b_,
-                                                  double alpha, double beta, void *C_,
-                                                  int64_t ldc, int m, int n) {
-  enum { MR = DL__GEMM_MR, NR = DL__GEMM_NR_F64 };
-  const double *a = (const double *)a_, *b = (const double *)b_;
-  double *C = (double *)C_;
-  int64_t p;
-  int i;
-#if DL__GEMM_VEC
-  enum { L = DL__GEMM_VBYTES / 8 };
-  const dl__gemm_vf64 zero = {0};
-  dl__gemm_vf64 c0[MR], c1[MR];
-  DL__GEMM_UNROLL
-  for (i = 0; i < MR; i++) c0[i] = c1[i] = zero;
-  for (p = 0; p < kc; p++, a += MR, b += NR) {
-    dl__gemm_vf64 b0, b1;
-    memcpy(&b0, b, sizeof b0);
-    memcpy(&b1, b + L, sizeof b1);
-    DL__GEMM_UNROLL
-    for (i = 0; i < MR; i++) {
-      dl__gemm_vf64 ai = a[i] - zero;
-      c0[i] += ai * b0;
-      c1[i] += ai * b1;
-    }
-  }
-  if (m == MR && n == NR) {
-    DL__GEMM_UNROLL
-    for (i = 0; i < MR; i++) {
-      double *c = C + i * ldc;
-      dl__gemm_vf64 r0 = c0[i] * alpha, r1 = c1[i] * alpha;
-      if (beta != 0.0) {
-        dl__gemm_vf64 x0, x1;
-        memcpy(&x0, c, sizeof x0);
-        memcpy(&x1, c + L, sizeof x1);
-        r0 += beta * x0;
-        r1 += beta * x1;
-      }
-      memcpy(c, &r0, sizeof r0);
-      memcpy(c + L, &r1, sizeof r1);
-    }
-  } else {
-    double t[MR * NR];
-    for (i = 0; i < MR; i++) {
-      memcpy(t + i * NR, &c0[i], sizeof c0[i]);
-      memcpy(t + i * NR + L, &c1[i], sizeof c1[i]);
-    }
-    dl__gemm_store_f64(t, alpha, beta, C, ldc, m, n);
-  }
-#else
-  double t[MR * NR];
-  int j;
-  for (i = 0; i < MR * NR; i++) t[i] = 0.0;
-  for (p = 0; p < kc; p++, a += MR, b += NR)
-    for (i = 0; i < MR; i++) {
-      const double ai = a[i];
-      for (j = 0; j < NR; j++) t[i * NR + j] += ai * b[j];
-    }
-  dl__gemm_store_f64(t, alpha, beta, C, ldc, m, n);
-#endif
-}
-
-/* As dl__gemm_scale_f32 for double. */
-DL_API void dl__gemm_scale_f64(int64_t M, int64_t N, double beta, double *C, int64_t ldc) {
-  int64_t i, j;
-  if (beta == 1.0) return;
-  for (i = 0; i < M; i++) {
-    double *c = C + i * ldc;
-    if (beta == 0.0)
-      for (j = 0; j < N; j++) c[j] = 0.0;
-    else
-      for (j = 0; j < N; j++) c[j] *= beta;
-  }
-}
-
-/* As dl__gemm_naive_f32 for double. */
-DL_API void dl__gemm_naive_f64(const dl__gemm_problem *pr, int64_t b) {
-  const double *A = (const double *)pr->A + b * pr->sa, *B = (const double *)pr->B + b * pr->sb;
-  double *C = (double *)pr->C + b * pr->sc;
-  int64_t i, j, p;
-  for (i = 0; i < pr->M; i++)
-    for (j = 0; j < pr->N; j++) {
-      double s = 0.0;
-      for (p = 0; p < pr->K; p++)
-        s += (pr->ta ? A[p * pr->lda + i] : A[i * pr->lda + p]) *
-             (pr->tb ? B[j * pr->ldb + p] : B[p * pr->ldb + j]);
-      C[i * pr->ldc + j] =
-          pr->beta == 0.0 ? pr->alpha * s : pr->alpha * s + pr->beta * C[i * pr->ldc + j];
-    }
-}
-
-/* The double kernels and block sizes for the driver. */
-DL_API dl__gemm_kind dl__gemm_kind_f64(void) {
-  dl__gemm_kind k;
-  k.esz = sizeof(double);
-  k.mr = DL__GEMM_MR;
-  k.nr = DL__GEMM_NR_F64;
-  k.mc = DL__GEMM_MC_F64;
-  k.kc = DL__GEMM_KC;
-  k.nc = DL__GEMM_NC_F64;
-  k.pack_a = dl__gemm_pack_a_f64;
-  k.pack_b = dl__gemm_pack_b_f64;
-  k.kernel = dl__gemm_kernel_f64;
-  return k;
-}
+DL__GEMM_DEFINE(float, f32, DL__GEMM_NR_F32, DL__GEMM_MC_F32, DL__GEMM_NC_F32, dl__gemm_vf32)
+DL__GEMM_DEFINE(double, f64, DL__GEMM_NR_F64, DL__GEMM_MC_F64, DL__GEMM_NC_F64, dl__gemm_vf64)
 
 /* >>gemm-driver ------------------------------------------------------------ */
 
@@ -943,163 +778,94 @@ DL_API int dl__gemm_fits_int(int64_t M, int64_t N, int64_t K, int64_t lda, int64
 
 /* >>gemm-public ------------------------------------------------------------ */
 
-/* The built-in kernel, whatever DL_USE_OPENBLAS says.
- * A is (M,K) or (K,M) when ta; B is (K,N) or (N,K) when tb; C is (M,N).
- * C = alpha * op(A) * op(B) + beta * C. */
-DL_API void dl_gemm_builtin_f32(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M,
-                                int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                                const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-  dl__gemm_kind k = dl__gemm_kind_f32();
-  dl__gemm_problem pr;
-  dl__gemm_check(ctx, "dl_gemm_builtin_f32", ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 0, 0, 0, 0,
-                 1);
-  pr = dl__gemm_problem_make(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
-  dl__gemm_run(ctx, "dl_gemm_builtin_f32", &k, &pr);
-}
-
-/* As dl_gemm_builtin_f32 in double precision. */
-DL_API void dl_gemm_builtin_f64(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M,
-                                int64_t N, int64_t K, double alpha, const double *A,
-                                int64_t lda, const double *B, int64_t ldb, double beta,
-                                double *C, int64_t ldc) {
-  dl__gemm_kind k = dl__gemm_kind_f64();
-  dl__gemm_problem pr;
-  dl__gemm_check(ctx, "dl_gemm_builtin_f64", ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 0, 0, 0, 0,
-                 1);
-  pr = dl__gemm_problem_make(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
-  dl__gemm_run(ctx, "dl_gemm_builtin_f64", &k, &pr);
-}
-
-/* C = alpha * op(A) * op(B) + beta * C through cblas_sgemm under
- * DL_USE_OPENBLAS, else the built-in kernel.
- * A is (M,K) or (K,M) when ta; B is (K,N) or (N,K) when tb; C is (M,N). */
-DL_API void dl_gemm_f32(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M, int64_t N,
-                        int64_t K, float alpha, const float *A, int64_t lda, const float *B,
-                        int64_t ldb, float beta, float *C, int64_t ldc) {
-  dl__gemm_check(ctx, "dl_gemm_f32", ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 0, 0, 0, 0, 1);
 #ifdef DL_USE_OPENBLAS
-  if (dl__gemm_fits_int(M, N, K, lda, ldb, ldc)) {
-    dl_fpmode fm;
-    if (M == 0 || N == 0) return;
-    if (K == 0 || alpha == 0.0f) {
-      dl__gemm_scale_f32(M, N, beta, C, ldc);
-      return;
-    }
-    fm = dl_ctx_fp_enter(ctx);
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
-    dl_ftz_leave(fm);
-    return;
+/* The OpenBLAS path of dl_gemm_<sfx> and dl_gemm_batched_<sfx>, inside the
+ * function and with its arguments: when every size fits cblas's int, the
+ * batch products by cblas_gemm (cblas_sgemm or cblas_dgemm), matrix b at
+ * A + b * sa (likewise B, C), with the calling thread's denormal mode set
+ * from ctx, and return. Without DL_USE_OPENBLAS it is nothing. */
+#define DL__GEMM_TRY_OPENBLAS(T, sfx, cblas_gemm, sa, sb, sc, batch)                               \
+  if (dl__gemm_fits_int(M, N, K, lda, ldb, ldc)) {                                                 \
+    dl_fpmode fm;                                                                                  \
+    int64_t b;                                                                                     \
+    if (M == 0 || N == 0) return;                                                                  \
+    if (K == 0 || alpha == (T)0) {                                                                 \
+      for (b = 0; b < (batch); b++) dl__gemm_scale_##sfx(M, N, beta, C + b * (sc), ldc);           \
+      return;                                                                                      \
+    }                                                                                              \
+    fm = dl_ctx_fp_enter(ctx);                                                                     \
+    for (b = 0; b < (batch); b++)                                                                  \
+      cblas_gemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,    \
+                 (int)M, (int)N, (int)K, alpha, A + b * (sa), (int)lda, B + b * (sb), (int)ldb,    \
+                 beta, C + b * (sc), (int)ldc);                                                    \
+    dl_ftz_leave(fm);                                                                              \
+    return;                                                                                        \
   }
+#else
+#define DL__GEMM_TRY_OPENBLAS(T, sfx, cblas_gemm, sa, sb, sc, batch)
 #endif
-  {
-    dl__gemm_kind k = dl__gemm_kind_f32();
-    dl__gemm_problem pr =
-        dl__gemm_problem_make(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
-    dl__gemm_run(ctx, "dl_gemm_f32", &k, &pr);
-  }
-}
 
-/* As dl_gemm_f32 in double precision (cblas_dgemm under DL_USE_OPENBLAS). */
-DL_API void dl_gemm_f64(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M, int64_t N,
-                        int64_t K, double alpha, const double *A, int64_t lda, const double *B,
-                        int64_t ldb, double beta, double *C, int64_t ldc) {
-  dl__gemm_check(ctx, "dl_gemm_f64", ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 0, 0, 0, 0, 1);
-#ifdef DL_USE_OPENBLAS
-  if (dl__gemm_fits_int(M, N, K, lda, ldb, ldc)) {
-    dl_fpmode fm;
-    if (M == 0 || N == 0) return;
-    if (K == 0 || alpha == 0.0) {
-      dl__gemm_scale_f64(M, N, beta, C, ldc);
-      return;
-    }
-    fm = dl_ctx_fp_enter(ctx);
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
-    dl_ftz_leave(fm);
-    return;
+/* The public entry points of one element type, written once and
+ * instantiated for float and double below: DL__GEMM_DEFINE_PUBLIC(T, sfx,
+ * cblas_gemm) defines dl_gemm_builtin_<sfx>, dl_gemm_<sfx> and
+ * dl_gemm_batched_<sfx> with T (float or double) for every matrix, alpha
+ * and beta; cblas_gemm is cblas_sgemm or cblas_dgemm. */
+#define DL__GEMM_DEFINE_PUBLIC(T, sfx, cblas_gemm)                                                 \
+  /* The built-in kernel, whatever DL_USE_OPENBLAS says.                                           \
+   * A is (M,K) or (K,M) when ta; B is (K,N) or (N,K) when tb; C is (M,N).                         \
+   * C = alpha * op(A) * op(B) + beta * C. */                                                      \
+  DL_API void dl_gemm_builtin_##sfx(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M,        \
+                                    int64_t N, int64_t K, T alpha, const T *A, int64_t lda,        \
+                                    const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {          \
+    dl__gemm_kind k = dl__gemm_kind_##sfx();                                                       \
+    dl__gemm_problem pr;                                                                           \
+    dl__gemm_check(ctx, "dl_gemm_builtin_" #sfx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 0, 0,    \
+                   0, 0, 1);                                                                       \
+    pr = dl__gemm_problem_make(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);  \
+    dl__gemm_run(ctx, "dl_gemm_builtin_" #sfx, &k, &pr);                                           \
+  }                                                                                                \
+                                                                                                   \
+  /* C = alpha * op(A) * op(B) + beta * C through cblas_sgemm (f32) or                             \
+   * cblas_dgemm (f64) under DL_USE_OPENBLAS, else the built-in kernel.                            \
+   * A is (M,K) or (K,M) when ta; B is (K,N) or (N,K) when tb; C is (M,N). */                      \
+  DL_API void dl_gemm_##sfx(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M, int64_t N,     \
+                            int64_t K, T alpha, const T *A, int64_t lda, const T *B,               \
+                            int64_t ldb, T beta, T *C, int64_t ldc) {                              \
+    dl__gemm_check(ctx, "dl_gemm_" #sfx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 0, 0, 0, 0, 1);  \
+    DL__GEMM_TRY_OPENBLAS(T, sfx, cblas_gemm, 0, 0, 0, 1)                                          \
+    {                                                                                              \
+      dl__gemm_kind k = dl__gemm_kind_##sfx();                                                     \
+      dl__gemm_problem pr =                                                                        \
+          dl__gemm_problem_make(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1); \
+      dl__gemm_run(ctx, "dl_gemm_" #sfx, &k, &pr);                                                 \
+    }                                                                                              \
+  }                                                                                                \
+                                                                                                   \
+  /* batch independent products: for b in [0, batch), matrix b of A starts at                      \
+   * A + b * strideA (likewise B, C; strides in elements, >= 0; a stride of 0                      \
+   * shares one A or B across the batch). The C matrices must not overlap.                         \
+   * OpenBLAS 0.3.21 has no cblas_sgemm_batch, so under DL_USE_OPENBLAS this is                    \
+   * one cblas_sgemm / cblas_dgemm per item; the built-in kernel spreads                           \
+   * batch x blocks of C over the OpenMP team. */                                                  \
+  DL_API void dl_gemm_batched_##sfx(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M,        \
+                                    int64_t N, int64_t K, T alpha, const T *A, int64_t lda,        \
+                                    int64_t strideA, const T *B, int64_t ldb, int64_t strideB,     \
+                                    T beta, T *C, int64_t ldc, int64_t strideC, int64_t batch) {   \
+    dl__gemm_check(ctx, "dl_gemm_batched_" #sfx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 1,       \
+                   strideA, strideB, strideC, batch);                                              \
+    DL__GEMM_TRY_OPENBLAS(T, sfx, cblas_gemm, strideA, strideB, strideC, batch)                    \
+    {                                                                                              \
+      dl__gemm_kind k = dl__gemm_kind_##sfx();                                                     \
+      dl__gemm_problem pr = dl__gemm_problem_make(ta, tb, M, N, K, alpha, A, lda, strideA, B,      \
+                                                  ldb, strideB, beta, C, ldc, strideC, batch);     \
+      dl__gemm_run(ctx, "dl_gemm_batched_" #sfx, &k, &pr);                                         \
+    }                                                                                              \
   }
-#endif
-  {
-    dl__gemm_kind k = dl__gemm_kind_f64();
-    dl__gemm_problem pr =
-        dl__gemm_problem_make(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
-    dl__gemm_run(ctx, "dl_gemm_f64", &k, &pr);
-  }
-}
 
-/* batch independent products: for b in [0, batch), matrix b of A starts at
- * A + b * strideA (likewise B, C; strides in elements, >= 0; a stride of 0
- * shares one A or B across the batch). The C matrices must not overlap.
- * OpenBLAS 0.3.21 has no cblas_sgemm_batch, so under DL_USE_OPENBLAS this is
- * one cblas_sgemm per item; the built-in kernel spreads batch x blocks of C
- * over the OpenMP team. */
-DL_API void dl_gemm_batched_f32(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M,
-                                int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                                int64_t strideA, const float *B, int64_t ldb, int64_t strideB,
-                                float beta, float *C, int64_t ldc, int64_t strideC,
-                                int64_t batch) {
-  dl__gemm_check(ctx, "dl_gemm_batched_f32", ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 1,
-                 strideA, strideB, strideC, batch);
-#ifdef DL_USE_OPENBLAS
-  if (dl__gemm_fits_int(M, N, K, lda, ldb, ldc)) {
-    dl_fpmode fm;
-    int64_t b;
-    if (M == 0 || N == 0) return;
-    if (K == 0 || alpha == 0.0f) {
-      for (b = 0; b < batch; b++) dl__gemm_scale_f32(M, N, beta, C + b * strideC, ldc);
-      return;
-    }
-    fm = dl_ctx_fp_enter(ctx);
-    for (b = 0; b < batch; b++)
-      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                  (int)M, (int)N, (int)K, alpha, A + b * strideA, (int)lda, B + b * strideB,
-                  (int)ldb, beta, C + b * strideC, (int)ldc);
-    dl_ftz_leave(fm);
-    return;
-  }
-#endif
-  {
-    dl__gemm_kind k = dl__gemm_kind_f32();
-    dl__gemm_problem pr = dl__gemm_problem_make(ta, tb, M, N, K, alpha, A, lda, strideA, B, ldb,
-                                                strideB, beta, C, ldc, strideC, batch);
-    dl__gemm_run(ctx, "dl_gemm_batched_f32", &k, &pr);
-  }
-}
-
-/* As dl_gemm_batched_f32 in double precision. */
-DL_API void dl_gemm_batched_f64(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M,
-                                int64_t N, int64_t K, double alpha, const double *A,
-                                int64_t lda, int64_t strideA, const double *B, int64_t ldb,
-                                int64_t strideB, double beta, double *C, int64_t ldc,
-                                int64_t strideC, int64_t batch) {
-  dl__gemm_check(ctx, "dl_gemm_batched_f64", ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 1,
-                 strideA, strideB, strideC, batch);
-#ifdef DL_USE_OPENBLAS
-  if (dl__gemm_fits_int(M, N, K, lda, ldb, ldc)) {
-    dl_fpmode fm;
-    int64_t b;
-    if (M == 0 || N == 0) return;
-    if (K == 0 || alpha == 0.0) {
-      for (b = 0; b < batch; b++) dl__gemm_scale_f64(M, N, beta, C + b * strideC, ldc);
-      return;
-    }
-    fm = dl_ctx_fp_enter(ctx);
-    for (b = 0; b < batch; b++)
-      cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                  (int)M, (int)N, (int)K, alpha, A + b * strideA, (int)lda, B + b * strideB,
-                  (int)ldb, beta, C + b * strideC, (int)ldc);
-    dl_ftz_leave(fm);
-    return;
-  }
-#endif
-  {
-    dl__gemm_kind k = dl__gemm_kind_f64();
-    dl__gemm_problem pr = dl__gemm_problem_make(ta, tb, M, N, K, alpha, A, lda, strideA, B, ldb,
-                                                strideB, beta, C, ldc, strideC, batch);
-    dl__gemm_run(ctx, "dl_gemm_batched_f64", &k, &pr);
-  }
-}
+/* dl_gemm_builtin_f32, dl_gemm_f32, dl_gemm_batched_f32 */
+DL__GEMM_DEFINE_PUBLIC(float, f32, cblas_sgemm)
+/* dl_gemm_builtin_f64, dl_gemm_f64, dl_gemm_batched_f64 */
+DL__GEMM_DEFINE_PUBLIC(double, f64, cblas_dgemm)
 
 
 /* >>matmul (tensors) ------------------------------------------------------- */
