@@ -645,50 +645,94 @@ DL_API void dl__gemm_run(const dl_ctx *ctx, const char *op, const dl__gemm_kind 
     }
     return;
   }
-  if (pl.threads == 1) {
-    dl_fpmode fm = dl_ctx_fp_enter(ctx);
-    for (b = 0; b < pr->batch; b++) dl__gemm_item(k, pr, b, scratch, scratch + pl.abuf);
-    dl_ftz_leave(fm);
-  } else if (!pl.shared) {
-    const int nt = pl.threads;
-    DL__OMP("omp parallel num_threads(nt)")
-    {
+  {
+    /* The team guard (core.h) skips the team while it does not pay, e.g. when
+     * another process holds a core. Its state is a performance cache in the
+     * caller's ctx, written even through this const pointer. */
+    int par = pl.threads > 1;
+#ifdef _OPENMP
+    dl__team tm;
+    dl__team_begin(&tm, (dl_ctx *)(uintptr_t)ctx, par);
+    par = tm.par;
+#endif
+    if (!par) {
       dl_fpmode fm = dl_ctx_fp_enter(ctx);
-      unsigned char *pa = scratch + (size_t)dl__gemm_thread_id() * (pl.abuf + pl.bbuf);
-      int64_t bi;
-      DL__OMP("omp for schedule(dynamic, 1)")
-      for (bi = 0; bi < pr->batch; bi++) dl__gemm_item(k, pr, bi, pa, pa + pl.abuf);
+      for (b = 0; b < pr->batch; b++) dl__gemm_item(k, pr, b, scratch, scratch + pl.abuf);
       dl_ftz_leave(fm);
-    }
-    (void)nt;
-  } else {
-    const int nt = pl.threads;
-    const int64_t ntiles = pl.gm * pl.gn, fslab = 2 * (pl.mp + pl.np) * pl.nkb;
-    int *flags = (int *)(scratch + pl.apack + pl.bpack);
-    unsigned char *own0 = scratch + pl.apack + pl.bpack + dl__gemm_round64(pl.nflags * sizeof(int));
-    const size_t own_bytes = dl__gemm_round64((size_t)((k->mr + k->nr) * k->kc) * k->esz);
-    memset(flags, 0, pl.nflags * sizeof(int));
-    DL__OMP("omp parallel num_threads(nt)")
-    {
-      dl_fpmode fm = dl_ctx_fp_enter(ctx);
-      unsigned char *own = own0 + (size_t)dl__gemm_thread_id() * own_bytes;
-      int64_t bi, s, t;
-      for (bi = 0; bi < pr->batch; bi++)
-        for (s = 0; s < pl.nslab; s++) {
-          int *f = flags + (bi * pl.nslab + s) * fslab;
-          if (bi + 1 < pr->batch || s + 1 < pl.nslab) {
-            /* the loop's closing barrier keeps the next slab's packing out
-             * of the buffer until every tile of this one is done */
-            DL__OMP("omp for schedule(dynamic, 1)")
-            for (t = 0; t < ntiles; t++) dl__gemm_tile(k, pr, &pl, bi, s, t, scratch, f, own);
-          } else { /* the last slab: the region's own end is the only barrier */
-            DL__OMP("omp for schedule(dynamic, 1) nowait")
-            for (t = 0; t < ntiles; t++) dl__gemm_tile(k, pr, &pl, bi, s, t, scratch, f, own);
-          }
+    } else if (!pl.shared) {
+      const int nt = pl.threads;
+      DL__OMP("omp parallel num_threads(nt)")
+      {
+        dl_fpmode fm = dl_ctx_fp_enter(ctx);
+        unsigned char *pa = scratch + (size_t)dl__gemm_thread_id() * (pl.abuf + pl.bbuf);
+        int64_t bi, done = 0;
+        double since = 0;
+#ifdef _OPENMP
+        since = omp_get_wtime();
+#endif
+        DL__OMP("omp for schedule(dynamic, 1) nowait")
+        for (bi = 0; bi < pr->batch; bi++) {
+          dl__gemm_item(k, pr, bi, pa, pa + pl.abuf);
+          done++;
         }
-      dl_ftz_leave(fm);
+#ifdef _OPENMP
+        dl__team_member(&tm, since, done);
+#endif
+        (void)since;
+        (void)done;
+        dl_ftz_leave(fm);
+      }
+#ifdef _OPENMP
+      dl__team_end(&tm, (dl_ctx *)(uintptr_t)ctx, pr->batch);
+#endif
+      (void)nt;
+    } else {
+      const int nt = pl.threads;
+      const int64_t ntiles = pl.gm * pl.gn, fslab = 2 * (pl.mp + pl.np) * pl.nkb;
+      int *flags = (int *)(scratch + pl.apack + pl.bpack);
+      unsigned char *own0 = scratch + pl.apack + pl.bpack + dl__gemm_round64(pl.nflags * sizeof(int));
+      const size_t own_bytes = dl__gemm_round64((size_t)((k->mr + k->nr) * k->kc) * k->esz);
+      memset(flags, 0, pl.nflags * sizeof(int));
+      DL__OMP("omp parallel num_threads(nt)")
+      {
+        dl_fpmode fm = dl_ctx_fp_enter(ctx);
+        unsigned char *own = own0 + (size_t)dl__gemm_thread_id() * own_bytes;
+        int64_t bi, s, t, done = 0;
+        double since = 0;
+#ifdef _OPENMP
+        since = omp_get_wtime();
+#endif
+        for (bi = 0; bi < pr->batch; bi++)
+          for (s = 0; s < pl.nslab; s++) {
+            int *f = flags + (bi * pl.nslab + s) * fslab;
+            if (bi + 1 < pr->batch || s + 1 < pl.nslab) {
+              /* the loop's closing barrier keeps the next slab's packing out
+               * of the buffer until every tile of this one is done */
+              DL__OMP("omp for schedule(dynamic, 1)")
+              for (t = 0; t < ntiles; t++) {
+                dl__gemm_tile(k, pr, &pl, bi, s, t, scratch, f, own);
+                done++;
+              }
+            } else { /* the last slab: the region's own end is the only barrier */
+              DL__OMP("omp for schedule(dynamic, 1) nowait")
+              for (t = 0; t < ntiles; t++) {
+                dl__gemm_tile(k, pr, &pl, bi, s, t, scratch, f, own);
+                done++;
+              }
+            }
+          }
+#ifdef _OPENMP
+        dl__team_member(&tm, since, done);
+#endif
+        (void)since;
+        (void)done;
+        dl_ftz_leave(fm);
+      }
+#ifdef _OPENMP
+      dl__team_end(&tm, (dl_ctx *)(uintptr_t)ctx, ntiles * pl.nslab * pr->batch);
+#endif
+      (void)nt;
     }
-    (void)nt;
   }
   dl_free(&actx, scratch);
 }
