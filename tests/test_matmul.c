@@ -77,6 +77,34 @@ static void test_errors(void) {
   dl_tensor_free(A); dl_tensor_free(B); dl_tensor_free(C); dl_tensor_free(D);
 }
 
+/* A GEMM big enough for a team, run while the ctx's team guard has backed
+ * off (as it does beside a busy process): the single-thread plan must be
+ * used whole, giving the same result as with the team. */
+static void test_guard_backoff_gemm(void) {
+#ifdef _OPENMP
+  dl_ctx c2;
+  dl_ctx_desc d = {0};
+  dl_rng r = dl_rng_make(8);
+  dl_tensor *A = dl_tensor_make(&ctx, DL_F64, DL_SHAPE(300, 250)), *B = dl_tensor_make(&ctx, DL_F64, DL_SHAPE(250, 200));
+  dl_tensor *C1 = dl_tensor_make(&ctx, DL_F64, DL_SHAPE(300, 200)), *C2 = dl_tensor_make(&ctx, DL_F64, DL_SHAPE(300, 200));
+  int64_t i;
+  int same = 1;
+  d.threads = 2;
+  dl_ctx_init(&c2, &d);
+  dl_tensor_rand_normal(A, &r, 0, 1);
+  dl_tensor_rand_normal(B, &r, 0, 1);
+  dl_gemm_builtin_f64(&c2, DL_NOTRANS, DL_NOTRANS, 300, 200, 250, 1.0, dl_f64(A), 250, dl_f64(B), 200, 0.0, dl_f64(C1), 200);
+  c2.team.until = omp_get_wtime() + 60; /* backed off */
+  dl_gemm_builtin_f64(&c2, DL_NOTRANS, DL_NOTRANS, 300, 200, 250, 1.0, dl_f64(A), 250, dl_f64(B), 200, 0.0, dl_f64(C2), 200);
+  for (i = 0; i < 300 * 200; i++) same &= dl_f64(C1)[i] == dl_f64(C2)[i];
+  CHECK(same);
+  check_matmul(A, B, C1, C2, 1.0, 0.0, 1e-12);
+  dl_tensor_free(A); dl_tensor_free(B); dl_tensor_free(C1); dl_tensor_free(C2);
+#else
+  SKIP("built without OpenMP: no team guard");
+#endif
+}
+
 int main(void) {
   dl_ctx_desc d = {0};
   d.panic = harness_panic;
@@ -84,5 +112,6 @@ int main(void) {
   RUN(test_plain_and_transposed);
   RUN(test_batched);
   RUN(test_errors);
+  RUN(test_guard_backoff_gemm);
   return harness_finish();
 }

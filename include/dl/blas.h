@@ -449,7 +449,7 @@ DL_API int64_t dl__gemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
 DL_API size_t dl__gemm_round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 DL_API dl__gemm_plan dl__gemm_make_plan(const dl_ctx *ctx, const dl__gemm_kind *k,
-                                        const dl__gemm_problem *pr) {
+                                        const dl__gemm_problem *pr, int serial) {
   dl__gemm_plan pl;
   const double flops = 2.0 * (double)pr->M * (double)pr->N * (double)pr->K * (double)pr->batch;
   int threads = dl_ctx_threads(ctx);
@@ -457,7 +457,7 @@ DL_API dl__gemm_plan dl__gemm_make_plan(const dl_ctx *ctx, const dl__gemm_kind *
 #ifdef _OPENMP
   if (omp_in_parallel()) threads = 1; /* no nested teams */
 #endif
-  if (flops <= (double)DL_GEMM_PARALLEL_FLOPS) threads = 1;
+  if (flops <= (double)DL_GEMM_PARALLEL_FLOPS || serial) threads = 1;
   pl.mp = dl__gemm_ceil(pr->M, k->mr);
   pl.np = dl__gemm_ceil(pr->N, k->nr);
   if (threads == 1 || pr->batch >= 2 * (int64_t)threads) {
@@ -621,6 +621,9 @@ DL_API void dl__gemm_run(const dl_ctx *ctx, const char *op, const dl__gemm_kind 
   dl_ctx actx;
   unsigned char *scratch;
   int64_t b;
+#ifdef _OPENMP
+  dl__team tm;
+#endif
   if (pr->M == 0 || pr->N == 0 || pr->batch == 0) return;
   if (pr->K == 0 || pr->alpha == 0.0) { /* C = beta * C; A and B are not read */
     for (b = 0; b < pr->batch; b++) {
@@ -631,7 +634,17 @@ DL_API void dl__gemm_run(const dl_ctx *ctx, const char *op, const dl__gemm_kind 
     }
     return;
   }
-  pl = dl__gemm_make_plan(ctx, k, pr);
+  pl = dl__gemm_make_plan(ctx, k, pr, 0);
+  {
+    /* The team guard (core.h) skips the team while it does not pay, e.g. when
+     * another process holds a core; the plan (and its scratch layout) is then
+     * the single-thread one. The guard's state is a performance cache in the
+     * caller's ctx, written even through this const pointer. */
+#ifdef _OPENMP
+    dl__team_begin(&tm, (dl_ctx *)(uintptr_t)ctx, pl.threads > 1);
+    if (pl.threads > 1 && !tm.par) pl = dl__gemm_make_plan(ctx, k, pr, 1);
+#endif
+  }
   /* dl_alloc records failures in its ctx; ctx is const here, so a copy
    * carries the allocator hooks */
   dl_ctx_init(&actx, ctx ? &ctx->desc : NULL);
@@ -646,16 +659,7 @@ DL_API void dl__gemm_run(const dl_ctx *ctx, const char *op, const dl__gemm_kind 
     return;
   }
   {
-    /* The team guard (core.h) skips the team while it does not pay, e.g. when
-     * another process holds a core. Its state is a performance cache in the
-     * caller's ctx, written even through this const pointer. */
-    int par = pl.threads > 1;
-#ifdef _OPENMP
-    dl__team tm;
-    dl__team_begin(&tm, (dl_ctx *)(uintptr_t)ctx, par);
-    par = tm.par;
-#endif
-    if (!par) {
+    if (pl.threads == 1) {
       dl_fpmode fm = dl_ctx_fp_enter(ctx);
       for (b = 0; b < pr->batch; b++) dl__gemm_item(k, pr, b, scratch, scratch + pl.abuf);
       dl_ftz_leave(fm);
@@ -666,9 +670,8 @@ DL_API void dl__gemm_run(const dl_ctx *ctx, const char *op, const dl__gemm_kind 
         dl_fpmode fm = dl_ctx_fp_enter(ctx);
         unsigned char *pa = scratch + (size_t)dl__gemm_thread_id() * (pl.abuf + pl.bbuf);
         int64_t bi, done = 0;
-        double since = 0;
 #ifdef _OPENMP
-        since = omp_get_wtime();
+        const double since = omp_get_wtime();
 #endif
         DL__OMP("omp for schedule(dynamic, 1) nowait")
         for (bi = 0; bi < pr->batch; bi++) {
@@ -678,7 +681,6 @@ DL_API void dl__gemm_run(const dl_ctx *ctx, const char *op, const dl__gemm_kind 
 #ifdef _OPENMP
         dl__team_member(&tm, since, done);
 #endif
-        (void)since;
         (void)done;
         dl_ftz_leave(fm);
       }
@@ -698,9 +700,8 @@ DL_API void dl__gemm_run(const dl_ctx *ctx, const char *op, const dl__gemm_kind 
         dl_fpmode fm = dl_ctx_fp_enter(ctx);
         unsigned char *own = own0 + (size_t)dl__gemm_thread_id() * own_bytes;
         int64_t bi, s, t, done = 0;
-        double since = 0;
 #ifdef _OPENMP
-        since = omp_get_wtime();
+        const double since = omp_get_wtime();
 #endif
         for (bi = 0; bi < pr->batch; bi++)
           for (s = 0; s < pl.nslab; s++) {
@@ -724,7 +725,6 @@ DL_API void dl__gemm_run(const dl_ctx *ctx, const char *op, const dl__gemm_kind 
 #ifdef _OPENMP
         dl__team_member(&tm, since, done);
 #endif
-        (void)since;
         (void)done;
         dl_ftz_leave(fm);
       }
