@@ -52,9 +52,11 @@
  * Shared machines: GOMP's default wait policy makes a thread that reaches a
  * barrier spin for milliseconds, which keeps the scheduler from moving a
  * team thread that lost its core to another process onto the spinning
- * core. On 2 cores with other busy processes that made 2-thread GEMMs here
- * 2-20x slower than 1 thread; with OMP_WAIT_POLICY=passive they ran as fast
- * as 1 thread. Set it in such environments (it applies to the whole program).
+ * core: beside busy processes 2-thread GEMMs ran 0.05-0.7x as fast as 1
+ * thread. The team guard (core.h) measures whether each parallel GEMM's team
+ * saved time and runs the ctx's next GEMMs on one thread for a while when it
+ * did not (then 0.98-1.00x beside a busy process, MLP shapes).
+ * OMP_WAIT_POLICY=passive in the environment helps further.
  *
  * Configuration (define before including):
  *   DL_GEMM_PARALLEL_FLOPS   2*M*N*K*batch above which the built-in kernel
