@@ -125,6 +125,12 @@ static void test_views(void) {
   EXPECT_PANIC(dl_view_reshape(t, DL_SHAPE(5, 5)), "dl_view_reshape", "24 elements");
   EXPECT_PANIC(dl_view_transpose(t, 0, 3), "dl_view_transpose", "f64[2, 3, 4]");
   EXPECT_PANIC(dl_view_permute(t, (const int[]){0, 0, 1}), "dl_view_permute");
+  EXPECT_PANIC(dl_view_reshape(t, DL_SHAPE((int64_t)1 << 40, (int64_t)1 << 40, 0)), "dl_view_reshape", "overflows");
+  {
+    dl_tensor *one = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(1));
+    EXPECT_PANIC(dl_view_expand(one, DL_SHAPE((int64_t)1 << 40, (int64_t)1 << 40)), "dl_view_expand", "overflows");
+    dl_tensor_free(one);
+  }
   idx[0] = 2; idx[1] = 0; idx[2] = 0;
   EXPECT_PANIC(dl_tensor_get(t, idx), "dl_tensor_offset", "index 2 out of range");
   dl_tensor_free(t);

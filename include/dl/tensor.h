@@ -332,6 +332,8 @@ DL_API dl_tensor dl_view_reshape(const dl_tensor *t, int ndim, const int64_t *sh
     if (sh[d] == -1 && infer < 0) infer = d;
     else if (sh[d] < 0)
       DL_PANIC(t->ctx, "dl_view_reshape", "size %lld in new shape for %s", (long long)sh[d], DL_SHAPESTR(t));
+    else if (sh[d] != 0 && known > INT64_MAX / sh[d])
+      DL_PANIC(t->ctx, "dl_view_reshape", "new shape for %s overflows int64", DL_SHAPESTR(t));
     else known *= sh[d];
   }
   if (infer >= 0) {
@@ -408,6 +410,9 @@ DL_API dl_tensor dl_view_expand(const dl_tensor *t, int ndim, const int64_t *sha
   v.numel = 1;
   for (d = ndim - 1; d >= 0; d--) {
     int s = d - off;
+    if (shape[d] < 0 || (shape[d] != 0 && v.numel > INT64_MAX / shape[d]))
+      DL_PANIC(t->ctx, "dl_view_expand", "size %lld at dimension %d overflows or is negative (expanding %s)",
+               (long long)shape[d], d, DL_SHAPESTR(t));
     if (s >= 0 && t->shape[s] == shape[d]) { v.shape[d] = shape[d]; v.strides[d] = t->strides[s]; }
     else if (s < 0 || t->shape[s] == 1) { v.shape[d] = shape[d]; v.strides[d] = 0; }
     else
