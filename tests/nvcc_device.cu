@@ -15,4 +15,29 @@ __global__ void dl_test_kernel(float *y, double *y64, float *dy, const float *x,
   y64[i] = e.d + dl_pow(dl_abs((double)v), 1.5);
 }
 
+// The op list itself expands into device kernels: forward for every op and
+// the derivative by dual numbers, from the same text the CPU loops use.
+#define DL_TEST_K1(name, expr)                                                     \
+  __global__ void dl_test_fwd_##name(float *y, const float *x, int n) {           \
+    int i = blockIdx.x * blockDim.x + threadIdx.x;                                \
+    if (i < n) { float x0 = x[i]; y[i] = (expr); }                                \
+  }                                                                               \
+  __global__ void dl_test_grad_##name(float *g, const float *x, int n) {          \
+    int i = blockIdx.x * blockDim.x + threadIdx.x;                                \
+    if (i < n) { dl_dual x0 = dl_dual_make(x[i], 1.0f); g[i] = (expr).d; }        \
+  }
+DL_OPS_UNARY(DL_TEST_K1)
+#define DL_TEST_KP(name, expr)                                                     \
+  __global__ void dl_test_fwdp_##name(float *y, const float *x, float p0, int n) { \
+    int i = blockIdx.x * blockDim.x + threadIdx.x;                                \
+    if (i < n) { float x0 = x[i]; y[i] = (expr); }                                \
+  }
+DL_OPS_UNARY_P(DL_TEST_KP)
+#define DL_TEST_K2(name, expr)                                                     \
+  __global__ void dl_test_fwd2_##name(float *y, const float *a, const float *b, int n) { \
+    int i = blockIdx.x * blockDim.x + threadIdx.x;                                \
+    if (i < n) { float x0 = a[i], x1 = b[i]; y[i] = (expr); }                     \
+  }
+DL_OPS_BINARY(DL_TEST_K2)
+
 int main(void) { return 0; }

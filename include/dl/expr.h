@@ -47,6 +47,40 @@
 
 #include "dual.h"
 
+/* >>op list ---------------------------------------------------------------- */
+
+/* The library's element-wise ops: each line is the whole definition. The
+ * lists are plain X-macros, visible to C++ too, so nvcc can expand them into
+ * device kernels over the same generic math (dual.h's C++ overloads). */
+#define DL_OPS_UNARY(X)                                                                \
+  X(neg, dl_neg(x0))                                                                   \
+  X(exp, dl_exp(x0))                                                                   \
+  X(log, dl_log(x0))                                                                   \
+  X(sqrt, dl_sqrt(x0))                                                                 \
+  X(abs, dl_abs(x0))                                                                   \
+  X(relu, dl_relu(x0))                                                                 \
+  X(sigmoid, dl_sigmoid(x0))                                                           \
+  X(tanh, dl_tanh(x0))                                                                 \
+  X(gelu, dl_gelu(x0))                                                                 \
+  X(gelu_erf, dl_gelu_erf(x0))                                                         \
+  X(silu, dl_silu(x0))                                                                 \
+  X(softplus, dl_softplus(x0))                                                         \
+  X(square, dl_mul(x0, x0))
+#define DL_OPS_UNARY_P(X)                                                              \
+  X(leaky_relu, dl_leaky_relu(x0, p0))                                                 \
+  X(elu, dl_elu(x0, p0))                                                               \
+  X(pow_scalar, dl_pow(x0, p0))                                                        \
+  X(add_scalar, dl_add(x0, p0))                                                        \
+  X(mul_scalar, dl_mul(x0, p0))
+#define DL_OPS_BINARY(X)                                                               \
+  X(add, dl_add(x0, x1))                                                               \
+  X(sub, dl_sub(x0, x1))                                                               \
+  X(mul, dl_mul(x0, x1))                                                               \
+  X(div, dl_div(x0, x1))                                                               \
+  X(pow, dl_pow(x0, x1))                                                               \
+  X(maximum, dl_max(x0, x1))                                                           \
+  X(minimum, dl_min(x0, x1))
+
 #ifndef __cplusplus
 
 /* >>plan ------------------------------------------------------------------- */
@@ -470,37 +504,7 @@ DL_API void dl__unused(int n, ...) { (void)n; }
 #define DL__P1D , double p0
 #define DL__P1A , p0
 
-/* >>op list ---------------------------------------------------------------- */
-
-/* The library's element-wise ops: each line is the whole definition. */
-#define DL_OPS_UNARY(X)                                                                \
-  X(neg, dl_neg(x0))                                                                   \
-  X(exp, dl_exp(x0))                                                                   \
-  X(log, dl_log(x0))                                                                   \
-  X(sqrt, dl_sqrt(x0))                                                                 \
-  X(abs, dl_abs(x0))                                                                   \
-  X(relu, dl_relu(x0))                                                                 \
-  X(sigmoid, dl_sigmoid(x0))                                                           \
-  X(tanh, dl_tanh(x0))                                                                 \
-  X(gelu, dl_gelu(x0))                                                                 \
-  X(gelu_erf, dl_gelu_erf(x0))                                                         \
-  X(silu, dl_silu(x0))                                                                 \
-  X(softplus, dl_softplus(x0))                                                         \
-  X(square, dl_mul(x0, x0))
-#define DL_OPS_UNARY_P(X)                                                              \
-  X(leaky_relu, dl_leaky_relu(x0, p0))                                                 \
-  X(elu, dl_elu(x0, p0))                                                               \
-  X(pow_scalar, dl_pow(x0, p0))                                                        \
-  X(add_scalar, dl_add(x0, p0))                                                        \
-  X(mul_scalar, dl_mul(x0, p0))
-#define DL_OPS_BINARY(X)                                                               \
-  X(add, dl_add(x0, x1))                                                               \
-  X(sub, dl_sub(x0, x1))                                                               \
-  X(mul, dl_mul(x0, x1))                                                               \
-  X(div, dl_div(x0, x1))                                                               \
-  X(pow, dl_pow(x0, x1))                                                               \
-  X(maximum, dl_max(x0, x1))                                                           \
-  X(minimum, dl_min(x0, x1))
+/* >>op list instantiation ------------------------------------------------- */
 
 #define DL__LIB_OP1(name, expr) DL__GEN_OP1(dl__op_##name, dl_##name, , , expr)
 #define DL__LIB_OP1P(name, expr) DL__GEN_OP1(dl__op_##name, dl_##name, DL__P1D, DL__P1A, expr)
