@@ -322,6 +322,24 @@ static void test_backward_strided_views(void) {
   dl_tensor_free(gb); dl_tensor_free(gbig); dl_tensor_free(gb2);
 }
 
+/* binary backward above the parallel threshold (the team path) */
+static void test_backward_parallel(void) {
+  int64_t n = 3 * DL_PARALLEL_THRESHOLD + 7, i;
+  dl_rng r = dl_rng_make(41);
+  dl_tensor *a = dl_tensor_make(&ctx2, DL_F32, DL_SHAPE(n)), *b = dl_tensor_make(&ctx2, DL_F32, DL_SHAPE(n));
+  dl_tensor *gy = dl_tensor_make(&ctx2, DL_F32, DL_SHAPE(n)), *ga = dl_tensor_make(&ctx2, DL_F32, DL_SHAPE(n));
+  dl_tensor *gb = dl_tensor_make(&ctx2, DL_F32, DL_SHAPE(n));
+  int ok = 1;
+  dl_tensor_rand_normal(a, &r, 0, 1);
+  dl_tensor_rand_normal(b, &r, 0, 1);
+  dl_tensor_rand_normal(gy, &r, 0, 1);
+  dl_mul_backward(ga, gb, gy, a, b);
+  for (i = 0; i < n; i++)
+    ok &= dl_f32(ga)[i] == dl_f32(gy)[i] * dl_f32(b)[i] && dl_f32(gb)[i] == dl_f32(gy)[i] * dl_f32(a)[i];
+  CHECK(ok);
+  dl_tensor_free(a); dl_tensor_free(b); dl_tensor_free(gy); dl_tensor_free(ga); dl_tensor_free(gb);
+}
+
 static void test_backward_f32_and_errors(void) {
   dl_tensor *x = mk(DL_F32, DL_SHAPE(5), NULL), *gy = mk(DL_F32, DL_SHAPE(5), NULL), *gx = mk(DL_F32, DL_SHAPE(5), NULL);
   dl_tensor *gbad = mk(DL_F32, DL_SHAPE(4), NULL), *g64 = mk(DL_F64, DL_SHAPE(5), NULL);
@@ -355,6 +373,7 @@ int main(void) {
   RUN(test_oplist_param);
   RUN(test_oplist_binary);
   RUN(test_backward_strided_views);
+  RUN(test_backward_parallel);
   RUN(test_backward_f32_and_errors);
   return harness_finish();
 }

@@ -465,6 +465,8 @@ DL_API void dl__unused(int n, ...) { (void)n; }
       const float *gp = (const float *)gy->data, *ap = (const float *)x0_->data,       \
                   *bp = (const float *)x1_->data;                                      \
       float *g0 = gx0 ? (float *)gx0->data : NULL, *g1 = gx1 ? (float *)gx1->data : NULL; \
+      /* parallel only without broadcasting: then no two i touch one gradient */       \
+      DL__OMP("omp parallel for schedule(dynamic, 8192) if(!w.bcast && n >= dl_ctx_parallel_threshold(gy->ctx)) num_threads(dl_ctx_threads(gy->ctx))") \
       for (i = 0; i < n; i++) {                                                        \
         int64_t oy, ox[2], og[2];                                                      \
         float a, b;                                                                    \
@@ -481,6 +483,7 @@ DL_API void dl__unused(int n, ...) { (void)n; }
       const double *gp = (const double *)gy->data, *ap = (const double *)x0_->data,    \
                    *bp = (const double *)x1_->data;                                    \
       double *g0 = gx0 ? (double *)gx0->data : NULL, *g1 = gx1 ? (double *)gx1->data : NULL; \
+      DL__OMP("omp parallel for schedule(dynamic, 8192) if(!w.bcast && n >= dl_ctx_parallel_threshold(gy->ctx)) num_threads(dl_ctx_threads(gy->ctx))") \
       for (i = 0; i < n; i++) {                                                        \
         int64_t oy, ox[2], og[2];                                                      \
         double a, b;                                                                   \
