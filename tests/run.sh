@@ -19,6 +19,8 @@ CC=${CC:-gcc}
 WARN="-std=c11 -Wall -Wextra -Wpedantic -Werror"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 pass=0; fail=0; skip=0
+# nvcc may be installed without being on PATH (CI's environment is minimal)
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="$PATH:/usr/local/cuda/bin"; fi
 failed=()
 
 ok()   { pass=$((pass + 1)); }
