@@ -555,47 +555,24 @@ static void test_softplus_extremes(void) {
 
 /* --- the generic names in a DL_SCALAR context ---------------------------------- */
 
-/* f(x) = x e^x - 2, written once with dl_ calls and an integer literal */
-static dl_dual64 g_dual64(dl_dual64 x) {
-  DL_SCALAR(dl_dual64);
-  return dl_sub(dl_mul(x, dl_exp(x)), 2);
-}
-static dl_dual g_dual(dl_dual x) {
-  DL_SCALAR(dl_dual);
-  return dl_sub(dl_mul(x, dl_exp(x)), 2);
-}
-static double g_f64(double x) {
-  DL_SCALAR(double);
-  return dl_sub(dl_mul(x, dl_exp(x)), 2);
-}
-static float g_f32(float x) {
-  DL_SCALAR(float);
-  return dl_sub(dl_mul(x, dl_exp(x)), 2);
-}
+/* One function text, compiled in each scalar context: the point of the
+ * generic names. NAME_dual64 / NAME_dual / NAME_f64 / NAME_f32 of x. */
+#define DEFINE_IN_CONTEXTS(NAME, BODY)                                             \
+  static dl_dual64 NAME##_dual64(dl_dual64 x) { DL_SCALAR(dl_dual64); return BODY; } \
+  static dl_dual NAME##_dual(dl_dual x) { DL_SCALAR(dl_dual); return BODY; }      \
+  static double NAME##_f64(double x) { DL_SCALAR(double); return BODY; }          \
+  static float NAME##_f32(float x) { DL_SCALAR(float); return BODY; }
+
+/* f(x) = x e^x - 2, with an integer literal */
+DEFINE_IN_CONTEXTS(g, dl_sub(dl_mul(x, dl_exp(x)), 2))
 
 /* h(x) = 0.5 x^2 + sin(x)/3 - softplus(-x) + where(x > 1, leaky_relu(x, 0.1), clamp(x, -1, 1))
  *        + max(x, 0.25): double and integer literals, parameters, comparisons */
-static dl_dual64 h_dual64(dl_dual64 x) {
-  DL_SCALAR(dl_dual64);
-  return dl_add(dl_add(dl_sub(dl_add(dl_mul(0.5, dl_pow(x, 2)), dl_div(dl_sin(x), 3)),
-                              dl_softplus(dl_neg(x))),
-                       dl_where(dl_gt(x, 1), dl_leaky_relu(x, 0.1), dl_clamp(x, -1, 1))),
-                dl_max(x, 0.25));
-}
-static double h_f64(double x) {
-  DL_SCALAR(double);
-  return dl_add(dl_add(dl_sub(dl_add(dl_mul(0.5, dl_pow(x, 2)), dl_div(dl_sin(x), 3)),
-                              dl_softplus(dl_neg(x))),
-                       dl_where(dl_gt(x, 1), dl_leaky_relu(x, 0.1), dl_clamp(x, -1, 1))),
-                dl_max(x, 0.25));
-}
-static float h_f32(float x) {
-  DL_SCALAR(float);
-  return dl_add(dl_add(dl_sub(dl_add(dl_mul(0.5, dl_pow(x, 2)), dl_div(dl_sin(x), 3)),
-                              dl_softplus(dl_neg(x))),
-                       dl_where(dl_gt(x, 1), dl_leaky_relu(x, 0.1), dl_clamp(x, -1, 1))),
-                dl_max(x, 0.25));
-}
+DEFINE_IN_CONTEXTS(h, dl_add(dl_add(dl_sub(dl_add(dl_mul(0.5, dl_pow(x, 2)), dl_div(dl_sin(x), 3)),
+                                           dl_softplus(dl_neg(x))),
+                                    dl_where(dl_gt(x, 1), dl_leaky_relu(x, 0.1), dl_clamp(x, -1, 1))),
+                             dl_max(x, 0.25)))
+
 static double h_ref(double x) {
   return 0.5 * x * x + sin(x) / 3 - r_softplus(-x) + (x > 1 ? x : (x < -1 ? -1 : x)) +
          (x > 0.25 ? x : 0.25);
@@ -617,6 +594,7 @@ static void test_generic_scalar(void) {
     dl_dual64 hy = h_dual64(dl_dual64_make(x, 1.0));
     double hv = h_f64(x);
     float hvf = h_f32(xf);
+    dl_dual hyf = h_dual(dl_dual_make(xf, 1.0f));
     CHECK_MSG(y.v == v, "g(%g): dual64 %.17g, double %.17g", x, y.v, v);
     CHECK(v == x * exp(x) - 2.0);
     CHECK_REL(y.d, (1.0 + x) * exp(x), 1e-14, TINY);
@@ -628,6 +606,8 @@ static void test_generic_scalar(void) {
     CHECK_REL(hvf, h_ref(x), 1e-6, 1.0);
     CHECK_REL(hy.d, h_dref(x), 1e-13, 1.0);
     CHECK_REL(hy.d, central_diff(h_f64, x), 1e-6, 1.0);
+    CHECK(hyf.v == hvf);
+    CHECK_REL(hyf.d, h_dref(x), 1e-5, 1.0);
   }
 }
 
