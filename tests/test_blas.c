@@ -25,7 +25,7 @@ typedef struct gemm_case {
   int64_t batch;            /* batched entry only */
   int64_t gapa, gapb, gapc; /* extra elements between batch items */
   int share_a;              /* strideA = 0 */
-  const dl_ctx *ctx;
+  dl_ctx *ctx;
 } gemm_case;
 
 static int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -361,7 +361,7 @@ static void test_batched_large(void) {
 static void test_large(void) {
   dl_ctx two, three;
   dl_ctx_desc d;
-  const dl_ctx *ctxs[3];
+  dl_ctx *ctxs[3];
   int t, k;
   memset(&d, 0, sizeof d);
   d.threads = 2;

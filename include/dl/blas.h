@@ -21,8 +21,10 @@
  *     overlap are programmer errors: DL_PANIC names the entry point
  *     ("dl_gemm_f32", ...) and the sizes.
  *   - ctx may be NULL (defaults). ctx's allocator supplies the packing
- *     buffers and ctx's thread count bounds the OpenMP team. The functions
- *     keep no state between calls and are thread-safe.
+ *     buffers and ctx's thread count bounds the OpenMP team. The only state
+ *     kept between calls is the team guard's record in ctx (core.h). If the
+ *     packing buffers cannot be allocated, the product is still computed by
+ *     a plain loop; the failure is logged and left in ctx's status.
  *
  * Entry points:
  *   dl_gemm_f32 / dl_gemm_f64                  OpenBLAS when DL_USE_OPENBLAS is
@@ -450,7 +452,7 @@ DL_API int64_t dl__gemm_ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
 DL_API int64_t dl__gemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
 DL_API size_t dl__gemm_round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-DL_API dl__gemm_plan dl__gemm_make_plan(const dl_ctx *ctx, const dl__gemm_kind *k,
+DL_API dl__gemm_plan dl__gemm_make_plan(dl_ctx *ctx, const dl__gemm_kind *k,
                                         const dl__gemm_problem *pr, int serial) {
   dl__gemm_plan pl;
   const double flops = 2.0 * (double)pr->M * (double)pr->N * (double)pr->K * (double)pr->batch;
@@ -617,10 +619,9 @@ DL_API int dl__gemm_thread_id(void) {
 
 /* The built-in kernel on a checked problem (any batch). op names the entry
  * point for the out-of-memory warning. */
-DL_API void dl__gemm_run(const dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
+DL_API void dl__gemm_run(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
                          const dl__gemm_problem *pr) {
   dl__gemm_plan pl;
-  dl_ctx actx;
   unsigned char *scratch;
   int64_t b;
 #ifdef _OPENMP
@@ -640,17 +641,13 @@ DL_API void dl__gemm_run(const dl_ctx *ctx, const char *op, const dl__gemm_kind 
   {
     /* The team guard (core.h) skips the team while it does not pay, e.g. when
      * another process holds a core; the plan (and its scratch layout) is then
-     * the single-thread one. The guard's state is a performance cache in the
-     * caller's ctx, written even through this const pointer. */
+     * the single-thread one. The guard's state lives in the caller's ctx. */
 #ifdef _OPENMP
-    dl__team_begin(&tm, (dl_ctx *)(uintptr_t)ctx, pl.threads > 1);
+    dl__team_begin(&tm, ctx, pl.threads > 1);
     if (pl.threads > 1 && !tm.par) pl = dl__gemm_make_plan(ctx, k, pr, 1);
 #endif
   }
-  /* dl_alloc records failures in its ctx; ctx is const here, so a copy
-   * carries the allocator hooks */
-  dl_ctx_init(&actx, ctx ? &ctx->desc : NULL);
-  scratch = (unsigned char *)dl_alloc(&actx, pl.total);
+  scratch = (unsigned char *)dl_alloc(ctx, pl.total);
   if (!scratch) {
     dl_log_msg(ctx, 1, "%s: no memory for %zu bytes of packing buffers; using the unblocked loop",
                op, pl.total);
@@ -687,7 +684,7 @@ DL_API void dl__gemm_run(const dl_ctx *ctx, const char *op, const dl__gemm_kind 
         dl_ftz_leave(fm);
       }
 #ifdef _OPENMP
-      dl__team_end(&tm, (dl_ctx *)(uintptr_t)ctx, pr->batch);
+      dl__team_end(&tm, ctx, pr->batch);
 #endif
       (void)nt;
     } else {
@@ -731,19 +728,19 @@ DL_API void dl__gemm_run(const dl_ctx *ctx, const char *op, const dl__gemm_kind 
         dl_ftz_leave(fm);
       }
 #ifdef _OPENMP
-      dl__team_end(&tm, (dl_ctx *)(uintptr_t)ctx, ntiles * pl.nslab * pr->batch);
+      dl__team_end(&tm, ctx, ntiles * pl.nslab * pr->batch);
 #endif
       (void)nt;
     }
   }
-  dl_free(&actx, scratch);
+  dl_free(ctx, scratch);
 }
 
 /* >>gemm-check ------------------------------------------------------------- */
 
 /* Panic (naming op) unless the arguments describe valid row-major matrices.
  * batched != 0 also checks batch and the strides. */
-DL_API void dl__gemm_check(const dl_ctx *ctx, const char *op, dl_trans ta, dl_trans tb,
+DL_API void dl__gemm_check(dl_ctx *ctx, const char *op, dl_trans ta, dl_trans tb,
                            int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
                            const void *B, int64_t ldb, const void *C, int64_t ldc, int batched,
                            int64_t sa, int64_t sb, int64_t sc, int64_t batch) {
@@ -860,7 +857,7 @@ DL_API int dl__gemm_fits_int(int64_t M, int64_t N, int64_t K, int64_t lda, int64
   /* The built-in kernel, whatever DL_USE_OPENBLAS says.                                           \
    * A is (M,K) or (K,M) when ta; B is (K,N) or (N,K) when tb; C is (M,N).                         \
    * C = alpha * op(A) * op(B) + beta * C. */                                                      \
-  DL_API void dl_gemm_builtin_##sfx(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M,        \
+  DL_API void dl_gemm_builtin_##sfx(dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M,        \
                                     int64_t N, int64_t K, T alpha, const T *A, int64_t lda,        \
                                     const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {          \
     dl__gemm_kind k = dl__gemm_kind_##sfx();                                                       \
@@ -874,7 +871,7 @@ DL_API int dl__gemm_fits_int(int64_t M, int64_t N, int64_t K, int64_t lda, int64
   /* C = alpha * op(A) * op(B) + beta * C through cblas_sgemm (f32) or                             \
    * cblas_dgemm (f64) under DL_USE_OPENBLAS, else the built-in kernel.                            \
    * A is (M,K) or (K,M) when ta; B is (K,N) or (N,K) when tb; C is (M,N). */                      \
-  DL_API void dl_gemm_##sfx(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M, int64_t N,     \
+  DL_API void dl_gemm_##sfx(dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M, int64_t N,     \
                             int64_t K, T alpha, const T *A, int64_t lda, const T *B,               \
                             int64_t ldb, T beta, T *C, int64_t ldc) {                              \
     dl__gemm_check(ctx, "dl_gemm_" #sfx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, 0, 0, 0, 0, 1);  \
@@ -893,7 +890,7 @@ DL_API int dl__gemm_fits_int(int64_t M, int64_t N, int64_t K, int64_t lda, int64
    * OpenBLAS 0.3.21 has no cblas_sgemm_batch, so under DL_USE_OPENBLAS this is                    \
    * one cblas_sgemm / cblas_dgemm per item; the built-in kernel spreads                           \
    * batch x blocks of C over the OpenMP team. */                                                  \
-  DL_API void dl_gemm_batched_##sfx(const dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M,        \
+  DL_API void dl_gemm_batched_##sfx(dl_ctx *ctx, dl_trans ta, dl_trans tb, int64_t M,        \
                                     int64_t N, int64_t K, T alpha, const T *A, int64_t lda,        \
                                     int64_t strideA, const T *B, int64_t ldb, int64_t strideB,     \
                                     T beta, T *C, int64_t ldc, int64_t strideC, int64_t batch) {   \
