@@ -49,5 +49,7 @@
 #include "dl/dual.h"
 #include "dl/expr.h"
 #include "dl/blas.h"
+#include "dl/tape.h"
+#include "dl/ops.h"
 
 #endif /* DL_H */

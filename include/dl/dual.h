@@ -377,6 +377,9 @@ DL_API dl__probe *dl__probe_1nn(dl__probe *a, double n, double m) { (void)n; (vo
   DL__TAGSEL(f##_f32, f##_f64, f##_dual, f##_dual64, f##_f32, f##_f64, f##_f32,        \
              f##_f64, dl__probe_2)(DL__L(a), DL__L(b))
 
+/* dl_val(x): x itself as the context's scalar (a tensor read at the current
+ * element, a number converted): DL_ASSIGN(y, dl_val(b)) broadcasts b into y. */
+#define dl_val(x) DL__L(x)
 #define dl_add(a, b) DL__FN(add, dl__probe_2)(DL__L(a), DL__L(b))
 #define dl_sub(a, b) DL__FN(sub, dl__probe_2)(DL__L(a), DL__L(b))
 #define dl_mul(a, b) DL__FN(mul, dl__probe_2)(DL__L(a), DL__L(b))

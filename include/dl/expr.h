@@ -37,9 +37,13 @@
  *        gx += gy * df/dx, the derivative taken by evaluating the same
  *        expression on dual numbers; gradients of broadcast inputs are summed
  *        back to their shape; a NULL gx is skipped.
+ *   dl_NAME_jvp(ty, x0, tx0 [, x1, tx1] [, p0])
+ *        forward mode: ty = sum_k df/dxk * txk, the same expression on dual
+ *        numbers whose tangent parts are the txk (broadcast like the xk).
  * A user op is one line at file scope, the same way:
  *   DL_DEFINE_OP1(my_leaky, dl_max(dl_mul(0.2, x0), x0))
- * gives my_leaky_f32 ... my_leaky_dual64, my_leaky_into and my_leaky_backward,
+ * gives my_leaky_f32 ... my_leaky_dual64, my_leaky_into, my_leaky_backward and
+ * my_leaky_jvp (ops.h's DL_T_MAP1(tape, my_leaky, x) records it on the tape),
  * and DL_APPLY1(my_leaky, t) uses it inside any DL_ASSIGN expression.
  */
 #ifndef DL_EXPR_H
@@ -408,6 +412,14 @@ DL_API void dl__unused(int n, ...) { (void)n; }
     DL_ASSIGN(y, DL__TAGSEL(FAM##_f32, FAM##_f64, FAM##_dual, FAM##_dual64, FAM##_f32, \
                             FAM##_f64, FAM##_f32, FAM##_f64, FAM##_probe)(DL__L(x0_) PA)); \
   }                                                                                    \
+  /* forward mode: ty = f'(x0) * tx0, by the dual numbers; tx0 broadcasts to ty */     \
+  DL_HD DL__VAPI float FAM##_jvp_f32(float x0, float t0 PD) { return FAM##_dual(dl_dual_make(x0, t0) PA).d; } \
+  DL_HD DL__VAPI double FAM##_jvp_f64(double x0, double t0 PD) { return FAM##_dual64(dl_dual64_make(x0, t0) PA).d; } \
+  DL_API dl__probe *FAM##_jvp_probe(dl__probe *x0, dl__probe *t0 PD) { dl__unused(0 PA); (void)t0; return x0; } \
+  DL_API void TN##_jvp(dl_tensor *ty, const dl_tensor *x0_, const dl_tensor *tx0_ PD) { \
+    DL_ASSIGN(ty, DL__TAGSEL(FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, \
+                             FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_probe)(DL__L(x0_), DL__L(tx0_) PA)); \
+  }                                                                                    \
   /* gx0 += gy * f'(x0); gx0 has x0's shape (summed over broadcast dims) */           \
   DL_API void TN##_backward(dl_tensor *gx0, const dl_tensor *gy, const dl_tensor *x0_ PD) { \
     dl__bwalk w;                                                                       \
@@ -454,6 +466,22 @@ DL_API void dl__unused(int n, ...) { (void)n; }
   DL_API void TN##_into(dl_tensor *y, const dl_tensor *x0_, const dl_tensor *x1_) {    \
     DL_ASSIGN(y, DL__TAGSEL(FAM##_f32, FAM##_f64, FAM##_dual, FAM##_dual64, FAM##_f32, \
                             FAM##_f64, FAM##_f32, FAM##_f64, FAM##_probe)(DL__L(x0_), DL__L(x1_))); \
+  }                                                                                    \
+  /* forward mode: ty = df/dx0 * tx0 + df/dx1 * tx1 (a 0-d zero tensor for no tangent) */ \
+  DL_HD DL__VAPI float FAM##_jvp_f32(float x0, float t0, float x1, float t1) {          \
+    return FAM##_dual(dl_dual_make(x0, t0), dl_dual_make(x1, t1)).d;                   \
+  }                                                                                    \
+  DL_HD DL__VAPI double FAM##_jvp_f64(double x0, double t0, double x1, double t1) {     \
+    return FAM##_dual64(dl_dual64_make(x0, t0), dl_dual64_make(x1, t1)).d;             \
+  }                                                                                    \
+  DL_API dl__probe *FAM##_jvp_probe(dl__probe *x0, dl__probe *t0, dl__probe *x1, dl__probe *t1) { \
+    (void)t0; (void)x1; (void)t1; return x0;                                           \
+  }                                                                                    \
+  DL_API void TN##_jvp(dl_tensor *ty, const dl_tensor *x0_, const dl_tensor *tx0_,      \
+                       const dl_tensor *x1_, const dl_tensor *tx1_) {                  \
+    DL_ASSIGN(ty, DL__TAGSEL(FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, \
+                             FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_probe)( \
+                      DL__L(x0_), DL__L(tx0_), DL__L(x1_), DL__L(tx1_)));              \
   }                                                                                    \
   /* gx0 += gy * df/dx0, gx1 += gy * df/dx1, each summed to its input's shape */       \
   DL_API void TN##_backward(dl_tensor *gx0, dl_tensor *gx1, const dl_tensor *gy,        \

@@ -41,6 +41,19 @@ enum {
   DL_TENSOR_KEEP_GRAD = 1u << 3       /* keep .grad of a non-leaf (tape.h) */
 };
 
+/* A row-sparse gradient of a 2-d tensor [rows, width] (tape.h; the
+ * embedding's weight gradient): the rows touched since it was last cleared,
+ * each once, in first-touch order, with their values. */
+typedef struct dl_sgrad {
+  int64_t nnz, cap;                  /* rows held, capacity */
+  int64_t nrows, width;              /* the dense shape */
+  int64_t *rows;                     /* [cap] row indices */
+  int64_t *slot;                     /* [nrows] row -> position in rows, or -1 */
+  void *values;                      /* [cap, width], the tensor's dtype */
+  dl_dtype dtype;
+  dl_ctx *ctx;
+} dl_sgrad;
+
 typedef struct dl_tensor {
   void *data;                        /* element [0,...,0]; NULL for 0 elements */
   int64_t shape[DL_MAX_DIMS];        /* sizes, shape[ndim..] are 1 */
@@ -53,6 +66,8 @@ typedef struct dl_tensor {
   dl_ctx *ctx;                       /* panic handler, allocator, threads; may be NULL */
   struct dl_tensor *grad;            /* gradient, same shape and dtype (tape.h) */
   void *node;                        /* tape node that produced it (tape.h) */
+  struct dl_tensor *tangent;         /* forward-mode tangent, same shape (tape.h) */
+  void *sgrad;                       /* row-sparse gradient (tape.h, embedding) */
   void *block;                       /* heap block to release (owned tensors) */
 } dl_tensor;
 
@@ -172,11 +187,21 @@ DL_API dl_tensor *dl_tensor_make(dl_ctx *ctx, dl_dtype dtype, int ndim, const in
   return t;
 }
 
-/* Release a tensor from dl_tensor_make (and its .grad if owned). NULL is a
- * no-op; arena tensors and views are left alone. */
+/* Release a row-sparse gradient (NULL is a no-op). */
+DL_API void dl_sgrad_free(dl_sgrad *s) {
+  if (!s) return;
+  dl_free(s->ctx, s->rows);
+  dl_free(s->ctx, s->slot);
+  dl_free(s->ctx, s->values);
+  dl_free(s->ctx, s);
+}
+/* Release a tensor from dl_tensor_make (and its .grad and row-sparse
+ * gradient when it owns them). NULL is a no-op; arena tensors and views are
+ * left alone. */
 DL_API void dl_tensor_free(dl_tensor *t) {
   if (!t || !(t->flags & DL_TENSOR_OWNED)) return;
   if (t->grad && t->grad != t) dl_tensor_free(t->grad);
+  dl_sgrad_free((dl_sgrad *)t->sgrad);
   dl_free(t->ctx, t->block);
 }
 
@@ -315,6 +340,8 @@ DL_API dl_tensor dl__view_base(const dl_tensor *t) {
   v.flags = (t->flags & ~(unsigned)(DL_TENSOR_OWNED | DL_TENSOR_REQUIRES_GRAD | DL_TENSOR_KEEP_GRAD)) | DL_TENSOR_VIEW;
   v.grad = NULL;
   v.node = NULL;
+  v.tangent = NULL;
+  v.sgrad = NULL;
   v.block = NULL;
   return v;
 }

@@ -1,0 +1,1 @@
+/* dl/ops/conv.h - see dl/ops.h. */

@@ -1,0 +1,1 @@
+/* dl/ops/loss.h - see dl/ops.h. */

@@ -1,0 +1,1 @@
+/* dl/ops/reduce.h - see dl/ops.h. */

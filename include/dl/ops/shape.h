@@ -1,0 +1,1 @@
+/* dl/ops/shape.h - see dl/ops.h. */

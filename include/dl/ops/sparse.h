@@ -1,0 +1,1 @@
+/* dl/ops/sparse.h - see dl/ops.h. */

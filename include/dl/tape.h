@@ -1,0 +1,605 @@
+/* dl/tape.h - reverse-mode tape, forward-mode tangents, custom ops, gradcheck.
+ *
+ * Reverse mode. A dl_tape owns an arena; every op in ops.h takes the tape as
+ * its first argument, allocates its output there and, when an input requires
+ * a gradient (and no no-grad scope is open), records a node: the op's
+ * backward rule and what it needs. dl_backward(tp, loss, NULL) walks the
+ * nodes from the loss back to the first one and ACCUMULATES (+=) into the
+ * .grad of every leaf that requires a gradient, so two losses that share
+ * parameters can be back-propagated one after the other before one update:
+ *
+ *   dl_tape tp; dl_tape_init(&tp, ctx, 0);
+ *   dl_requires_grad(w);                       // heap gradient, once
+ *   for (;;) {
+ *     dl_tensor *loss = dl_t_mse(&tp, dl_t_matmul(&tp, x, w), y);   // forward
+ *     dl_zero_grad(w);
+ *     dl_backward(&tp, loss, NULL);            // w->grad += d loss / d w
+ *     ... update w ...
+ *     dl_tape_rewind(&tp);                     // forget the step; keep the memory
+ *   }
+ *
+ * Memory: outputs, nodes and the gradients of intermediate tensors live in
+ * the tape's arena and are valid until dl_tape_rewind. Gradients of leaves
+ * (tensors without a node, usually parameters) are long-lived: dl_requires_grad
+ * allocates them once with dl_tensor_make. After the first step the arena
+ * holds one block of the high-water size, so the steady state calls no
+ * allocator at all.
+ *
+ * Intermediate gradients are dropped when backward returns (their pointers
+ * set back to NULL) unless dl_keep_grad(t) asked to keep them; a kept one is
+ * valid until the rewind. dl_detach(tp, t) gives t's values with no history.
+ * dl_no_grad_begin/end bracket code that records nothing (evaluation).
+ *
+ * Errors that say so: backward on a loss that is not a scalar without a seed,
+ * backward after the tape was rewound (the loss is gone), a loss that was
+ * not recorded on this tape, dtype or shape mismatches in any op.
+ *
+ * Forward mode. dl_set_tangent(x, v) attaches a tangent v (same shape and
+ * dtype) to x; every op in ops.h that sees a tangent on an input computes the
+ * output's tangent in the same forward pass (element-wise ops by dual
+ * numbers, matmul by the product rule, ...), no tape needed: y->tangent is
+ * J v. Tangents of outputs live in the tape's arena.
+ *
+ * Custom ops. dl_t_custom runs a user's forward function and records a node
+ * whose backward rule is the user's, so a vendor kernel or any op the library
+ * lacks takes part in backward like a built-in one (the embedding's sparse
+ * gradient uses the same mechanism). In a backward rule, dl_tape_grad(tp, x)
+ * returns the dense gradient to accumulate into (NULL when x needs none) and
+ * dl_tape_sgrad(tp, x) a row-sparse one.
+ *
+ * dl_gradcheck checks a function of tensors in f64: the tape's gradient
+ * against central differences, and the forward-mode tangent against a
+ * directional difference.
+ */
+#ifndef DL_TAPE_H
+#define DL_TAPE_H
+
+#include "blas.h"
+
+#ifndef __cplusplus
+
+typedef struct dl_tape dl_tape;
+typedef struct dl_node dl_node;
+/* A backward rule: reads n->out->grad, accumulates into the inputs' gradients
+ * (dl_tape_grad). */
+typedef void (*dl_backward_fn)(dl_tape *tp, dl_node *n);
+
+#define DL_NODE_SAVED 4
+struct dl_node {
+  const char *op;                   /* op name, for messages */
+  dl_backward_fn backward;
+  dl_tensor *out;
+  int nin;
+  dl_tensor **in;                   /* nin inputs (arena) */
+  dl_tensor *saved[DL_NODE_SAVED];  /* extra tensors the rule needs (arena or caller's) */
+  double p[4];                      /* number parameters */
+  int64_t i[8];                     /* integer parameters */
+  void (*fn[2])(void);              /* functions the rule calls (element-wise, custom) */
+  const void *cfn;                  /* a custom op's table */
+  void *user;                       /* a custom op's user data */
+  dl_node *prev;                    /* recorded just before this one */
+};
+
+struct dl_tape {
+  dl_ctx *ctx;
+  dl_arena arena;                   /* outputs, nodes, intermediate gradients, tangents */
+  dl_node *last;                    /* newest node, NULL when empty */
+  int64_t nodes;                    /* recorded since the last rewind */
+  int no_grad;                      /* depth of open no-grad scopes */
+  int rewound;                      /* 1 after a rewind, until something is recorded */
+  uint64_t rewinds;                 /* rewinds so far */
+  uint64_t backwards;               /* backward walks so far */
+};
+
+/* >>tape ------------------------------------------------------------------- */
+
+/* A tape whose arena starts with `capacity` bytes and grows on demand (0 is
+ * fine: the first step sizes it). DL_OK or DL_ERR_NOMEM (message in ctx). */
+DL_API dl_status dl_tape_init(dl_tape *tp, dl_ctx *ctx, size_t capacity) {
+  memset(tp, 0, sizeof *tp);
+  tp->ctx = ctx;
+  return dl_arena_init(&tp->arena, ctx, capacity, 1);
+}
+/* A tape on a caller's buffer: never calls the allocator; an op that does
+ * not fit panics naming dl_arena_bytes_needed(&tp->arena). For inference-only
+ * builds and firmware. */
+DL_API void dl_tape_init_buffer(dl_tape *tp, dl_ctx *ctx, void *buf, size_t size) {
+  memset(tp, 0, sizeof *tp);
+  tp->ctx = ctx;
+  dl_arena_init_buffer(&tp->arena, ctx, buf, size);
+}
+DL_API void dl_tape_free(dl_tape *tp) {
+  dl_arena_free(&tp->arena);
+  tp->last = NULL;
+  tp->nodes = 0;
+}
+/* Forget every node, output, intermediate gradient and tangent of the step:
+ * all of them become invalid. Leaf gradients are untouched. */
+DL_API void dl_tape_rewind(dl_tape *tp) {
+  dl_arena_rewind(&tp->arena, 0);
+  tp->last = NULL;
+  tp->nodes = 0;
+  tp->rewound = 1;
+  tp->rewinds++;
+}
+/* The tape's arena: scratch memory valid until the next rewind. */
+DL_API dl_arena *dl_tape_arena(dl_tape *tp) { return &tp->arena; }
+
+/* No-grad scopes nest; inside one, ops record nothing and their outputs do
+ * not require gradients (tangents still propagate). */
+DL_API void dl_no_grad_begin(dl_tape *tp) { tp->no_grad++; }
+DL_API void dl_no_grad_end(dl_tape *tp) {
+  if (tp->no_grad <= 0) DL_PANIC(tp->ctx, "dl_no_grad_end", "no no-grad scope is open");
+  tp->no_grad--;
+}
+DL_API int dl_grad_enabled(const dl_tape *tp) { return tp->no_grad == 0; }
+
+/* >>leaves ----------------------------------------------------------------- */
+
+DL_API int dl_requires_grad_p(const dl_tensor *t) { return t && (t->flags & DL_TENSOR_REQUIRES_GRAD); }
+
+/* Mark t (a leaf: a parameter or an input) as needing its gradient and give
+ * it a zeroed t->grad from dl_tensor_make, unless it has one. The gradient is
+ * freed with t when t came from dl_tensor_make; otherwise the caller frees it
+ * with dl_tensor_free(t->grad). DL_OK, or DL_ERR_NOMEM with t unchanged. */
+DL_API dl_status dl_requires_grad(dl_tensor *t) {
+  if (t->dtype != DL_F32 && t->dtype != DL_F64)
+    DL_PANIC(t->ctx, "dl_requires_grad", "only f32 and f64 tensors have gradients, not %s",
+             DL_SHAPESTR(t));
+  if (!t->grad) {
+    dl_tensor *g = dl_tensor_make(t->ctx, t->dtype, t->ndim, t->shape);
+    if (!g) return t->ctx ? t->ctx->status : DL_ERR_NOMEM;
+    t->grad = g;
+  }
+  t->flags |= DL_TENSOR_REQUIRES_GRAD;
+  return DL_OK;
+}
+/* As dl_requires_grad with the caller's gradient memory g (same shape and
+ * dtype, contiguous); g is not freed by the library. */
+DL_API void dl_requires_grad_with(dl_tensor *t, dl_tensor *g) {
+  dl__check_same(g, t, "dl_requires_grad_with", 1);
+  if (!dl_tensor_is_contiguous(g))
+    DL_PANIC(t->ctx, "dl_requires_grad_with", "gradient %s must be contiguous", DL_SHAPESTR(g));
+  t->grad = g;
+  t->flags |= DL_TENSOR_REQUIRES_GRAD;
+}
+/* Zero t's gradient (dense, and the row-sparse one: its rows are cleared). */
+DL_API void dl_zero_grad(dl_tensor *t) {
+  dl_sgrad *s = (dl_sgrad *)t->sgrad;
+  if (t->grad) dl_tensor_fill(t->grad, 0.0);
+  if (s) {
+    int64_t k;
+    for (k = 0; k < s->nnz; k++) s->slot[s->rows[k]] = -1;
+    s->nnz = 0;
+  }
+}
+/* Keep the gradient of an intermediate tensor after backward (valid until
+ * the rewind); leaves always keep theirs. */
+DL_API void dl_keep_grad(dl_tensor *t) { t->flags |= DL_TENSOR_KEEP_GRAD; }
+
+/* >>recording -------------------------------------------------------------- */
+
+/* An output tensor in the tape's arena (uninitialised). Panics, naming the op
+ * and the bytes the arena needs, when it cannot hold it. */
+DL_API dl_tensor *dl_tape_out(dl_tape *tp, const char *op, dl_dtype dtype, int ndim,
+                              const int64_t *shape) {
+  dl_tensor *t = dl_tensor_new(&tp->arena, dtype, ndim, shape);
+  if (!t)
+    DL_PANIC(tp->ctx, op, "tape arena cannot hold the output (%zu bytes needed in all): %s",
+             dl_arena_bytes_needed(&tp->arena), dl_ctx_message(tp->ctx));
+  return t;
+}
+/* The same, zero-filled. */
+DL_API dl_tensor *dl_tape_zeros(dl_tape *tp, const char *op, dl_dtype dtype, int ndim,
+                                const int64_t *shape) {
+  dl_tensor *t = dl_tape_out(tp, op, dtype, ndim, shape);
+  if (t->data) memset(t->data, 0, (size_t)t->numel * dl_dtype_size(dtype));
+  return t;
+}
+/* Scratch bytes in the tape's arena (valid until the rewind); panics when full. */
+DL_API void *dl_tape_scratch(dl_tape *tp, const char *op, size_t bytes) {
+  void *p = dl_arena_alloc(&tp->arena, bytes ? bytes : 1);
+  if (!p)
+    DL_PANIC(tp->ctx, op, "tape arena cannot hold %zu bytes of scratch (%zu needed in all)", bytes,
+             dl_arena_bytes_needed(&tp->arena));
+  return p;
+}
+/* A struct copy of t in the arena: a view of the same data with no history,
+ * no gradient and no tangent. */
+DL_API dl_tensor *dl__tape_view(dl_tape *tp, const char *op, const dl_tensor *t) {
+  dl_tensor *v = (dl_tensor *)dl_tape_scratch(tp, op, sizeof *v);
+  *v = dl__view_base(t);
+  return v;
+}
+/* t's values without history: backward stops here; no tangent. */
+DL_API dl_tensor *dl_detach(dl_tape *tp, const dl_tensor *t) { return dl__tape_view(tp, "dl_detach", t); }
+
+/* Whether an op with these inputs must record: gradients enabled and one of
+ * them requires a gradient. */
+DL_API int dl_tape_wants(const dl_tape *tp, int nin, dl_tensor *const *in) {
+  int k;
+  if (tp->no_grad) return 0;
+  for (k = 0; k < nin; k++)
+    if (in[k] && (in[k]->flags & DL_TENSOR_REQUIRES_GRAD)) return 1;
+  return 0;
+}
+/* Record a node for `out` made by `op` from in[0..nin) with rule `bw`, when
+ * dl_tape_wants says so; returns it (to fill p/i/saved/fn) or NULL. out is
+ * marked as requiring a gradient. The input array is copied. */
+DL_API dl_node *dl_tape_record_n(dl_tape *tp, const char *op, dl_backward_fn bw, dl_tensor *out,
+                                 int nin, dl_tensor *const *in) {
+  dl_node *n;
+  int k;
+  if (!dl_tape_wants(tp, nin, in)) return NULL;
+  n = (dl_node *)dl_tape_scratch(tp, op, sizeof *n + sizeof(dl_tensor *) * (size_t)nin);
+  memset(n, 0, sizeof *n);
+  n->op = op;
+  n->backward = bw;
+  n->out = out;
+  n->nin = nin;
+  n->in = (dl_tensor **)(void *)(n + 1);
+  for (k = 0; k < nin; k++) n->in[k] = in[k];
+  n->prev = tp->last;
+  tp->last = n;
+  tp->nodes++;
+  tp->rewound = 0;
+  out->node = n;
+  out->flags |= DL_TENSOR_REQUIRES_GRAD;
+  out->grad = NULL;
+  return n;
+}
+/* dl_tape_record_n for 1..3 inputs (NULL entries allowed). */
+DL_API dl_node *dl_tape_record(dl_tape *tp, const char *op, dl_backward_fn bw, dl_tensor *out,
+                               dl_tensor *a, dl_tensor *b, dl_tensor *c) {
+  dl_tensor *in[3];
+  in[0] = a;
+  in[1] = b;
+  in[2] = c;
+  return dl_tape_record_n(tp, op, bw, out, c ? 3 : b ? 2 : 1, in);
+}
+
+/* >>gradients in backward rules -------------------------------------------- */
+
+/* The dense gradient of x to accumulate into during backward, or NULL when x
+ * needs none. A leaf's is its long-lived .grad (allocated with dl_tensor_make
+ * on first use if dl_requires_grad was bypassed); an intermediate's is a
+ * zeroed, contiguous tensor in the arena made on first use. */
+DL_API dl_tensor *dl_tape_grad(dl_tape *tp, dl_tensor *x) {
+  if (!x || !(x->flags & DL_TENSOR_REQUIRES_GRAD)) return NULL;
+  if (x->grad) return x->grad;
+  if (!x->node) {
+    if (dl_requires_grad(x) != DL_OK)
+      DL_PANIC(tp->ctx, "dl_backward", "cannot allocate the gradient of leaf %s: %s",
+               DL_SHAPESTR(x), dl_ctx_message(tp->ctx));
+    return x->grad;
+  }
+  x->grad = dl_tape_zeros(tp, "dl_backward", x->dtype, x->ndim, x->shape);
+  return x->grad;
+}
+
+/* The row-sparse gradient of a 2-d leaf x [rows, width] (embedding weights),
+ * made on first use (dl_tensor_make's allocator; freed with x when x is owned,
+ * otherwise with dl_sgrad_free(x->sgrad)). NULL when x needs no gradient. */
+DL_API dl_sgrad *dl_tape_sgrad(dl_tape *tp, dl_tensor *x) {
+  dl_sgrad *s;
+  int64_t r;
+  if (!x || !(x->flags & DL_TENSOR_REQUIRES_GRAD)) return NULL;
+  if (x->node || x->ndim != 2)
+    DL_PANIC(tp->ctx, "dl_tape_sgrad", "row-sparse gradients are for 2-d leaf tensors, not %s%s",
+             DL_SHAPESTR(x), x->node ? " (an op's output)" : "");
+  if (x->sgrad) return (dl_sgrad *)x->sgrad;
+  s = (dl_sgrad *)dl_alloc(x->ctx, sizeof *s);
+  if (s) {
+    memset(s, 0, sizeof *s);
+    s->ctx = x->ctx;
+    s->dtype = x->dtype;
+    s->nrows = x->shape[0];
+    s->width = x->shape[1];
+    s->slot = (int64_t *)dl_alloc(x->ctx, sizeof(int64_t) * (size_t)(s->nrows ? s->nrows : 1));
+  }
+  if (!s || !s->slot) {
+    dl_sgrad_free(s);
+    DL_PANIC(tp->ctx, "dl_tape_sgrad", "cannot allocate the sparse gradient of %s", DL_SHAPESTR(x));
+  }
+  for (r = 0; r < s->nrows; r++) s->slot[r] = -1;
+  x->sgrad = s;
+  return s;
+}
+/* Pointer to the values of `row` in s, adding the row (zeroed) when it is not
+ * there yet. Grows by doubling (the allocator is called only while the set of
+ * touched rows exceeds every earlier step's). */
+DL_API void *dl_sgrad_row(dl_sgrad *s, int64_t row) {
+  size_t es = dl_dtype_size(s->dtype), rowb = es * (size_t)s->width;
+  int64_t k = s->slot[row];
+  if (k < 0) {
+    if (s->nnz == s->cap) {
+      int64_t cap = s->cap ? 2 * s->cap : 16;
+      int64_t *rows;
+      void *vals;
+      if (cap > s->nrows) cap = s->nrows;
+      rows = (int64_t *)dl_alloc(s->ctx, sizeof(int64_t) * (size_t)cap);
+      vals = dl_alloc(s->ctx, rowb * (size_t)cap + 1);
+      if (!rows || !vals)
+        DL_PANIC(s->ctx, "dl_sgrad_row", "cannot grow a sparse gradient to %lld rows", (long long)cap);
+      if (s->nnz) {
+        memcpy(rows, s->rows, sizeof(int64_t) * (size_t)s->nnz);
+        memcpy(vals, s->values, rowb * (size_t)s->nnz);
+      }
+      dl_free(s->ctx, s->rows);
+      dl_free(s->ctx, s->values);
+      s->rows = rows;
+      s->values = vals;
+      s->cap = cap;
+    }
+    k = s->nnz++;
+    s->slot[row] = k;
+    s->rows[k] = row;
+    memset((char *)s->values + rowb * (size_t)k, 0, rowb);
+  }
+  return (char *)s->values + rowb * (size_t)k;
+}
+/* dense += the sparse rows (dense [nrows, width], contiguous, same dtype). */
+DL_API void dl_sgrad_add_to(const dl_sgrad *s, dl_tensor *dense) {
+  int64_t k, j;
+  for (k = 0; k < s->nnz; k++) {
+    if (s->dtype == DL_F32) {
+      float *d = (float *)dense->data + s->rows[k] * s->width;
+      const float *v = (const float *)s->values + k * s->width;
+      for (j = 0; j < s->width; j++) d[j] += v[j];
+    } else {
+      double *d = (double *)dense->data + s->rows[k] * s->width;
+      const double *v = (const double *)s->values + k * s->width;
+      for (j = 0; j < s->width; j++) d[j] += v[j];
+    }
+  }
+}
+
+/* >>backward --------------------------------------------------------------- */
+
+/* Back-propagate from `loss`: with seed NULL, loss must hold one element and
+ * its gradient is 1; otherwise seed (loss's shape and dtype) is the gradient
+ * of some scalar with respect to loss. Accumulates into the leaves' .grad
+ * (and row-sparse gradients). Can be called again for another loss recorded
+ * on the same tape before the rewind (gradients add up). */
+DL_API void dl_backward(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
+  dl_node *n, *from = NULL;
+  dl_tensor *g;
+  for (n = tp->last; n; n = n->prev)
+    if (n->out == loss) { from = n; break; }
+  if (!from) {
+    if (tp->rewound || (tp->nodes == 0 && tp->rewinds > 0))
+      DL_PANIC(tp->ctx, "dl_backward",
+               "the tape was rewound after this loss was computed: its history is gone "
+               "(backward twice across a rewind?); run the forward pass again");
+    if (loss->flags & DL_TENSOR_REQUIRES_GRAD && !loss->node) {
+      /* a leaf is its own loss: d loss / d loss */
+      dl_tensor *lg = dl_tape_grad(tp, loss);
+      if (seed) DL_ASSIGN(lg, dl_add(lg, seed));
+      else DL_ASSIGN(lg, dl_add(lg, 1.0));
+      return;
+    }
+    DL_PANIC(tp->ctx, "dl_backward",
+             "loss %s was not recorded on this tape (made under no-grad, from inputs that "
+             "require no gradient, or on another tape)", DL_SHAPESTR(loss));
+  }
+  if (!seed && loss->numel != 1)
+    DL_PANIC(tp->ctx, "dl_backward",
+             "loss %s is not a scalar: pass a seed gradient of the same shape", DL_SHAPESTR(loss));
+  if (seed) dl__check_same(seed, loss, "dl_backward (seed)", 1);
+  /* gradients of intermediates are per walk */
+  for (n = from; n; n = n->prev) n->out->grad = NULL;
+  g = dl_tape_out(tp, "dl_backward", loss->dtype, loss->ndim, loss->shape);
+  if (seed) dl_tensor_copy(g, seed);
+  else dl_tensor_fill(g, 1.0);
+  loss->grad = g;
+  for (n = from; n; n = n->prev)
+    if (n->out->grad) n->backward(tp, n);
+  for (n = from; n; n = n->prev)
+    if (!(n->out->flags & DL_TENSOR_KEEP_GRAD)) n->out->grad = NULL;
+  tp->backwards++;
+}
+
+/* >>forward mode ----------------------------------------------------------- */
+
+/* Attach tangent v to x (same shape and dtype; v is borrowed); NULL removes it. */
+DL_API void dl_set_tangent(dl_tensor *x, dl_tensor *v) {
+  if (v) dl__check_same(v, x, "dl_set_tangent", 1);
+  x->tangent = v;
+}
+/* Whether any input carries a tangent. */
+DL_API int dl_tangent_wants(int nin, dl_tensor *const *in) {
+  int k;
+  for (k = 0; k < nin; k++)
+    if (in[k] && in[k]->tangent) return 1;
+  return 0;
+}
+/* A zeroed tangent for out in the arena, attached to it. */
+DL_API dl_tensor *dl_tape_tangent(dl_tape *tp, dl_tensor *out) {
+  out->tangent = dl_tape_zeros(tp, "forward mode", out->dtype, out->ndim, out->shape);
+  return out->tangent;
+}
+/* x's tangent, or a 0-d zero of x's dtype (broadcasts anywhere) when it has none. */
+DL_API dl_tensor *dl_tangent_or_zero(dl_tape *tp, const dl_tensor *x) {
+  if (x->tangent) return x->tangent;
+  return dl_tape_zeros(tp, "forward mode", x->dtype, 0, NULL);
+}
+
+/* >>custom ops ------------------------------------------------------------- */
+
+/* A user's op: forward computes out (allocated by dl_t_custom with the shape
+ * given there, dtype of in[0]) from the inputs; backward accumulates into
+ * dl_tape_grad(tp, in[k]) (or dl_tape_sgrad) given gy = d loss / d out;
+ * jvp (optional) sets tout from the inputs' tangents tin[k] (NULL = zero).
+ * An input with a tangent and no jvp rule panics. */
+typedef struct dl_custom_op {
+  const char *name;
+  void (*forward)(dl_tensor *out, dl_tensor *const *in, int nin, void *user);
+  void (*backward)(dl_tape *tp, const dl_tensor *gy, const dl_tensor *out, dl_tensor *const *in,
+                   int nin, void *user);
+  void (*jvp)(dl_tensor *tout, const dl_tensor *out, dl_tensor *const *in,
+              dl_tensor *const *tin, int nin, void *user);
+} dl_custom_op;
+
+DL_API void dl__custom_backward(dl_tape *tp, dl_node *n) {
+  const dl_custom_op *op = (const dl_custom_op *)n->cfn;
+  op->backward(tp, n->out->grad, n->out, n->in, n->nin, n->user);
+}
+/* out = op(in[0..nin)) with out of the given shape; recorded for backward. */
+DL_API dl_tensor *dl_t_custom(dl_tape *tp, const dl_custom_op *op, void *user, int nin,
+                              dl_tensor *const *in, int ndim, const int64_t *shape) {
+  dl_tensor *out;
+  dl_node *n;
+  if (nin < 1 || !in[0]) DL_PANIC(tp->ctx, op->name, "a custom op needs at least one input");
+  out = dl_tape_out(tp, op->name, in[0]->dtype, ndim, shape);
+  op->forward(out, in, nin, user);
+  if (dl_tangent_wants(nin, in)) {
+    dl_tensor *tin[16];
+    int k;
+    if (!op->jvp) DL_PANIC(tp->ctx, op->name, "an input carries a tangent but the op has no jvp rule");
+    if (nin > 16) DL_PANIC(tp->ctx, op->name, "forward mode takes at most 16 inputs, not %d", nin);
+    for (k = 0; k < nin; k++) tin[k] = in[k] ? in[k]->tangent : NULL;
+    op->jvp(dl_tape_tangent(tp, out), out, in, tin, nin, user);
+  }
+  if (!op->backward) return out;
+  n = dl_tape_record_n(tp, op->name, dl__custom_backward, out, nin, in);
+  if (n) {
+    n->cfn = op;
+    n->user = user;
+  }
+  return out;
+}
+
+/* >>gradcheck -------------------------------------------------------------- */
+
+/* The function under test: builds its output from in[] on the tape. */
+typedef dl_tensor *(*dl_gradcheck_fn)(dl_tape *tp, dl_tensor **in, void *user);
+
+typedef struct dl_gradcheck_result {
+  double max_err;        /* worst |analytic - numeric| / max(1, |numeric|) over all checks */
+  double grad_err;       /* the same, reverse mode only */
+  double jvp_err;        /* the same, forward mode only */
+  int input;             /* where grad_err was reached: input ... */
+  int64_t index;         /* ... and element (row-major) */
+  double analytic, numeric;
+  int64_t checked;       /* gradient elements compared */
+} dl_gradcheck_result;
+
+DL_API double dl__sum_weighted(const dl_tensor *y, const dl_tensor *w) {
+  double s = 0;
+  int64_t i;
+  for (i = 0; i < y->numel; i++) s += dl__get_at(y, dl__offset_of_linear(y, i)) * dl__get_at(w, i);
+  return s;
+}
+
+/* Check f at the f64 inputs in[0..nin): for every input flagged with
+ * DL_TENSOR_REQUIRES_GRAD (set it with dl_requires_grad) the tape's gradient
+ * of L = sum(f(in) * w), w random, is compared element by element with
+ * central differences of step eps; and the forward-mode tangent of f for a
+ * random direction v is compared with (L(x + eps v) - L(x - eps v)) / 2eps
+ * along w. Inputs without the flag (labels, indices) are held fixed.
+ * Returns 1 when every error is <= tol (relative to max(1, |numeric|)).
+ * Inputs may be strided views; the inputs' .grad are zeroed and left holding
+ * the analytic gradient. */
+DL_API int dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_tensor **in,
+                        double eps, double tol, dl_gradcheck_result *res) {
+  dl_tape tp;
+  dl_tensor *y, *w;
+  dl_tensor *tang[16];
+  dl_rng rng = dl_rng_make(0x9e3779b97f4a7c15ull);
+  dl_arena keep;
+  double jvp_dot, lp, lm;
+  int k;
+  int64_t i;
+  memset(res, 0, sizeof *res);
+  res->input = -1;
+  if (nin > 16) DL_PANIC(ctx, "dl_gradcheck", "at most 16 inputs, not %d", nin);
+  for (k = 0; k < nin; k++)
+    if ((in[k]->flags & DL_TENSOR_REQUIRES_GRAD) && in[k]->dtype != DL_F64)
+      DL_PANIC(ctx, "dl_gradcheck", "input %d is %s: gradcheck runs in f64", k, DL_SHAPESTR(in[k]));
+  if (dl_tape_init(&tp, ctx, 0) != DL_OK || dl_arena_init(&keep, ctx, 0, 1) != DL_OK)
+    DL_PANIC(ctx, "dl_gradcheck", "out of memory");
+  /* reverse mode */
+  y = f(&tp, in, user);
+  w = dl_tensor_new(&keep, y->dtype, y->ndim, y->shape);
+  if (!w) DL_PANIC(ctx, "dl_gradcheck", "out of memory");
+  dl_tensor_rand_uniform(w, &rng, -1.0, 1.0);
+  for (k = 0; k < nin; k++)
+    if (in[k]->flags & DL_TENSOR_REQUIRES_GRAD) {
+      if (!in[k]->grad && dl_requires_grad(in[k]) != DL_OK) DL_PANIC(ctx, "dl_gradcheck", "out of memory");
+      dl_zero_grad(in[k]);
+    }
+  if (y->flags & DL_TENSOR_REQUIRES_GRAD) dl_backward(&tp, y, w);
+  for (k = 0; k < nin; k++)
+    if (in[k]->sgrad) { /* the sparse rows join the dense gradient */
+      dl_sgrad_add_to((dl_sgrad *)in[k]->sgrad, in[k]->grad);
+      dl_sgrad *s = (dl_sgrad *)in[k]->sgrad;
+      int64_t r;
+      for (r = 0; r < s->nnz; r++) s->slot[s->rows[r]] = -1;
+      s->nnz = 0;
+    }
+  dl_tape_rewind(&tp);
+  /* central differences, element by element */
+  dl_no_grad_begin(&tp);
+  for (k = 0; k < nin; k++) {
+    dl_tensor *x = in[k];
+    if (!(x->flags & DL_TENSOR_REQUIRES_GRAD)) continue;
+    for (i = 0; i < x->numel; i++) {
+      int64_t off = dl__offset_of_linear(x, i);
+      double x0 = dl__get_at(x, off), a = dl__get_at(x->grad, i), num, err;
+      dl__set_at(x, off, x0 + eps);
+      lp = dl__sum_weighted(f(&tp, in, user), w);
+      dl_tape_rewind(&tp);
+      dl__set_at(x, off, x0 - eps);
+      lm = dl__sum_weighted(f(&tp, in, user), w);
+      dl_tape_rewind(&tp);
+      dl__set_at(x, off, x0);
+      num = (lp - lm) / (2 * eps);
+      err = fabs(a - num) / (fabs(num) > 1 ? fabs(num) : 1);
+      res->checked++;
+      if (err > res->grad_err || res->input < 0) {
+        if (err > res->grad_err) res->grad_err = err;
+        res->input = k;
+        res->index = i;
+        res->analytic = a;
+        res->numeric = num;
+      }
+    }
+  }
+  /* forward mode: tangent of f along random v, against the directional difference */
+  for (k = 0; k < nin; k++) {
+    tang[k] = NULL;
+    if (!(in[k]->flags & DL_TENSOR_REQUIRES_GRAD)) continue;
+    tang[k] = dl_tensor_new(&keep, in[k]->dtype, in[k]->ndim, in[k]->shape);
+    if (!tang[k]) DL_PANIC(ctx, "dl_gradcheck", "out of memory");
+    dl_tensor_rand_uniform(tang[k], &rng, -1.0, 1.0);
+    dl_set_tangent(in[k], tang[k]);
+  }
+  y = f(&tp, in, user);
+  jvp_dot = y->tangent ? dl__sum_weighted(y->tangent, w) : 0.0;
+  dl_tape_rewind(&tp);
+  for (k = 0; k < nin; k++) dl_set_tangent(in[k], NULL);
+  {
+    double num, err;
+    for (k = 0; k < nin; k++)
+      if (tang[k]) DL_ASSIGN(in[k], dl_add(in[k], dl_mul(eps, tang[k])));
+    lp = dl__sum_weighted(f(&tp, in, user), w);
+    dl_tape_rewind(&tp);
+    for (k = 0; k < nin; k++)
+      if (tang[k]) DL_ASSIGN(in[k], dl_sub(in[k], dl_mul(2 * eps, tang[k])));
+    lm = dl__sum_weighted(f(&tp, in, user), w);
+    dl_tape_rewind(&tp);
+    for (k = 0; k < nin; k++)
+      if (tang[k]) DL_ASSIGN(in[k], dl_add(in[k], dl_mul(eps, tang[k])));
+    num = (lp - lm) / (2 * eps);
+    err = fabs(jvp_dot - num) / (fabs(num) > 1 ? fabs(num) : 1);
+    res->jvp_err = err;
+  }
+  dl_no_grad_end(&tp);
+  res->max_err = res->grad_err > res->jvp_err ? res->grad_err : res->jvp_err;
+  dl_tape_free(&tp);
+  dl_arena_free(&keep);
+  return res->max_err <= tol;
+}
+
+#endif /* !__cplusplus */
+#endif /* DL_TAPE_H */
