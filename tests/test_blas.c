@@ -504,11 +504,18 @@ static void test_allocator(void) {
   c.ctx = &ctx;
   run_case("allocator", 0, ENTRY_BUILTIN, &c);
   CHECK(st.allocs >= 1);
+  { /* packing buffers stay cached per thread: the same call again allocates nothing */
+    int before = st.allocs;
+    run_case("allocator again", 0, ENTRY_BUILTIN, &c);
+    CHECK(st.allocs == before);
+  }
+  dl_gemm_release_cache();
   CHECK(st.frees == st.allocs);
   st.fail = 1;
   log_warnings = 0;
   run_case("allocator failing", 0, ENTRY_BUILTIN, &c);
   CHECK(log_warnings == 1);
+  dl_gemm_release_cache();
   CHECK(st.frees == st.allocs);
 }
 

@@ -617,6 +617,46 @@ DL_API int dl__gemm_thread_id(void) {
 #endif
 }
 
+/* Packing buffers: each thread keeps the largest it has needed (grow-only,
+ * from the ctx's allocator), so a training loop's GEMMs stop allocating
+ * after the first step. dl_gemm_release_cache() returns the calling thread's.
+ * A cache is tied to the allocator that made it: a call under a ctx with
+ * another allocator drops it first. */
+#if defined(__cplusplus)
+#define DL__TLS thread_local
+#else
+#define DL__TLS _Thread_local
+#endif
+typedef struct dl__gemm_cache {
+  void *p;
+  size_t cap;
+  int has_ctx;        /* made with own.desc's allocator (else the default) */
+  dl_ctx own;         /* a copy holding the allocator that made p */
+} dl__gemm_cache;
+static DL__TLS dl__gemm_cache dl__gemm_tls;
+DL_API void dl_gemm_release_cache(void) {
+  dl_free(dl__gemm_tls.has_ctx ? &dl__gemm_tls.own : NULL, dl__gemm_tls.p);
+  dl__gemm_tls.p = NULL;
+  dl__gemm_tls.cap = 0;
+  dl__gemm_tls.has_ctx = 0;
+}
+DL_API void *dl__gemm_scratch(dl_ctx *ctx, size_t n) {
+  const dl_allocator *want = ctx ? &ctx->desc.allocator : NULL;
+  int same = dl__gemm_tls.has_ctx
+                 ? (want && !memcmp(want, &dl__gemm_tls.own.desc.allocator, sizeof *want))
+                 : (!want || !want->alloc);
+  if (dl__gemm_tls.p && same && dl__gemm_tls.cap >= n) return dl__gemm_tls.p;
+  dl_gemm_release_cache();
+  dl__gemm_tls.p = dl_alloc(ctx, n);
+  if (!dl__gemm_tls.p) return NULL;
+  dl__gemm_tls.cap = n;
+  if (ctx && ctx->desc.allocator.alloc) {
+    dl__gemm_tls.has_ctx = 1;
+    dl_ctx_init(&dl__gemm_tls.own, &ctx->desc);
+  }
+  return dl__gemm_tls.p;
+}
+
 /* The built-in kernel on a checked problem (any batch). op names the entry
  * point for the out-of-memory warning. */
 DL_API void dl__gemm_run(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
@@ -647,7 +687,7 @@ DL_API void dl__gemm_run(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
     if (pl.threads > 1 && !tm.par) pl = dl__gemm_make_plan(ctx, k, pr, 1);
 #endif
   }
-  scratch = (unsigned char *)dl_alloc(ctx, pl.total);
+  scratch = (unsigned char *)dl__gemm_scratch(ctx, pl.total);
   if (!scratch) {
     dl_log_msg(ctx, 1, "%s: no memory for %zu bytes of packing buffers; using the unblocked loop",
                op, pl.total);
@@ -733,7 +773,6 @@ DL_API void dl__gemm_run(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
       (void)nt;
     }
   }
-  dl_free(ctx, scratch);
 }
 
 /* >>gemm-check ------------------------------------------------------------- */
