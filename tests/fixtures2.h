@@ -45,7 +45,7 @@ typedef struct fx2_set {
   char err[512];
 } fx2_set;
 
-static int fx2__tok(FILE *f, int *line, char *buf, size_t cap) {
+static inline int fx2__tok(FILE *f, int *line, char *buf, size_t cap) {
   int c;
   size_t n = 0;
   for (;;) {
@@ -69,7 +69,7 @@ static int fx2__tok(FILE *f, int *line, char *buf, size_t cap) {
   return 1;
 }
 
-static void fx2_free(fx2_set *s) {
+static inline void fx2_free(fx2_set *s) {
   int i, k;
   for (i = 0; i < s->n; i++)
     for (k = 0; k < s->cases[i].nt; k++) free(s->cases[i].t[k].v);
@@ -78,7 +78,7 @@ static void fx2_free(fx2_set *s) {
   s->n = s->cap = 0;
 }
 
-static int fx2_load(fx2_set *s, const char *path) {
+static inline int fx2_load(fx2_set *s, const char *path) {
   FILE *f = fopen(path, "r");
   char tok[128];
   int line = 1;
@@ -147,19 +147,19 @@ static int fx2_load(fx2_set *s, const char *path) {
   return 1;
 }
 
-static const fx2_case *fx2_find(const fx2_set *s, const char *name, int f64) {
+static inline const fx2_case *fx2_find(const fx2_set *s, const char *name, int f64) {
   int i;
   for (i = 0; i < s->n; i++)
     if (s->cases[i].f64 == f64 && !strcmp(s->cases[i].name, name)) return &s->cases[i];
   return NULL;
 }
-static const fx2_tensor *fx2_get(const fx2_case *c, const char *key) {
+static inline const fx2_tensor *fx2_get(const fx2_case *c, const char *key) {
   int k;
   for (k = 0; c && k < c->nt; k++)
     if (!strcmp(c->t[k].key, key)) return &c->t[k];
   return NULL;
 }
-static double fx2_param(const fx2_case *c, const char *key, double dflt) {
+static inline double fx2_param(const fx2_case *c, const char *key, double dflt) {
   int k;
   for (k = 0; c && k < c->np; k++)
     if (!strcmp(c->pkey[k], key)) return c->pval[k];
@@ -169,7 +169,7 @@ static double fx2_param(const fx2_case *c, const char *key, double dflt) {
 #ifdef DL_H
 /* A heap tensor (dl_tensor_make, owned) holding fixture tensor `key` as dtype;
  * NULL when the case lacks it. */
-static dl_tensor *fx2_make(const fx2_case *c, const char *key, dl_dtype dtype) {
+static inline dl_tensor *fx2_make(const fx2_case *c, const char *key, dl_dtype dtype) {
   const fx2_tensor *t = fx2_get(c, key);
   dl_tensor *x;
   int64_t i;
@@ -180,7 +180,7 @@ static dl_tensor *fx2_make(const fx2_case *c, const char *key, dl_dtype dtype) {
 }
 /* Largest |got - want| / max(|want|, 1e-3 * max|want|, tiny) over the elements;
  * shapes must agree (a mismatch gives INFINITY). */
-static double fx2_err(const dl_tensor *got, const fx2_tensor *want) {
+static inline double fx2_err(const dl_tensor *got, const fx2_tensor *want) {
   double worst = 0, scale = 0;
   int64_t i;
   int d;

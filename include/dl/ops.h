@@ -21,8 +21,8 @@
  *                    mul_scalar | add sub mul div pow maximum minimum), clamp,
  *                    where, user element-wise ops (DL_T_MAP1/1P/2),
  *                    matmul / batched matmul, linear
- *   ops/shape.h      transpose, permute, reshape, slice, index_select,
- *                    gather, concat, stack, pad
+ *   ops/shape.h      transpose, permute, reshape, flatten, slice,
+ *                    index_select, gather, concat, stack, pad, contiguous
  *   ops/reduce.h     sum, mean, max, min, var, logsumexp along axes;
  *                    softmax, log_softmax
  *   ops/loss.h       mse, cross_entropy (label smoothing), bce_with_logits,
