@@ -11,7 +11,7 @@
  *   dl_tape tp; dl_tape_init(&tp, ctx, 0);
  *   dl_requires_grad(w);                       // heap gradient, once
  *   for (;;) {
- *     dl_tensor *loss = dl_t_mse(&tp, dl_t_matmul(&tp, x, w), y);   // forward
+ *     dl_tensor *loss = dl_t_mse(&tp, dl_t_matmul(&tp, x, w), y, DL_REDUCE_MEAN);
  *     dl_zero_grad(w);
  *     dl_backward(&tp, loss, NULL);            // w->grad += d loss / d w
  *     ... update w ...
@@ -54,6 +54,7 @@
 #ifndef DL_TAPE_H
 #define DL_TAPE_H
 
+#include "expr.h"
 #include "blas.h"
 
 #ifndef __cplusplus
@@ -555,6 +556,7 @@ DL_API int dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_
       dl__set_at(x, off, x0);
       num = (lp - lm) / (2 * eps);
       err = fabs(a - num) / (fabs(num) > 1 ? fabs(num) : 1);
+      if (!(err <= HUGE_VAL)) err = HUGE_VAL; /* NaN fails */
       res->checked++;
       if (err > res->grad_err || res->input < 0) {
         if (err > res->grad_err) res->grad_err = err;
@@ -592,7 +594,7 @@ DL_API int dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_
       if (tang[k]) DL_ASSIGN(in[k], dl_add(in[k], dl_mul(eps, tang[k])));
     num = (lp - lm) / (2 * eps);
     err = fabs(jvp_dot - num) / (fabs(num) > 1 ? fabs(num) : 1);
-    res->jvp_err = err;
+    res->jvp_err = err <= HUGE_VAL ? err : HUGE_VAL;
   }
   dl_no_grad_end(&tp);
   res->max_err = res->grad_err > res->jvp_err ? res->grad_err : res->jvp_err;
