@@ -8,6 +8,10 @@
 #   2. vectorisable math vs glibc's scalar functions (bench_vmath.c)
 #   3. fused element-wise loops vs a STREAM triad and PyTorch eager, thread
 #      behaviour on a shared machine, denormals (run_fused.sh)
+#   4. forward+backward of a 784-256-128-10 MLP at batch 64 on the tape vs
+#      PyTorch eager (run_mlp.sh; goal >= 2x)
+#   5. forward+backward of conv2d 5x5 32->64 on 12x12, batch 64, vs PyTorch
+#      (run_conv.sh; goal >= 1x)
 set -u
 cd "$(dirname "$0")/.."
 B=build/bench
@@ -30,4 +34,12 @@ else echo "bench_vmath: build failed"; status=1; fi
 echo
 echo "== fused element-wise loops =="
 bash bench/run_fused.sh || status=1
+
+echo
+echo "== MLP forward+backward on the tape vs PyTorch =="
+bash bench/run_mlp.sh || status=1
+
+echo
+echo "== conv2d forward+backward vs PyTorch =="
+bash bench/run_conv.sh || status=1
 exit $status

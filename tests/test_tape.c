@@ -619,6 +619,42 @@ static void test_jvp_dot_product_mlp(void) {
   dl_tensor_free(w);
 }
 
+static void test_jvp_dot_product_convnet(void) {
+  /* y = linear(flatten(max_pool(tanh(conv2d(x, w1, b1, pad 1)))), w2, b2) */
+  dl_tensor *p[5], *v[5], *y, *w, *h;
+  dl_tape tp;
+  int64_t s0[] = {2, 3, 6, 6}, s1[] = {4, 3, 3, 3}, s2[] = {4}, s3[] = {5, 36}, s4[] = {5};
+  const int64_t *shapes[5];
+  int nd[5] = {4, 4, 1, 2, 1}, k;
+  double jv_w, v_jtw = 0;
+  dl_conv2d_args ca;
+  dl_pool2d_args pa;
+  memset(&ca, 0, sizeof ca);
+  memset(&pa, 0, sizeof pa);
+  ca.pad_h = ca.pad_w = 1;
+  pa.kernel_h = pa.kernel_w = 2;
+  shapes[0] = s0; shapes[1] = s1; shapes[2] = s2; shapes[3] = s3; shapes[4] = s4;
+  for (k = 0; k < 5; k++) {
+    p[k] = mk(nd[k], shapes[k], 80 + k, -1, 1);
+    v[k] = mk(nd[k], shapes[k], 90 + k, -1, 1);
+    dl_requires_grad(p[k]);
+    dl_zero_grad(p[k]);
+    dl_set_tangent(p[k], v[k]);
+  }
+  dl_tape_init(&tp, &pctx, 0);
+  h = dl_t_max_pool2d(&tp, dl_t_tanh(&tp, dl_t_conv2d(&tp, p[0], p[1], p[2], &ca)), &pa);
+  y = dl_t_linear(&tp, dl_t_flatten(&tp, h, 1), p[3], p[4]);
+  w = mk(DL_SHAPE(2, 5), 99, -1, 1);
+  CHECK(y->tangent != NULL && y->shape[1] == 5);
+  jv_w = dot(y->tangent, w);
+  dl_backward(&tp, y, w);
+  for (k = 0; k < 5; k++) v_jtw += dot(v[k], p[k]->grad);
+  CHECK_MSG(fabs(jv_w - v_jtw) <= 1e-12 * fmax(1, fabs(jv_w)), "<Jv,w> %.17g vs <v,J^T w> %.17g", jv_w, v_jtw);
+  dl_tape_free(&tp);
+  for (k = 0; k < 5; k++) { dl_tensor_free(p[k]); dl_tensor_free(v[k]); }
+  dl_tensor_free(w);
+}
+
 int main(void) {
   dl_ctx_desc d;
   memset(&d, 0, sizeof d);
@@ -636,5 +672,6 @@ int main(void) {
   RUN(test_custom_op);
   RUN(test_steady_state_no_malloc);
   RUN(test_jvp_dot_product_mlp);
+  RUN(test_jvp_dot_product_convnet);
   return harness_finish();
 }

@@ -1,1 +1,909 @@
-/* dl/ops/conv.h - see dl/ops.h. */
+/* dl/ops/conv.h - convolution and pooling on the tape (see dl/ops.h).
+ *
+ *   dl_tensor *h = dl_t_conv2d(tp, x, w, b, &(dl_conv2d_args){.pad_h = 2, .pad_w = 2});
+ *   dl_tensor *p = dl_t_max_pool2d(tp, dl_t_relu(tp, h), &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2});
+ *
+ * Layouts are PyTorch's: x [N, C, H, W] (conv1d: [N, C, L]), weights
+ * [O, C/groups, kh, kw] ([O, C/groups, k]), outputs [N, O, Ho, Wo]. Every
+ * argument struct's all-zero value (or a NULL pointer) means PyTorch's
+ * defaults: stride 1 (pools: the kernel size), no padding, dilation 1, one
+ * group. Inputs may be strided views (copied to contiguous arena memory
+ * first); outputs are contiguous tensors in the tape's arena, valid until
+ * dl_tape_rewind. f32 and f64, never mixed.
+ *
+ * Convolution is im2col + GEMM: per image and group,
+ *   y[O/g, Ho*Wo] = w[O/g, C/g*kh*kw] @ col[C/g*kh*kw, Ho*Wo]
+ * (a 1x1 convolution with stride 1 and no padding uses the image itself as
+ * col). Backward: grad_w += gy @ col^T, grad_x += col2im(w^T @ gy),
+ * grad_b += gy summed over the batch and positions. Above
+ * dl_ctx_parallel_threshold elements of col work the batch is split over
+ * an OpenMP team of dl_ctx_threads threads, each with its own col buffer
+ * in the arena and each GEMM running on its own thread (under OpenBLAS's
+ * pthreads build its thread count is set to 1 for the region and restored
+ * after, so that the team and OpenBLAS's pool do not fight for the cores;
+ * BLAS calls another thread of the program makes meanwhile run on one
+ * thread too). Forward values, grad_x and grad_b do not depend on the
+ * thread count; grad_w is summed per chunk of consecutive images (one
+ * chunk per thread) and the chunks' sums are added in order, so it is the
+ * same run after run for a given thread count.
+ *
+ * Forward mode: conv is bilinear, ty = conv(tx, w) + conv(x, tw) + tb; max
+ * pooling takes the tangent at the argmax, average pooling averages it.
+ */
+#ifndef DL_OPS_CONV_H
+#define DL_OPS_CONV_H
+
+/* >>arguments -------------------------------------------------------------- */
+
+/* conv2d options; zero means PyTorch's default (stride 1, padding 0,
+ * dilation 1, groups 1). */
+typedef struct dl_conv2d_args {
+  int stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups;
+} dl_conv2d_args;
+/* conv1d options; zero means PyTorch's default. */
+typedef struct dl_conv1d_args {
+  int stride, pad, dil, groups;
+} dl_conv1d_args;
+/* Pooling window: kernel_h, kernel_w > 0 are required; stride 0 means the
+ * kernel size (PyTorch's default); padding at most half the kernel (as in
+ * PyTorch); exclude_pad = 0 counts padded zeros in the average
+ * (count_include_pad=True, PyTorch's default), 1 divides by the number of
+ * elements inside the input. max_pool2d pads with -inf. */
+typedef struct dl_pool2d_args {
+  int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, exclude_pad;
+} dl_pool2d_args;
+
+/* >>helpers ---------------------------------------------------------------- */
+
+/* One convolution's sizes: x [N, C, H, W], w [O, Cg, kh, kw], y [N, O, Ho, Wo],
+ * G groups of Cg = C/G input and Og = O/G output channels, K = Cg*kh*kw rows
+ * and P = Ho*Wo columns of col. */
+typedef struct dl__conv_geom {
+  int64_t N, C, H, W, O, kh, kw, Ho, Wo;
+  int64_t sh, sw, ph, pw, dh, dw, G;
+  int64_t Cg, Og, K, P;
+  int direct; /* 1x1, stride 1, no padding: the image is its own col */
+} dl__conv_geom;
+
+DL_API void dl__conv_geom_fill(dl__conv_geom *g) {
+  g->Ho = (g->H + 2 * g->ph - g->dh * (g->kh - 1) - 1) / g->sh + 1;
+  g->Wo = (g->W + 2 * g->pw - g->dw * (g->kw - 1) - 1) / g->sw + 1;
+  g->Cg = g->C / g->G;
+  g->Og = g->O / g->G;
+  g->K = g->Cg * g->kh * g->kw;
+  g->P = g->Ho * g->Wo;
+  g->direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+}
+
+/* The calling thread's number in an OpenMP team (0 outside one). */
+DL_API int dl__conv_tid(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+/* Threads for `items` independent items doing `work` elements in all:
+ * dl_ctx_threads, at most one per item, 1 below the parallel threshold or
+ * inside another parallel region. */
+DL_API int dl__conv_team(const dl_ctx *ctx, int64_t items, int64_t work) {
+  int nt = dl_ctx_threads(ctx);
+#ifdef _OPENMP
+  if (omp_in_parallel()) nt = 1;
+#endif
+  if ((int64_t)nt > items) nt = (int)items;
+  if (nt < 1 || work < dl_ctx_parallel_threshold(ctx)) nt = 1;
+  return nt;
+}
+
+/* OpenBLAS built with its own pthreads pool would start that pool for every
+ * per-image GEMM the team's threads call at once (measured: 6x slower than
+ * one OpenBLAS thread per team member). For the duration of a team region
+ * its thread count is set to 1 and then restored; the OpenMP build of
+ * OpenBLAS already runs single-threaded inside a parallel region, and the
+ * built-in GEMM does too. Returns what to restore (0: nothing). */
+DL_API int dl__conv_blas_serial_begin(void) {
+#if defined(DL_USE_OPENBLAS) && defined(OPENBLAS_THREAD)
+  if (openblas_get_parallel() == OPENBLAS_THREAD) {
+    int n = openblas_get_num_threads();
+    if (n > 1) {
+      openblas_set_num_threads(1);
+      return n;
+    }
+  }
+#endif
+  return 0;
+}
+DL_API void dl__conv_blas_serial_end(int saved) {
+#if defined(DL_USE_OPENBLAS) && defined(OPENBLAS_THREAD)
+  if (saved > 1) openblas_set_num_threads(saved);
+#else
+  (void)saved;
+#endif
+}
+
+/* The output columns [*lo, *hi) whose input column ow*s + off lies in [0, n). */
+DL_API void dl__conv_range(int64_t off, int64_t s, int64_t n, int64_t outn, int64_t *lo, int64_t *hi) {
+  int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
+  int64_t b = n - 1 - off >= 0 ? (n - 1 - off) / s + 1 : 0;
+  if (a > outn) a = outn;
+  if (b > outn) b = outn;
+  if (b < a) b = a;
+  *lo = a;
+  *hi = b;
+}
+
+/* >>kernels (one image) ---------------------------------------------------- */
+
+/* Per element type T (sfx f32 / f64):
+ *   dl__im2col_<sfx>(g, x, col)       col[K, P] of one group of one image
+ *                                     (x: its first channel, [Cg, H, W])
+ *   dl__col2im_<sfx>(g, col, gx)      gx[Cg, H, W] += the columns, scattered back
+ *   dl__conv_fwd_img_<sfx>(...)       y[O, P] (=, or += when acc) of one image
+ *   dl__conv_bwd_img_<sfx>(...)       gw += gy @ col^T and gx += col2im(w^T @ gy)
+ *                                     for one image (either may be NULL)
+ *   dl__conv_bias_<sfx>(...)          rows of y[O, P] (=, or += when acc) the bias */
+#define DL__CONV_KERNELS(T, sfx)                                                                   \
+  /* d[0..m) = s[0..m) (= / +=), 4 at a time: a vector move each, where the                        \
+   * compiler would leave a short loop of unknown length scalar */                                 \
+  DL_API void dl__conv_copy_##sfx(T *d, const T *s, int64_t m) {                                   \
+    int64_t q;                                                                                     \
+    for (q = 0; q + 4 <= m; q += 4) memcpy(d + q, s + q, 4 * sizeof(T));                           \
+    for (; q < m; q++) d[q] = s[q];                                                                \
+  }                                                                                                \
+  DL_API void dl__conv_acc_##sfx(T *d, const T *s, int64_t m) {                                    \
+    int64_t q;                                                                                     \
+    for (q = 0; q + 4 <= m; q += 4) {                                                              \
+      T a[4], b[4];                                                                                \
+      memcpy(a, d + q, sizeof a);                                                                  \
+      memcpy(b, s + q, sizeof b);                                                                  \
+      a[0] += b[0];                                                                                \
+      a[1] += b[1];                                                                                \
+      a[2] += b[2];                                                                                \
+      a[3] += b[3];                                                                                \
+      memcpy(d + q, a, sizeof a);                                                                  \
+    }                                                                                              \
+    for (; q < m; q++) d[q] += s[q];                                                               \
+  }                                                                                                \
+  /* n rows of m values: d[r*m + q] = s[r*rs + q], and d[r*rs + q] += s[r*m + q]:                   \
+   * functions of their own, so that few values are live (no spills). */                           \
+  DL_API void dl__conv_rows_##sfx(T *DL__RESTRICT d, const T *DL__RESTRICT s, int64_t n,           \
+                                  int64_t m, int64_t rs) {                                         \
+    for (; n > 0; n--, d += m, s += rs) dl__conv_copy_##sfx(d, s, m);                              \
+  }                                                                                                \
+  DL_API void dl__conv_rows_acc_##sfx(T *DL__RESTRICT d, const T *DL__RESTRICT s, int64_t n,       \
+                                      int64_t m, int64_t rs) {                                     \
+    for (; n > 0; n--, d += rs, s += m) dl__conv_acc_##sfx(d, s, m);                               \
+  }                                                                                                \
+  /* Row (c, i, j) of col, column (oh, ow), is x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw],         \
+   * zero outside the input; rows oh in [olo, ohi) and columns ow in [lo, hi) are                  \
+   * the ones inside. The channel loop is innermost: the ranges (two divisions                     \
+   * each) are worked out kh*kw times, not Cg*kh*kw times. */                                      \
+  DL_API void dl__im2col_##sfx(const dl__conv_geom *g, const T *x, T *col) {                       \
+    const int64_t Wo = g->Wo, sw = g->sw, rs = g->sh * g->W, HW = g->H * g->W;                     \
+    const int64_t cstep = g->kh * g->kw * g->P;                                                    \
+    int64_t c, i, j, oh, ow, lo, hi, olo, ohi;                                                     \
+    for (i = 0; i < g->kh; i++) {                                                                  \
+      const int64_t hoff = i * g->dh - g->ph;                                                      \
+      dl__conv_range(hoff, g->sh, g->H, g->Ho, &olo, &ohi);                                        \
+      for (j = 0; j < g->kw; j++) {                                                                \
+        const int64_t woff = j * g->dw - g->pw;                                                    \
+        T *dst0 = col + (i * g->kw + j) * g->P;                                                    \
+        dl__conv_range(woff, sw, g->W, Wo, &lo, &hi);                                              \
+        for (c = 0; c < g->Cg; c++) {                                                              \
+          T *dst = dst0 + c * cstep;                                                               \
+          const T *src;                                                                            \
+          if (ohi <= olo || hi <= lo) { /* nothing of x in this row */                             \
+            memset(dst, 0, sizeof(T) * (size_t)g->P);                                              \
+            continue;                                                                              \
+          }                                                                                        \
+          if (olo > 0) memset(dst, 0, sizeof(T) * (size_t)(olo * Wo));                             \
+          if (ohi < g->Ho) memset(dst + ohi * Wo, 0, sizeof(T) * (size_t)((g->Ho - ohi) * Wo));    \
+          /* the first inside row, from its first inside column */                                 \
+          src = x + c * HW + (olo * g->sh + hoff) * g->W + (lo * sw + woff);                       \
+          dst += olo * Wo;                                                                         \
+          if (sw == 1 && lo == 0 && hi == Wo) {                                                    \
+            dl__conv_rows_##sfx(dst, src, ohi - olo, Wo, rs);                                      \
+          } else {                                                                                 \
+            for (oh = olo; oh < ohi; oh++, dst += Wo, src += rs) {                                 \
+              for (ow = 0; ow < lo; ow++) dst[ow] = 0;                                             \
+              if (sw == 1) dl__conv_copy_##sfx(dst + lo, src, hi - lo);                            \
+              else                                                                                 \
+                for (ow = lo; ow < hi; ow++) dst[ow] = src[(ow - lo) * sw];                        \
+              for (ow = hi; ow < Wo; ow++) dst[ow] = 0;                                            \
+            }                                                                                      \
+          }                                                                                        \
+        }                                                                                          \
+      }                                                                                            \
+    }                                                                                              \
+  }                                                                                                \
+  /* gx[Cg, H, W] += the columns, each back where im2col took it from. Channel                     \
+   * innermost here too, which also keeps the overlapping read-modify-writes                       \
+   * of neighbouring kernel columns j, j+1 far apart (a load that partly                           \
+   * overlaps a store still in flight stalls). */                                                  \
+  DL_API void dl__col2im_##sfx(const dl__conv_geom *g, const T *col, T *gx) {                      \
+    const int64_t Wo = g->Wo, sw = g->sw, rs = g->sh * g->W, HW = g->H * g->W;                     \
+    const int64_t cstep = g->kh * g->kw * g->P;                                                    \
+    int64_t c, i, j, oh, ow, lo, hi, olo, ohi;                                                     \
+    for (i = 0; i < g->kh; i++) {                                                                  \
+      const int64_t hoff = i * g->dh - g->ph;                                                      \
+      dl__conv_range(hoff, g->sh, g->H, g->Ho, &olo, &ohi);                                        \
+      if (ohi <= olo) continue;                                                                    \
+      for (j = 0; j < g->kw; j++) {                                                                \
+        const int64_t woff = j * g->dw - g->pw;                                                    \
+        const T *src0;                                                                             \
+        T *dst0;                                                                                   \
+        dl__conv_range(woff, sw, g->W, Wo, &lo, &hi);                                              \
+        if (hi <= lo) continue;                                                                    \
+        src0 = col + (i * g->kw + j) * g->P + olo * Wo + lo;                                       \
+        dst0 = gx + (olo * g->sh + hoff) * g->W + (lo * sw + woff);                                \
+        for (c = 0; c < g->Cg; c++) {                                                              \
+          const T *src = src0 + c * cstep;                                                         \
+          T *dst = dst0 + c * HW;                                                                  \
+          if (sw == 1 && lo == 0 && hi == Wo) {                                                    \
+            dl__conv_rows_acc_##sfx(dst, src, ohi - olo, Wo, rs);                                  \
+            continue;                                                                              \
+          }                                                                                        \
+          for (oh = olo; oh < ohi; oh++, src += Wo, dst += rs) {                                   \
+            if (sw == 1) dl__conv_acc_##sfx(dst, src, hi - lo);                                    \
+            else                                                                                   \
+              for (ow = 0; ow < hi - lo; ow++) dst[ow * sw] += src[ow];                            \
+          }                                                                                        \
+        }                                                                                          \
+      }                                                                                            \
+    }                                                                                              \
+  }                                                                                                \
+  DL_API void dl__conv_bias_##sfx(int64_t O, int64_t P, const T *b, T *y, int acc) {               \
+    int64_t o, p;                                                                                  \
+    for (o = 0; o < O; o++) {                                                                      \
+      const T bo = b[o];                                                                           \
+      T *r = y + o * P;                                                                            \
+      if (acc)                                                                                     \
+        for (p = 0; p < P; p++) r[p] += bo;                                                        \
+      else                                                                                         \
+        for (p = 0; p < P; p++) r[p] = bo;                                                         \
+    }                                                                                              \
+  }                                                                                                \
+  DL_API void dl__conv_fwd_img_##sfx(dl_ctx *ctx, const dl__conv_geom *g, const void *xv,          \
+                                     const void *wv, const void *bv, void *yv, int acc,           \
+                                     void *colv) {                                                 \
+    const T *x = (const T *)xv, *w = (const T *)wv, *b = (const T *)bv;                            \
+    T *y = (T *)yv, *col = (T *)colv;                                                              \
+    int64_t gi;                                                                                    \
+    for (gi = 0; gi < g->G; gi++) {                                                                \
+      const T *xg = x + gi * g->Cg * g->H * g->W, *B = xg;                                         \
+      T *yg = y + gi * g->Og * g->P;                                                               \
+      T beta = acc ? (T)1 : (T)0;                                                                  \
+      if (b) {                                                                                     \
+        dl__conv_bias_##sfx(g->Og, g->P, b + gi * g->Og, yg, acc);                                 \
+        beta = 1;                                                                                  \
+      }                                                                                            \
+      if (!g->direct) {                                                                            \
+        dl__im2col_##sfx(g, xg, col);                                                              \
+        B = col;                                                                                   \
+      }                                                                                            \
+      dl_gemm_##sfx(ctx, DL_NOTRANS, DL_NOTRANS, g->Og, g->P, g->K, (T)1, w + gi * g->Og * g->K,   \
+                    g->K, B, g->P, beta, yg, g->P);                                                \
+    }                                                                                              \
+  }                                                                                                \
+  DL_API void dl__conv_bwd_img_##sfx(dl_ctx *ctx, const dl__conv_geom *g, const void *xv,          \
+                                     const void *wv, const void *gyv, void *gxv, void *gwv,        \
+                                     void *colv) {                                                 \
+    const T *x = (const T *)xv, *w = (const T *)wv, *gy = (const T *)gyv;                          \
+    T *gx = (T *)gxv, *gw = (T *)gwv, *col = (T *)colv;                                            \
+    int64_t gi;                                                                                    \
+    for (gi = 0; gi < g->G; gi++) {                                                                \
+      const T *xg = x + gi * g->Cg * g->H * g->W, *wg = w + gi * g->Og * g->K;                     \
+      const T *gyg = gy + gi * g->Og * g->P;                                                       \
+      if (gw) {                                                                                    \
+        const T *B = xg;                                                                           \
+        if (!g->direct) {                                                                          \
+          dl__im2col_##sfx(g, xg, col);                                                            \
+          B = col;                                                                                 \
+        }                                                                                          \
+        dl_gemm_##sfx(ctx, DL_NOTRANS, DL_TRANS, g->Og, g->K, g->P, (T)1, gyg, g->P, B, g->P,      \
+                      (T)1, gw + gi * g->Og * g->K, g->K);                                         \
+      }                                                                                            \
+      if (gx) {                                                                                    \
+        T *gxg = gx + gi * g->Cg * g->H * g->W;                                                    \
+        if (g->direct) {                                                                           \
+          dl_gemm_##sfx(ctx, DL_TRANS, DL_NOTRANS, g->K, g->P, g->Og, (T)1, wg, g->K, gyg, g->P,   \
+                        (T)1, gxg, g->P);                                                          \
+        } else {                                                                                   \
+          dl_gemm_##sfx(ctx, DL_TRANS, DL_NOTRANS, g->K, g->P, g->Og, (T)1, wg, g->K, gyg, g->P,   \
+                        (T)0, col, g->P);                                                          \
+          dl__col2im_##sfx(g, col, gxg);                                                           \
+        }                                                                                          \
+      }                                                                                            \
+    }                                                                                              \
+  }
+
+DL__CONV_KERNELS(float, f32)
+DL__CONV_KERNELS(double, f64)
+
+typedef void (*dl__conv_fwd_fn)(dl_ctx *, const dl__conv_geom *, const void *, const void *,
+                                const void *, void *, int, void *);
+typedef void (*dl__conv_bwd_fn)(dl_ctx *, const dl__conv_geom *, const void *, const void *,
+                                const void *, void *, void *, void *);
+
+/* Bytes of one thread's col buffer (a multiple of 64: no false sharing). */
+DL_API size_t dl__conv_col_bytes(const dl__conv_geom *g, size_t es) {
+  return g->direct ? 0 : ((size_t)(g->K * g->P) * es + 63) & ~(size_t)63;
+}
+
+/* >>drivers (the batch) ---------------------------------------------------- */
+
+/* y (contiguous [N, O, Ho, Wo]) = conv(x, w) + b, or += when acc; x, w, b
+ * contiguous, b may be NULL. Batch split over a team when large. */
+DL_API void dl__conv_forward(dl_tape *tp, const char *op, const dl__conv_geom *g, dl_dtype dt,
+                             const void *x, const void *w, const void *b, void *y, int acc) {
+  dl_ctx *ctx = tp->ctx;
+  const size_t es = dl_dtype_size(dt), colb = dl__conv_col_bytes(g, es);
+  const size_t xs = (size_t)(g->C * g->H * g->W) * es, ys = (size_t)(g->O * g->P) * es;
+  const dl__conv_fwd_fn f = dt == DL_F32 ? dl__conv_fwd_img_f32 : dl__conv_fwd_img_f64;
+  const int nt = dl__conv_team(ctx, g->N, g->N * g->G * g->K * g->P);
+  unsigned char *col = colb ? (unsigned char *)dl_tape_scratch(tp, op, colb * (size_t)nt) : NULL;
+  const unsigned char *xb = (const unsigned char *)x;
+  unsigned char *yb = (unsigned char *)y;
+  int64_t n;
+  if (nt == 1) {
+    for (n = 0; n < g->N; n++) f(ctx, g, xb + (size_t)n * xs, w, b, yb + (size_t)n * ys, acc, col);
+    return;
+  }
+  {
+    const int saved = dl__conv_blas_serial_begin();
+    DL__OMP("omp parallel num_threads(nt)")
+    {
+      dl_fpmode fm = dl_ctx_fp_enter(ctx);
+      unsigned char *mine = col ? col + (size_t)dl__conv_tid() * colb : NULL;
+      int64_t i;
+      DL__OMP("omp for schedule(dynamic, 1)")
+      for (i = 0; i < g->N; i++) f(ctx, g, xb + (size_t)i * xs, w, b, yb + (size_t)i * ys, acc, mine);
+      dl_ftz_leave(fm);
+    }
+    dl__conv_blas_serial_end(saved);
+  }
+}
+
+/* gb[o] += gy[:, o, :] summed over the batch and the positions, in double
+ * (one channel: the same order whichever thread does it). */
+DL_API void dl__conv_bias_grad(const dl__conv_geom *g, dl_dtype dt, const void *gy, void *gb,
+                               int64_t o) {
+  double s = 0;
+  int64_t n, p;
+  for (n = 0; n < g->N; n++) {
+    if (dt == DL_F32) {
+      const float *r = (const float *)gy + (n * g->O + o) * g->P;
+      for (p = 0; p < g->P; p++) s += r[p];
+    } else {
+      const double *r = (const double *)gy + (n * g->O + o) * g->P;
+      for (p = 0; p < g->P; p++) s += r[p];
+    }
+  }
+  if (dt == DL_F32) ((float *)gb)[o] += (float)s;
+  else ((double *)gb)[o] += s;
+}
+
+/* Gradients of conv (each NULL when not wanted; all contiguous):
+ * gx [N, C, H, W] += ..., gw [O, Cg, kh, kw] += ..., gb [O] += ...
+ * With a team, the batch is cut into one chunk of consecutive images per
+ * thread (more chunks balance a loaded machine better but measured 2-15%
+ * slower on an idle one: each needs its own copy of grad_w); chunk 0 sums
+ * into gw, chunk k > 0 into its own zeroed copy, and the copies are added
+ * in chunk order, each element by one thread: the result depends on the
+ * chunk boundaries only, so it is the same run after run for a given
+ * thread count. grad_x and grad_b elements are each summed by one thread
+ * in a fixed order (as serially). */
+DL_API void dl__conv_backward(dl_tape *tp, const char *op, const dl__conv_geom *g, dl_dtype dt,
+                              const void *x, const void *w, const void *gy, void *gx, void *gw,
+                              void *gb) {
+  dl_ctx *ctx = tp->ctx;
+  const size_t es = dl_dtype_size(dt), colb = dl__conv_col_bytes(g, es);
+  const size_t xs = (size_t)(g->C * g->H * g->W) * es, ys = (size_t)(g->O * g->P) * es;
+  const size_t wn = (size_t)(g->O * g->K), wb = (wn * es + 63) & ~(size_t)63;
+  const dl__conv_bwd_fn f = dt == DL_F32 ? dl__conv_bwd_img_f32 : dl__conv_bwd_img_f64;
+  const unsigned char *xb = (const unsigned char *)x, *gyb = (const unsigned char *)gy;
+  unsigned char *gxb = (unsigned char *)gx, *col, *parts = NULL;
+  int64_t n, o, nch;
+  int nt;
+  nt = dl__conv_team(ctx, g->N, g->N * g->G * g->K * g->P);
+  if (nt == 1) {
+    if (gb)
+      for (o = 0; o < g->O; o++) dl__conv_bias_grad(g, dt, gy, gb, o);
+    if (!gx && !gw) return;
+    col = colb ? (unsigned char *)dl_tape_scratch(tp, op, colb) : NULL;
+    for (n = 0; n < g->N; n++)
+      f(ctx, g, xb + (size_t)n * xs, w, gyb + (size_t)n * ys, gx ? gxb + (size_t)n * xs : NULL, gw,
+        col);
+    return;
+  }
+  nch = gx || gw ? nt : 0;
+  col = colb && nch ? (unsigned char *)dl_tape_scratch(tp, op, colb * (size_t)nt) : NULL;
+  if (gw && nch > 1) parts = (unsigned char *)dl_tape_scratch(tp, op, wb * (size_t)(nch - 1));
+  {
+    const int saved = dl__conv_blas_serial_begin();
+    DL__OMP("omp parallel num_threads(nt)")
+    {
+      dl_fpmode fm = dl_ctx_fp_enter(ctx);
+      unsigned char *mine = col ? col + (size_t)dl__conv_tid() * colb : NULL;
+      int64_t k, i;
+      if (gb) {
+        DL__OMP("omp for schedule(static) nowait")
+        for (k = 0; k < g->O; k++) dl__conv_bias_grad(g, dt, gy, gb, k);
+      }
+      DL__OMP("omp for schedule(dynamic, 1)")
+      for (k = 0; k < nch; k++) {
+        void *mygw = !gw ? NULL : k == 0 ? gw : (void *)(parts + (size_t)(k - 1) * wb);
+        if (mygw && k > 0) memset(mygw, 0, wn * es);
+        for (i = g->N * k / nch; i < g->N * (k + 1) / nch; i++)
+          f(ctx, g, xb + (size_t)i * xs, w, gyb + (size_t)i * ys, gx ? gxb + (size_t)i * xs : NULL,
+            mygw, mine);
+      }
+      if (parts) { /* gw += the copies in chunk order, each element by one thread */
+        const int64_t nblk = (int64_t)((wn + 1023) / 1024);
+        DL__OMP("omp for schedule(static)")
+        for (k = 0; k < nblk; k++) {
+          const size_t k0 = (size_t)k * 1024, k1 = k0 + 1024 < wn ? k0 + 1024 : wn;
+          size_t e;
+          int64_t c;
+          for (c = 1; c < nch; c++) {
+            const unsigned char *src = parts + (size_t)(c - 1) * wb;
+            if (dt == DL_F32)
+              for (e = k0; e < k1; e++) ((float *)gw)[e] += ((const float *)src)[e];
+            else
+              for (e = k0; e < k1; e++) ((double *)gw)[e] += ((const double *)src)[e];
+          }
+        }
+      }
+      dl_ftz_leave(fm);
+    }
+    dl__conv_blas_serial_end(saved);
+  }
+}
+
+/* >>conv ops --------------------------------------------------------------- */
+
+/* The geometry of a recorded node: i[0..7) = sh, sw, ph, pw, dh, dw, groups;
+ * i[7] = 1 for conv1d (x [N, C, L], w [O, Cg, k]). */
+DL_API dl__conv_geom dl__conv_geom_of(const dl_tensor *x, const dl_tensor *w, const int64_t *i) {
+  dl__conv_geom g;
+  memset(&g, 0, sizeof g);
+  g.N = x->shape[0];
+  g.C = x->shape[1];
+  g.O = w->shape[0];
+  if (i[7]) {
+    g.H = 1;
+    g.W = x->shape[2];
+    g.kh = 1;
+    g.kw = w->shape[2];
+  } else {
+    g.H = x->shape[2];
+    g.W = x->shape[3];
+    g.kh = w->shape[2];
+    g.kw = w->shape[3];
+  }
+  g.sh = i[0];
+  g.sw = i[1];
+  g.ph = i[2];
+  g.pw = i[3];
+  g.dh = i[4];
+  g.dw = i[5];
+  g.G = i[6];
+  dl__conv_geom_fill(&g);
+  return g;
+}
+
+DL_API void dl__t_conv_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *x = n->in[0], *w = n->in[1], *b = n->nin > 2 ? n->in[2] : NULL;
+  dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, w), *gb = dl_tape_grad(tp, b);
+  const dl__conv_geom g = dl__conv_geom_of(x, w, n->i);
+  dl__conv_backward(tp, n->op, &g, x->dtype, n->saved[0]->data, n->saved[1]->data,
+                    n->out->grad->data, gx ? gx->data : NULL, gw ? gw->data : NULL,
+                    gb ? gb->data : NULL);
+}
+
+/* Checks the operands of conv1d / conv2d (nd = 3 or 4), fills i[] as
+ * dl__conv_geom_of reads it and returns the geometry. */
+DL_API dl__conv_geom dl__conv_check(const char *op, const dl_tensor *x, const dl_tensor *w,
+                                    const dl_tensor *b, int nd, int64_t *i) {
+  dl__conv_geom g;
+  int d;
+  dl__ops_same_float(op, x, w);
+  if (b) dl__ops_same_float(op, x, b);
+  if (x->ndim != nd || w->ndim != nd)
+    DL_PANIC(x->ctx, op, "shape mismatch: x %s and weight %s must both be %d-d (x [N, C, %s], "
+             "weight [O, C/groups, %s])", DL_SHAPESTR(x), DL_SHAPESTR(w), nd,
+             nd == 4 ? "H, W" : "L", nd == 4 ? "kh, kw" : "k");
+  for (d = 0; d < 7; d++)
+    if (i[d] < 0)
+      DL_PANIC(x->ctx, op, "negative stride, padding, dilation or groups for x %s, weight %s",
+               DL_SHAPESTR(x), DL_SHAPESTR(w));
+  if (i[0] == 0) i[0] = 1;
+  if (i[1] == 0) i[1] = 1;
+  if (i[4] == 0) i[4] = 1;
+  if (i[5] == 0) i[5] = 1;
+  if (i[6] == 0) i[6] = 1;
+  if (x->shape[1] % i[6] != 0 || w->shape[0] % i[6] != 0 || w->shape[1] * i[6] != x->shape[1])
+    DL_PANIC(x->ctx, op, "shape mismatch: x %s, weight %s with groups=%lld: need weight [O, C/groups, ...] "
+             "with C and O divisible by groups", DL_SHAPESTR(x), DL_SHAPESTR(w), (long long)i[6]);
+  for (d = 2; d < nd; d++)
+    if (w->shape[d] < 1)
+      DL_PANIC(x->ctx, op, "empty kernel: x %s, weight %s", DL_SHAPESTR(x), DL_SHAPESTR(w));
+  if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
+    DL_PANIC(x->ctx, op, "shape mismatch: bias %s for weight %s (x %s): need bias [O]",
+             DL_SHAPESTR(b), DL_SHAPESTR(w), DL_SHAPESTR(x));
+  i[7] = nd == 3;
+  g = dl__conv_geom_of(x, w, i);
+  if (g.H + 2 * g.ph < g.dh * (g.kh - 1) + 1 || g.W + 2 * g.pw < g.dw * (g.kw - 1) + 1)
+    DL_PANIC(x->ctx, op, "kernel larger than the padded input: x %s, weight %s (padding %lld x %lld, "
+             "dilation %lld x %lld)", DL_SHAPESTR(x), DL_SHAPESTR(w), (long long)g.ph,
+             (long long)g.pw, (long long)g.dh, (long long)g.dw);
+  return g;
+}
+
+/* y[n, o, :] = b[o] (or += when acc) for every image: y [N, O, P] contiguous. */
+DL_API void dl__conv_bias_all(const dl__conv_geom *g, dl_dtype dt, const void *b, void *y, int acc) {
+  int64_t n;
+  for (n = 0; n < g->N; n++) {
+    if (dt == DL_F32)
+      dl__conv_bias_f32(g->O, g->P, (const float *)b, (float *)y + n * g->O * g->P, acc);
+    else
+      dl__conv_bias_f64(g->O, g->P, (const double *)b, (double *)y + n * g->O * g->P, acc);
+  }
+}
+
+/* conv1d and conv2d after the checks: i[] as dl__conv_geom_of reads it. */
+DL_API dl_tensor *dl__t_conv(dl_tape *tp, const char *op, dl_tensor *x, dl_tensor *w, dl_tensor *b,
+                             const dl__conv_geom *g, const int64_t *i) {
+  dl_tensor *y, *xc, *wc, *bc;
+  dl_node *n;
+  int64_t shape[4];
+  int k;
+  shape[0] = g->N;
+  shape[1] = g->O;
+  if (i[7]) {
+    shape[2] = g->Wo;
+  } else {
+    shape[2] = g->Ho;
+    shape[3] = g->Wo;
+  }
+  y = dl_tape_out(tp, op, x->dtype, i[7] ? 3 : 4, shape);
+  xc = dl__t_contig(tp, op, x);
+  wc = dl__t_contig(tp, op, w);
+  bc = b ? dl__t_contig(tp, op, b) : NULL;
+  if (y->numel && g->K)
+    dl__conv_forward(tp, op, g, x->dtype, xc->data, wc->data, bc ? bc->data : NULL, y->data, 0);
+  else if (y->numel && bc) /* no input channels: y is the bias */
+    dl__conv_bias_all(g, x->dtype, bc->data, y->data, 0);
+  else if (y->numel)
+    memset(y->data, 0, (size_t)y->numel * dl_dtype_size(y->dtype));
+  if (x->tangent || w->tangent || (b && b->tangent)) {
+    dl_tensor *ty = dl_tape_tangent(tp, y);
+    dl_tensor *tb = b && b->tangent ? dl__t_contig(tp, op, b->tangent) : NULL;
+    if (y->numel && g->K) {
+      if (x->tangent) {
+        dl_tensor *tx = dl__t_contig(tp, op, x->tangent);
+        dl__conv_forward(tp, op, g, x->dtype, tx->data, wc->data, tb ? tb->data : NULL, ty->data, 1);
+        tb = NULL;
+      }
+      if (w->tangent) {
+        dl_tensor *tw = dl__t_contig(tp, op, w->tangent);
+        dl__conv_forward(tp, op, g, x->dtype, xc->data, tw->data, tb ? tb->data : NULL, ty->data, 1);
+        tb = NULL;
+      }
+    }
+    if (tb && y->numel) dl__conv_bias_all(g, x->dtype, tb->data, ty->data, 1);
+  }
+  if ((n = dl_tape_record(tp, op, dl__t_conv_bw, y, x, w, b)) != NULL) {
+    for (k = 0; k < 8; k++) n->i[k] = i[k];
+    n->saved[0] = xc;
+    n->saved[1] = wc;
+  }
+  return y;
+}
+
+/* y = conv2d(x, w) + b, PyTorch's F.conv2d: x [N, C, H, W], w [O, C/groups,
+ * kh, kw], b [O] or NULL; a NULL (or zeroed) args means stride 1, no
+ * padding, dilation 1, one group. Returns y [N, O, Ho, Wo] with
+ * Ho = (H + 2*pad_h - dil_h*(kh-1) - 1) / stride_h + 1 (likewise Wo), in the
+ * tape's arena (valid until dl_tape_rewind). x, w, b may be strided views. */
+DL_API dl_tensor *dl_t_conv2d(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor *b,
+                              const dl_conv2d_args *a) {
+  int64_t i[8];
+  dl_conv2d_args z;
+  dl__conv_geom g;
+  if (!a) {
+    memset(&z, 0, sizeof z);
+    a = &z;
+  }
+  i[0] = a->stride_h;
+  i[1] = a->stride_w;
+  i[2] = a->pad_h;
+  i[3] = a->pad_w;
+  i[4] = a->dil_h;
+  i[5] = a->dil_w;
+  i[6] = a->groups;
+  g = dl__conv_check("dl_t_conv2d", x, w, b, 4, i);
+  return dl__t_conv(tp, "dl_t_conv2d", x, w, b, &g, i);
+}
+
+/* y = conv1d(x, w) + b, PyTorch's F.conv1d: x [N, C, L], w [O, C/groups, k],
+ * b [O] or NULL; NULL args: stride 1, no padding, dilation 1, one group.
+ * Returns y [N, O, Lo], Lo = (L + 2*pad - dil*(k-1) - 1) / stride + 1, in
+ * the tape's arena (valid until dl_tape_rewind). */
+DL_API dl_tensor *dl_t_conv1d(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor *b,
+                              const dl_conv1d_args *a) {
+  int64_t i[8];
+  dl_conv1d_args z;
+  dl__conv_geom g;
+  if (!a) {
+    memset(&z, 0, sizeof z);
+    a = &z;
+  }
+  i[0] = 1;
+  i[1] = a->stride;
+  i[2] = 0;
+  i[3] = a->pad;
+  i[4] = 1;
+  i[5] = a->dil;
+  i[6] = a->groups;
+  g = dl__conv_check("dl_t_conv1d", x, w, b, 3, i);
+  return dl__t_conv(tp, "dl_t_conv1d", x, w, b, &g, i);
+}
+
+/* >>pooling ---------------------------------------------------------------- */
+
+typedef struct dl__pool_geom {
+  int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, Ho, Wo;
+  int excl;
+} dl__pool_geom;
+
+/* The pooling kernels, per plane ([H, W] in, [Ho, Wo] out), for T (sfx):
+ *   dl__maxpool_fwd_<sfx>(g, x, y, idx)   y = window max, idx (may be NULL)
+ *                                         its position ih*W + iw (the first
+ *                                         maximum in scan order; NaN wins)
+ *   dl__maxpool_bwd_<sfx>(g, gy, idx, gx) gx[idx] += gy
+ *   dl__maxpool_tan_<sfx>(g, tx, idx, ty) ty = tx[idx]
+ *   dl__avgpool_fwd_<sfx>(g, x, y)        y = window mean
+ *   dl__avgpool_bwd_<sfx>(g, gy, gx)      gx[window] += gy / count */
+#define DL__POOL_KERNELS(T, sfx)                                                                   \
+  DL_API void dl__maxpool_fwd_##sfx(const dl__pool_geom *g, const T *x, T *y, int32_t *idx) {      \
+    int64_t oh, ow, ih, iw;                                                                        \
+    for (oh = 0; oh < g->Ho; oh++)                                                                 \
+      for (ow = 0; ow < g->Wo; ow++) {                                                             \
+        int64_t hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw;                                  \
+        const int64_t he = hs + g->kh < g->H ? hs + g->kh : g->H;                                  \
+        const int64_t we = ws + g->kw < g->W ? ws + g->kw : g->W;                                  \
+        T m = -(T)INFINITY;                                                                        \
+        int64_t at;                                                                                \
+        if (hs < 0) hs = 0;                                                                        \
+        if (ws < 0) ws = 0;                                                                        \
+        at = hs * g->W + ws;                                                                       \
+        for (ih = hs; ih < he; ih++)                                                               \
+          for (iw = ws; iw < we; iw++) {                                                           \
+            const T v = x[ih * g->W + iw];                                                         \
+            if (v > m || v != v) {                                                                 \
+              m = v;                                                                               \
+              at = ih * g->W + iw;                                                                 \
+            }                                                                                      \
+          }                                                                                        \
+        y[oh * g->Wo + ow] = m;                                                                    \
+        if (idx) idx[oh * g->Wo + ow] = (int32_t)at;                                               \
+      }                                                                                            \
+  }                                                                                                \
+  DL_API void dl__maxpool_bwd_##sfx(const dl__pool_geom *g, const T *gy, const int32_t *idx,       \
+                                    T *gx) {                                                       \
+    int64_t k;                                                                                     \
+    for (k = 0; k < g->Ho * g->Wo; k++) gx[idx[k]] += gy[k];                                       \
+  }                                                                                                \
+  DL_API void dl__maxpool_tan_##sfx(const dl__pool_geom *g, const T *tx, const int32_t *idx,       \
+                                    T *ty) {                                                       \
+    int64_t k;                                                                                     \
+    for (k = 0; k < g->Ho * g->Wo; k++) ty[k] = tx[idx[k]];                                        \
+  }                                                                                                \
+  DL_API void dl__avgpool_fwd_##sfx(const dl__pool_geom *g, const T *x, T *y) {                    \
+    int64_t oh, ow, ih, iw;                                                                        \
+    for (oh = 0; oh < g->Ho; oh++)                                                                 \
+      for (ow = 0; ow < g->Wo; ow++) {                                                             \
+        int64_t hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw, cnt;                             \
+        const int64_t he = hs + g->kh < g->H ? hs + g->kh : g->H;                                  \
+        const int64_t we = ws + g->kw < g->W ? ws + g->kw : g->W;                                  \
+        T s = 0;                                                                                   \
+        if (hs < 0) hs = 0;                                                                        \
+        if (ws < 0) ws = 0;                                                                        \
+        cnt = g->excl ? (he - hs) * (we - ws) : g->kh * g->kw;                                     \
+        for (ih = hs; ih < he; ih++)                                                               \
+          for (iw = ws; iw < we; iw++) s += x[ih * g->W + iw];                                     \
+        y[oh * g->Wo + ow] = cnt > 0 ? s / (T)cnt : (T)0;                                          \
+      }                                                                                            \
+  }                                                                                                \
+  DL_API void dl__avgpool_bwd_##sfx(const dl__pool_geom *g, const T *gy, T *gx) {                  \
+    int64_t oh, ow, ih, iw;                                                                        \
+    for (oh = 0; oh < g->Ho; oh++)                                                                 \
+      for (ow = 0; ow < g->Wo; ow++) {                                                             \
+        int64_t hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw, cnt;                             \
+        const int64_t he = hs + g->kh < g->H ? hs + g->kh : g->H;                                  \
+        const int64_t we = ws + g->kw < g->W ? ws + g->kw : g->W;                                  \
+        T v;                                                                                       \
+        if (hs < 0) hs = 0;                                                                        \
+        if (ws < 0) ws = 0;                                                                        \
+        cnt = g->excl ? (he - hs) * (we - ws) : g->kh * g->kw;                                     \
+        if (cnt <= 0) continue;                                                                    \
+        v = gy[oh * g->Wo + ow] / (T)cnt;                                                          \
+        for (ih = hs; ih < he; ih++)                                                               \
+          for (iw = ws; iw < we; iw++) gx[ih * g->W + iw] += v;                                    \
+      }                                                                                            \
+  }
+
+DL__POOL_KERNELS(float, f32)
+DL__POOL_KERNELS(double, f64)
+
+enum { DL__MAXPOOL_FWD, DL__MAXPOOL_BWD, DL__MAXPOOL_TAN, DL__AVGPOOL_FWD, DL__AVGPOOL_BWD };
+
+/* Runs kernel `kind` over the N*C planes: in (plane [H, W] for the forward
+ * kinds, [Ho, Wo] for the backward ones), out likewise the other size, idx
+ * [N*C, Ho, Wo] (max pooling). Planes split over a team when large; each
+ * plane is written by one thread. */
+DL_API void dl__pool_run(dl_ctx *ctx, const dl__pool_geom *g, int kind, dl_dtype dt,
+                         const void *in, void *out, int32_t *idx) {
+  const int64_t planes = g->N * g->C, hw = g->H * g->W, ohw = g->Ho * g->Wo;
+  const int fwd = kind == DL__MAXPOOL_FWD || kind == DL__MAXPOOL_TAN || kind == DL__AVGPOOL_FWD;
+  const int64_t is = fwd ? hw : ohw, os = fwd ? ohw : hw;
+  const int nt = dl__conv_team(ctx, planes, planes * ohw * g->kh * g->kw);
+  int64_t pl;
+  DL__OMP("omp parallel for num_threads(nt) schedule(static) if(nt > 1)")
+  for (pl = 0; pl < planes; pl++) {
+    int32_t *ip = idx ? idx + pl * ohw : NULL;
+    if (dt == DL_F32) {
+      const float *a = (const float *)in + pl * is;
+      float *b = (float *)out + pl * os;
+      switch (kind) {
+        case DL__MAXPOOL_FWD: dl__maxpool_fwd_f32(g, a, b, ip); break;
+        case DL__MAXPOOL_BWD: dl__maxpool_bwd_f32(g, a, ip, b); break;
+        case DL__MAXPOOL_TAN: dl__maxpool_tan_f32(g, a, ip, b); break;
+        case DL__AVGPOOL_FWD: dl__avgpool_fwd_f32(g, a, b); break;
+        default: dl__avgpool_bwd_f32(g, a, b); break;
+      }
+    } else {
+      const double *a = (const double *)in + pl * is;
+      double *b = (double *)out + pl * os;
+      switch (kind) {
+        case DL__MAXPOOL_FWD: dl__maxpool_fwd_f64(g, a, b, ip); break;
+        case DL__MAXPOOL_BWD: dl__maxpool_bwd_f64(g, a, ip, b); break;
+        case DL__MAXPOOL_TAN: dl__maxpool_tan_f64(g, a, ip, b); break;
+        case DL__AVGPOOL_FWD: dl__avgpool_fwd_f64(g, a, b); break;
+        default: dl__avgpool_bwd_f64(g, a, b); break;
+      }
+    }
+  }
+  (void)nt;
+}
+
+/* Checks x and the window (a NULL args panics: the kernel size is needed). */
+DL_API dl__pool_geom dl__pool_check(const char *op, const dl_tensor *x, const dl_pool2d_args *a) {
+  dl__pool_geom g;
+  dl__ops_same_float(op, x, NULL);
+  if (!a) DL_PANIC(x->ctx, op, "no window given for x %s: pass dl_pool2d_args with kernel_h, kernel_w",
+                   DL_SHAPESTR(x));
+  if (x->ndim != 4)
+    DL_PANIC(x->ctx, op, "x %s must be 4-d [N, C, H, W] (window %dx%d)", DL_SHAPESTR(x),
+             a->kernel_h, a->kernel_w);
+  if (a->kernel_h <= 0 || a->kernel_w <= 0 || a->stride_h < 0 || a->stride_w < 0 || a->pad_h < 0 ||
+      a->pad_w < 0)
+    DL_PANIC(x->ctx, op, "bad window for x %s: kernel %dx%d (must be > 0), stride %dx%d, padding %dx%d "
+             "(must be >= 0)", DL_SHAPESTR(x), a->kernel_h, a->kernel_w, a->stride_h, a->stride_w,
+             a->pad_h, a->pad_w);
+  if (2 * a->pad_h > a->kernel_h || 2 * a->pad_w > a->kernel_w)
+    DL_PANIC(x->ctx, op, "padding %dx%d is more than half of the kernel %dx%d (x %s)", a->pad_h,
+             a->pad_w, a->kernel_h, a->kernel_w, DL_SHAPESTR(x));
+  memset(&g, 0, sizeof g);
+  g.N = x->shape[0];
+  g.C = x->shape[1];
+  g.H = x->shape[2];
+  g.W = x->shape[3];
+  g.kh = a->kernel_h;
+  g.kw = a->kernel_w;
+  g.sh = a->stride_h ? a->stride_h : a->kernel_h;
+  g.sw = a->stride_w ? a->stride_w : a->kernel_w;
+  g.ph = a->pad_h;
+  g.pw = a->pad_w;
+  g.excl = a->exclude_pad != 0;
+  if (g.H + 2 * g.ph < g.kh || g.W + 2 * g.pw < g.kw)
+    DL_PANIC(x->ctx, op, "window %lldx%lld larger than the padded input x %s (padding %lldx%lld)",
+             (long long)g.kh, (long long)g.kw, DL_SHAPESTR(x), (long long)g.ph, (long long)g.pw);
+  if (g.H * g.W > INT32_MAX)
+    DL_PANIC(x->ctx, op, "planes of x %s hold more than 2^31 elements", DL_SHAPESTR(x));
+  g.Ho = (g.H + 2 * g.ph - g.kh) / g.sh + 1;
+  g.Wo = (g.W + 2 * g.pw - g.kw) / g.sw + 1;
+  return g;
+}
+
+/* The window of a recorded pooling node: i[0..7) = kh, kw, sh, sw, ph, pw, excl. */
+DL_API dl__pool_geom dl__pool_geom_of(const dl_tensor *x, const int64_t *i) {
+  dl__pool_geom g;
+  g.N = x->shape[0];
+  g.C = x->shape[1];
+  g.H = x->shape[2];
+  g.W = x->shape[3];
+  g.kh = i[0];
+  g.kw = i[1];
+  g.sh = i[2];
+  g.sw = i[3];
+  g.ph = i[4];
+  g.pw = i[5];
+  g.excl = (int)i[6];
+  g.Ho = (g.H + 2 * g.ph - g.kh) / g.sh + 1;
+  g.Wo = (g.W + 2 * g.pw - g.kw) / g.sw + 1;
+  return g;
+}
+DL_API void dl__pool_save(dl_node *n, const dl__pool_geom *g) {
+  n->i[0] = g->kh;
+  n->i[1] = g->kw;
+  n->i[2] = g->sh;
+  n->i[3] = g->sw;
+  n->i[4] = g->ph;
+  n->i[5] = g->pw;
+  n->i[6] = g->excl;
+}
+
+DL_API void dl__t_max_pool2d_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
+  const dl__pool_geom g = dl__pool_geom_of(n->in[0], n->i);
+  if (gx)
+    dl__pool_run(tp->ctx, &g, DL__MAXPOOL_BWD, gx->dtype, n->out->grad->data, gx->data,
+                 (int32_t *)n->saved[0]->data);
+}
+/* y = max_pool2d(x), PyTorch's F.max_pool2d(x, kernel, stride, padding):
+ * x [N, C, H, W] -> y [N, C, Ho, Wo], Ho = (H + 2*pad_h - kernel_h) /
+ * stride_h + 1 (stride 0: the kernel size); padding counts as -inf. The
+ * gradient goes to the first maximum of each window in scan order (as in
+ * PyTorch). y lives in the tape's arena (valid until dl_tape_rewind). */
+DL_API dl_tensor *dl_t_max_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_args *a) {
+  const dl__pool_geom g = dl__pool_check("dl_t_max_pool2d", x, a);
+  dl_tensor *y, *xc, *idx = NULL;
+  dl_node *n;
+  const int rec = dl_tape_wants(tp, 1, &x);
+  y = dl_tape_out(tp, "dl_t_max_pool2d", x->dtype, DL_SHAPE(g.N, g.C, g.Ho, g.Wo));
+  xc = dl__t_contig(tp, "dl_t_max_pool2d", x);
+  if (rec || x->tangent) idx = dl_tape_out(tp, "dl_t_max_pool2d", DL_I32, 4, y->shape);
+  if (y->numel)
+    dl__pool_run(tp->ctx, &g, DL__MAXPOOL_FWD, x->dtype, xc->data, y->data,
+                 idx ? (int32_t *)idx->data : NULL);
+  if (x->tangent) {
+    dl_tensor *ty = dl_tape_tangent(tp, y), *tx = dl__t_contig(tp, "dl_t_max_pool2d", x->tangent);
+    if (y->numel)
+      dl__pool_run(tp->ctx, &g, DL__MAXPOOL_TAN, x->dtype, tx->data, ty->data, (int32_t *)idx->data);
+  }
+  if ((n = dl_tape_record(tp, "dl_t_max_pool2d", dl__t_max_pool2d_bw, y, x, NULL, NULL)) != NULL) {
+    dl__pool_save(n, &g);
+    n->saved[0] = idx;
+  }
+  return y;
+}
+
+DL_API void dl__t_avg_pool2d_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
+  const dl__pool_geom g = dl__pool_geom_of(n->in[0], n->i);
+  if (gx) dl__pool_run(tp->ctx, &g, DL__AVGPOOL_BWD, gx->dtype, n->out->grad->data, gx->data, NULL);
+}
+/* y = avg_pool2d(x), PyTorch's F.avg_pool2d(x, kernel, stride, padding,
+ * count_include_pad = !exclude_pad): x [N, C, H, W] -> y [N, C, Ho, Wo]
+ * (sizes as max_pool2d). y lives in the tape's arena (valid until
+ * dl_tape_rewind). */
+DL_API dl_tensor *dl_t_avg_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_args *a) {
+  const dl__pool_geom g = dl__pool_check("dl_t_avg_pool2d", x, a);
+  dl_tensor *y, *xc;
+  dl_node *n;
+  y = dl_tape_out(tp, "dl_t_avg_pool2d", x->dtype, DL_SHAPE(g.N, g.C, g.Ho, g.Wo));
+  xc = dl__t_contig(tp, "dl_t_avg_pool2d", x);
+  if (y->numel) dl__pool_run(tp->ctx, &g, DL__AVGPOOL_FWD, x->dtype, xc->data, y->data, NULL);
+  if (x->tangent) {
+    dl_tensor *ty = dl_tape_tangent(tp, y), *tx = dl__t_contig(tp, "dl_t_avg_pool2d", x->tangent);
+    if (y->numel) dl__pool_run(tp->ctx, &g, DL__AVGPOOL_FWD, x->dtype, tx->data, ty->data, NULL);
+  }
+  if ((n = dl_tape_record(tp, "dl_t_avg_pool2d", dl__t_avg_pool2d_bw, y, x, NULL, NULL)) != NULL)
+    dl__pool_save(n, &g);
+  return y;
+}
+
+#endif /* DL_OPS_CONV_H */

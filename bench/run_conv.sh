@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# bench/run_conv.sh - one training step of a conv layer, dl.h against PyTorch.
+#
+# The step (bench/bench_conv.c, bench/torch_conv.py): conv2d 5x5, 32 -> 64
+# channels, 12x12 input, padding 0, batch 64, f32, forward + backward with
+# x, w and b requiring gradients, 2 threads. dl.h is built the way the issue
+# asks: gcc -O2 (no -march), OpenMP, OpenBLAS for the GEMMs. PyTorch is
+# Debian's python3-torch (oneDNN), torch.set_num_threads(2).
+#
+# Each program prints the median ms per step over REPS repeats of STEPS
+# steps; the two run alternately ROUNDS times (other sessions share these
+# machines: alternating lets both see the same drift), and the summary line
+# uses the median of each side's figures:
+#   conv2d 5x5 32->64 12x12 b64 fwd+bwd: dl.h X ms, torch Y ms, ratio torch/dl = Z
+# (Z >= 1: dl.h is at least as fast). other_load_cores in dl.h's lines is
+# the CPU the rest of the machine used meanwhile.
+#
+# Environment: CC (gcc), REPS (7), STEPS (20), ROUNDS (3), THREADS (2).
+set -u
+cd "$(dirname "$0")/.."
+B=build/bench
+mkdir -p "$B"
+CC=${CC:-gcc}
+REPS=${REPS:-7}
+STEPS=${STEPS:-20}
+ROUNDS=${ROUNDS:-3}
+THREADS=${THREADS:-2}
+PY=/usr/bin/python3
+export OMP_NUM_THREADS=$THREADS
+unset OMP_WAIT_POLICY GOMP_SPINCOUNT OMP_DYNAMIC OMP_PROC_BIND OPENBLAS_NUM_THREADS
+
+$CC -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 -fopenmp -DDL_USE_OPENBLAS -Iinclude \
+  bench/bench_conv.c -o "$B/bench_conv" -lopenblas -lm || { echo "FAILED to build bench_conv"; exit 1; }
+echo "# $(uname -m) $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $($CC --version | head -1)"
+echo "# load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+DL=()
+TORCH=()
+for r in $(seq 1 "$ROUNDS"); do
+  out=$("$B/bench_conv" "$REPS" "$STEPS" "$THREADS")
+  echo "$out"
+  DL+=("$(echo "$out" | sed -n 's/^dl_ms=\([0-9.]*\).*/\1/p')")
+  tout=$($PY bench/torch_conv.py "$REPS" "$STEPS" "$THREADS" 2>&1)
+  echo "$tout"
+  if echo "$tout" | grep -q '^SKIP'; then
+    echo "SKIP conv2d ratio: no torch for $PY"
+    exit 0
+  fi
+  TORCH+=("$(echo "$tout" | sed -n 's/^torch_ms=\([0-9.]*\).*/\1/p')")
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+d=$(median "${DL[@]}")
+t=$(median "${TORCH[@]}")
+awk -v d="$d" -v t="$t" 'BEGIN {
+  printf "conv2d 5x5 32->64 12x12 b64 fwd+bwd: dl.h %.2f ms, torch %.2f ms, ratio torch/dl = %.2f\n", d, t, t / d }'

@@ -1,0 +1,701 @@
+/* tests/test_ops_conv.c - dl/ops/conv.h: conv1d, conv2d (stride, padding,
+ * dilation, groups, bias, 1x1), max_pool2d, avg_pool2d.
+ *
+ * Gradcheck (f64: tape gradient vs central differences, tangent vs a
+ * directional difference) for every op and option, on contiguous and
+ * strided-view inputs, serially and with the batch split over a team;
+ * agreement with PyTorch (tests/fixtures/conv.txt from
+ * tools/fixtures_conv.py) in f32 and f64, forward values and gradients;
+ * a naive loop on a larger problem; thread-count independence of the
+ * forward values and determinism of the gradients; max-pool ties and
+ * NaN; the panics, which name the op and the shapes. */
+#include "dl.h"
+#include "harness.h"
+#include "fixtures2.h"
+
+static dl_ctx pctx; /* panics land in the harness; defaults otherwise */
+static dl_ctx parctx; /* the same, with the batch split over 2 threads from 1 element of work */
+static dl_ctx serctx; /* one thread */
+
+static dl_tensor *mk(dl_dtype dt, int ndim, const int64_t *shape, uint64_t seed) {
+  dl_rng r = dl_rng_make(seed);
+  dl_tensor *t = dl_tensor_make(&pctx, dt, ndim, shape);
+  dl_tensor_rand_uniform(t, &r, -1.0, 1.0);
+  return t;
+}
+static void report(const char *what, int ok, const dl_gradcheck_result *r) {
+  CHECK_MSG(ok, "%s: grad_err %.3g (input %d element %lld: analytic %.10g numeric %.10g) jvp_err %.3g",
+            what, r->grad_err, r->input, (long long)r->index, r->analytic, r->numeric, r->jvp_err);
+}
+static double worst_gradcheck;
+
+/* ---- gradcheck ---------------------------------------------------------------- */
+
+typedef struct conv_case {
+  const char *name;
+  int is1d;
+  int64_t n, c, h, w, o, kh, kw;
+  dl_conv2d_args a2;
+  dl_conv1d_args a1;
+  int bias;
+} conv_case;
+
+static dl_tensor *f_conv(dl_tape *tp, dl_tensor **in, void *u) {
+  const conv_case *cc = (const conv_case *)u;
+  if (cc->is1d) return dl_t_conv1d(tp, in[0], in[1], cc->bias ? in[2] : NULL, &cc->a1);
+  return dl_t_conv2d(tp, in[0], in[1], cc->bias ? in[2] : NULL, &cc->a2);
+}
+
+static void check_conv_case(const conv_case *cc, uint64_t seed) {
+  int groups = cc->is1d ? cc->a1.groups : cc->a2.groups, ctxi;
+  dl_gradcheck_result r;
+  char what[160];
+  if (groups == 0) groups = 1;
+  for (ctxi = 0; ctxi < 2; ctxi++) {
+    dl_ctx *ctx = ctxi ? &parctx : &serctx;
+    dl_tensor *in[3];
+    int k, nin = cc->bias ? 3 : 2, ok;
+    if (cc->is1d) {
+      in[0] = mk(DL_F64, DL_SHAPE(cc->n, cc->c, cc->w), seed);
+      in[1] = mk(DL_F64, DL_SHAPE(cc->o, cc->c / groups, cc->kw), seed + 1);
+    } else {
+      in[0] = mk(DL_F64, DL_SHAPE(cc->n, cc->c, cc->h, cc->w), seed);
+      in[1] = mk(DL_F64, DL_SHAPE(cc->o, cc->c / groups, cc->kh, cc->kw), seed + 1);
+    }
+    in[2] = cc->bias ? mk(DL_F64, DL_SHAPE(cc->o), seed + 2) : NULL;
+    for (k = 0; k < nin; k++) dl_requires_grad(in[k]);
+    ok = dl_gradcheck(ctx, f_conv, (void *)cc, nin, in, 1e-6, 1e-7, &r);
+    if (r.max_err > worst_gradcheck) worst_gradcheck = r.max_err;
+    snprintf(what, sizeof what, "%s (%s)", cc->name, ctxi ? "2 threads" : "serial");
+    report(what, ok, &r);
+    CHECK(r.checked == in[0]->numel + in[1]->numel + (cc->bias ? in[2]->numel : 0));
+    for (k = 0; k < nin; k++) dl_tensor_free(in[k]);
+  }
+}
+
+static void test_conv_gradcheck(void) {
+  static const conv_case cases[] = {
+      {"conv2d basic", 0, 2, 3, 5, 4, 2, 3, 2, {0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 1},
+      {"conv2d no bias", 0, 2, 2, 4, 4, 3, 2, 2, {0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0},
+      {"conv2d stride 2x1", 0, 2, 2, 5, 5, 2, 3, 3, {2, 1, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 1},
+      {"conv2d padding 1x2", 0, 2, 2, 4, 3, 2, 3, 3, {0, 0, 1, 2, 0, 0, 0}, {0, 0, 0, 0}, 1},
+      {"conv2d dilation 2x3", 0, 1, 2, 6, 7, 2, 2, 2, {0, 0, 0, 0, 2, 3, 0}, {0, 0, 0, 0}, 1},
+      {"conv2d groups 2", 0, 2, 4, 4, 4, 4, 3, 3, {0, 0, 1, 1, 0, 0, 2}, {0, 0, 0, 0}, 1},
+      {"conv2d depthwise", 0, 2, 3, 4, 4, 3, 3, 3, {0, 0, 1, 1, 0, 0, 3}, {0, 0, 0, 0}, 0},
+      {"conv2d 1x1 (direct)", 0, 2, 3, 3, 4, 4, 1, 1, {0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 1},
+      {"conv2d 1x1 groups", 0, 2, 4, 3, 3, 2, 1, 1, {0, 0, 0, 0, 0, 0, 2}, {0, 0, 0, 0}, 1},
+      {"conv2d 1x1 stride 2", 0, 2, 2, 5, 4, 3, 1, 1, {2, 2, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 1},
+      {"conv2d everything", 0, 2, 4, 7, 6, 2, 3, 2, {2, 3, 2, 1, 2, 1, 2}, {0, 0, 0, 0}, 1},
+      {"conv2d padding > kernel", 0, 1, 1, 2, 2, 2, 2, 2, {0, 0, 3, 2, 0, 0, 0}, {0, 0, 0, 0}, 1},
+      {"conv1d basic", 1, 2, 3, 1, 8, 2, 1, 3, {0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 1},
+      {"conv1d no bias", 1, 2, 2, 1, 6, 3, 1, 2, {0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0},
+      {"conv1d stride pad dil groups", 1, 2, 4, 1, 11, 4, 1, 3, {0, 0, 0, 0, 0, 0, 0}, {2, 1, 2, 2}, 1},
+      {"conv1d 1x1", 1, 2, 3, 1, 5, 2, 1, 1, {0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 1},
+  };
+  size_t k;
+  for (k = 0; k < sizeof cases / sizeof cases[0]; k++) check_conv_case(&cases[k], 100 + 10 * k);
+}
+
+/* Strided views for x, w and b: x a transposed view, w a permuted view,
+ * b every other element of a longer vector; and with NULL args. */
+static dl_tensor *f_conv_views(dl_tape *tp, dl_tensor **in, void *u) {
+  dl_conv2d_args a = {2, 1, 1, 1, 0, 0, 0};
+  (void)u;
+  return dl_t_conv2d(tp, in[0], in[1], in[2], &a);
+}
+static dl_tensor *f_conv1d_views(dl_tape *tp, dl_tensor **in, void *u) {
+  (void)u;
+  return dl_t_conv1d(tp, in[0], in[1], in[2], NULL);
+}
+static void test_conv_gradcheck_views(void) {
+  int ctxi;
+  for (ctxi = 0; ctxi < 2; ctxi++) {
+    dl_ctx *ctx = ctxi ? &parctx : &serctx;
+    dl_gradcheck_result r;
+    dl_tensor *xb = mk(DL_F64, DL_SHAPE(2, 3, 4, 5), 7);       /* viewed as [2, 3, 5, 4] */
+    dl_tensor *wb = mk(DL_F64, DL_SHAPE(3, 3, 3, 2), 8);       /* [kw, C, kh, O] -> [O, C, kh, kw] */
+    dl_tensor *bb = mk(DL_F64, DL_SHAPE(4), 9);                /* elements 0 and 2 */
+    dl_tensor xv = dl_view_transpose(xb, 2, 3), wv, bv = dl_view_slice(bb, 0, 0, 4, 2);
+    static const int perm[4] = {3, 1, 2, 0};
+    dl_tensor *in[3];
+    int ok;
+    wv = dl_view_permute(wb, perm);
+    CHECK(!dl_tensor_is_contiguous(&xv) && !dl_tensor_is_contiguous(&wv) && !dl_tensor_is_contiguous(&bv));
+    in[0] = &xv;
+    in[1] = &wv;
+    in[2] = &bv;
+    dl_requires_grad(in[0]);
+    dl_requires_grad(in[1]);
+    dl_requires_grad(in[2]);
+    ok = dl_gradcheck(ctx, f_conv_views, NULL, 3, in, 1e-6, 1e-7, &r);
+    if (r.max_err > worst_gradcheck) worst_gradcheck = r.max_err;
+    report(ctxi ? "conv2d strided views (2 threads)" : "conv2d strided views", ok, &r);
+    dl_tensor_free(xv.grad);
+    dl_tensor_free(wv.grad);
+    dl_tensor_free(bv.grad);
+    dl_tensor_free(xb);
+    dl_tensor_free(wb);
+    dl_tensor_free(bb);
+    { /* conv1d: x [N, L, C] transposed to [N, C, L] */
+      dl_tensor *x1 = mk(DL_F64, DL_SHAPE(2, 7, 3), 11), *w1 = mk(DL_F64, DL_SHAPE(2, 3, 3), 12);
+      dl_tensor *b1 = mk(DL_F64, DL_SHAPE(2), 13), x1v = dl_view_transpose(x1, 1, 2);
+      in[0] = &x1v;
+      in[1] = w1;
+      in[2] = b1;
+      dl_requires_grad(in[0]);
+      dl_requires_grad(in[1]);
+      dl_requires_grad(in[2]);
+      ok = dl_gradcheck(ctx, f_conv1d_views, NULL, 3, in, 1e-6, 1e-7, &r);
+      if (r.max_err > worst_gradcheck) worst_gradcheck = r.max_err;
+      report("conv1d strided view, NULL args", ok, &r);
+      dl_tensor_free(x1v.grad);
+      dl_tensor_free(x1);
+      dl_tensor_free(w1);
+      dl_tensor_free(b1);
+    }
+  }
+}
+
+/* Only some inputs require a gradient (the others still carry tangents in
+ * the forward-mode half of gradcheck only when they require one). */
+static void test_conv_gradcheck_partial(void) {
+  static const conv_case cc = {"conv2d", 0, 2, 3, 5, 5, 2, 3, 3, {1, 2, 1, 0, 0, 0, 0}, {0, 0, 0, 0}, 1};
+  int which;
+  for (which = 0; which < 3; which++) {
+    dl_gradcheck_result r;
+    dl_tensor *in[3];
+    char what[64];
+    int ok;
+    in[0] = mk(DL_F64, DL_SHAPE(2, 3, 5, 5), 21);
+    in[1] = mk(DL_F64, DL_SHAPE(2, 3, 3, 3), 22);
+    in[2] = mk(DL_F64, DL_SHAPE(2), 23);
+    dl_requires_grad(in[which]);
+    ok = dl_gradcheck(&parctx, f_conv, (void *)&cc, 3, in, 1e-6, 1e-7, &r);
+    if (r.max_err > worst_gradcheck) worst_gradcheck = r.max_err;
+    snprintf(what, sizeof what, "conv2d, only input %d requires grad", which);
+    report(what, ok, &r);
+    CHECK(r.checked == in[which]->numel);
+    CHECK(in[(which + 1) % 3]->grad == NULL && in[(which + 2) % 3]->grad == NULL);
+    dl_tensor_free(in[0]);
+    dl_tensor_free(in[1]);
+    dl_tensor_free(in[2]);
+  }
+}
+
+typedef struct pool_case {
+  const char *name;
+  int is_max;
+  int64_t n, c, h, w;
+  dl_pool2d_args a;
+} pool_case;
+static dl_tensor *f_pool(dl_tape *tp, dl_tensor **in, void *u) {
+  const pool_case *pc = (const pool_case *)u;
+  return pc->is_max ? dl_t_max_pool2d(tp, in[0], &pc->a) : dl_t_avg_pool2d(tp, in[0], &pc->a);
+}
+/* distinct values, at least 0.01 apart: the argmax does not move under the
+ * finite-difference step */
+static void distinct(dl_tensor *t, uint64_t seed) {
+  int64_t i, n = t->numel;
+  dl_rng r = dl_rng_make(seed);
+  for (i = 0; i < n; i++) dl__set_at(t, dl__offset_of_linear(t, i), 0.01 * (double)i - 0.005 * (double)n);
+  for (i = n - 1; i > 0; i--) { /* shuffle */
+    int64_t j = (int64_t)dl_rng_below(&r, (uint64_t)(i + 1));
+    int64_t oi = dl__offset_of_linear(t, i), oj = dl__offset_of_linear(t, j);
+    double a = dl__get_at(t, oi), b = dl__get_at(t, oj);
+    dl__set_at(t, oi, b);
+    dl__set_at(t, oj, a);
+  }
+}
+static void test_pool_gradcheck(void) {
+  static const pool_case cases[] = {
+      {"max_pool2d k2", 1, 2, 3, 4, 5, {2, 2, 0, 0, 0, 0, 0}},
+      {"max_pool2d k3 s2 p1", 1, 2, 2, 5, 6, {3, 3, 2, 2, 1, 1, 0}},
+      {"max_pool2d k3x2 s1x2 p1x1", 1, 1, 2, 5, 6, {3, 2, 1, 2, 1, 1, 0}},
+      {"max_pool2d overlapping k3 s1", 1, 1, 2, 4, 4, {3, 3, 1, 1, 0, 0, 0}},
+      {"avg_pool2d k2", 0, 2, 3, 4, 5, {2, 2, 0, 0, 0, 0, 0}},
+      {"avg_pool2d k3 s2 p1", 0, 2, 2, 5, 6, {3, 3, 2, 2, 1, 1, 0}},
+      {"avg_pool2d k3 s2 p1 exclude_pad", 0, 2, 2, 5, 6, {3, 3, 2, 2, 1, 1, 1}},
+      {"avg_pool2d k3x2 s1x2 p1x1 exclude_pad", 0, 1, 2, 5, 6, {3, 2, 1, 2, 1, 1, 1}},
+  };
+  size_t k;
+  int ctxi;
+  for (k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    for (ctxi = 0; ctxi < 3; ctxi++) {
+      const pool_case *pc = &cases[k];
+      dl_gradcheck_result r;
+      dl_tensor *base, *in[1], view;
+      char what[128];
+      int ok;
+      if (ctxi == 2) { /* a transposed view: base [N, C, W, H] */
+        base = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(pc->n, pc->c, pc->w, pc->h));
+        view = dl_view_transpose(base, 2, 3);
+        in[0] = &view;
+      } else {
+        base = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(pc->n, pc->c, pc->h, pc->w));
+        in[0] = base;
+      }
+      distinct(in[0], 300 + k);
+      dl_requires_grad(in[0]);
+      ok = dl_gradcheck(ctxi == 1 ? &parctx : &serctx, f_pool, (void *)pc, 1, in, 1e-6, 1e-7, &r);
+      if (r.max_err > worst_gradcheck) worst_gradcheck = r.max_err;
+      snprintf(what, sizeof what, "%s (%s)", pc->name, ctxi == 0 ? "serial" : ctxi == 1 ? "2 threads" : "strided view");
+      report(what, ok, &r);
+      if (ctxi == 2) dl_tensor_free(view.grad);
+      dl_tensor_free(base);
+    }
+}
+
+/* ---- PyTorch fixtures ---------------------------------------------------------- */
+
+static double worst_f32, worst_f64, worst_f32_cond;
+static int fixture_cases;
+
+/* Runs fixture case c's op on x (w, b: NULL when the case has none) with
+ * seed gy; returns y; x->grad, w->grad, b->grad hold the gradients. */
+static dl_tensor *run_op(dl_tape *tp, const fx2_case *c, dl_tensor *x, dl_tensor *w, dl_tensor *b,
+                         dl_tensor *gy) {
+  dl_tensor *y;
+  dl_requires_grad(x);
+  if (w) dl_requires_grad(w);
+  if (b) dl_requires_grad(b);
+  if (!strncmp(c->name, "conv2d", 6)) {
+    dl_conv2d_args a;
+    a.stride_h = (int)fx2_param(c, "stride_h", 0);
+    a.stride_w = (int)fx2_param(c, "stride_w", 0);
+    a.pad_h = (int)fx2_param(c, "pad_h", 0);
+    a.pad_w = (int)fx2_param(c, "pad_w", 0);
+    a.dil_h = (int)fx2_param(c, "dil_h", 0);
+    a.dil_w = (int)fx2_param(c, "dil_w", 0);
+    a.groups = (int)fx2_param(c, "groups", 0);
+    CHECK((b != NULL) == (fx2_param(c, "has_b", -1) == 1));
+    y = dl_t_conv2d(tp, x, w, b, &a);
+  } else if (!strncmp(c->name, "conv1d", 6)) {
+    dl_conv1d_args a;
+    a.stride = (int)fx2_param(c, "stride", 0);
+    a.pad = (int)fx2_param(c, "pad", 0);
+    a.dil = (int)fx2_param(c, "dil", 0);
+    a.groups = (int)fx2_param(c, "groups", 0);
+    CHECK((b != NULL) == (fx2_param(c, "has_b", -1) == 1));
+    y = dl_t_conv1d(tp, x, w, b, &a);
+  } else {
+    dl_pool2d_args a;
+    a.kernel_h = (int)fx2_param(c, "kernel_h", 0);
+    a.kernel_w = (int)fx2_param(c, "kernel_w", 0);
+    a.stride_h = (int)fx2_param(c, "stride_h", 0);
+    a.stride_w = (int)fx2_param(c, "stride_w", 0);
+    a.pad_h = (int)fx2_param(c, "pad_h", 0);
+    a.pad_w = (int)fx2_param(c, "pad_w", 0);
+    a.exclude_pad = (int)fx2_param(c, "exclude_pad", 0);
+    if (!strncmp(c->name, "maxpool", 7)) y = dl_t_max_pool2d(tp, x, &a);
+    else y = dl_t_avg_pool2d(tp, x, &a);
+  }
+  dl_backward(tp, y, gy);
+  return y;
+}
+
+/* fixture tensor `key` as f64, with absolute values when `absv` */
+static dl_tensor *fx_abs(const fx2_case *c, const char *key, int absv) {
+  dl_tensor *t = fx2_make(c, key, DL_F64);
+  int64_t i;
+  for (i = 0; t && absv && i < t->numel; i++) dl_f64(t)[i] = fabs(dl_f64(t)[i]);
+  return t;
+}
+/* max_i |got_i - want_i| / cond_i: the error relative to the sum of the
+ * absolute values of the terms that make element i (cond), the scale of the
+ * rounding error any f32 evaluation order makes, cancellation or not. */
+static double cond_err(const dl_tensor *got, const fx2_tensor *want, const dl_tensor *cond) {
+  double worst = 0;
+  int64_t i;
+  if (!got || !want || !cond || got->numel != want->numel || cond->numel != want->numel) return INFINITY;
+  for (i = 0; i < want->numel; i++) {
+    double e = fabs(dl__get_at(got, i) - want->v[i]) / fmax(dl__get_at(cond, i), 1e-30);
+    if (!(e <= worst)) worst = e;
+  }
+  return worst;
+}
+
+/* One fixture case: forward and gradients against PyTorch's. f64: fx2_err
+ * <= 1e-10. f32: fx2_err (relative to max(|want|, 1e-3 max|want|)) cannot
+ * be held to 1e-5 where an output is a sum that cancels: PyTorch's own f32
+ * result is up to 2.4e-5 away from the exact value in that measure on these
+ * cases. So f32 is checked with the error relative to the sum of absolute
+ * terms (cond_err <= 1e-5; the conditions come from the same op run in f64
+ * on |x|, |w|, |b| with seed |gy|; for max pooling on x itself, its
+ * selection being exact), and fx2_err is held to 1e-4. */
+static void run_fixture(dl_ctx *ctx, const fx2_case *c) {
+  dl_dtype dt = c->f64 ? DL_F64 : DL_F32;
+  double tol = c->f64 ? 1e-10 : 1e-4, e;
+  dl_tensor *x = fx2_make(c, "x", dt), *w = fx2_make(c, "w", dt), *b = fx2_make(c, "b", dt);
+  dl_tensor *gy = fx2_make(c, "gy", dt), *y;
+  dl_tensor *ax = NULL, *aw = NULL, *ab = NULL, *agy = NULL, *ay = NULL;
+  dl_tape tp, tp2;
+  const char *dts = c->f64 ? "f64" : "f32";
+  dl_tape_init(&tp, ctx, 0);
+  dl_tape_init(&tp2, ctx, 0);
+  y = run_op(&tp, c, x, w, b, gy);
+  if (!c->f64) {
+    int lin = strncmp(c->name, "maxpool", 7) != 0;
+    ax = fx_abs(c, "x", lin);
+    aw = fx_abs(c, "w", lin);
+    ab = fx_abs(c, "b", lin);
+    agy = fx_abs(c, "gy", 1);
+    ay = run_op(&tp2, c, ax, aw, ab, agy);
+    if (!lin) DL_ASSIGN(ay, dl_abs(ay));
+  }
+#define FX_CMP(t, key, cond)                                                                 \
+  do {                                                                                       \
+    e = fx2_err(t, fx2_get(c, key));                                                         \
+    CHECK_MSG(e <= tol, "%s %s %s: rel err %.3g (line %d)", c->name, dts, key, e, c->line);  \
+    if (c->f64 && e > worst_f64) worst_f64 = e;                                              \
+    if (!c->f64 && e > worst_f32) worst_f32 = e;                                             \
+    if (!c->f64) {                                                                           \
+      e = cond_err(t, fx2_get(c, key), cond);                                                \
+      CHECK_MSG(e <= 1e-5, "%s f32 %s: error / sum|terms| %.3g (line %d)", c->name, key, e,   \
+                c->line);                                                                    \
+      if (e > worst_f32_cond) worst_f32_cond = e;                                            \
+    }                                                                                        \
+  } while (0)
+  FX_CMP(y, "y", ay);
+  FX_CMP(x->grad, "g_x", ax ? ax->grad : NULL);
+  if (w) FX_CMP(w->grad, "g_w", aw ? aw->grad : NULL);
+  if (b) FX_CMP(b->grad, "g_b", ab ? ab->grad : NULL);
+#undef FX_CMP
+  dl_tape_free(&tp);
+  dl_tape_free(&tp2);
+  dl_tensor_free(x);
+  dl_tensor_free(w);
+  dl_tensor_free(b);
+  dl_tensor_free(gy);
+  dl_tensor_free(ax);
+  dl_tensor_free(aw);
+  dl_tensor_free(ab);
+  dl_tensor_free(agy);
+}
+
+static void test_torch_fixtures(void) {
+  fx2_set s;
+  int i, conv2d = 0, conv1d = 0, maxp = 0, avgp = 0;
+  if (!fx2_load(&s, "tests/fixtures/conv.txt")) { SKIP("%s", s.err); }
+  for (i = 0; i < s.n; i++) {
+    const fx2_case *c = &s.cases[i];
+    run_fixture(&serctx, c);
+    run_fixture(&parctx, c);
+    fixture_cases++;
+    conv2d += !strncmp(c->name, "conv2d", 6);
+    conv1d += !strncmp(c->name, "conv1d", 6);
+    maxp += !strncmp(c->name, "maxpool", 7);
+    avgp += !strncmp(c->name, "avgpool", 7);
+  }
+  CHECK(conv2d >= 20 && conv1d >= 6 && maxp >= 6 && avgp >= 8);
+  CHECK(fx2_find(&s, "conv2d_all", 1) != NULL && fx2_find(&s, "conv2d_all", 0) != NULL);
+  fx2_free(&s);
+}
+
+/* ---- a larger problem against a naive loop; threads -------------------------- */
+
+static double naive_conv(const dl_tensor *x, const dl_tensor *w, const dl_tensor *b,
+                         const dl_conv2d_args *a, int64_t n, int64_t o, int64_t oh, int64_t ow) {
+  int64_t G = a->groups ? a->groups : 1, Cg = w->shape[1], Og = w->shape[0] / G, grp = o / Og;
+  int64_t sh = a->stride_h ? a->stride_h : 1, sw = a->stride_w ? a->stride_w : 1;
+  int64_t dh = a->dil_h ? a->dil_h : 1, dw = a->dil_w ? a->dil_w : 1, c, i, j;
+  double s = b ? dl__get_at(b, o) : 0;
+  for (c = 0; c < Cg; c++)
+    for (i = 0; i < w->shape[2]; i++)
+      for (j = 0; j < w->shape[3]; j++) {
+        int64_t ih = oh * sh - a->pad_h + i * dh, iw = ow * sw - a->pad_w + j * dw;
+        int64_t xi[4], wi[4];
+        if (ih < 0 || ih >= x->shape[2] || iw < 0 || iw >= x->shape[3]) continue;
+        xi[0] = n; xi[1] = grp * Cg + c; xi[2] = ih; xi[3] = iw;
+        wi[0] = o; wi[1] = c; wi[2] = i; wi[3] = j;
+        s += dl_tensor_get(x, xi) * dl_tensor_get(w, wi);
+      }
+  return s;
+}
+
+static void test_naive_and_threads(void) {
+  dl_conv2d_args a = {1, 2, 2, 1, 1, 2, 2};
+  dl_tensor *x = mk(DL_F32, DL_SHAPE(9, 6, 11, 13), 31), *w = mk(DL_F32, DL_SHAPE(8, 3, 5, 3), 32);
+  dl_tensor *b = mk(DL_F32, DL_SHAPE(8), 33), *gy;
+  dl_tensor *y1, *y2;
+  dl_tape t1, t2;
+  int64_t n, o, i, j, bad = 0;
+  double worst = 0;
+  dl_tape_init(&t1, &serctx, 0);
+  dl_tape_init(&t2, &parctx, 0);
+  y1 = dl_t_conv2d(&t1, x, w, b, &a);
+  y2 = dl_t_conv2d(&t2, x, w, b, &a);
+  CHECK(y1->ndim == 4 && y1->shape[0] == 9 && y1->shape[1] == 8 && y1->shape[2] == 11 && y1->shape[3] == 6);
+  /* forward values do not depend on the thread count */
+  CHECK(memcmp(y1->data, y2->data, sizeof(float) * (size_t)y1->numel) == 0);
+  for (n = 0; n < 9; n++)
+    for (o = 0; o < 8; o++)
+      for (i = 0; i < y1->shape[2]; i++)
+        for (j = 0; j < y1->shape[3]; j++) {
+          int64_t idx[4];
+          double want = naive_conv(x, w, b, &a, n, o, i, j), got, e;
+          idx[0] = n; idx[1] = o; idx[2] = i; idx[3] = j;
+          got = dl_tensor_get(y1, idx);
+          e = fabs(got - want);
+          if (e > worst) worst = e;
+          if (e > 1e-5) bad++;
+        }
+  CHECK_MSG(bad == 0, "%lld outputs differ from the naive loop (worst %.3g)", (long long)bad, worst);
+  /* gradients: two runs with 2 threads agree bit for bit; serial agrees to rounding */
+  gy = mk(DL_F32, 4, y1->shape, 34);
+  dl_requires_grad(x);
+  dl_requires_grad(w);
+  dl_requires_grad(b);
+  dl_tape_rewind(&t1);
+  dl_tape_rewind(&t2);
+  {
+    dl_tensor *gw[3], *gx[3], *gb[3];
+    int run;
+    for (run = 0; run < 3; run++) {
+      dl_tape *tp = run == 0 ? &t1 : &t2;
+      dl_tensor *y;
+      dl_zero_grad(x);
+      dl_zero_grad(w);
+      dl_zero_grad(b);
+      y = dl_t_conv2d(tp, x, w, b, &a);
+      dl_backward(tp, y, gy);
+      gw[run] = dl_tensor_make(&pctx, DL_F32, 4, w->shape);
+      gx[run] = dl_tensor_make(&pctx, DL_F32, 4, x->shape);
+      gb[run] = dl_tensor_make(&pctx, DL_F32, 1, b->shape);
+      dl_tensor_copy(gw[run], w->grad);
+      dl_tensor_copy(gx[run], x->grad);
+      dl_tensor_copy(gb[run], b->grad);
+      dl_tape_rewind(tp);
+    }
+    CHECK(memcmp(gw[1]->data, gw[2]->data, sizeof(float) * (size_t)w->numel) == 0);
+    CHECK(memcmp(gx[1]->data, gx[2]->data, sizeof(float) * (size_t)x->numel) == 0);
+    CHECK(memcmp(gb[1]->data, gb[2]->data, sizeof(float) * (size_t)b->numel) == 0);
+    /* grad_x and grad_b: each element summed by one thread in a fixed order */
+    CHECK(memcmp(gx[0]->data, gx[1]->data, sizeof(float) * (size_t)x->numel) == 0);
+    CHECK(memcmp(gb[0]->data, gb[1]->data, sizeof(float) * (size_t)b->numel) == 0);
+    { /* grad_w: summed per thread, then the partial sums: rounding differs */
+      fx2_tensor want;
+      memset(&want, 0, sizeof want);
+      want.ndim = 4;
+      memcpy(want.shape, w->shape, sizeof want.shape);
+      want.numel = w->numel;
+      want.v = (double *)malloc(sizeof(double) * (size_t)w->numel);
+      for (i = 0; i < w->numel; i++) want.v[i] = ((const float *)gw[0]->data)[i];
+      double num = 0, den = 0;
+      for (i = 0; i < w->numel; i++) {
+        num = fmax(num, fabs(((const float *)gw[1]->data)[i] - want.v[i]));
+        den = fmax(den, fabs(want.v[i]));
+      }
+      CHECK_MSG(num <= 1e-5 * den, "grad_w serial vs 2 threads: max diff %.3g of max %.3g", num, den);
+      CHECK(fx2_err(gw[1], &want) < 1e-3);
+      free(want.v);
+    }
+    for (run = 0; run < 3; run++) {
+      dl_tensor_free(gw[run]);
+      dl_tensor_free(gx[run]);
+      dl_tensor_free(gb[run]);
+    }
+  }
+  dl_tape_free(&t1);
+  dl_tape_free(&t2);
+  dl_tensor_free(x);
+  dl_tensor_free(w);
+  dl_tensor_free(b);
+  dl_tensor_free(gy);
+}
+
+/* ---- pooling specifics ---------------------------------------------------------- */
+
+static void test_pool_ties_nan(void) {
+  dl_tape tp;
+  dl_tensor *x = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(1, 1, 4, 4)), *y, *gy;
+  dl_pool2d_args a = {2, 2, 0, 0, 0, 0, 0};
+  double *px = dl_f64(x), *gx;
+  int64_t i;
+  dl_tape_init(&tp, &pctx, 0);
+  for (i = 0; i < 16; i++) px[i] = 1.0; /* all ties: the first of each window wins */
+  px[15] = NAN;                          /* the NaN wins its window */
+  dl_requires_grad(x);
+  y = dl_t_max_pool2d(&tp, x, &a);
+  CHECK(y->shape[2] == 2 && y->shape[3] == 2);
+  CHECK(dl_f64(y)[0] == 1.0 && dl_f64(y)[1] == 1.0 && dl_f64(y)[2] == 1.0 && isnan(dl_f64(y)[3]));
+  gy = dl_tensor_make(&pctx, DL_F64, 4, y->shape);
+  for (i = 0; i < 4; i++) dl_f64(gy)[i] = (double)(i + 1);
+  dl_backward(&tp, y, gy);
+  gx = dl_f64(x->grad);
+  CHECK(gx[0] == 1 && gx[2] == 2 && gx[8] == 3 && gx[15] == 4);
+  CHECK(gx[1] == 0 && gx[5] == 0 && gx[10] == 0 && gx[11] == 0 && gx[14] == 0);
+  dl_tape_rewind(&tp);
+  { /* -inf padding: a window of only negative values at the border keeps its max */
+    dl_pool2d_args p = {3, 3, 1, 1, 1, 1, 0};
+    for (i = 0; i < 16; i++) px[i] = -10.0 - (double)i;
+    y = dl_t_max_pool2d(&tp, x, &p);
+    CHECK(y->shape[2] == 4 && y->shape[3] == 4);
+    CHECK(dl_f64(y)[0] == -10.0 && dl_f64(y)[15] == -10.0 - 10);
+    dl_tape_rewind(&tp);
+    /* avg with padding: include vs exclude at the corner */
+    y = dl_t_avg_pool2d(&tp, x, &p);
+    CHECK_NEAR(dl_f64(y)[0], (-10 - 11 - 14 - 15) / 9.0, 1e-12);
+    dl_tape_rewind(&tp);
+    p.exclude_pad = 1;
+    y = dl_t_avg_pool2d(&tp, x, &p);
+    CHECK_NEAR(dl_f64(y)[0], (-10 - 11 - 14 - 15) / 4.0, 1e-12);
+    dl_tape_rewind(&tp);
+  }
+  dl_tape_free(&tp);
+  dl_tensor_free(x);
+  dl_tensor_free(gy);
+}
+
+/* ---- no gradient recorded, steady state --------------------------------------- */
+
+static void test_no_grad_and_steady_state(void) {
+  dl_tape tp;
+  dl_tensor *x = mk(DL_F32, DL_SHAPE(4, 3, 8, 8), 41), *w = mk(DL_F32, DL_SHAPE(5, 3, 3, 3), 42);
+  dl_tensor *b = mk(DL_F32, DL_SHAPE(5), 43);
+  dl_pool2d_args pa = {2, 2, 0, 0, 0, 0, 0};
+  size_t hw = 0;
+  int step;
+  dl_tape_init(&tp, &parctx, 0);
+  { /* nothing requires a gradient: no node */
+    dl_tensor *y = dl_t_max_pool2d(&tp, dl_t_conv2d(&tp, x, w, b, NULL), &pa);
+    CHECK(y->node == NULL && tp.nodes == 0 && !(y->flags & DL_TENSOR_REQUIRES_GRAD));
+    dl_tape_rewind(&tp);
+  }
+  dl_requires_grad(w);
+  dl_requires_grad(b);
+  for (step = 0; step < 4; step++) {
+    dl_tensor *h = dl_t_conv2d(&tp, x, w, b, &(dl_conv2d_args){.pad_h = 1, .pad_w = 1});
+    dl_tensor *p = dl_t_avg_pool2d(&tp, dl_t_max_pool2d(&tp, h, &pa), &pa);
+    dl_tensor *gy = dl_tape_out(&tp, "test", DL_F32, p->ndim, p->shape);
+    dl_tensor_fill(gy, 1.0);
+    CHECK(tp.nodes == 3);
+    dl_zero_grad(w);
+    dl_zero_grad(b);
+    dl_backward(&tp, p, gy);
+    if (step == 1) hw = dl_arena_bytes_needed(&tp.arena);
+    if (step > 1) CHECK(dl_arena_bytes_needed(&tp.arena) == hw);
+    dl_tape_rewind(&tp);
+  }
+  dl_tape_free(&tp);
+  dl_tensor_free(x);
+  dl_tensor_free(w);
+  dl_tensor_free(b);
+}
+
+/* ---- empty inputs ----------------------------------------------------------------- */
+
+static void test_empty(void) {
+  dl_tape tp;
+  dl_tensor *x = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(2, 0, 4, 4)), *w = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(3, 0, 3, 3));
+  dl_tensor *b = mk(DL_F64, DL_SHAPE(3), 71), *x0 = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(0, 2, 4, 4));
+  dl_tensor *w2 = mk(DL_F64, DL_SHAPE(3, 2, 3, 3), 72), *y, *gy;
+  int64_t i;
+  dl_tape_init(&tp, &parctx, 0);
+  dl_requires_grad(x);
+  dl_requires_grad(w);
+  dl_requires_grad(b);
+  /* no input channels: y is the bias everywhere, grad_b the sum of gy */
+  y = dl_t_conv2d(&tp, x, w, b, NULL);
+  CHECK(y->shape[0] == 2 && y->shape[1] == 3 && y->shape[2] == 2 && y->shape[3] == 2);
+  for (i = 0; i < y->numel; i++) CHECK(dl_f64(y)[i] == dl_f64(b)[(i / 4) % 3]);
+  gy = dl_tensor_make(&pctx, DL_F64, 4, y->shape);
+  dl_tensor_fill(gy, 0.5);
+  dl_backward(&tp, y, gy);
+  CHECK(dl_f64(b->grad)[0] == 4.0 && dl_f64(b->grad)[2] == 4.0);
+  dl_tape_rewind(&tp);
+  /* an empty batch */
+  dl_requires_grad(x0);
+  y = dl_t_conv2d(&tp, x0, w2, b, NULL);
+  CHECK(y->numel == 0 && y->shape[0] == 0 && y->shape[1] == 3);
+  y = dl_t_max_pool2d(&tp, x0, &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2});
+  CHECK(y->numel == 0 && y->shape[2] == 2);
+  y = dl_t_avg_pool2d(&tp, x0, &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2});
+  CHECK(y->numel == 0);
+  dl_tape_free(&tp);
+  dl_tensor_free(x);
+  dl_tensor_free(w);
+  dl_tensor_free(b);
+  dl_tensor_free(x0);
+  dl_tensor_free(w2);
+  dl_tensor_free(gy);
+}
+
+/* ---- panics ---------------------------------------------------------------------- */
+
+static void test_panics(void) {
+  dl_tape tp;
+  dl_tensor *x = mk(DL_F64, DL_SHAPE(2, 4, 6, 6), 51), *w = mk(DL_F64, DL_SHAPE(3, 4, 3, 3), 52);
+  dl_tensor *b = mk(DL_F64, DL_SHAPE(3), 53), *b5 = mk(DL_F64, DL_SHAPE(5), 54);
+  dl_tensor *w2 = mk(DL_F64, DL_SHAPE(3, 2, 3, 3), 55), *wf = mk(DL_F32, DL_SHAPE(3, 4, 3, 3), 56);
+  dl_tensor *x3 = mk(DL_F64, DL_SHAPE(2, 4, 9), 57), *w3 = mk(DL_F64, DL_SHAPE(3, 2, 3), 58);
+  dl_tensor *wbig = mk(DL_F64, DL_SHAPE(3, 4, 7, 3), 59), *w4 = mk(DL_F64, DL_SHAPE(4, 2, 3), 60);
+  dl_tape_init(&tp, &pctx, 0);
+  EXPECT_PANIC(dl_t_conv2d(&tp, x, w2, NULL, NULL), "dl_t_conv2d", "[2, 4, 6, 6]", "[3, 2, 3, 3]");
+  EXPECT_PANIC(dl_t_conv2d(&tp, x, w, b5, NULL), "dl_t_conv2d", "bias", "[5]", "[3, 4, 3, 3]");
+  EXPECT_PANIC(dl_t_conv2d(&tp, x, wf, NULL, NULL), "dl_t_conv2d", "f64[2, 4, 6, 6]", "f32[3, 4, 3, 3]");
+  EXPECT_PANIC(dl_t_conv2d(&tp, x, w, NULL, &(dl_conv2d_args){.groups = 3}), "dl_t_conv2d", "groups=3",
+               "[2, 4, 6, 6]", "[3, 4, 3, 3]");
+  EXPECT_PANIC(dl_t_conv2d(&tp, x, w2, NULL, &(dl_conv2d_args){.groups = 2}), "dl_t_conv2d", "groups=2");
+  EXPECT_PANIC(dl_t_conv2d(&tp, x, w, NULL, &(dl_conv2d_args){.stride_h = -1}), "dl_t_conv2d", "negative");
+  EXPECT_PANIC(dl_t_conv2d(&tp, x, wbig, NULL, NULL), "dl_t_conv2d", "larger", "[2, 4, 6, 6]", "[3, 4, 7, 3]");
+  EXPECT_PANIC(dl_t_conv2d(&tp, x, w, NULL, &(dl_conv2d_args){.dil_h = 3}), "dl_t_conv2d", "dilation 3");
+  EXPECT_PANIC(dl_t_conv2d(&tp, x3, w3, NULL, NULL), "dl_t_conv2d", "[2, 4, 9]", "[3, 2, 3]", "4-d");
+  EXPECT_PANIC(dl_t_conv1d(&tp, x3, w, NULL, NULL), "dl_t_conv1d", "[2, 4, 9]", "[3, 4, 3, 3]");
+  EXPECT_PANIC(dl_t_conv1d(&tp, x3, w3, NULL, NULL), "dl_t_conv1d", "[2, 4, 9]", "[3, 2, 3]", "groups=1");
+  EXPECT_PANIC(dl_t_conv1d(&tp, x3, w4, b5, &(dl_conv1d_args){.groups = 2}), "dl_t_conv1d", "[5]", "[4, 2, 3]",
+               "[2, 4, 9]");
+  EXPECT_PANIC(dl_t_max_pool2d(&tp, x, NULL), "dl_t_max_pool2d", "[2, 4, 6, 6]");
+  EXPECT_PANIC(dl_t_max_pool2d(&tp, x, &(dl_pool2d_args){.kernel_h = 2}), "dl_t_max_pool2d", "kernel 2x0",
+               "[2, 4, 6, 6]");
+  EXPECT_PANIC(dl_t_max_pool2d(&tp, x, &(dl_pool2d_args){.kernel_h = 3, .kernel_w = 3, .pad_h = 2}),
+               "dl_t_max_pool2d", "half", "[2, 4, 6, 6]");
+  EXPECT_PANIC(dl_t_max_pool2d(&tp, x3, &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2}), "dl_t_max_pool2d",
+               "[2, 4, 9]", "4-d");
+  EXPECT_PANIC(dl_t_avg_pool2d(&tp, x, &(dl_pool2d_args){.kernel_h = 7, .kernel_w = 2}), "dl_t_avg_pool2d",
+               "[2, 4, 6, 6]", "7x2");
+  EXPECT_PANIC(dl_t_avg_pool2d(&tp, x, &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2, .stride_w = -1}),
+               "dl_t_avg_pool2d", "stride 0x-1");
+  {
+    dl_tensor *xi = dl_tensor_make(&pctx, DL_I64, DL_SHAPE(1, 1, 4, 4));
+    EXPECT_PANIC(dl_t_avg_pool2d(&tp, xi, &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2}), "dl_t_avg_pool2d",
+                 "i64[1, 1, 4, 4]");
+    dl_tensor_free(xi);
+  }
+  dl_tape_free(&tp);
+  dl_tensor_free(x);
+  dl_tensor_free(w);
+  dl_tensor_free(b);
+  dl_tensor_free(b5);
+  dl_tensor_free(w2);
+  dl_tensor_free(wf);
+  dl_tensor_free(x3);
+  dl_tensor_free(w3);
+  dl_tensor_free(wbig);
+  dl_tensor_free(w4);
+}
+
+int main(void) {
+  dl_ctx_desc d;
+  memset(&d, 0, sizeof d);
+  d.panic = harness_panic;
+  dl_ctx_init(&pctx, &d);
+  d.threads = 1;
+  dl_ctx_init(&serctx, &d);
+  d.threads = 2;
+  d.parallel_threshold = 1;
+  dl_ctx_init(&parctx, &d);
+  RUN(test_conv_gradcheck);
+  RUN(test_conv_gradcheck_views);
+  RUN(test_conv_gradcheck_partial);
+  RUN(test_pool_gradcheck);
+  RUN(test_torch_fixtures);
+  RUN(test_naive_and_threads);
+  RUN(test_pool_ties_nan);
+  RUN(test_no_grad_and_steady_state);
+  RUN(test_empty);
+  RUN(test_panics);
+  printf("conv: worst gradcheck error %.3g; PyTorch fixtures (%d cases, serial and 2 threads): "
+         "worst fx2_err f32 %.3g, f64 %.3g; f32 error / sum|terms| %.3g\n",
+         worst_gradcheck, fixture_cases, worst_f32, worst_f64, worst_f32_cond);
+  return harness_finish();
+}
