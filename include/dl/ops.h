@@ -74,6 +74,26 @@ DL_API void dl_sum_to_into(dl_tensor *gx, const dl_tensor *g) {
     DL_ASSIGN(gx, dl_add(gx, g));
     return;
   }
+  if (dl_tensor_is_contiguous(g) && dl_tensor_is_contiguous(gx) && gx->numel > 0) {
+    /* the common case, a bias: gx's shape is g's trailing dimensions */
+    int trailing = 1;
+    for (d = 0; d < gx->ndim; d++) trailing &= gx->shape[d] == g->shape[d + off];
+    if (trailing) {
+      int64_t r, j, n = gx->numel, rows = g->numel / n;
+      if (g->dtype == DL_F32) {
+        float *o = (float *)gx->data;
+        const float *a = (const float *)g->data;
+        for (r = 0; r < rows; r++)
+          for (j = 0; j < n; j++) o[j] += a[r * n + j];
+      } else {
+        double *o = (double *)gx->data;
+        const double *a = (const double *)g->data;
+        for (r = 0; r < rows; r++)
+          for (j = 0; j < n; j++) o[j] += a[r * n + j];
+      }
+      return;
+    }
+  }
   memset(idx, 0, sizeof idx);
   for (i = 0; i < g->numel; i++) {
     int64_t og = 0, ox = 0;
