@@ -195,6 +195,23 @@ static inline double fx2_err(const dl_tensor *got, const fx2_tensor *want) {
   }
   return worst;
 }
+/* Norm-wise relative error max|got - want| / max|want|: the measure GEMM
+ * error bounds are stated in (an output that cancels to near zero carries
+ * the rounding of its largest terms, in PyTorch's f32 result as in ours). */
+static inline double fx2_err_norm(const dl_tensor *got, const fx2_tensor *want) {
+  double worst = 0, scale = 0;
+  int64_t i;
+  int d;
+  if (!got || !want || got->ndim != want->ndim) return INFINITY;
+  for (d = 0; d < got->ndim; d++)
+    if (got->shape[d] != want->shape[d]) return INFINITY;
+  for (i = 0; i < want->numel; i++) {
+    double e = fabs(dl__get_at(got, dl__offset_of_linear(got, i)) - want->v[i]);
+    scale = fmax(scale, fabs(want->v[i]));
+    if (!(e <= worst)) worst = e;
+  }
+  return worst / fmax(scale, 1e-30);
+}
 #endif
 
 #endif /* DL_TEST_FIXTURES2_H */

@@ -5,6 +5,7 @@
 #include "dl.h"
 #include "harness.h"
 #include "fixtures.h"
+#include "fixtures2.h"
 
 static dl_ctx pctx; /* panics land in the harness */
 
@@ -250,6 +251,57 @@ static void test_other_ops_gradcheck(void) {
     report("dl_t_linear no bias", dl_gradcheck(&pctx, f_linear_nb, NULL, 2, in, 1e-6, 1e-6, &r), &r);
     for (k = 0; k < 4; k++) dl_tensor_free(all[k]);
   }
+}
+
+/* clamp, where, matmul, linear against PyTorch (tests/fixtures/core.txt from
+ * tools/fixtures_core.py): outputs and input gradients, f32 and f64 */
+static void test_core_torch(void) {
+  static const char *names[] = {"clamp", "where", "matmul", "matmul_batched", "matmul_shared",
+                                "linear", "linear_3d", "linear_nobias"};
+  static const char *inputs[] = {"x", "c", "a", "b", "w"};
+  fx2_set s;
+  dl_tape tp;
+  size_t k;
+  int f64, seen = 0;
+  if (!fx2_load(&s, "tests/fixtures/core.txt")) { SKIP("%s", s.err); }
+  dl_tape_init(&tp, &pctx, 0);
+  for (k = 0; k < sizeof names / sizeof names[0]; k++)
+    for (f64 = 0; f64 < 2; f64++) {
+      const fx2_case *c = fx2_find(&s, names[k], f64);
+      dl_dtype dt = f64 ? DL_F64 : DL_F32;
+      dl_tensor *t[5], *y = NULL, *gy;
+      double tol = f64 ? 1e-12 : 1e-5, e;
+      size_t j;
+      CHECK_MSG(c != NULL, "fixture %s missing", names[k]);
+      if (!c) continue;
+      for (j = 0; j < 5; j++) {
+        t[j] = fx2_make(c, inputs[j], dt);
+        if (t[j] && j != 1) dl_requires_grad(t[j]);
+      }
+      gy = fx2_make(c, "gy", dt);
+      if (k == 0) y = dl_t_clamp(&tp, t[0], fx2_param(c, "lo", 0), fx2_param(c, "hi", 0));
+      else if (k == 1) y = dl_t_where(&tp, t[1], t[2], t[3]);
+      else if (k <= 4) y = dl_t_matmul(&tp, t[2], t[3]);
+      else y = dl_t_linear(&tp, t[0], t[4], t[3]);
+      dl_backward(&tp, y, gy);
+      /* matmul/linear (k >= 2) are sums: norm-wise in f32, as GEMM bounds are */
+      e = (k >= 2 && !f64) ? fx2_err_norm(y, fx2_get(c, "y")) : fx2_err(y, fx2_get(c, "y"));
+      CHECK_MSG(e <= tol, "%s %s: y rel err %.3g", names[k], f64 ? "f64" : "f32", e);
+      for (j = 0; j < 5; j++) {
+        char key[40];
+        if (!t[j] || j == 1) continue;
+        snprintf(key, sizeof key, "g_%s", inputs[j]);
+        e = (k >= 2 && !f64) ? fx2_err_norm(t[j]->grad, fx2_get(c, key)) : fx2_err(t[j]->grad, fx2_get(c, key));
+        CHECK_MSG(e <= tol, "%s %s: %s rel err %.3g", names[k], f64 ? "f64" : "f32", key, e);
+      }
+      seen++;
+      dl_tape_rewind(&tp);
+      for (j = 0; j < 5; j++) dl_tensor_free(t[j]);
+      dl_tensor_free(gy);
+    }
+  CHECK(seen == 16);
+  dl_tape_free(&tp);
+  fx2_free(&s);
 }
 
 /* matmul and linear against plain loops in f32 (PyTorch's are the same sums) */
@@ -663,6 +715,7 @@ int main(void) {
   RUN(test_elementwise_gradcheck);
   RUN(test_elementwise_torch);
   RUN(test_other_ops_gradcheck);
+  RUN(test_core_torch);
   RUN(test_linear_values);
   RUN(test_user_op);
   RUN(test_two_losses_accumulate);
