@@ -642,69 +642,63 @@ static double dot(const dl_tensor *a, const dl_tensor *b) {
   for (i = 0; i < a->numel; i++) s += dl__get_at(a, dl__offset_of_linear(a, i)) * dl__get_at(b, dl__offset_of_linear(b, i));
   return s;
 }
-static void test_jvp_dot_product_mlp(void) {
-  /* y = W2 gelu(W1 x + b1) + b2 for a batch; inputs x, W1, b1, W2, b2 */
-  dl_tensor *p[5], *v[5], *y, *w;
+/* Sets tangents v[k] on the parameters p[k] (random), runs build once,
+ * reads <J v, w> from the output's tangent and <v, J^T w> from backward with
+ * seed w: the two must agree to rounding. */
+typedef dl_tensor *(*jvp_net_fn)(dl_tape *tp, dl_tensor **p);
+static void jvp_identity(const char *what, int n, const int *nd, const int64_t *const *shapes, uint64_t seed,
+                         jvp_net_fn build) {
+  dl_tensor *p[8], *v[8], *y, *w;
   dl_tape tp;
-  const int64_t *shapes[5];
-  int nd[5] = {2, 2, 1, 2, 1}, k;
-  int64_t s0[] = {8, 6}, s1[] = {7, 6}, s2[] = {7}, s3[] = {3, 7}, s4[] = {3};
   double jv_w, v_jtw = 0;
-  shapes[0] = s0; shapes[1] = s1; shapes[2] = s2; shapes[3] = s3; shapes[4] = s4;
-  for (k = 0; k < 5; k++) {
-    p[k] = mk(nd[k], shapes[k], 50 + k, -1, 1);
-    v[k] = mk(nd[k], shapes[k], 60 + k, -1, 1);
+  int k;
+  for (k = 0; k < n; k++) {
+    p[k] = mk(nd[k], shapes[k], seed + (uint64_t)k, -1, 1);
+    v[k] = mk(nd[k], shapes[k], seed + 10 + (uint64_t)k, -1, 1);
     dl_requires_grad(p[k]);
     dl_zero_grad(p[k]);
     dl_set_tangent(p[k], v[k]);
   }
   dl_tape_init(&tp, &pctx, 0);
-  y = dl_t_linear(&tp, dl_t_gelu(&tp, dl_t_linear(&tp, p[0], p[1], p[2])), p[3], p[4]);
-  w = mk(DL_SHAPE(8, 3), 70, -1, 1);
-  CHECK(y->tangent != NULL);
-  jv_w = dot(y->tangent, w);
+  y = build(&tp, p);
+  w = mk(y->ndim, y->shape, seed + 20, -1, 1);
+  CHECK_MSG(y->tangent != NULL, "%s: no tangent on the output", what);
+  jv_w = y->tangent ? dot(y->tangent, w) : 0;
   dl_backward(&tp, y, w);
-  for (k = 0; k < 5; k++) v_jtw += dot(v[k], p[k]->grad);
-  CHECK_MSG(fabs(jv_w - v_jtw) <= 1e-12 * fmax(1, fabs(jv_w)), "<Jv,w> %.17g vs <v,J^T w> %.17g", jv_w, v_jtw);
+  for (k = 0; k < n; k++) v_jtw += dot(v[k], p[k]->grad);
+  CHECK_MSG(fabs(jv_w - v_jtw) <= 1e-12 * fmax(1, fabs(jv_w)), "%s: <Jv,w> %.17g vs <v,J^T w> %.17g", what, jv_w,
+            v_jtw);
   dl_tape_free(&tp);
-  for (k = 0; k < 5; k++) { dl_tensor_free(p[k]); dl_tensor_free(v[k]); }
+  for (k = 0; k < n; k++) { dl_tensor_free(p[k]); dl_tensor_free(v[k]); }
   dl_tensor_free(w);
 }
 
-static void test_jvp_dot_product_convnet(void) {
-  /* y = linear(flatten(max_pool(tanh(conv2d(x, w1, b1, pad 1)))), w2, b2) */
-  dl_tensor *p[5], *v[5], *y, *w, *h;
-  dl_tape tp;
-  int64_t s0[] = {2, 3, 6, 6}, s1[] = {4, 3, 3, 3}, s2[] = {4}, s3[] = {5, 36}, s4[] = {5};
-  const int64_t *shapes[5];
-  int nd[5] = {4, 4, 1, 2, 1}, k;
-  double jv_w, v_jtw = 0;
+/* an MLP: y = W2 gelu(W1 x + b1) + b2 over a batch of 8; x, W1, b1, W2, b2 */
+static dl_tensor *mlp_net(dl_tape *tp, dl_tensor **p) {
+  return dl_t_linear(tp, dl_t_gelu(tp, dl_t_linear(tp, p[0], p[1], p[2])), p[3], p[4]);
+}
+static void test_jvp_dot_product_mlp(void) {
+  int64_t s0[] = {8, 6}, s1[] = {7, 6}, s2[] = {7}, s3[] = {3, 7}, s4[] = {3};
+  const int64_t *shapes[] = {s0, s1, s2, s3, s4};
+  int nd[] = {2, 2, 1, 2, 1};
+  jvp_identity("mlp", 5, nd, shapes, 50, mlp_net);
+}
+/* a small conv net: linear(flatten(max_pool(tanh(conv2d(x, w1, b1, pad 1)))), w2, b2) */
+static dl_tensor *conv_net(dl_tape *tp, dl_tensor **p) {
   dl_conv2d_args ca;
   dl_pool2d_args pa;
   memset(&ca, 0, sizeof ca);
   memset(&pa, 0, sizeof pa);
   ca.pad_h = ca.pad_w = 1;
   pa.kernel_h = pa.kernel_w = 2;
-  shapes[0] = s0; shapes[1] = s1; shapes[2] = s2; shapes[3] = s3; shapes[4] = s4;
-  for (k = 0; k < 5; k++) {
-    p[k] = mk(nd[k], shapes[k], 80 + k, -1, 1);
-    v[k] = mk(nd[k], shapes[k], 90 + k, -1, 1);
-    dl_requires_grad(p[k]);
-    dl_zero_grad(p[k]);
-    dl_set_tangent(p[k], v[k]);
-  }
-  dl_tape_init(&tp, &pctx, 0);
-  h = dl_t_max_pool2d(&tp, dl_t_tanh(&tp, dl_t_conv2d(&tp, p[0], p[1], p[2], &ca)), &pa);
-  y = dl_t_linear(&tp, dl_t_flatten(&tp, h, 1), p[3], p[4]);
-  w = mk(DL_SHAPE(2, 5), 99, -1, 1);
-  CHECK(y->tangent != NULL && y->shape[1] == 5);
-  jv_w = dot(y->tangent, w);
-  dl_backward(&tp, y, w);
-  for (k = 0; k < 5; k++) v_jtw += dot(v[k], p[k]->grad);
-  CHECK_MSG(fabs(jv_w - v_jtw) <= 1e-12 * fmax(1, fabs(jv_w)), "<Jv,w> %.17g vs <v,J^T w> %.17g", jv_w, v_jtw);
-  dl_tape_free(&tp);
-  for (k = 0; k < 5; k++) { dl_tensor_free(p[k]); dl_tensor_free(v[k]); }
-  dl_tensor_free(w);
+  return dl_t_linear(tp, dl_t_flatten(tp, dl_t_max_pool2d(tp, dl_t_tanh(tp, dl_t_conv2d(tp, p[0], p[1], p[2], &ca)), &pa), 1),
+                     p[3], p[4]);
+}
+static void test_jvp_dot_product_convnet(void) {
+  int64_t s0[] = {2, 3, 6, 6}, s1[] = {4, 3, 3, 3}, s2[] = {4}, s3[] = {5, 36}, s4[] = {5};
+  const int64_t *shapes[] = {s0, s1, s2, s3, s4};
+  int nd[] = {4, 4, 1, 2, 1};
+  jvp_identity("conv net", 5, nd, shapes, 80, conv_net);
 }
 
 int main(void) {
