@@ -72,7 +72,9 @@ int main(int argc, char **argv) {
   }
   printf("dl_mlp_ms=%.4f batch=%d threads=%d gemm=%s allocs_per_step=%.2f\n", bench_median(ms, reps), batch,
          threads,
-#ifdef DL_USE_OPENBLAS
+#if defined(DL_BENCH_GEMM_NAME)
+         DL_BENCH_GEMM_NAME,
+#elif defined(DL_USE_OPENBLAS)
          "openblas",
 #else
          "builtin",

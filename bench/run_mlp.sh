@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/run_mlp.sh - forward+backward of a 784-256-128-10 MLP at batch 64,
-# f32, 2 threads: dl.h's tape (OpenBLAS GEMM, and the built-in GEMM) against
+# f32, 2 threads: dl.h's tape (OpenBLAS GEMM at -O2; the built-in GEMM at
+# plain -O2, where it is SSE2 only, and at -O3 -march=native) against
 # PyTorch eager (Debian's /usr/bin/python3 with python3-torch) in the same
 # run, alternating the two three times; prints medians and the ratio
 # torch_ms / dl_ms (goal >= 2).  Env: REPS (7), STEPS (50), THREADS (2).
@@ -14,9 +15,11 @@ export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 WARN="-std=c11 -Wall -Wextra -Wpedantic -Werror"
 $CC $WARN -O2 -fopenmp -DDL_USE_OPENBLAS -Iinclude -Ibench bench/bench_mlp.c -o $B/bench_mlp_openblas -lopenblas -lm || exit 1
 $CC $WARN -O2 -fopenmp -Iinclude -Ibench bench/bench_mlp.c -o $B/bench_mlp_builtin -lm || exit 1
+$CC $WARN -O3 -march=native -fopenmp -Iinclude -Ibench -DDL_BENCH_GEMM_NAME='"builtin-native"' bench/bench_mlp.c -o $B/bench_mlp_builtin_native -lm || exit 1
 for round in 1 2 3; do
   $B/bench_mlp_openblas "$REPS" "$STEPS" "$THREADS"
   $B/bench_mlp_builtin "$REPS" "$STEPS" "$THREADS"
+  $B/bench_mlp_builtin_native "$REPS" "$STEPS" "$THREADS"
   /usr/bin/python3 bench/torch_mlp.py "$REPS" "$STEPS" "$THREADS"
 done | tee $B/mlp.txt
 awk '
