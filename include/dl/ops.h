@@ -12,7 +12,10 @@
  * tensor-level loops the tape ops are made of.)
  * Inputs are f32 or f64, all of one dtype (mixing panics, naming both
  * shapes); integer inputs (labels, indices) are i64 or i32. Inputs may be
- * strided views unless an op says otherwise; outputs are contiguous.
+ * strided views unless an op says otherwise; outputs are contiguous except
+ * the views ops/shape.h documents. Note: tensor.h's dl_view_* views carry no
+ * history (a view of a parameter does not require a gradient); on tensors
+ * that need gradients use dl_t_transpose, dl_t_slice, dl_t_reshape ...
  *
  * Where each op lives (one file each, under dl/ops/):
  *   this file        element-wise ops from expr.h's list (DL_OPS_*: neg exp
