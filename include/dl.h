@@ -51,5 +51,6 @@
 #include "dl/blas.h"
 #include "dl/tape.h"
 #include "dl/ops.h"
+#include "dl/optim.h"
 
 #endif /* DL_H */

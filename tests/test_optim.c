@@ -1,0 +1,308 @@
+/* tests/test_optim.c - optimizer updates and learning-rate schedules
+ * (include/dl/optim.h).
+ *
+ * - PyTorch agreement (tests/fixtures/optim.txt, tools/fixtures_optim.py):
+ *   SGD (plain, momentum, dampening, nesterov, weight decay, maximize),
+ *   Adam (plain, weight decay, amsgrad, maximize), AdamW (+ amsgrad),
+ *   RMSprop (plain, centered, momentum, both, weight decay + maximize),
+ *   Adagrad (plain, lr_decay, initial_accumulator_value, weight decay +
+ *   maximize) and Lion (against the published rule) replay 20 stored
+ *   gradients on a 3x4 parameter; the parameter after every step agrees
+ *   norm-wise (max |error| / max |p|) to 1e-6 in f64 and 1e-5 in f32, and
+ *   element-wise (relative, floor 1e-3 * max |p|) to 1e-6 in f64 and 1e-4 in
+ *   f32: PyTorch's f32 kernels fuse a*b + c (FMA) where ours may round twice,
+ *   and after 20 steps an element passing near zero keeps ~1e-7 absolute. The same runs with a two-thread
+ *   team forced on (parallel threshold 1) give bit-identical results, and a
+ *   run on transposed views gives the same result as a contiguous one.
+ * - Schedules: StepLR, MultiStepLR (unsorted, repeated milestones),
+ *   ExponentialLR and OneCycleLR against torch's schedulers, the cosine
+ *   warm-up against its Python formula, to 1e-12.
+ * - Defaults match PyTorch's.
+ * - Panics: shape and dtype mismatches name the function and both shapes;
+ *   a missing state tensor and step 0 are refused.
+ * OPTIM_VERBOSE=1 in the environment prints every fixture comparison.
+ */
+#include "dl.h"
+#include "harness.h"
+#include "fixtures2.h"
+
+static dl_ctx ctx, ctx_par;
+static fx2_set fx;
+static int fx_ok;
+static double worst[2], worst_el[2], worst_sched;
+
+/* >>optimizer fixtures ----------------------------------------------------- */
+
+typedef struct state {
+  dl_tensor *p, *g, *s1, *s2, *s3;
+} state;
+
+/* One optimizer step of case c on st (gradient already in st->g). */
+static void opt_step(const fx2_case *c, state *st, int64_t step) {
+  const int opt = (int)fx2_param(c, "opt", -1);
+  if (opt == 0) {
+    dl_sgd_cfg k = dl_sgd_defaults(fx2_param(c, "lr", -1));
+    k.momentum = fx2_param(c, "momentum", -1);
+    k.dampening = fx2_param(c, "dampening", -1);
+    k.weight_decay = fx2_param(c, "weight_decay", -1);
+    k.nesterov = (int)fx2_param(c, "nesterov", -1);
+    k.maximize = (int)fx2_param(c, "maximize", -1);
+    dl_sgd_update(st->p, st->g, k.momentum != 0 ? st->s1 : NULL, step, &k);
+  } else if (opt == 1) {
+    dl_adam_cfg k = fx2_param(c, "decoupled", -1) ? dl_adamw_defaults(fx2_param(c, "lr", -1))
+                                                  : dl_adam_defaults(fx2_param(c, "lr", -1));
+    k.beta1 = fx2_param(c, "beta1", -1);
+    k.beta2 = fx2_param(c, "beta2", -1);
+    k.eps = fx2_param(c, "eps", -1);
+    k.weight_decay = fx2_param(c, "weight_decay", -1);
+    k.amsgrad = (int)fx2_param(c, "amsgrad", -1);
+    k.maximize = (int)fx2_param(c, "maximize", -1);
+    dl_adam_update(st->p, st->g, st->s1, st->s2, k.amsgrad ? st->s3 : NULL, step, &k);
+  } else if (opt == 2) {
+    dl_rmsprop_cfg k = dl_rmsprop_defaults(fx2_param(c, "lr", -1));
+    k.alpha = fx2_param(c, "alpha", -1);
+    k.eps = fx2_param(c, "eps", -1);
+    k.weight_decay = fx2_param(c, "weight_decay", -1);
+    k.momentum = fx2_param(c, "momentum", -1);
+    k.centered = (int)fx2_param(c, "centered", -1);
+    k.maximize = (int)fx2_param(c, "maximize", -1);
+    dl_rmsprop_update(st->p, st->g, st->s1, k.centered ? st->s2 : NULL,
+                      k.momentum > 0 ? st->s3 : NULL, step, &k);
+  } else if (opt == 3) {
+    dl_adagrad_cfg k = dl_adagrad_defaults(fx2_param(c, "lr", -1));
+    k.lr_decay = fx2_param(c, "lr_decay", -1);
+    k.weight_decay = fx2_param(c, "weight_decay", -1);
+    k.initial_accumulator_value = fx2_param(c, "initial_accumulator_value", -1);
+    k.eps = fx2_param(c, "eps", -1);
+    k.maximize = (int)fx2_param(c, "maximize", -1);
+    if (step == 1) dl_adagrad_init_state(st->s1, &k);
+    dl_adagrad_update(st->p, st->g, st->s1, step, &k);
+  } else {
+    dl_lion_cfg k = dl_lion_defaults(fx2_param(c, "lr", -1));
+    k.beta1 = fx2_param(c, "beta1", -1);
+    k.beta2 = fx2_param(c, "beta2", -1);
+    k.weight_decay = fx2_param(c, "weight_decay", -1);
+    dl_lion_update(st->p, st->g, st->s1, step, &k);
+  }
+}
+
+/* Replays case c: mode 0 contiguous tensors, no ctx; 1 the same with a
+ * two-thread team forced on; 2 transposed views. Returns the parameter after
+ * every step (steps x 12 values, malloc'd) and the worst errors against the
+ * fixture over the steps: err[0] norm-wise (max |got - want| / max |want| per
+ * step), err[1] element-wise (fx2_err: relative, floor 1e-3 * max |want|). */
+static double *run_case(const fx2_case *c, int mode, double err[2]) {
+  const dl_dtype dt = c->f64 ? DL_F64 : DL_F32;
+  const fx2_tensor *p0 = fx2_get(c, "p0"), *g = fx2_get(c, "g"), *want = fx2_get(c, "p");
+  const int64_t steps = g->shape[0], n = p0->numel;
+  dl_tensor *base[5], views[5], *t[5];
+  double *out = (double *)malloc(sizeof(double) * (size_t)(steps * n));
+  state st;
+  int64_t k, i;
+  int j;
+  err[0] = err[1] = 0;
+  for (j = 0; j < 5; j++) {
+    if (mode == 2) {
+      base[j] = dl_tensor_make(NULL, dt, DL_SHAPE(p0->shape[1], p0->shape[0]));
+      views[j] = dl_view_transpose(base[j], 0, 1);
+      t[j] = &views[j];
+    } else {
+      base[j] = dl_tensor_make(NULL, dt, p0->ndim, p0->shape);
+      base[j]->ctx = mode == 1 ? &ctx_par : NULL;
+      t[j] = base[j];
+    }
+    dl_tensor_fill(t[j], 0);
+  }
+  st.p = t[0]; st.g = t[1]; st.s1 = t[2]; st.s2 = t[3]; st.s3 = t[4];
+  for (i = 0; i < n; i++) dl__set_at(st.p, dl__offset_of_linear(st.p, i), p0->v[i]);
+  for (k = 0; k < steps; k++) {
+    fx2_tensor w = *want;
+    double e;
+    for (i = 0; i < n; i++) dl__set_at(st.g, dl__offset_of_linear(st.g, i), g->v[k * n + i]);
+    opt_step(c, &st, k + 1);
+    w.ndim = p0->ndim;
+    memcpy(w.shape, p0->shape, sizeof w.shape);
+    w.numel = n;
+    w.v = want->v + k * n;
+    e = fx2_err_norm(st.p, &w);
+    if (!(e <= err[0])) err[0] = e;
+    e = fx2_err(st.p, &w);
+    if (!(e <= err[1])) err[1] = e;
+    for (i = 0; i < n; i++) out[k * n + i] = dl__get_at(st.p, dl__offset_of_linear(st.p, i));
+  }
+  for (j = 0; j < 5; j++) dl_tensor_free(base[j]);
+  return out;
+}
+
+static void test_optimizers_vs_torch(void) {
+  int i, ncase = 0;
+  if (!fx_ok) SKIP("%s", fx.err);
+  for (i = 0; i < fx.n; i++) {
+    const fx2_case *c = &fx.cases[i];
+    const double tol = c->f64 ? 1e-6 : 1e-5, etol = c->f64 ? 1e-6 : 1e-4;
+    double e0[2], e1[2], e2[2], *r0, *r1, *r2;
+    int64_t n, j;
+    int same1 = 1, same2 = 1;
+    if (strncmp(c->name, "opt_", 4)) continue;
+    ncase++;
+    CHECK_MSG(fx2_get(c, "p0") && fx2_get(c, "g") && fx2_get(c, "p"), "%s lacks tensors", c->name);
+    if (!fx2_get(c, "p0") || !fx2_get(c, "g") || !fx2_get(c, "p")) continue;
+    n = fx2_get(c, "p")->numel;
+    r0 = run_case(c, 0, e0);
+    r1 = run_case(c, 1, e1);
+    r2 = run_case(c, 2, e2);
+    for (j = 0; j < n; j++) {
+      if (r0[j] != r1[j]) same1 = 0;
+      if (r0[j] != r2[j]) same2 = 0;
+    }
+    if (getenv("OPTIM_VERBOSE"))
+      printf("  %-30s %s  norm-wise %.3g  element-wise %.3g\n", c->name, c->f64 ? "f64" : "f32",
+             e0[0], e0[1]);
+    CHECK_MSG(e0[0] <= tol, "%s %s: rel err %.3g > %g", c->name, c->f64 ? "f64" : "f32", e0[0], tol);
+    CHECK_MSG(e0[1] <= etol, "%s %s: element-wise rel err %.3g > %g", c->name,
+              c->f64 ? "f64" : "f32", e0[1], etol);
+    CHECK_MSG(same1, "%s %s: threaded run differs", c->name, c->f64 ? "f64" : "f32");
+    CHECK_MSG(same2, "%s %s: transposed views differ", c->name, c->f64 ? "f64" : "f32");
+    if (e0[0] > worst[c->f64]) worst[c->f64] = e0[0];
+    if (e0[1] > worst_el[c->f64]) worst_el[c->f64] = e0[1];
+    free(r0); free(r1); free(r2);
+  }
+  CHECK_MSG(ncase == 48, "%d optimizer cases (48 expected)", ncase);
+}
+
+/* >>schedules -------------------------------------------------------------- */
+
+static void test_schedules_vs_torch(void) {
+  int i, ncase = 0;
+  if (!fx_ok) SKIP("%s", fx.err);
+  for (i = 0; i < fx.n; i++) {
+    const fx2_case *c = &fx.cases[i];
+    const fx2_tensor *lr = fx2_get(c, "lr");
+    int64_t s;
+    if (strncmp(c->name, "sched_", 6)) continue;
+    ncase++;
+    CHECK_MSG(lr != NULL, "%s lacks lr", c->name);
+    if (!lr) continue;
+    for (s = 0; s < lr->numel; s++) {
+      double got, e;
+      if (!strcmp(c->name, "sched_step")) {
+        got = dl_lr_step(fx2_param(c, "base", -1), s, (int64_t)fx2_param(c, "step_size", -1),
+                         fx2_param(c, "gamma", -1));
+      } else if (!strcmp(c->name, "sched_multistep")) {
+        const fx2_tensor *m = fx2_get(c, "milestones");
+        int ms[16], k, nm = m ? (int)m->numel : 0;
+        for (k = 0; k < nm && k < 16; k++) ms[k] = (int)m->v[k];
+        got = dl_lr_multistep(fx2_param(c, "base", -1), s, ms, nm, fx2_param(c, "gamma", -1));
+      } else if (!strcmp(c->name, "sched_exponential")) {
+        got = dl_lr_exponential(fx2_param(c, "base", -1), s, fx2_param(c, "gamma", -1));
+      } else if (!strcmp(c->name, "sched_one_cycle")) {
+        got = dl_lr_one_cycle(fx2_param(c, "max_lr", -1), s, (int64_t)fx2_param(c, "total_steps", -1),
+                              fx2_param(c, "pct_start", -1), fx2_param(c, "div_factor", -1),
+                              fx2_param(c, "final_div_factor", -1));
+      } else if (!strcmp(c->name, "sched_cosine_warmup")) {
+        got = dl_lr_cosine_warmup(fx2_param(c, "base", -1), s,
+                                  (int64_t)fx2_param(c, "warmup_steps", -1),
+                                  (int64_t)fx2_param(c, "total_steps", -1), fx2_param(c, "min_lr", -1));
+      } else {
+        CHECK_MSG(0, "unknown schedule case %s", c->name);
+        break;
+      }
+      e = fabs(got - lr->v[s]) / fmax(fabs(lr->v[s]), 1e-300);
+      if (lr->v[s] == 0) e = fabs(got);
+      CHECK_MSG(e <= 1e-12, "%s step %lld: %.17g vs %.17g", c->name, (long long)s, got, lr->v[s]);
+      if (e > worst_sched) worst_sched = e;
+    }
+  }
+  CHECK_MSG(ncase == 12, "%d schedule cases (12 expected)", ncase);
+}
+
+static void test_schedule_shapes(void) {
+  const int ms[] = {10, 4};
+  CHECK(dl_lr_step(0.1, 0, 5, 0.5) == 0.1);
+  CHECK_NEAR(dl_lr_step(0.1, 10, 5, 0.5), 0.025, 1e-17);
+  CHECK_NEAR(dl_lr_multistep(1.0, 4, ms, 2, 0.1), 0.1, 1e-16);
+  CHECK_NEAR(dl_lr_multistep(1.0, 3, ms, 2, 0.1), 1.0, 0);
+  CHECK(dl_lr_cosine_warmup(1.0, 0, 10, 100, 0.1) == 0);
+  CHECK_NEAR(dl_lr_cosine_warmup(1.0, 10, 10, 100, 0.1), 1.0, 1e-15);
+  CHECK_NEAR(dl_lr_cosine_warmup(1.0, 100, 10, 100, 0.1), 0.1, 1e-15);
+  CHECK_NEAR(dl_lr_cosine_warmup(1.0, 1000, 10, 100, 0.1), 0.1, 1e-15);
+  CHECK_NEAR(dl_lr_one_cycle(1.0, 0, 100, 0.3, 25, 1e4), 0.04, 1e-15);
+  CHECK_NEAR(dl_lr_one_cycle(1.0, 29, 100, 0.3, 25, 1e4), 1.0, 1e-15);
+  CHECK_NEAR(dl_lr_one_cycle(1.0, 99, 100, 0.3, 25, 1e4), 0.04 / 1e4, 1e-18);
+}
+
+/* >>defaults --------------------------------------------------------------- */
+
+static void test_defaults(void) {
+  dl_sgd_cfg s = dl_sgd_defaults(0.1);
+  dl_adam_cfg a = dl_adam_defaults(1e-3), w = dl_adamw_defaults(1e-3);
+  dl_rmsprop_cfg r = dl_rmsprop_defaults(1e-2);
+  dl_adagrad_cfg g = dl_adagrad_defaults(1e-2);
+  dl_lion_cfg l = dl_lion_defaults(1e-4);
+  CHECK(s.lr == 0.1 && s.momentum == 0 && s.dampening == 0 && s.weight_decay == 0 && !s.nesterov &&
+        !s.maximize);
+  CHECK(a.lr == 1e-3 && a.beta1 == 0.9 && a.beta2 == 0.999 && a.eps == 1e-8 && a.weight_decay == 0 &&
+        !a.amsgrad && !a.decoupled && !a.maximize);
+  CHECK(w.weight_decay == 1e-2 && w.decoupled && w.beta2 == 0.999);
+  CHECK(r.alpha == 0.99 && r.eps == 1e-8 && r.momentum == 0 && !r.centered);
+  CHECK(g.lr_decay == 0 && g.eps == 1e-10 && g.initial_accumulator_value == 0);
+  CHECK(l.beta1 == 0.9 && l.beta2 == 0.99 && l.weight_decay == 0);
+}
+
+/* >>panics ----------------------------------------------------------------- */
+
+static void test_panics(void) {
+  dl_tensor *p = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(3, 4));
+  dl_tensor *g = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(3, 4));
+  dl_tensor *gt = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(4, 3));
+  dl_tensor *g64 = dl_tensor_make(&ctx, DL_F64, DL_SHAPE(3, 4));
+  dl_tensor *m = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(3, 4));
+  dl_tensor *v = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(3, 4));
+  dl_tensor *bad = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(12));
+  dl_tensor *pi = dl_tensor_make(&ctx, DL_I32, DL_SHAPE(3, 4));
+  dl_sgd_cfg s = dl_sgd_defaults(0.1);
+  dl_adam_cfg a = dl_adam_defaults(1e-3);
+  dl_rmsprop_cfg r = dl_rmsprop_defaults(1e-2);
+  dl_adagrad_cfg ag = dl_adagrad_defaults(1e-2);
+  dl_lion_cfg l = dl_lion_defaults(1e-4);
+  dl_tensor_fill(p, 1); dl_tensor_fill(g, 1); dl_tensor_fill(m, 0); dl_tensor_fill(v, 0);
+  EXPECT_PANIC(dl_sgd_update(p, gt, NULL, 1, &s), "dl_sgd_update", "f32[4, 3]", "f32[3, 4]");
+  EXPECT_PANIC(dl_sgd_update(p, g64, NULL, 1, &s), "dl_sgd_update", "f64[3, 4]", "f32[3, 4]");
+  s.momentum = 0.9;
+  EXPECT_PANIC(dl_sgd_update(p, g, NULL, 1, &s), "dl_sgd_update", "momentum buffer");
+  EXPECT_PANIC(dl_sgd_update(p, g, bad, 1, &s), "dl_sgd_update", "f32[12]", "f32[3, 4]");
+  EXPECT_PANIC(dl_adam_update(p, g, m, bad, NULL, 1, &a), "dl_adam_update", "f32[12]", "f32[3, 4]");
+  EXPECT_PANIC(dl_adam_update(p, g, m, v, NULL, 0, &a), "dl_adam_update", "step 0");
+  a.amsgrad = 1;
+  EXPECT_PANIC(dl_adam_update(p, g, m, v, NULL, 1, &a), "dl_adam_update", "vmax");
+  EXPECT_PANIC(dl_adam_update(p, g, m, v, g64, 1, &a), "dl_adam_update", "f64[3, 4]", "f32[3, 4]");
+  r.centered = 1;
+  EXPECT_PANIC(dl_rmsprop_update(p, g, m, bad, NULL, 1, &r), "dl_rmsprop_update", "f32[12]",
+               "f32[3, 4]");
+  EXPECT_PANIC(dl_adagrad_update(p, g, bad, 1, &ag), "dl_adagrad_update", "f32[12]", "f32[3, 4]");
+  EXPECT_PANIC(dl_lion_update(p, gt, m, 1, &l), "dl_lion_update", "f32[4, 3]", "f32[3, 4]");
+  EXPECT_PANIC(dl_lion_update(pi, g, m, 1, &l), "dl_lion_update", "i32[3, 4]");
+  dl_tensor_free(p); dl_tensor_free(g); dl_tensor_free(gt); dl_tensor_free(g64);
+  dl_tensor_free(m); dl_tensor_free(v); dl_tensor_free(bad); dl_tensor_free(pi);
+}
+
+int main(void) {
+  dl_ctx_desc d;
+  memset(&d, 0, sizeof d);
+  d.panic = harness_panic;
+  dl_ctx_init(&ctx, &d);
+  memset(&d, 0, sizeof d);
+  d.threads = 2;
+  d.parallel_threshold = 1;
+  dl_ctx_init(&ctx_par, &d);
+  fx_ok = fx2_load(&fx, "tests/fixtures/optim.txt");
+  RUN(test_optimizers_vs_torch);
+  RUN(test_schedules_vs_torch);
+  RUN(test_schedule_shapes);
+  RUN(test_defaults);
+  RUN(test_panics);
+  printf("worst error vs PyTorch, norm-wise (element-wise): f64 %.3g (%.3g), f32 %.3g (%.3g); "
+         "schedules %.3g\n", worst[1], worst_el[1], worst[0], worst_el[0], worst_sched);
+  if (fx_ok) fx2_free(&fx);
+  return harness_finish();
+}
