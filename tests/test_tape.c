@@ -249,6 +249,14 @@ static void test_other_ops_gradcheck(void) {
     in[0] = x3;
     report("dl_t_linear 3-d", dl_gradcheck(&pctx, f_linear, NULL, 3, in, 1e-6, 1e-6, &r), &r);
     report("dl_t_linear no bias", dl_gradcheck(&pctx, f_linear_nb, NULL, 2, in, 1e-6, 1e-6, &r), &r);
+    { /* a strided x: the forward's contiguous copy serves the weight gradient */
+      dl_tensor *xb = mk(DL_SHAPE(4, 5), 14, -1, 1), xt = dl_view_transpose(xb, 0, 1);
+      dl_requires_grad(&xt);
+      in[0] = &xt;
+      report("dl_t_linear strided x", dl_gradcheck(&pctx, f_linear, NULL, 3, in, 1e-6, 1e-6, &r), &r);
+      dl_tensor_free(xt.grad);
+      dl_tensor_free(xb);
+    }
     for (k = 0; k < 4; k++) dl_tensor_free(all[k]);
   }
 }

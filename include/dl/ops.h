@@ -353,7 +353,7 @@ DL_API void dl__t_linear_bw(dl_tape *tp, dl_node *n) {
     dl_matmul_into(&gx2, &g2, w, 1.0, 1.0);
   }
   if (gw) {
-    dl_tensor *xc = dl__t_contig(tp, "dl_t_linear", x);
+    dl_tensor *xc = n->saved[0]; /* x, or the contiguous copy the forward made */
     dl_tensor x2 = dl_view_reshape(xc, DL_SHAPE(-1, x->shape[x->ndim - 1]));
     dl_tensor gt = dl_view_transpose(&g2, 0, 1);
     dl_matmul_into(gw, &gt, &x2, 1.0, 1.0);
@@ -392,7 +392,10 @@ DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
       dl_matmul_into(&ty2, &x2, &twt, 1.0, 1.0);
     }
   }
-  dl_tape_record(tp, "dl_t_linear", dl__t_linear_bw, y, x, w, b);
+  {
+    dl_node *n = dl_tape_record(tp, "dl_t_linear", dl__t_linear_bw, y, x, w, b);
+    if (n) n->saved[0] = xc;
+  }
   return y;
 }
 

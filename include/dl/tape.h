@@ -87,7 +87,6 @@ struct dl_tape {
   dl_node *last;                    /* newest node, NULL when empty */
   int64_t nodes;                    /* recorded since the last rewind */
   int no_grad;                      /* depth of open no-grad scopes */
-  int rewound;                      /* 1 after a rewind, until something is recorded */
   uint64_t rewinds;                 /* rewinds so far */
   uint64_t backwards;               /* backward walks so far */
 };
@@ -120,7 +119,6 @@ DL_API void dl_tape_rewind(dl_tape *tp) {
   dl_arena_rewind(&tp->arena, 0);
   tp->last = NULL;
   tp->nodes = 0;
-  tp->rewound = 1;
   tp->rewinds++;
 }
 /* The tape's arena: scratch memory valid until the next rewind. */
@@ -164,15 +162,16 @@ DL_API void dl_requires_grad_with(dl_tensor *t, dl_tensor *g) {
   t->grad = g;
   t->flags |= DL_TENSOR_REQUIRES_GRAD;
 }
+/* Forget the rows of a row-sparse gradient (its memory stays). */
+DL_API void dl_sgrad_clear(dl_sgrad *s) {
+  int64_t k;
+  for (k = 0; k < s->nnz; k++) s->slot[s->rows[k]] = -1;
+  s->nnz = 0;
+}
 /* Zero t's gradient (dense, and the row-sparse one: its rows are cleared). */
 DL_API void dl_zero_grad(dl_tensor *t) {
-  dl_sgrad *s = (dl_sgrad *)t->sgrad;
   if (t->grad) dl_tensor_fill(t->grad, 0.0);
-  if (s) {
-    int64_t k;
-    for (k = 0; k < s->nnz; k++) s->slot[s->rows[k]] = -1;
-    s->nnz = 0;
-  }
+  if (t->sgrad) dl_sgrad_clear((dl_sgrad *)t->sgrad);
 }
 /* Keep the gradient of an intermediate tensor after backward (valid until
  * the rewind); leaves always keep theirs. */
@@ -243,7 +242,6 @@ DL_API dl_node *dl_tape_record_n(dl_tape *tp, const char *op, dl_backward_fn bw,
   n->prev = tp->last;
   tp->last = n;
   tp->nodes++;
-  tp->rewound = 0;
   out->node = n;
   out->flags |= DL_TENSOR_REQUIRES_GRAD;
   out->grad = NULL;
@@ -368,7 +366,7 @@ DL_API void dl_backward(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
   for (n = tp->last; n; n = n->prev)
     if (n->out == loss) { from = n; break; }
   if (!from) {
-    if (tp->rewound || (tp->nodes == 0 && tp->rewinds > 0))
+    if (tp->nodes == 0 && tp->rewinds > 0) /* rewound, nothing recorded since */
       DL_PANIC(tp->ctx, "dl_backward",
                "the tape was rewound after this loss was computed: its history is gone "
                "(backward twice across a rewind?); run the forward pass again");
@@ -533,10 +531,7 @@ DL_API int dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_
   for (k = 0; k < nin; k++)
     if (in[k]->sgrad) { /* the sparse rows join the dense gradient */
       dl_sgrad_add_to((dl_sgrad *)in[k]->sgrad, in[k]->grad);
-      dl_sgrad *s = (dl_sgrad *)in[k]->sgrad;
-      int64_t r;
-      for (r = 0; r < s->nnz; r++) s->slot[s->rows[r]] = -1;
-      s->nnz = 0;
+      dl_sgrad_clear((dl_sgrad *)in[k]->sgrad);
     }
   dl_tape_rewind(&tp);
   /* central differences, element by element */
