@@ -257,6 +257,14 @@ static void test_other_ops_gradcheck(void) {
       dl_tensor_free(xt.grad);
       dl_tensor_free(xb);
     }
+    { /* a weight view with no unit stride (every other column): copied once for the GEMM */
+      dl_tensor *wb = mk(DL_SHAPE(6, 8), 15, -1, 1), ws = dl_view_slice(wb, 1, 0, 8, 2);
+      dl_requires_grad(&ws);
+      in[0] = x2; in[1] = &ws;
+      report("dl_t_linear weight without unit stride", dl_gradcheck(&pctx, f_linear, NULL, 3, in, 1e-6, 1e-6, &r), &r);
+      dl_tensor_free(ws.grad);
+      dl_tensor_free(wb);
+    }
     for (k = 0; k < 4; k++) dl_tensor_free(all[k]);
   }
 }

@@ -33,6 +33,9 @@
  *   ops/conv.h       conv1d, conv2d (stride, padding, dilation, groups),
  *                    max_pool2d, avg_pool2d
  *   ops/sparse.h     embedding (row-sparse weight gradient), dropout
+ *   ops/rnn.h        rnn (tanh / relu), lstm, gru: one layer, batch-first
+ *   ops/attention.h  multi_head_attention (PyTorch layout, masks, causal)
+ *   ops/norm.h       batch_norm (running statistics), layer_norm, rms_norm
  */
 #ifndef DL_OPS_H
 #define DL_OPS_H
@@ -345,8 +348,8 @@ DL_API dl_tensor *dl_t_matmul(dl_tape *tp, dl_tensor *a, dl_tensor *b) {
 /* y = x @ w^T + b (PyTorch's Linear: w [out, in], b [out] or NULL);
  * x [..., in] -> y [..., out]. One GEMM; the bias is its initial value. */
 DL_API void dl__t_linear_bw(dl_tape *tp, dl_node *n) {
-  dl_tensor *x = n->in[0], *w = n->in[1], *b = n->nin > 2 ? n->in[2] : NULL, *gy = n->out->grad;
-  dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, w), *gb = dl_tape_grad(tp, b);
+  dl_tensor *x = n->in[0], *w = n->saved[1], *b = n->nin > 2 ? n->in[2] : NULL, *gy = n->out->grad;
+  dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, n->in[1]), *gb = dl_tape_grad(tp, b);
   dl_tensor g2 = dl_view_reshape(gy, DL_SHAPE(-1, gy->shape[gy->ndim - 1]));
   if (gx) {
     dl_tensor gx2 = dl_view_reshape(gx, DL_SHAPE(-1, x->shape[x->ndim - 1]));
@@ -361,7 +364,7 @@ DL_API void dl__t_linear_bw(dl_tape *tp, dl_node *n) {
   if (gb) dl_sum_to_into(gb, gy);
 }
 DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor *b) {
-  dl_tensor *y, *xc, x2, y2, wt;
+  dl_tensor *y, *xc, *wc, x2, y2, wt;
   int64_t shape[DL_MAX_DIMS];
   int d;
   dl__ops_same_float("dl_t_linear", x, w);
@@ -375,9 +378,12 @@ DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
   y = dl_tape_out(tp, "dl_t_linear", x->dtype, x->ndim, shape);
   if (b) DL_ASSIGN(y, dl_val(b));
   xc = dl__t_contig(tp, "dl_t_linear", x);
+  /* GEMM reads a matrix with a unit stride in one of its dims; a weight
+   * view with neither (every other column) is copied once */
+  wc = w->strides[0] == 1 || w->strides[1] == 1 ? w : dl__t_contig(tp, "dl_t_linear", w);
   x2 = dl_view_reshape(xc, DL_SHAPE(-1, x->shape[x->ndim - 1]));
   y2 = dl_view_reshape(y, DL_SHAPE(-1, w->shape[0]));
-  wt = dl_view_transpose(w, 0, 1);
+  wt = dl_view_transpose(wc, 0, 1);
   dl_matmul_into(&y2, &x2, &wt, 1.0, b ? 1.0 : 0.0);
   if (x->tangent || w->tangent || (b && b->tangent)) {
     dl_tensor *ty = dl_tape_tangent(tp, y), ty2 = dl_view_reshape(ty, DL_SHAPE(-1, w->shape[0]));
@@ -394,7 +400,10 @@ DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
   }
   {
     dl_node *n = dl_tape_record(tp, "dl_t_linear", dl__t_linear_bw, y, x, w, b);
-    if (n) n->saved[0] = xc;
+    if (n) {
+      n->saved[0] = xc;
+      n->saved[1] = wc;
+    }
   }
   return y;
 }
@@ -404,6 +413,9 @@ DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
 #include "ops/loss.h"
 #include "ops/conv.h"
 #include "ops/sparse.h"
+#include "ops/rnn.h"
+#include "ops/attention.h"
+#include "ops/norm.h"
 
 #endif /* !__cplusplus */
 #endif /* DL_OPS_H */

@@ -1,0 +1,767 @@
+/* dl/ops/norm.h - normalisation on the tape (see dl/ops.h for the op
+ * conventions): batch_norm, layer_norm, rms_norm.
+ *
+ *   dl_tensor *h = dl_t_batch_norm(tp, conv, gamma, beta, run_mean, run_var, train, 0.1, 1e-5);
+ *   dl_tensor *z = dl_t_layer_norm(tp, h, 1, ln_w, ln_b, 1e-5);  // over the last dim
+ *   dl_tensor *r = dl_t_rms_norm(tp, h, 1, rms_w, 1e-6);
+ *
+ * Each op is one fused loop per pass with its own backward and tangent rule
+ * (no composition of other dl_t_ ops): forward saves the per-channel (per-row)
+ * mean and 1/sqrt(var + eps); backward and the tangent rule reduce two sums
+ * per channel (row) and write the result in one more pass. Inputs may be
+ * strided views (x is copied to contiguous arena memory first); outputs are
+ * contiguous tensors in the tape's arena, valid until dl_tape_rewind. f32 and
+ * f64, never mixed: weight, bias and running statistics have x's dtype.
+ *
+ * Accuracy. Statistics and the sums of the backward and tangent rules are
+ * accumulated in double, f32 inputs too, two-pass (the mean, then the squared
+ * deviations); every output element is computed in double and rounded once.
+ *
+ * Threads. Batch norm splits the samples into at most DL__LN_MAXT tiles of
+ * whole rows (or, for a small batch of large feature maps, the channels; see
+ * dl__bn_run); layer and RMS norm split the rows likewise. The tiling
+ * depends on the shape only. Tiles run on the ctx's OpenMP team when the work reaches
+ * dl_ctx_parallel_threshold, each tile on one thread, and per-tile partial
+ * sums (per channel, or layer norm's weight and bias gradients) are added in
+ * tile order: the results do not depend on the thread count, bit for bit.
+ */
+#ifndef DL_OPS_NORM_H
+#define DL_OPS_NORM_H
+
+#include "../ops.h"
+
+#ifndef __cplusplus
+
+/* Row tiles (batch norm's row form, layer and RMS norm) aim at DL__LN_W
+ * elements, with at most DL__LN_MAXT tiles (the per-tile partial sums cost
+ * DL__LN_MAXT x 2 x (C or D) doubles). */
+#define DL__LN_W 16384
+#define DL__LN_MAXT 64
+
+/* Two-sum vectorised reduction (gcc + OpenMP; see reduce.h's DL__RSIMD_SUM). */
+#if DL__RED_OMP_SIMD
+#define DL__NSIMD_SUM2(a, b) DL__RPRAGMA(omp simd reduction(+ : a, b))
+#else
+#define DL__NSIMD_SUM2(a, b)
+#endif
+
+enum { DL__NM_FWD, DL__NM_TAN, DL__NM_BWD };
+
+/* >>helpers ---------------------------------------------------------------- */
+
+/* t's n values as a contiguous f64 tensor [n] in the arena (any strides,
+ * f32 or f64); filled with dflt when t is NULL. */
+DL_API dl_tensor *dl__norm_dvec(dl_tape *tp, const char *op, const dl_tensor *t, int64_t n,
+                                double dflt) {
+  dl_tensor *d = dl_tape_out(tp, op, DL_F64, 1, &n);
+  double *p = (double *)d->data;
+  int64_t i;
+  if (!t) {
+    for (i = 0; i < n; i++) p[i] = dflt;
+  } else if (dl_tensor_is_contiguous(t) && t->dtype == DL_F32) {
+    const float *s = (const float *)t->data;
+    for (i = 0; i < n; i++) p[i] = (double)s[i];
+  } else if (dl_tensor_is_contiguous(t)) {
+    const double *s = (const double *)t->data;
+    for (i = 0; i < n; i++) p[i] = s[i];
+  } else {
+    for (i = 0; i < n; i++) p[i] = dl__get_at(t, dl__offset_of_linear(t, i));
+  }
+  return d;
+}
+/* Runs fn(args, tile) for tile = 0 .. ntiles-1 on the ctx's team (reduce.h's
+ * tile runner: parallel when `work` reaches the threshold). */
+typedef void (*dl__norm_tile_fn)(const void *args, int64_t tile);
+DL_API void dl__norm_run(dl_tape *tp, dl__norm_tile_fn fn, const void *args, int64_t ntiles,
+                         int64_t work) {
+  DL__RED_TILES(tp->ctx, work, ntiles, dl__tile, fn(args, dl__tile););
+}
+/* x's dtype and eps, shared by the three ops. */
+DL_API void dl__norm_check_x(const char *op, const dl_tensor *x, double eps) {
+  dl__ops_same_float(op, x, NULL);
+  if (!(eps >= 0) || eps == HUGE_VAL)
+    DL_PANIC(x->ctx, op, "eps must be finite and >= 0, not %g (x %s)", eps, DL_SHAPESTR(x));
+}
+
+/* >>batch norm ------------------------------------------------------------- */
+
+/* x is [N, C, S] (S = product of x's dimensions after the channel),
+ * contiguous. Per channel c, with mu the mean and is = 1/sqrt(var + eps)
+ * (FWD computes them in batch mode, otherwise they are given), each pass is
+ *   FWD  y = (x - mu) k2 + k3                       k2 = is w, k3 = b
+ *   TAN  ty = k1 tx + (x - mu) k2 + k3     from s0 = sum tx, s1 = sum tx (x - mu)
+ *   BWD  gx += k1 gy + (x - mu) k2 + k3    from s0 = sum gy, s1 = sum gy (x - mu);
+ *        gw += is s1, gb += s0
+ * with the constants of dl__bn_consts. Two layouts of the work:
+ *   row form: a tile is a block of samples (rows of C*S contiguous
+ *     elements, DL__LN_W elements or more, at most DL__LN_MAXT tiles); each
+ *     tile sums into its own per-channel partials, added in tile order
+ *     between the phases. It streams through memory: the faster form
+ *     (measured about 1.5x the plane form's speed on f32 [64, C, 16, 16] and
+ *     [64, C, 32, 32], forward + backward; equal at 8 x 8).
+ *   plane form, when the row form would leave fewer than DL__BN_MINT tiles
+ *     and there are more channels, with S >= DL__BN_PLANE: a tile is one
+ *     channel (N runs of S) and does the whole pass for it; this keeps small
+ *     batches (inference) of large feature maps parallel.
+ * The form depends on the shape only. */
+#define DL__BN_PLANE 64
+#define DL__BN_MINT 8
+
+enum { DL__BNP_SUMX, DL__BNP_SUMD, DL__BNP_SUMV, DL__BNP_MAP };
+
+typedef struct dl__bn_args {
+  int mode, batch, phase;
+  dl_dtype dt;
+  int64_t N, C, S, rpt;  /* sizes; samples per tile (row form) */
+  const void *x;         /* [N, C, S] contiguous */
+  const void *v;         /* TAN: tx, BWD: gy ([N, C, S] contiguous), or NULL */
+  void *out;             /* FWD: y, TAN: ty, BWD: gx (+=) or NULL */
+  const double *w, *b;   /* [C]: weight (ones when absent), bias (zeros) */
+  const double *tw, *tb; /* TAN: tangents of w and b, [C] (zeros when absent) */
+  double eps;
+  double *mean, *istd;   /* [C]: FWD writes in batch mode, otherwise read */
+  double *var;           /* FWD batch mode: [C] biased variance */
+  void *gw, *gb;         /* BWD: [C] gradients (+=), or NULL */
+  double *part;          /* row form: [ntiles, 2, C] partial sums */
+  double *k;             /* row form: [3, C] constants k1, k2, k3 */
+} dl__bn_args;
+
+/* The constants k1, k2, k3 of channels [c0, c0 + nc) from the sums s0, s1
+ * (m elements per channel); BWD also adds is s1 to gw and s0 to gb.
+ *   FWD    k1 = 0, k2 = is w, k3 = b
+ *   TAN    k1 = w is, k2 = is (tw - k1 is s1/m), k3 = tb - k1 s0/m
+ *          (s0 = s1 = 0 without batch statistics or without tx)
+ *   BWD    k1 = w is, and in batch mode k2 = -k1 is^2 s1/m, k3 = -k1 s0/m
+ *          (else 0): gx = w is (gy - mean(gy) - xh mean(gy xh)), xh = (x - mu) is */
+DL_API void dl__bn_consts(const dl__bn_args *A, int64_t c0, int64_t nc, const double *s0,
+                          const double *s1, double *k1, double *k2, double *k3) {
+  const double m = (double)(A->N * A->S);
+  int64_t k;
+  for (k = 0; k < nc; k++) {
+    const int64_t c = c0 + k;
+    const double is = A->istd[c], w = A->w[c];
+    if (A->mode == DL__NM_FWD) {
+      k1[k] = 0;
+      k2[k] = is * w;
+      k3[k] = A->b[c];
+    } else if (A->mode == DL__NM_TAN) {
+      const double a0 = A->batch && A->v ? s0[k] : 0.0, a1 = A->batch && A->v ? s1[k] : 0.0;
+      k1[k] = A->v ? w * is : 0.0;
+      k2[k] = is * (A->tw[c] - k1[k] * is * a1 / m);
+      k3[k] = A->tb[c] - k1[k] * a0 / m;
+    } else {
+      if (A->gw) {
+        if (A->dt == DL_F32) ((float *)A->gw)[c] += (float)(is * s1[k]);
+        else ((double *)A->gw)[c] += is * s1[k];
+      }
+      if (A->gb) {
+        if (A->dt == DL_F32) ((float *)A->gb)[c] += (float)s0[k];
+        else ((double *)A->gb)[c] += s0[k];
+      }
+      k1[k] = w * is;
+      k2[k] = A->batch ? -k1[k] * is * is * s1[k] / m : 0.0;
+      k3[k] = A->batch ? -k1[k] * s0[k] / m : 0.0;
+    }
+  }
+}
+
+/* Whether a BWD pass needs the sums (batch statistics, or gw / gb wanted). */
+#define DL__BN_BWD_SUMS(A) ((A)->batch || (A)->gw || (A)->gb)
+
+/* Plane form: the whole pass for channel c = tile. */
+#define DL__BN_PLANE_KERNEL(T, SFX)                                                   \
+  DL_API void dl__bn_plane_##SFX(const void *args, int64_t c) {                       \
+    const dl__bn_args *A = (const dl__bn_args *)args;                                 \
+    const T *x = (const T *)A->x, *v = A->v ? (const T *)A->v : x;                    \
+    T *out = (T *)A->out;                                                             \
+    const int64_t N = A->N, C = A->C, S = A->S;                                       \
+    const double m = (double)(N * S);                                                 \
+    double s0 = 0, s1 = 0, k1, k2, k3, mu;                                            \
+    int64_t n, s;                                                                     \
+    if (A->mode == DL__NM_FWD && A->batch) {                                          \
+      for (n = 0; n < N; n++) {                                                       \
+        const T *xr = x + (n * C + c) * S;                                            \
+        DL__RSIMD_SUM(s0)                                                             \
+        for (s = 0; s < S; s++) s0 += (double)xr[s];                                  \
+      }                                                                               \
+      mu = s0 / m;                                                                    \
+      s0 = 0;                                                                         \
+      for (n = 0; n < N; n++) {                                                       \
+        const T *xr = x + (n * C + c) * S;                                            \
+        DL__RSIMD_SUM(s0)                                                             \
+        for (s = 0; s < S; s++) s0 += ((double)xr[s] - mu) * ((double)xr[s] - mu);   \
+      }                                                                               \
+      A->mean[c] = mu;                                                                \
+      A->var[c] = s0 / m;                                                             \
+      A->istd[c] = 1.0 / sqrt(s0 / m + A->eps);                                       \
+    }                                                                                 \
+    mu = A->mean[c];                                                                  \
+    if ((A->mode == DL__NM_TAN && A->batch && A->v) ||                                \
+        (A->mode == DL__NM_BWD && DL__BN_BWD_SUMS(A))) {                              \
+      for (n = 0; n < N; n++) {                                                       \
+        const T *xr = x + (n * C + c) * S, *vr = v + (n * C + c) * S;                 \
+        DL__NSIMD_SUM2(s0, s1)                                                        \
+        for (s = 0; s < S; s++) {                                                     \
+          s0 += (double)vr[s];                                                        \
+          s1 += (double)vr[s] * ((double)xr[s] - mu);                                 \
+        }                                                                             \
+      }                                                                               \
+    }                                                                                 \
+    dl__bn_consts(A, c, 1, &s0, &s1, &k1, &k2, &k3);                                  \
+    if (!out) return;                                                                 \
+    for (n = 0; n < N; n++) {                                                         \
+      const T *xr = x + (n * C + c) * S, *vr = v + (n * C + c) * S;                   \
+      T *o = out + (n * C + c) * S;                                                   \
+      if (A->mode == DL__NM_BWD) {                                                    \
+        DL__RSIMD                                                                     \
+        for (s = 0; s < S; s++) o[s] += (T)(k1 * (double)vr[s] + ((double)xr[s] - mu) * k2 + k3); \
+      } else {                                                                        \
+        DL__RSIMD                                                                     \
+        for (s = 0; s < S; s++) o[s] = (T)(k1 * (double)vr[s] + ((double)xr[s] - mu) * k2 + k3); \
+      }                                                                               \
+    }                                                                                 \
+  }
+DL__BN_PLANE_KERNEL(float, f32)
+DL__BN_PLANE_KERNEL(double, f64)
+
+/* Row form, one phase on the samples [n0, n1) of tile `tile`:
+ *   SUMX  part0[c] += sum x          SUMD  part0[c] += sum (x - mu)^2
+ *   SUMV  part0[c] += sum v, part1[c] += sum v (x - mu)
+ *   MAP   out = (or +=, BWD) k1 v + (x - mu) k2 + k3 */
+#define DL__BN_ROW_KERNEL(T, SFX)                                                     \
+  DL_API void dl__bn_rows_##SFX(const void *args, int64_t tile) {                     \
+    const dl__bn_args *A = (const dl__bn_args *)args;                                 \
+    const T *x = (const T *)A->x, *v = A->v ? (const T *)A->v : x;                    \
+    T *out = (T *)A->out;                                                             \
+    const int64_t C = A->C, S = A->S, L = C * S, n0 = tile * A->rpt;                  \
+    const int64_t n1 = A->N - n0 < A->rpt ? A->N : n0 + A->rpt;                       \
+    const double *mu = A->mean, *k1 = A->k, *k2 = A->k + C, *k3 = A->k + 2 * C;       \
+    double *p0 = A->part ? A->part + tile * 2 * C : NULL, *p1 = p0 ? p0 + C : NULL;   \
+    const int ph = A->phase, acc = A->mode == DL__NM_BWD;                             \
+    int64_t n, c, s;                                                                  \
+    for (n = n0; n < n1; n++) {                                                       \
+      const T *xr = x + n * L, *vr = v + n * L;                                       \
+      T *o = out ? out + n * L : NULL;                                                \
+      if (S == 1) {                                                                   \
+        if (ph == DL__BNP_SUMX) {                                                     \
+          DL__RSIMD                                                                   \
+          for (c = 0; c < C; c++) p0[c] += (double)xr[c];                             \
+        } else if (ph == DL__BNP_SUMD) {                                              \
+          DL__RSIMD                                                                   \
+          for (c = 0; c < C; c++) p0[c] += ((double)xr[c] - mu[c]) * ((double)xr[c] - mu[c]); \
+        } else if (ph == DL__BNP_SUMV) {                                              \
+          DL__RSIMD                                                                   \
+          for (c = 0; c < C; c++) {                                                   \
+            p0[c] += (double)vr[c];                                                   \
+            p1[c] += (double)vr[c] * ((double)xr[c] - mu[c]);                         \
+          }                                                                           \
+        } else if (acc) {                                                             \
+          DL__RSIMD                                                                   \
+          for (c = 0; c < C; c++) o[c] += (T)(k1[c] * (double)vr[c] + ((double)xr[c] - mu[c]) * k2[c] + k3[c]); \
+        } else {                                                                      \
+          DL__RSIMD                                                                   \
+          for (c = 0; c < C; c++) o[c] = (T)(k1[c] * (double)vr[c] + ((double)xr[c] - mu[c]) * k2[c] + k3[c]); \
+        }                                                                             \
+        continue;                                                                     \
+      }                                                                               \
+      for (c = 0; c < C; c++) {                                                       \
+        const T *xc = xr + c * S, *vc = vr + c * S;                                   \
+        const double mc = mu[c];                                                      \
+        double a0 = 0, a1 = 0;                                                        \
+        if (ph == DL__BNP_SUMX) {                                                     \
+          DL__RSIMD_SUM(a0)                                                           \
+          for (s = 0; s < S; s++) a0 += (double)xc[s];                                \
+        } else if (ph == DL__BNP_SUMD) {                                              \
+          DL__RSIMD_SUM(a0)                                                           \
+          for (s = 0; s < S; s++) a0 += ((double)xc[s] - mc) * ((double)xc[s] - mc);  \
+        } else if (ph == DL__BNP_SUMV) {                                              \
+          DL__NSIMD_SUM2(a0, a1)                                                      \
+          for (s = 0; s < S; s++) {                                                   \
+            a0 += (double)vc[s];                                                      \
+            a1 += (double)vc[s] * ((double)xc[s] - mc);                               \
+          }                                                                           \
+        } else {                                                                      \
+          const double b1 = k1[c], b2 = k2[c], b3 = k3[c];                            \
+          T *oc = o + c * S;                                                          \
+          if (acc) {                                                                  \
+            DL__RSIMD                                                                 \
+            for (s = 0; s < S; s++) oc[s] += (T)(b1 * (double)vc[s] + ((double)xc[s] - mc) * b2 + b3); \
+          } else {                                                                    \
+            DL__RSIMD                                                                 \
+            for (s = 0; s < S; s++) oc[s] = (T)(b1 * (double)vc[s] + ((double)xc[s] - mc) * b2 + b3); \
+          }                                                                           \
+          continue;                                                                   \
+        }                                                                             \
+        p0[c] += a0;                                                                  \
+        if (ph == DL__BNP_SUMV) p1[c] += a1;                                          \
+      }                                                                               \
+    }                                                                                 \
+  }
+DL__BN_ROW_KERNEL(float, f32)
+DL__BN_ROW_KERNEL(double, f64)
+
+/* Row form: runs one summing phase and adds the tiles' partials in tile
+ * order into s0 (and s1) [C]. */
+DL_API void dl__bn_rows_sum(dl_tape *tp, dl__bn_args *A, int phase, int64_t nt, double *s0, double *s1) {
+  const int64_t C = A->C;
+  int64_t t, c;
+  memset(A->part, 0, sizeof(double) * 2 * (size_t)C * (size_t)nt);
+  A->phase = phase;
+  dl__norm_run(tp, A->dt == DL_F32 ? dl__bn_rows_f32 : dl__bn_rows_f64, A, nt, A->N * C * A->S);
+  for (c = 0; c < C; c++) {
+    double a0 = 0, a1 = 0;
+    for (t = 0; t < nt; t++) {
+      a0 += A->part[t * 2 * C + c];
+      a1 += A->part[t * 2 * C + C + c];
+    }
+    s0[c] = a0;
+    if (s1) s1[c] = a1;
+  }
+}
+
+/* One pass (A->mode) in the form x's shape calls for. */
+DL_API void dl__bn_run(dl_tape *tp, dl__bn_args *A) {
+  const int64_t N = A->N, C = A->C, S = A->S, L = C * S > 0 ? C * S : 1;
+  const double m = (double)(N * S);
+  int64_t nt, rpt, c;
+  double *s0, *s1;
+  rpt = (DL__LN_W + L - 1) / L;
+  if (rpt < (N + DL__LN_MAXT - 1) / DL__LN_MAXT) rpt = (N + DL__LN_MAXT - 1) / DL__LN_MAXT;
+  if (rpt < 1) rpt = 1;
+  nt = (N + rpt - 1) / rpt;
+  if (S >= DL__BN_PLANE && nt < DL__BN_MINT && C > nt) {
+    dl__norm_run(tp, A->dt == DL_F32 ? dl__bn_plane_f32 : dl__bn_plane_f64, A, C, N * C * S);
+    return;
+  }
+  A->rpt = rpt;
+  A->part = (double *)dl_tape_scratch(tp, "dl_t_batch_norm",
+                                      sizeof(double) * 2 * (size_t)C * (size_t)(nt ? nt : 1));
+  A->k = (double *)dl_tape_scratch(tp, "dl_t_batch_norm", sizeof(double) * 5 * (size_t)C);
+  s0 = A->k + 3 * C;
+  s1 = A->k + 4 * C;
+  memset(s0, 0, sizeof(double) * 2 * (size_t)C);
+  if (A->mode == DL__NM_FWD && A->batch) {
+    dl__bn_rows_sum(tp, A, DL__BNP_SUMX, nt, s0, NULL);
+    for (c = 0; c < C; c++) A->mean[c] = s0[c] / m;
+    dl__bn_rows_sum(tp, A, DL__BNP_SUMD, nt, s0, NULL);
+    for (c = 0; c < C; c++) {
+      A->var[c] = s0[c] / m;
+      A->istd[c] = 1.0 / sqrt(s0[c] / m + A->eps);
+    }
+  } else if ((A->mode == DL__NM_TAN && A->batch && A->v) ||
+             (A->mode == DL__NM_BWD && DL__BN_BWD_SUMS(A))) {
+    dl__bn_rows_sum(tp, A, DL__BNP_SUMV, nt, s0, s1);
+  }
+  dl__bn_consts(A, 0, C, s0, s1, A->k, A->k + C, A->k + 2 * C);
+  if (!A->out) return;
+  A->phase = DL__BNP_MAP;
+  dl__norm_run(tp, A->dt == DL_F32 ? dl__bn_rows_f32 : dl__bn_rows_f64, A, nt, N * C * S);
+}
+
+/* x [N, C, S] from x's shape. */
+DL_API void dl__bn_sizes(const dl_tensor *x, int64_t *N, int64_t *C, int64_t *S) {
+  int d;
+  *N = x->shape[0];
+  *C = x->shape[1];
+  *S = 1;
+  for (d = 2; d < x->ndim; d++) *S *= x->shape[d];
+}
+
+DL_API void dl__t_batch_norm_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *x = n->in[0], *w = n->nin > 1 ? n->in[1] : NULL, *b = n->nin > 2 ? n->in[2] : NULL;
+  dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, w), *gb = dl_tape_grad(tp, b);
+  dl_tensor *st = n->saved[1];
+  dl__bn_args A;
+  if (!gx && !gw && !gb) return;
+  memset(&A, 0, sizeof A);
+  A.mode = DL__NM_BWD;
+  A.batch = (int)n->i[0];
+  A.dt = x->dtype;
+  dl__bn_sizes(x, &A.N, &A.C, &A.S);
+  A.x = n->saved[0]->data;
+  A.v = n->out->grad->data;
+  A.out = gx ? gx->data : NULL;
+  A.w = (const double *)n->saved[2]->data;
+  A.mean = (double *)st->data;
+  A.istd = A.mean + A.C;
+  A.gw = gw ? gw->data : NULL;
+  A.gb = gb ? gb->data : NULL;
+  dl__bn_run(tp, &A);
+}
+
+/* Batch normalisation (torch.nn.functional.batch_norm). x [N, C, ...]
+ * (ndim >= 2, channels in dimension 1: [N, C], [N, C, L], [N, C, H, W] ...);
+ * weight, bias [C] or NULL (affine=False: weight 1, bias 0); running_mean,
+ * running_var [C], both or neither (NULL: track_running_stats=False).
+ * Per channel c over the m = N * (positions) elements of the channel:
+ *   y = (x - mu_c) / sqrt(var_c + eps) * w_c + b_c
+ * Batch mode (training != 0, or no running statistics, like PyTorch's module
+ * without them): mu, var are the batch mean and BIASED variance (accumulated
+ * in double, f32 too; m must be > 1); when training and the running
+ * statistics are given they are updated in place as PyTorch does:
+ *   running_mean = (1 - momentum) running_mean + momentum mu
+ *   running_var  = (1 - momentum) running_var  + momentum var m / (m - 1)
+ * (the unbiased variance; momentum is a number, PyTorch's momentum=None
+ * cumulative average is not offered). Evaluation (training == 0 with running
+ * statistics): mu, var are the running statistics, nothing is updated. The
+ * running statistics never require or receive a gradient and carry no tangent.
+ * Backward, with xh = (x - mu) is, is = 1/sqrt(var + eps), sums over the
+ * channel's elements:
+ *   batch  gx = w is (gy - sum(gy)/m - xh sum(gy xh)/m)
+ *   eval   gx = w is gy
+ *   gw += sum(gy xh), gb += sum(gy)
+ * Tangent (tx, tw, tb): batch ty = w is (tx - sum(tx)/m - xh sum(xh tx)/m)
+ * + xh tw + tb; eval ty = w is tx + xh tw + tb.
+ * Output: x's shape, contiguous, in the tape's arena. Panics (naming the op
+ * and the shapes) on a dtype mismatch, x with fewer than 2 dimensions, a
+ * parameter or statistic that is not [C], only one running statistic, eps < 0,
+ * or batch statistics over m <= 1 elements per channel. */
+DL_API dl_tensor *dl_t_batch_norm(dl_tape *tp, dl_tensor *x, dl_tensor *weight, dl_tensor *bias,
+                                  dl_tensor *running_mean, dl_tensor *running_var, int training,
+                                  double momentum, double eps) {
+  const char *op = "dl_t_batch_norm";
+  dl_tensor *xc, *y, *st, *wd, *par[4];
+  dl__bn_args A;
+  dl_node *nd;
+  int64_t C, k;
+  int batch, j;
+  static const char *const names[4] = {"weight", "bias", "running_mean", "running_var"};
+  dl__norm_check_x(op, x, eps);
+  if (x->ndim < 2)
+    DL_PANIC(x->ctx, op, "x %s must have at least 2 dimensions [N, C, ...]", DL_SHAPESTR(x));
+  C = x->shape[1];
+  par[0] = weight;
+  par[1] = bias;
+  par[2] = running_mean;
+  par[3] = running_var;
+  for (j = 0; j < 4; j++) {
+    if (!par[j]) continue;
+    dl__ops_same_float(op, x, par[j]);
+    if (par[j]->ndim != 1 || par[j]->shape[0] != C)
+      DL_PANIC(x->ctx, op, "%s %s must be [C] = [%lld] for x %s", names[j], DL_SHAPESTR(par[j]),
+               (long long)C, DL_SHAPESTR(x));
+  }
+  if (!running_mean != !running_var)
+    DL_PANIC(x->ctx, op, "running_mean %s and running_var %s: give both or neither (x %s)",
+             running_mean ? DL_SHAPESTR(running_mean) : "NULL",
+             running_var ? DL_SHAPESTR(running_var) : "NULL", DL_SHAPESTR(x));
+  batch = training || !running_mean;
+  memset(&A, 0, sizeof A);
+  A.dt = x->dtype;
+  A.batch = batch;
+  A.eps = eps;
+  dl__bn_sizes(x, &A.N, &A.C, &A.S);
+  if (batch && A.N * A.S <= 1)
+    DL_PANIC(x->ctx, op, "batch statistics need more than 1 value per channel, x %s has %lld",
+             DL_SHAPESTR(x), (long long)(A.N * A.S));
+  xc = dl__t_contig(tp, op, x);
+  y = dl_tape_out(tp, op, x->dtype, x->ndim, x->shape);
+  st = dl_tape_out(tp, op, DL_F64, DL_SHAPE(2, C));
+  wd = dl__norm_dvec(tp, op, weight, C, 1.0);
+  A.mode = DL__NM_FWD;
+  A.x = xc->data;
+  A.out = y->data;
+  A.w = (const double *)wd->data;
+  A.b = (const double *)dl__norm_dvec(tp, op, bias, C, 0.0)->data;
+  A.mean = (double *)st->data;
+  A.istd = A.mean + C;
+  if (batch) {
+    A.var = (double *)dl_tape_scratch(tp, op, sizeof(double) * (size_t)C);
+  } else {
+    for (k = 0; k < C; k++) {
+      A.mean[k] = dl__get_at(running_mean, k * running_mean->strides[0]);
+      A.istd[k] = 1.0 / sqrt(dl__get_at(running_var, k * running_var->strides[0]) + eps);
+    }
+  }
+  dl__bn_run(tp, &A);
+  if (batch && training && running_mean) {
+    const double m = (double)(A.N * A.S);
+    for (k = 0; k < C; k++) {
+      const int64_t om = k * running_mean->strides[0], ov = k * running_var->strides[0];
+      dl__set_at(running_mean, om, (1 - momentum) * dl__get_at(running_mean, om) + momentum * A.mean[k]);
+      dl__set_at(running_var, ov,
+                 (1 - momentum) * dl__get_at(running_var, ov) + momentum * A.var[k] * m / (m - 1));
+    }
+  }
+  if (x->tangent || (weight && weight->tangent) || (bias && bias->tangent)) {
+    dl__bn_args T = A;
+    T.mode = DL__NM_TAN;
+    T.v = x->tangent ? dl__t_contig(tp, op, x->tangent)->data : NULL;
+    T.out = dl_tape_tangent(tp, y)->data;
+    T.tw = (const double *)dl__norm_dvec(tp, op, weight ? weight->tangent : NULL, C, 0.0)->data;
+    T.tb = (const double *)dl__norm_dvec(tp, op, bias ? bias->tangent : NULL, C, 0.0)->data;
+    dl__bn_run(tp, &T);
+  }
+  if ((nd = dl_tape_record(tp, op, dl__t_batch_norm_bw, y, x, weight, bias)) != NULL) {
+    nd->i[0] = batch;
+    nd->saved[0] = xc;
+    nd->saved[1] = st;
+    nd->saved[2] = wd;
+  }
+  return y;
+}
+
+/* >>layer norm, rms norm ----------------------------------------------------- */
+
+/* One layer/RMS-norm pass over the row tiles of x [R, D] (contiguous). Per
+ * row, mu the mean (0 for RMS norm: center == 0) and is = 1/sqrt(mean((x -
+ * mu)^2) + eps), both saved by FWD, xh = (x - mu) is:
+ *   FWD  y = xh w + b
+ *   TAN  ty = w (is tx - (x - mu) is^3 s1/D - center is s0/D) + xh tw + tb,
+ *        s0 = sum tx, s1 = sum tx (x - mu)
+ *   BWD  gx += is u - (x - mu) is^3 s1/D - center is s0/D, u = gy w,
+ *        s0 = sum u, s1 = sum u (x - mu); the tile's partials of gw (gy xh)
+ *        and gb (gy) go to part[tile] */
+typedef struct dl__ln_args {
+  int mode, center;
+  dl_dtype dt;
+  int64_t R, D, rpt;      /* rows, row length, rows per tile */
+  const void *x;          /* [R, D] contiguous */
+  const void *v;          /* TAN: tx or NULL; BWD: gy */
+  void *out;              /* FWD: y, TAN: ty, BWD: gx (+=) or NULL */
+  const double *w, *b;    /* [D]: weight (ones when absent), bias (zeros) */
+  const double *tw, *tb;  /* TAN: [D] tangents of w and b (zeros when absent) */
+  double eps;
+  double *mean, *istd;    /* [R]: FWD writes, TAN and BWD read */
+  double *part;           /* BWD: [ntiles, 2, D] zeroed partials, or NULL */
+} dl__ln_args;
+
+#define DL__LN_KERNEL(T, SFX)                                                         \
+  DL_API void dl__ln_tile_##SFX(const void *args, int64_t tile) {                     \
+    const dl__ln_args *A = (const dl__ln_args *)args;                                 \
+    const T *x = (const T *)A->x, *v = (const T *)A->v;                               \
+    T *out = (T *)A->out;                                                             \
+    const int64_t D = A->D, r0 = tile * A->rpt;                                       \
+    const int64_t r1 = A->R - r0 < A->rpt ? A->R : r0 + A->rpt;                       \
+    const double dD = (double)D, *w = A->w, *b = A->b;                                \
+    int64_t r, j;                                                                     \
+    for (r = r0; r < r1; r++) {                                                       \
+      const T *xr = x + r * D;                                                        \
+      if (A->mode == DL__NM_FWD) {                                                    \
+        double mu = 0, a = 0, is;                                                     \
+        T *o = out + r * D;                                                           \
+        if (A->center) {                                                              \
+          DL__RSIMD_SUM(a)                                                            \
+          for (j = 0; j < D; j++) a += (double)xr[j];                                 \
+          mu = a / dD;                                                                \
+          a = 0;                                                                      \
+        }                                                                             \
+        DL__RSIMD_SUM(a)                                                              \
+        for (j = 0; j < D; j++) a += ((double)xr[j] - mu) * ((double)xr[j] - mu);     \
+        is = 1.0 / sqrt(a / dD + A->eps);                                             \
+        A->mean[r] = mu;                                                              \
+        A->istd[r] = is;                                                              \
+        DL__RSIMD                                                                     \
+        for (j = 0; j < D; j++) o[j] = (T)(((double)xr[j] - mu) * is * w[j] + b[j]);  \
+      } else if (A->mode == DL__NM_TAN) {                                             \
+        const double mu = A->mean[r], is = A->istd[r];                                \
+        const double *tw = A->tw, *tb = A->tb;                                        \
+        const T *vr = v ? v + r * D : xr;                                             \
+        const double k1 = v ? is : 0.0;                                               \
+        double s0 = 0, s1 = 0, k2, k3;                                                \
+        T *o = out + r * D;                                                           \
+        if (v) {                                                                      \
+          DL__NSIMD_SUM2(s0, s1)                                                      \
+          for (j = 0; j < D; j++) {                                                   \
+            s0 += (double)vr[j];                                                      \
+            s1 += (double)vr[j] * ((double)xr[j] - mu);                               \
+          }                                                                           \
+        }                                                                             \
+        k2 = -is * is * is * s1 / dD;                                                 \
+        k3 = A->center ? -is * s0 / dD : 0.0;                                         \
+        DL__RSIMD                                                                     \
+        for (j = 0; j < D; j++) {                                                     \
+          const double xm = (double)xr[j] - mu;                                       \
+          o[j] = (T)(w[j] * (k1 * (double)vr[j] + xm * k2 + k3) + xm * is * tw[j] + tb[j]); \
+        }                                                                             \
+      } else {                                                                        \
+        const double mu = A->mean[r], is = A->istd[r];                                \
+        const T *gr = v + r * D;                                                      \
+        if (out) {                                                                    \
+          double s0 = 0, s1 = 0, k2, k3;                                              \
+          T *o = out + r * D;                                                         \
+          DL__NSIMD_SUM2(s0, s1)                                                      \
+          for (j = 0; j < D; j++) {                                                   \
+            const double u = (double)gr[j] * w[j];                                    \
+            s0 += u;                                                                  \
+            s1 += u * ((double)xr[j] - mu);                                           \
+          }                                                                           \
+          k2 = -is * is * is * s1 / dD;                                               \
+          k3 = A->center ? -is * s0 / dD : 0.0;                                       \
+          DL__RSIMD                                                                   \
+          for (j = 0; j < D; j++)                                                     \
+            o[j] += (T)(is * (double)gr[j] * w[j] + ((double)xr[j] - mu) * k2 + k3);  \
+        }                                                                             \
+        if (A->part) {                                                                \
+          double *pw = A->part + tile * 2 * D, *pb = pw + D;                          \
+          DL__RSIMD                                                                   \
+          for (j = 0; j < D; j++) {                                                   \
+            pw[j] += (double)gr[j] * ((double)xr[j] - mu) * is;                       \
+            pb[j] += (double)gr[j];                                                   \
+          }                                                                           \
+        }                                                                             \
+      }                                                                               \
+    }                                                                                 \
+  }
+DL__LN_KERNEL(float, f32)
+DL__LN_KERNEL(double, f64)
+
+/* Tiling of [R, D] rows; returns the tile count. */
+DL_API int64_t dl__ln_tiles(dl__ln_args *A) {
+  const int64_t D = A->D > 0 ? A->D : 1;
+  int64_t rpt = (DL__LN_W + D - 1) / D, min_rpt = (A->R + DL__LN_MAXT - 1) / DL__LN_MAXT;
+  if (rpt < min_rpt) rpt = min_rpt;
+  if (rpt < 1) rpt = 1;
+  A->rpt = rpt;
+  return (A->R + rpt - 1) / rpt;
+}
+DL_API void dl__ln_run(dl_tape *tp, dl__ln_args *A) {
+  const int64_t nt = dl__ln_tiles(A);
+  dl__norm_run(tp, A->dt == DL_F32 ? dl__ln_tile_f32 : dl__ln_tile_f64, A, nt, A->R * A->D);
+}
+/* x [R, D] with D the product of the last nnorm dimensions. */
+DL_API void dl__ln_sizes(const dl_tensor *x, int nnorm, int64_t *R, int64_t *D) {
+  int d;
+  *R = 1;
+  *D = 1;
+  for (d = 0; d < x->ndim; d++) {
+    if (d < x->ndim - nnorm) *R *= x->shape[d];
+    else *D *= x->shape[d];
+  }
+}
+
+DL_API void dl__t_layer_norm_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *x = n->in[0], *w = n->nin > 1 ? n->in[1] : NULL, *b = n->nin > 2 ? n->in[2] : NULL;
+  dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, w), *gb = dl_tape_grad(tp, b);
+  dl__ln_args A;
+  int64_t nt, t, j;
+  if (!gx && !gw && !gb) return;
+  memset(&A, 0, sizeof A);
+  A.mode = DL__NM_BWD;
+  A.center = (int)n->i[1];
+  A.dt = x->dtype;
+  dl__ln_sizes(x, (int)n->i[0], &A.R, &A.D);
+  A.x = n->saved[0]->data;
+  A.v = n->out->grad->data;
+  A.out = gx ? gx->data : NULL;
+  A.w = (const double *)n->saved[2]->data;
+  A.mean = (double *)n->saved[1]->data;
+  A.istd = A.mean + A.R;
+  nt = dl__ln_tiles(&A);
+  if (gw || gb) {
+    const size_t bytes = sizeof(double) * 2 * (size_t)A.D * (size_t)nt;
+    A.part = (double *)dl_tape_scratch(tp, n->op, bytes);
+    memset(A.part, 0, bytes);
+  }
+  dl__norm_run(tp, A.dt == DL_F32 ? dl__ln_tile_f32 : dl__ln_tile_f64, &A, nt, A.R * A.D);
+  if (!A.part) return;
+  /* tile partials, added in tile order */
+  for (j = 0; j < A.D; j++) {
+    double sw = 0, sb = 0;
+    for (t = 0; t < nt; t++) {
+      sw += A.part[t * 2 * A.D + j];
+      sb += A.part[t * 2 * A.D + A.D + j];
+    }
+    if (gw) {
+      if (gw->dtype == DL_F32) ((float *)gw->data)[j] += (float)sw;
+      else ((double *)gw->data)[j] += sw;
+    }
+    if (gb) {
+      if (gb->dtype == DL_F32) ((float *)gb->data)[j] += (float)sb;
+      else ((double *)gb->data)[j] += sb;
+    }
+  }
+}
+
+/* Layer norm (center = 1) and RMS norm (center = 0, no bias). */
+DL_API dl_tensor *dl__t_row_norm(dl_tape *tp, const char *op, int center, dl_tensor *x, int nnorm,
+                                 dl_tensor *weight, dl_tensor *bias, double eps) {
+  dl_tensor *xc, *y, *st, *wd, *par[2];
+  dl__ln_args A;
+  dl_node *nd;
+  int j, d;
+  static const char *const names[2] = {"weight", "bias"};
+  dl__norm_check_x(op, x, eps);
+  if (nnorm < 1 || nnorm > x->ndim)
+    DL_PANIC(x->ctx, op, "nnorm %d out of range for x %s (normalises the last 1..%d dimensions)", nnorm,
+             DL_SHAPESTR(x), x->ndim);
+  par[0] = weight;
+  par[1] = bias;
+  for (j = 0; j < 2; j++) {
+    int ok;
+    if (!par[j]) continue;
+    dl__ops_same_float(op, x, par[j]);
+    ok = par[j]->ndim == nnorm;
+    for (d = 0; ok && d < nnorm; d++) ok = par[j]->shape[d] == x->shape[x->ndim - nnorm + d];
+    if (!ok)
+      DL_PANIC(x->ctx, op, "%s %s must be the last %d dimension(s) of x %s", names[j],
+               DL_SHAPESTR(par[j]), nnorm, DL_SHAPESTR(x));
+  }
+  memset(&A, 0, sizeof A);
+  A.mode = DL__NM_FWD;
+  A.center = center;
+  A.dt = x->dtype;
+  A.eps = eps;
+  dl__ln_sizes(x, nnorm, &A.R, &A.D);
+  xc = dl__t_contig(tp, op, x);
+  y = dl_tape_out(tp, op, x->dtype, x->ndim, x->shape);
+  st = dl_tape_out(tp, op, DL_F64, DL_SHAPE(2, A.R));
+  wd = dl__norm_dvec(tp, op, weight, A.D, 1.0);
+  A.x = xc->data;
+  A.out = y->data;
+  A.w = (const double *)wd->data;
+  A.b = (const double *)dl__norm_dvec(tp, op, bias, A.D, 0.0)->data;
+  A.mean = (double *)st->data;
+  A.istd = A.mean + A.R;
+  dl__ln_run(tp, &A);
+  if (x->tangent || (weight && weight->tangent) || (bias && bias->tangent)) {
+    dl__ln_args T = A;
+    T.mode = DL__NM_TAN;
+    T.v = x->tangent ? dl__t_contig(tp, op, x->tangent)->data : NULL;
+    T.out = dl_tape_tangent(tp, y)->data;
+    T.tw = (const double *)dl__norm_dvec(tp, op, weight ? weight->tangent : NULL, A.D, 0.0)->data;
+    T.tb = (const double *)dl__norm_dvec(tp, op, bias ? bias->tangent : NULL, A.D, 0.0)->data;
+    dl__ln_run(tp, &T);
+  }
+  if ((nd = dl_tape_record(tp, op, dl__t_layer_norm_bw, y, x, weight, bias)) != NULL) {
+    nd->i[0] = nnorm;
+    nd->i[1] = center;
+    nd->saved[0] = xc;
+    nd->saved[1] = st;
+    nd->saved[2] = wd;
+  }
+  return y;
+}
+
+/* Layer normalisation (torch.nn.functional.layer_norm with normalized_shape
+ * = x.shape[-nnorm:]): per row r of the last nnorm dimensions (D elements),
+ *   y = (x - mu_r) / sqrt(var_r + eps) * w + b
+ * with mu, var the row's mean and biased variance (in double, f32 too).
+ * weight, bias: x's last nnorm dimensions, or NULL (weight 1, bias 0).
+ * Backward, xh = (x - mu) is, is = 1/sqrt(var + eps), u = gy w, row sums:
+ *   gx = is (u - sum(u)/D - xh sum(u xh)/D), gw += sum over rows of gy xh,
+ *   gb += sum over rows of gy.
+ * Tangent: ty = w is (tx - sum(tx)/D - xh sum(xh tx)/D) + xh tw + tb.
+ * Output: x's shape, contiguous, in the tape's arena. Panics (naming the op
+ * and the shapes) on nnorm outside 1..ndim, a weight or bias of another
+ * shape, a dtype mismatch or eps < 0. */
+DL_API dl_tensor *dl_t_layer_norm(dl_tape *tp, dl_tensor *x, int nnorm, dl_tensor *weight,
+                                  dl_tensor *bias, double eps) {
+  return dl__t_row_norm(tp, "dl_t_layer_norm", 1, x, nnorm, weight, bias, eps);
+}
+
+/* RMS normalisation (torch 2.4's nn.RMSNorm with normalized_shape =
+ * x.shape[-nnorm:]): per row of the last nnorm dimensions (D elements),
+ *   y = x / sqrt(mean(x^2) + eps) * w
+ * (the mean of squares in double, f32 too); weight: x's last nnorm
+ * dimensions, or NULL (1). Backward, r = 1/sqrt(mean(x^2) + eps), u = gy w:
+ *   gx = r u - r^3 x sum(u x)/D, gw += sum over rows of gy x r.
+ * Tangent: ty = w (r tx - r^3 x sum(x tx)/D) + x r tw.
+ * Output: x's shape, contiguous, in the tape's arena. Panics as
+ * dl_t_layer_norm. */
+DL_API dl_tensor *dl_t_rms_norm(dl_tape *tp, dl_tensor *x, int nnorm, dl_tensor *weight, double eps) {
+  return dl__t_row_norm(tp, "dl_t_rms_norm", 0, x, nnorm, weight, NULL, eps);
+}
+
+#endif /* !__cplusplus */
+#endif /* DL_OPS_NORM_H */

@@ -1,0 +1,642 @@
+/* dl/ops/rnn.h - recurrent layers on the tape: Elman RNN (tanh or relu),
+ * LSTM and GRU, one layer, one direction, batch-first, every time step.
+ * Included by dl/ops.h (see there for the conventions every op follows).
+ *
+ *   dl_tensor *hn, *cn;
+ *   dl_tensor *y = dl_t_lstm(tp, x, NULL, NULL, w_ih, w_hh, b_ih, b_hh, &hn, &cn);
+ *   // x [B, T, I] -> y [B, T, H]; hn, cn [B, H]
+ *
+ * Weights have PyTorch's layouts and gate orders (torch.nn.RNN / LSTM / GRU
+ * with batch_first=True, the parameters weight_ih_l0, weight_hh_l0,
+ * bias_ih_l0, bias_hh_l0):
+ *   w_ih [G*H, I], w_hh [G*H, H], b_ih, b_hh [G*H] or NULL (no bias),
+ *   G = 1 (RNN), 4 (LSTM: gates i, f, g, o), 3 (GRU: r, z, n).
+ * x [B, T, I] with T >= 1; h0, c0 [B, H] or NULL (zeros). Every tensor f32
+ * or f64, all one dtype; any of them may be a strided view.
+ *
+ * Math, per step t (a_* = x_t W_i*^T + b_i* + h_{t-1} W_h*^T + b_h*):
+ *   RNN   h_t = tanh(a) or relu(a)
+ *   LSTM  i = s(a_i), f = s(a_f), g = tanh(a_g), o = s(a_o)   (s: sigmoid)
+ *         c_t = f c_{t-1} + i g,   h_t = o tanh(c_t)
+ *   GRU   r = s(a_r), z = s(a_z),
+ *         n = tanh(x_t W_in^T + b_in + r (h_{t-1} W_hn^T + b_hn))
+ *         h_t = (1 - z) n + z h_{t-1}
+ * Returns y [B, T, H] (every h_t), contiguous, in the tape's arena (valid
+ * until dl_tape_rewind). When h_n (c_n) is not NULL, *h_n (*c_n) receives the
+ * last state h_{T-1} (c_{T-1}) [B, H], contiguous, in the arena; a loss may
+ * use y, h_n and c_n in any combination and the gradient flows through each.
+ *
+ * How it runs. The input projection of all time steps is ONE GEMM,
+ * xp = dl_t_linear(x, w_ih, b_ih) on x seen as [B*T, I] (its backward, also
+ * one GEMM each for x and w_ih, is linear's). The recurrence is one fused
+ * node: per step one GEMM s = h_{t-1} w_hh^T ([B, H] x [H, G*H]) and one
+ * element-wise kernel for the gates (over the batch rows, on the ctx's
+ * OpenMP team above the parallel threshold). It saves the gate activations
+ * [B, T, G*H] (GRU: r, z, n and W_hn h + b_hn) and the LSTM cell states
+ * [B, T, H] for backward; under no-grad with no tangents it keeps only one
+ * step of each. Backward (backpropagation through time), per step from the
+ * last: the element-wise rule gives the pre-activation gradients da_t
+ * (written straight into xp's gradient), then dh_{t-1} = da_t w_hh (one GEMM
+ * per step); after the loop grad_w_hh += da^T [h_{-1} .. h_{T-2}] is one GEMM
+ * over all B*T rows and grad_b_hh the column sums of da (for the GRU the
+ * hidden part of the n gate's gradient is r * da_n). Results do not depend
+ * on the thread count: every kernel is element-wise over batch rows, column
+ * sums run in a fixed order, and the GEMMs split only their output.
+ *
+ * Forward mode: the tangent of every input (x, h0, c0, weights, biases) is
+ * pushed through each step in the same forward pass (ts = th_{t-1} w_hh^T +
+ * h_{t-1} tw_hh^T, then the gate rules' derivatives); y, h_n and c_n carry
+ * tangents.
+ *
+ * Memory: outputs, saved activations and scratch come from the tape's arena;
+ * no allocation besides the GEMM's packing cache (blas.h, grow-only).
+ */
+#ifndef DL_OPS_RNN_H
+#define DL_OPS_RNN_H
+
+#ifndef __cplusplus
+
+/* >>recurrent core ---------------------------------------------------------- */
+
+enum { DL__RNN_TANH = 0, DL__RNN_RELU = 1, DL__RNN_LSTM = 2, DL__RNN_GRU = 3 };
+
+/* What one recurrent call shares with its backward rule (tape arena). Row b
+ * of a [B, T, W] buffer at step t starts at base + b * lb + t * lt; a stride
+ * of 0 makes the buffer hold one step (overwritten in place) or one row
+ * (the zero row of a missing h0). */
+typedef struct dl__rnn {
+  int kind, G, S;               /* DL__RNN_*; gates; saved values per hidden unit */
+  int64_t B, T, H;
+  dl_ctx *ctx;
+  dl_dtype dtype;
+  const char *op;
+  const void *xp;               /* [B, T, G*H] x w_ih^T + b_ih, contiguous */
+  const void *whh;              /* [G*H, H] contiguous */
+  const void *bhh;              /* [G*H] (the zero row when there is no b_hh) */
+  const void *h0, *c0;          /* rows h0_ld / c0_ld apart (0: the zero row) */
+  int64_t h0_ld, c0_ld;
+  int has_h0;                   /* h0 given (not the zero row) */
+  void *y;                      /* [B, T, H] the output */
+  void *c;                      /* LSTM cell states, strides c_lb, c_lt */
+  int64_t c_lb, c_lt;
+  void *g;                      /* saved activations [.., S*H], strides g_lb, g_lt */
+  int64_t g_lb, g_lt;
+  void *s;                      /* [B, G*H] scratch: h_{t-1} w_hh^T */
+  const void *zero;             /* G*H zeros */
+  /* forward mode (ty == NULL when no input carries a tangent) */
+  const void *txp;              /* xp's tangent, strides txp_lb, txp_lt (0, 0: zero) */
+  int64_t txp_lb, txp_lt;
+  const void *twhh;             /* w_hh's tangent [G*H, H] or NULL */
+  const void *tbhh;             /* b_hh's tangent (or the zero row) */
+  const void *th0, *tc0;        /* rows th0_ld / tc0_ld apart (0: the zero row) */
+  int64_t th0_ld, tc0_ld;
+  int has_th0;
+  void *ty;                     /* [B, T, H] y's tangent */
+  void *tc;                     /* [B, H] the LSTM cell's tangent, updated in place */
+  void *ts;                     /* [B, G*H] scratch */
+  /* c_n's node hands its gradient over during a backward walk */
+  dl_tensor *cn;
+  uint64_t gcn_walk;
+  int gcn_set;
+} dl__rnn;
+
+/* Per-walk buffers of the backward rule: gy [B, T, H] (y's gradient),
+ * dx [B, T, G*H] (pre-activation gradients: xp's gradient), dhs (GRU: the
+ * gradient of h_{t-1} w_hh^T + b_hh; the others: dx), dh, dc [B, H]
+ * (gradients flowing into step t from step t+1). */
+typedef struct dl__rnn_bwbuf {
+  const void *gy;
+  void *dx, *dhs, *dh, *dc;
+} dl__rnn_bwbuf;
+
+/* The element-wise kernels of one step for batch row b, once per float type:
+ * dl__rnn_fwd_row_f32/f64 (forward, then the tangent when r->ty) and
+ * dl__rnn_bwd_row_f32/f64 (backward). */
+#define DL__RNN_KERNELS(FT, SFX)                                                             \
+  DL_API void dl__rnn_fwd_row_##SFX(const dl__rnn *r, int64_t t, int64_t b) {                \
+    const int64_t H = r->H, GH = (int64_t)r->G * H, bt = b * r->T + t;                       \
+    const FT *xp = (const FT *)r->xp + bt * GH, *s = (const FT *)r->s + b * GH;              \
+    const FT *bh = (const FT *)r->bhh;                                                       \
+    const FT *hp = t ? (const FT *)r->y + (bt - 1) * H : (const FT *)r->h0 + b * r->h0_ld;   \
+    FT *y = (FT *)r->y + bt * H;                                                             \
+    FT *g = (FT *)r->g + b * r->g_lb + t * r->g_lt;                                          \
+    FT *c = (FT *)r->c + b * r->c_lb + t * r->c_lt;                                          \
+    const FT *cp = t ? c - r->c_lt : (const FT *)r->c0 + b * r->c0_ld;                       \
+    int64_t j;                                                                               \
+    if (r->kind == DL__RNN_TANH) {                                                           \
+      DL__RSIMD                                                                              \
+      for (j = 0; j < H; j++) y[j] = dl_tanh_##SFX(xp[j] + s[j] + bh[j]);                    \
+    } else if (r->kind == DL__RNN_RELU) {                                                    \
+      DL__RSIMD                                                                              \
+      for (j = 0; j < H; j++) {                                                              \
+        const FT a = xp[j] + s[j] + bh[j];                                                   \
+        y[j] = a > 0 ? a : (FT)0;                                                            \
+      }                                                                                      \
+    } else if (r->kind == DL__RNN_LSTM) {                                                    \
+      DL__RSIMD                                                                              \
+      for (j = 0; j < H; j++) {                                                              \
+        const FT i_ = dl_sigmoid_##SFX(xp[j] + s[j] + bh[j]);                                \
+        const FT f_ = dl_sigmoid_##SFX(xp[H + j] + s[H + j] + bh[H + j]);                    \
+        const FT g_ = dl_tanh_##SFX(xp[2 * H + j] + s[2 * H + j] + bh[2 * H + j]);           \
+        const FT o_ = dl_sigmoid_##SFX(xp[3 * H + j] + s[3 * H + j] + bh[3 * H + j]);        \
+        const FT c_ = f_ * cp[j] + i_ * g_;                                                  \
+        c[j] = c_;                                                                           \
+        y[j] = o_ * dl_tanh_##SFX(c_);                                                       \
+        g[j] = i_;                                                                           \
+        g[H + j] = f_;                                                                       \
+        g[2 * H + j] = g_;                                                                   \
+        g[3 * H + j] = o_;                                                                   \
+      }                                                                                      \
+    } else {                                                                                 \
+      DL__RSIMD                                                                              \
+      for (j = 0; j < H; j++) {                                                              \
+        const FT hn_ = s[2 * H + j] + bh[2 * H + j];                                         \
+        const FT r_ = dl_sigmoid_##SFX(xp[j] + (s[j] + bh[j]));                              \
+        const FT z_ = dl_sigmoid_##SFX(xp[H + j] + (s[H + j] + bh[H + j]));                  \
+        const FT n_ = dl_tanh_##SFX(xp[2 * H + j] + r_ * hn_);                               \
+        y[j] = ((FT)1 - z_) * n_ + z_ * hp[j];                                               \
+        g[j] = r_;                                                                           \
+        g[H + j] = z_;                                                                       \
+        g[2 * H + j] = n_;                                                                   \
+        g[3 * H + j] = hn_;                                                                  \
+      }                                                                                      \
+    }                                                                                        \
+    if (r->ty) { /* the tangent of step t */                                                 \
+      const FT *tx = (const FT *)r->txp + b * r->txp_lb + t * r->txp_lt;                     \
+      const FT *ts = (const FT *)r->ts + b * GH, *tb = (const FT *)r->tbhh;                  \
+      FT *ty = (FT *)r->ty + bt * H;                                                         \
+      if (r->kind == DL__RNN_TANH) {                                                         \
+        DL__RSIMD                                                                            \
+        for (j = 0; j < H; j++) ty[j] = ((FT)1 - y[j] * y[j]) * (tx[j] + ts[j] + tb[j]);     \
+      } else if (r->kind == DL__RNN_RELU) {                                                  \
+        DL__RSIMD                                                                            \
+        for (j = 0; j < H; j++) ty[j] = y[j] > 0 ? tx[j] + ts[j] + tb[j] : (FT)0;            \
+      } else if (r->kind == DL__RNN_LSTM) {                                                  \
+        FT *tc = (FT *)r->tc + b * H;                                                        \
+        DL__RSIMD                                                                            \
+        for (j = 0; j < H; j++) {                                                            \
+          const FT i_ = g[j], f_ = g[H + j], g_ = g[2 * H + j], o_ = g[3 * H + j];           \
+          const FT ti = i_ * ((FT)1 - i_) * (tx[j] + ts[j] + tb[j]);                         \
+          const FT tf = f_ * ((FT)1 - f_) * (tx[H + j] + ts[H + j] + tb[H + j]);             \
+          const FT tg = ((FT)1 - g_ * g_) * (tx[2 * H + j] + ts[2 * H + j] + tb[2 * H + j]); \
+          const FT to = o_ * ((FT)1 - o_) * (tx[3 * H + j] + ts[3 * H + j] + tb[3 * H + j]); \
+          const FT k_ = dl_tanh_##SFX(c[j]);                                                 \
+          const FT tc_ = tf * cp[j] + f_ * tc[j] + ti * g_ + i_ * tg;                        \
+          tc[j] = tc_;                                                                       \
+          ty[j] = to * k_ + o_ * ((FT)1 - k_ * k_) * tc_;                                    \
+        }                                                                                    \
+      } else {                                                                               \
+        const FT *thp = t ? ty - H : (const FT *)r->th0 + b * r->th0_ld;                     \
+        DL__RSIMD                                                                            \
+        for (j = 0; j < H; j++) {                                                            \
+          const FT r_ = g[j], z_ = g[H + j], n_ = g[2 * H + j], hn_ = g[3 * H + j];          \
+          const FT thn = ts[2 * H + j] + tb[2 * H + j];                                      \
+          const FT tr = r_ * ((FT)1 - r_) * (tx[j] + ts[j] + tb[j]);                         \
+          const FT tz = z_ * ((FT)1 - z_) * (tx[H + j] + ts[H + j] + tb[H + j]);             \
+          const FT tn = ((FT)1 - n_ * n_) * (tx[2 * H + j] + tr * hn_ + r_ * thn);           \
+          ty[j] = ((FT)1 - z_) * tn + tz * (hp[j] - n_) + z_ * thp[j];                       \
+        }                                                                                    \
+      }                                                                                      \
+    }                                                                                        \
+  }                                                                                          \
+  DL_API void dl__rnn_bwd_row_##SFX(const dl__rnn *r, const dl__rnn_bwbuf *w, int64_t t,     \
+                                    int64_t b) {                                             \
+    const int64_t H = r->H, GH = (int64_t)r->G * H, bt = b * r->T + t;                       \
+    const FT *gy = (const FT *)w->gy + bt * H, *y = (const FT *)r->y + bt * H;               \
+    const FT *g = (const FT *)r->g + b * r->g_lb + t * r->g_lt;                              \
+    FT *dx = (FT *)w->dx + bt * GH, *dh = (FT *)w->dh + b * H, *dc = (FT *)w->dc + b * H;    \
+    int64_t j;                                                                               \
+    if (r->kind == DL__RNN_TANH) {                                                           \
+      DL__RSIMD                                                                              \
+      for (j = 0; j < H; j++) dx[j] = (gy[j] + dh[j]) * ((FT)1 - y[j] * y[j]);               \
+    } else if (r->kind == DL__RNN_RELU) {                                                    \
+      DL__RSIMD                                                                              \
+      for (j = 0; j < H; j++) dx[j] = y[j] > 0 ? gy[j] + dh[j] : (FT)0;                      \
+    } else if (r->kind == DL__RNN_LSTM) {                                                    \
+      const FT *c = (const FT *)r->c + b * r->c_lb + t * r->c_lt;                            \
+      const FT *cp = t ? c - r->c_lt : (const FT *)r->c0 + b * r->c0_ld;                     \
+      DL__RSIMD                                                                              \
+      for (j = 0; j < H; j++) {                                                              \
+        const FT i_ = g[j], f_ = g[H + j], g_ = g[2 * H + j], o_ = g[3 * H + j];             \
+        const FT k_ = dl_tanh_##SFX(c[j]), dht = gy[j] + dh[j];                              \
+        const FT dct = dc[j] + dht * o_ * ((FT)1 - k_ * k_);                                 \
+        dx[j] = dct * g_ * (i_ * ((FT)1 - i_));                                              \
+        dx[H + j] = dct * cp[j] * (f_ * ((FT)1 - f_));                                       \
+        dx[2 * H + j] = dct * i_ * ((FT)1 - g_ * g_);                                        \
+        dx[3 * H + j] = dht * k_ * (o_ * ((FT)1 - o_));                                      \
+        dc[j] = dct * f_;                                                                    \
+      }                                                                                      \
+    } else {                                                                                 \
+      const FT *hp = t ? y - H : (const FT *)r->h0 + b * r->h0_ld;                           \
+      FT *ds = (FT *)w->dhs + bt * GH;                                                       \
+      DL__RSIMD                                                                              \
+      for (j = 0; j < H; j++) {                                                              \
+        const FT r_ = g[j], z_ = g[H + j], n_ = g[2 * H + j], hn_ = g[3 * H + j];            \
+        const FT dht = gy[j] + dh[j];                                                        \
+        const FT dan = dht * ((FT)1 - z_) * ((FT)1 - n_ * n_);                               \
+        const FT dar = dan * hn_ * (r_ * ((FT)1 - r_));                                      \
+        const FT daz = dht * (hp[j] - n_) * (z_ * ((FT)1 - z_));                             \
+        dh[j] = dht * z_;                                                                    \
+        dx[j] = dar;                                                                         \
+        dx[H + j] = daz;                                                                     \
+        dx[2 * H + j] = dan;                                                                 \
+        ds[j] = dar;                                                                         \
+        ds[H + j] = daz;                                                                     \
+        ds[2 * H + j] = dan * r_;                                                            \
+      }                                                                                      \
+    }                                                                                        \
+  }
+DL__RNN_KERNELS(float, f32)
+DL__RNN_KERNELS(double, f64)
+
+/* C = op(A) op(B) + beta C in r's dtype (blas.h's row-major GEMM). */
+DL_API void dl__rnn_gemm(dl_ctx *ctx, dl_dtype dt, dl_trans ta, dl_trans tb, int64_t M, int64_t N,
+                         int64_t K, const void *A, int64_t lda, const void *B, int64_t ldb,
+                         double beta, void *C, int64_t ldc) {
+  if (dt == DL_F32)
+    dl_gemm_f32(ctx, ta, tb, M, N, K, 1.0f, (const float *)A, lda, (const float *)B, ldb, (float)beta,
+                (float *)C, ldc);
+  else
+    dl_gemm_f64(ctx, ta, tb, M, N, K, 1.0, (const double *)A, lda, (const double *)B, ldb, beta,
+                (double *)C, ldc);
+}
+
+/* The element-wise kernel of step t over all batch rows (bw NULL: forward). */
+DL_API void dl__rnn_rows(const dl__rnn *r, const dl__rnn_bwbuf *bw, int64_t t) {
+  const int64_t work = r->B * r->G * r->H * (r->ty ? 2 : 1);
+  if (r->dtype == DL_F32) {
+    if (bw) DL__RED_TILES(r->ctx, work, r->B, b, { dl__rnn_bwd_row_f32(r, bw, t, b); });
+    else DL__RED_TILES(r->ctx, work, r->B, b, { dl__rnn_fwd_row_f32(r, t, b); });
+  } else {
+    if (bw) DL__RED_TILES(r->ctx, work, r->B, b, { dl__rnn_bwd_row_f64(r, bw, t, b); });
+    else DL__RED_TILES(r->ctx, work, r->B, b, { dl__rnn_fwd_row_f64(r, t, b); });
+  }
+}
+
+/* dst[j] += sum over the R rows of src [R, N] (contiguous), column blocks on
+ * the team, each column summed in row order (in double for f32). */
+DL_API void dl__rnn_colsum_add(dl_ctx *ctx, dl_dtype dt, const void *src, int64_t R, int64_t N, void *dst) {
+  const int64_t JB = 256, nb = (N + JB - 1) / JB;
+  DL__RED_TILES(ctx, R * N, nb, blk, {
+    const int64_t j0 = blk * JB, j1 = j0 + JB < N ? j0 + JB : N;
+    double acc[256];
+    int64_t i, j;
+    for (j = j0; j < j1; j++) acc[j - j0] = 0;
+    if (dt == DL_F32) {
+      for (i = 0; i < R; i++) {
+        const float *row = (const float *)src + i * N;
+        for (j = j0; j < j1; j++) acc[j - j0] += (double)row[j];
+      }
+      for (j = j0; j < j1; j++) ((float *)dst)[j] += (float)acc[j - j0];
+    } else {
+      for (i = 0; i < R; i++) {
+        const double *row = (const double *)src + i * N;
+        for (j = j0; j < j1; j++) acc[j - j0] += row[j];
+      }
+      for (j = j0; j < j1; j++) ((double *)dst)[j] += acc[j - j0];
+    }
+  });
+}
+
+/* dst [B, H] contiguous (+)= rows of src ld elements apart. */
+DL_API void dl__rnn_rows_copy(dl_dtype dt, void *dst, const void *src, int64_t B, int64_t H, int64_t ld,
+                              int add) {
+  int64_t b, j;
+  for (b = 0; b < B; b++) {
+    if (dt == DL_F32) {
+      float *d = (float *)dst + b * H;
+      const float *s = (const float *)src + b * ld;
+      for (j = 0; j < H; j++) d[j] = add ? d[j] + s[j] : s[j];
+    } else {
+      double *d = (double *)dst + b * H;
+      const double *s = (const double *)src + b * ld;
+      for (j = 0; j < H; j++) d[j] = add ? d[j] + s[j] : s[j];
+    }
+  }
+}
+
+/* Backward of the recurrence: in = {xp, w_hh, b_hh, h0, c0}; n->user the dl__rnn. */
+DL_API void dl__rnn_bw(dl_tape *tp, dl_node *n) {
+  dl__rnn *r = (dl__rnn *)n->user;
+  const int64_t B = r->B, T = r->T, H = r->H, GH = (int64_t)r->G * H;
+  const size_t es = dl_dtype_size(r->dtype);
+  const dl_dtype dt = r->dtype;
+  dl_tensor *gxp = dl_tape_grad(tp, n->in[0]), *gw = dl_tape_grad(tp, n->in[1]);
+  dl_tensor *gb = dl_tape_grad(tp, n->in[2]), *gh0 = dl_tape_grad(tp, n->in[3]);
+  dl_tensor *gc0 = dl_tape_grad(tp, n->in[4]);
+  dl__rnn_bwbuf w;
+  int64_t t;
+  /* xp is this op's private input (made by dl__rnn_run for this node only),
+   * so its fresh gradient is where the pre-activation gradients go */
+  w.gy = n->out->grad->data;
+  w.dx = gxp ? gxp->data : dl_tape_scratch(tp, r->op, (size_t)(B * T * GH) * es);
+  w.dhs = r->kind == DL__RNN_GRU ? dl_tape_scratch(tp, r->op, (size_t)(B * T * GH) * es) : w.dx;
+  w.dh = dl_tape_scratch(tp, r->op, (size_t)(B * H) * es);
+  w.dc = dl_tape_scratch(tp, r->op, (size_t)(B * H) * es);
+  memset(w.dh, 0, (size_t)(B * H) * es);
+  memset(w.dc, 0, (size_t)(B * H) * es);
+  if (r->kind == DL__RNN_LSTM && r->cn && r->gcn_set && r->gcn_walk == tp->backwards && r->cn->grad)
+    memcpy(w.dc, r->cn->grad->data, (size_t)(B * H) * es);
+  for (t = T - 1; t >= 0; t--) {
+    dl__rnn_rows(r, &w, t);
+    if (t > 0 || gh0) /* dh_{t-1} = da_t w_hh (GRU: + the direct z h term already in dh) */
+      dl__rnn_gemm(r->ctx, dt, DL_NOTRANS, DL_NOTRANS, B, H, GH, (const char *)w.dhs + (size_t)(t * GH) * es,
+                   T * GH, r->whh, H, r->kind == DL__RNN_GRU ? 1.0 : 0.0, w.dh, H);
+  }
+  if (gh0) dl__rnn_rows_copy(dt, gh0->data, w.dh, B, H, H, 1);
+  if (gc0) dl__rnn_rows_copy(dt, gc0->data, w.dc, B, H, H, 1);
+  if (gw) { /* grad_w_hh += da^T [h_{-1}, ..., h_{T-2}] over all B*T rows */
+    char *hp = (char *)dl_tape_scratch(tp, r->op, (size_t)(B * T * H) * es);
+    int64_t b;
+    for (b = 0; b < B; b++) {
+      if (r->has_h0) memcpy(hp + (size_t)(b * T * H) * es, (const char *)r->h0 + (size_t)(b * r->h0_ld) * es,
+                            (size_t)H * es);
+      else memset(hp + (size_t)(b * T * H) * es, 0, (size_t)H * es);
+      if (T > 1)
+        memcpy(hp + (size_t)((b * T + 1) * H) * es, (const char *)r->y + (size_t)(b * T * H) * es,
+               (size_t)((T - 1) * H) * es);
+    }
+    dl__rnn_gemm(r->ctx, dt, DL_TRANS, DL_NOTRANS, GH, H, B * T, w.dhs, GH, hp, H, 1.0, gw->data, H);
+  }
+  if (gb) dl__rnn_colsum_add(r->ctx, dt, w.dhs, B * T, GH, gb->data);
+}
+
+/* h_n's rule: gy[:, T-1, :] += g_hn. */
+DL_API void dl__rnn_hn_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *y = n->in[0], *gy = dl_tape_grad(tp, y);
+  const int64_t B = y->shape[0], T = y->shape[1], H = y->shape[2];
+  const size_t es = dl_dtype_size(y->dtype);
+  int64_t b, j;
+  if (!gy) return;
+  for (b = 0; b < B; b++) {
+    char *d = (char *)gy->data + (size_t)((b * T + T - 1) * H) * es;
+    const char *s = (const char *)n->out->grad->data + (size_t)(b * H) * es;
+    if (y->dtype == DL_F32)
+      for (j = 0; j < H; j++) ((float *)(void *)d)[j] += ((const float *)(const void *)s)[j];
+    else
+      for (j = 0; j < H; j++) ((double *)(void *)d)[j] += ((const double *)(const void *)s)[j];
+  }
+}
+/* c_n's rule: hands c_n's gradient to the recurrence's rule (which runs next
+ * in this walk: making y's gradient makes sure it runs). */
+DL_API void dl__rnn_cn_bw(dl_tape *tp, dl_node *n) {
+  dl__rnn *r = (dl__rnn *)n->user;
+  (void)dl_tape_grad(tp, n->in[0]);
+  r->gcn_set = 1;
+  r->gcn_walk = tp->backwards;
+}
+
+/* Why t (NULL: absent, fine) does not fit: not x's dtype, or not the 1-d /
+ * 2-d shape [d0(, d1)]; NULL when it fits. */
+DL_API const char *dl__rnn_misfit(const dl_tensor *x, const dl_tensor *t, int nd, int64_t d0, int64_t d1) {
+  if (!t) return NULL;
+  if (t->dtype != x->dtype) return "dtype mismatch (all f32 or all f64)";
+  if (t->ndim != nd || t->shape[0] != d0 || (nd > 1 && t->shape[1] != d1)) return "shape mismatch";
+  return NULL;
+}
+
+/* Checks the arguments of a recurrent op; panics naming the op, what is
+ * wrong and every shape. */
+DL_API void dl__rnn_validate(dl_tape *tp, const char *op, int kind, const dl_tensor *x, const dl_tensor *h0,
+                             const dl_tensor *c0, const dl_tensor *w_ih, const dl_tensor *w_hh,
+                             const dl_tensor *b_ih, const dl_tensor *b_hh) {
+  const int G = kind == DL__RNN_LSTM ? 4 : kind == DL__RNN_GRU ? 3 : 1;
+  const dl_tensor *ts[6];
+  const char *names[6] = {"w_ih", "w_hh", "b_ih", "b_hh", "h0", "c0"}, *why = NULL;
+  char all[1400], want[96];
+  dl_ctx *pc;
+  int k;
+  if (!x || !w_ih || !w_hh)
+    DL_PANIC(tp->ctx, op, "x, w_ih and w_hh are required (x %s, w_ih %s, w_hh %s)", x ? DL_SHAPESTR(x) : "NULL",
+             w_ih ? DL_SHAPESTR(w_ih) : "NULL", w_hh ? DL_SHAPESTR(w_hh) : "NULL");
+  pc = x->ctx ? x->ctx : tp->ctx;
+  ts[0] = w_ih;
+  ts[1] = w_hh;
+  ts[2] = b_ih;
+  ts[3] = b_hh;
+  ts[4] = h0;
+  ts[5] = kind == DL__RNN_LSTM ? c0 : NULL;
+  want[0] = 0;
+  if (x->dtype != DL_F32 && x->dtype != DL_F64) {
+    why = "dtype mismatch: x must be f32 or f64";
+  } else if (x->ndim != 3 || x->shape[0] < 1 || x->shape[1] < 1 || w_hh->ndim != 2 || w_hh->shape[1] < 1 ||
+             w_hh->shape[0] != G * w_hh->shape[1] || w_ih->ndim != 2 || w_ih->shape[0] != w_hh->shape[0] ||
+             w_ih->shape[1] != x->shape[2]) {
+    why = "shape mismatch";
+    snprintf(want, sizeof want, "x [B, T, I] with B, T >= 1, w_ih [%d*H, I], w_hh [%d*H, H]", G, G);
+  } else {
+    const int64_t B = x->shape[0], H = w_hh->shape[1];
+    const int nd[6] = {2, 2, 1, 1, 2, 2};
+    const int64_t d0[6] = {G * H, G * H, G * H, G * H, B, B}, d1[6] = {x->shape[2], H, 0, 0, H, H};
+    for (k = 0; k < 6 && !why; k++)
+      if ((why = dl__rnn_misfit(x, ts[k], nd[k], d0[k], d1[k])) != NULL) {
+        if (nd[k] == 1) snprintf(want, sizeof want, "%s [%lld]", names[k], (long long)d0[k]);
+        else snprintf(want, sizeof want, "%s [%lld, %lld]", names[k], (long long)d0[k], (long long)d1[k]);
+      }
+  }
+  if (!why) return;
+  snprintf(all, sizeof all, "x %s, h0 %s, w_ih %s, w_hh %s, b_ih %s, b_hh %s", DL_SHAPESTR(x),
+           h0 ? DL_SHAPESTR(h0) : "NULL", DL_SHAPESTR(w_ih), DL_SHAPESTR(w_hh), b_ih ? DL_SHAPESTR(b_ih) : "NULL",
+           b_hh ? DL_SHAPESTR(b_hh) : "NULL");
+  if (kind == DL__RNN_LSTM)
+    snprintf(all + strlen(all), sizeof all - strlen(all), ", c0 %s", c0 ? DL_SHAPESTR(c0) : "NULL");
+  DL_PANIC(pc, op, "%s: %s%s%s (gates %s: w_ih [%d*H, I], w_hh [%d*H, H], biases [%d*H], h0%s [B, H])", why, all,
+           want[0] ? "; expected " : "", want, G == 4 ? "i, f, g, o" : G == 3 ? "r, z, n" : "1", G, G, G,
+           kind == DL__RNN_LSTM ? " and c0" : "");
+}
+
+/* A contiguous copy of t's tangent (NULL when t or its tangent is missing). */
+DL_API const void *dl__rnn_tan(dl_tape *tp, const char *op, const dl_tensor *t) {
+  if (!t || !t->tangent) return NULL;
+  return dl__t_contig(tp, op, t->tangent)->data;
+}
+
+DL_API dl_tensor *dl__rnn_run(dl_tape *tp, const char *op, int kind, dl_tensor *x, dl_tensor *h0,
+                              dl_tensor *c0, dl_tensor *w_ih, dl_tensor *w_hh, dl_tensor *b_ih,
+                              dl_tensor *b_hh, dl_tensor **h_n, dl_tensor **c_n) {
+  const int G = kind == DL__RNN_LSTM ? 4 : kind == DL__RNN_GRU ? 3 : 1;
+  dl_tensor *xp, *y, *in[5];
+  dl__rnn *r;
+  int64_t B, T, H, GH, t;
+  size_t es;
+  int jvp, full;
+  dl__rnn_validate(tp, op, kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh);
+  B = x->shape[0];
+  T = x->shape[1];
+  H = w_hh->shape[1];
+  GH = G * H;
+  es = dl_dtype_size(x->dtype);
+
+  /* the input projection of every step: one GEMM */
+  xp = dl_t_linear(tp, x, dl_t_contiguous(tp, w_ih), b_ih); /* (linear reads w in place) */
+  in[0] = xp;
+  in[1] = w_hh;
+  in[2] = b_hh;
+  in[3] = h0;
+  in[4] = kind == DL__RNN_LSTM ? c0 : NULL;
+  jvp = dl_tangent_wants(5, in);
+  full = dl_tape_wants(tp, 5, in) || jvp; /* keep every step's gates and cells */
+
+  r = (dl__rnn *)dl_tape_scratch(tp, op, sizeof *r);
+  memset(r, 0, sizeof *r);
+  r->kind = kind;
+  r->G = G;
+  r->S = kind == DL__RNN_LSTM || kind == DL__RNN_GRU ? 4 : 0;
+  r->B = B;
+  r->T = T;
+  r->H = H;
+  r->ctx = tp->ctx;
+  r->dtype = x->dtype;
+  r->op = op;
+  {
+    void *z = dl_tape_scratch(tp, op, (size_t)GH * es);
+    memset(z, 0, (size_t)GH * es);
+    r->zero = z;
+  }
+  r->xp = xp->data;
+  r->whh = dl__t_contig(tp, op, w_hh)->data;
+  r->bhh = b_hh ? dl__t_contig(tp, op, b_hh)->data : r->zero;
+  r->has_h0 = h0 != NULL;
+  r->h0 = h0 ? dl__t_contig(tp, op, h0)->data : r->zero;
+  r->h0_ld = h0 ? H : 0;
+  r->c0 = c0 && kind == DL__RNN_LSTM ? dl__t_contig(tp, op, c0)->data : r->zero;
+  r->c0_ld = c0 && kind == DL__RNN_LSTM ? H : 0;
+  y = dl_tape_out(tp, op, x->dtype, DL_SHAPE(B, T, H));
+  r->y = y->data;
+  if (kind == DL__RNN_LSTM) {
+    r->c_lb = full ? T * H : H;
+    r->c_lt = full ? H : 0;
+    r->c = dl_tape_scratch(tp, op, (size_t)(full ? B * T * H : B * H) * es);
+  } else {
+    r->c = (void *)(uintptr_t)r->zero; /* never written: only the LSTM has cells */
+  }
+  if (r->S) {
+    r->g_lb = full ? T * r->S * H : r->S * H;
+    r->g_lt = full ? r->S * H : 0;
+    r->g = dl_tape_scratch(tp, op, (size_t)((full ? B * T : B) * r->S * H) * es);
+  } else {
+    r->g = (void *)(uintptr_t)r->zero;
+  }
+  r->s = dl_tape_scratch(tp, op, (size_t)(B * GH) * es);
+  if (jvp) {
+    dl_tensor *ty = dl_tape_tangent(tp, y);
+    const void *v;
+    r->ty = ty->data;
+    r->ts = dl_tape_scratch(tp, op, (size_t)(B * GH) * es);
+    v = dl__rnn_tan(tp, op, xp);
+    r->txp = v ? v : r->zero;
+    r->txp_lb = v ? T * GH : 0;
+    r->txp_lt = v ? GH : 0;
+    r->twhh = dl__rnn_tan(tp, op, w_hh);
+    v = dl__rnn_tan(tp, op, b_hh);
+    r->tbhh = v ? v : r->zero;
+    v = dl__rnn_tan(tp, op, h0);
+    r->has_th0 = v != NULL;
+    r->th0 = v ? v : r->zero;
+    r->th0_ld = v ? H : 0;
+    v = kind == DL__RNN_LSTM ? dl__rnn_tan(tp, op, c0) : NULL;
+    r->tc0 = v ? v : r->zero;
+    r->tc0_ld = v ? H : 0;
+    if (kind == DL__RNN_LSTM) {
+      r->tc = dl_tape_scratch(tp, op, (size_t)(B * H) * es);
+      if (v) memcpy(r->tc, v, (size_t)(B * H) * es);
+      else memset(r->tc, 0, (size_t)(B * H) * es);
+    }
+  }
+
+  for (t = 0; t < T; t++) {
+    const void *hp = t ? (const char *)r->y + (size_t)((t - 1) * H) * es : h0 ? r->h0 : NULL;
+    const int64_t ld = t ? T * H : H;
+    if (hp) dl__rnn_gemm(r->ctx, r->dtype, DL_NOTRANS, DL_TRANS, B, GH, H, hp, ld, r->whh, H, 0.0, r->s, GH);
+    else memset(r->s, 0, (size_t)(B * GH) * es);
+    if (jvp) { /* ts = th_{t-1} w_hh^T + h_{t-1} tw_hh^T */
+      const void *thp = t ? (const char *)r->ty + (size_t)((t - 1) * H) * es : r->has_th0 ? r->th0 : NULL;
+      double beta = 0.0;
+      if (thp) {
+        dl__rnn_gemm(r->ctx, r->dtype, DL_NOTRANS, DL_TRANS, B, GH, H, thp, ld, r->whh, H, 0.0, r->ts, GH);
+        beta = 1.0;
+      }
+      if (r->twhh && hp) {
+        dl__rnn_gemm(r->ctx, r->dtype, DL_NOTRANS, DL_TRANS, B, GH, H, hp, ld, r->twhh, H, beta, r->ts, GH);
+        beta = 1.0;
+      }
+      if (beta == 0.0) memset(r->ts, 0, (size_t)(B * GH) * es);
+    }
+    dl__rnn_rows(r, NULL, t);
+  }
+  {
+    dl_node *nd = dl_tape_record_n(tp, op, dl__rnn_bw, y, 5, in);
+    if (nd) nd->user = r;
+  }
+  if (h_n) {
+    dl_tensor *hn = dl_tape_out(tp, op, x->dtype, DL_SHAPE(B, H));
+    dl__rnn_rows_copy(x->dtype, hn->data, (const char *)r->y + (size_t)((T - 1) * H) * es, B, H, T * H, 0);
+    if (jvp)
+      dl__rnn_rows_copy(x->dtype, dl_tape_tangent(tp, hn)->data, (const char *)r->ty + (size_t)((T - 1) * H) * es,
+                        B, H, T * H, 0);
+    dl_tape_record(tp, op, dl__rnn_hn_bw, hn, y, NULL, NULL);
+    *h_n = hn;
+  }
+  if (c_n && kind == DL__RNN_LSTM) {
+    dl_tensor *cn = dl_tape_out(tp, op, x->dtype, DL_SHAPE(B, H));
+    dl_node *nd;
+    dl__rnn_rows_copy(x->dtype, cn->data, (const char *)r->c + (size_t)((T - 1) * r->c_lt) * es, B, H, r->c_lb, 0);
+    if (jvp) memcpy(dl_tape_tangent(tp, cn)->data, r->tc, (size_t)(B * H) * es);
+    nd = dl_tape_record(tp, op, dl__rnn_cn_bw, cn, y, NULL, NULL);
+    if (nd) {
+      nd->user = r;
+      r->cn = cn;
+    }
+    *c_n = cn;
+  }
+  return y;
+}
+
+/* >>public ------------------------------------------------------------------ */
+
+/* Elman RNN, torch.nn.RNN(I, H, nonlinearity='tanh' or 'relu',
+ * batch_first=True), one layer, one direction:
+ *   h_t = act(x_t w_ih^T + b_ih + h_{t-1} w_hh^T + b_hh), act = tanh when
+ *   tanh_not_relu, else relu.
+ * x [B, T, I]; h0 [B, H] or NULL (zeros); w_ih [H, I], w_hh [H, H]; b_ih,
+ * b_hh [H] or NULL. Returns y [B, T, H] (every h_t); *h_n = h_{T-1} [B, H]
+ * when h_n is not NULL. Backward: through time (da_t = (gy_t + dh_t) act'),
+ * into x, h0, w_ih, w_hh, b_ih, b_hh. Outputs in the tape's arena. */
+DL_API dl_tensor *dl_t_rnn(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *w_ih, dl_tensor *w_hh,
+                           dl_tensor *b_ih, dl_tensor *b_hh, int tanh_not_relu, dl_tensor **h_n) {
+  return dl__rnn_run(tp, "dl_t_rnn", tanh_not_relu ? DL__RNN_TANH : DL__RNN_RELU, x, h0, NULL, w_ih, w_hh,
+                     b_ih, b_hh, h_n, NULL);
+}
+
+/* LSTM, torch.nn.LSTM(I, H, batch_first=True), one layer, one direction:
+ *   [i, f, g, o] = x_t w_ih^T + b_ih + h_{t-1} w_hh^T + b_hh (4 blocks of H),
+ *   c_t = s(f) c_{t-1} + s(i) tanh(g),   h_t = s(o) tanh(c_t).
+ * x [B, T, I]; h0, c0 [B, H] or NULL (zeros); w_ih [4H, I], w_hh [4H, H];
+ * b_ih, b_hh [4H] or NULL. Returns y [B, T, H]; *h_n = h_{T-1}, *c_n =
+ * c_{T-1} [B, H] when the pointers are not NULL. Backward through time:
+ *   dc_t += dh_t s(o) (1 - tanh^2 c_t), da_i = dc_t tanh(g) s'(i),
+ *   da_f = dc_t c_{t-1} s'(f), da_g = dc_t s(i) tanh'(g),
+ *   da_o = dh_t tanh(c_t) s'(o), dc_{t-1} = dc_t s(f), dh_{t-1} = da w_hh;
+ * gradients reach x, h0, c0, every weight and bias. Outputs in the arena. */
+DL_API dl_tensor *dl_t_lstm(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *c0, dl_tensor *w_ih,
+                            dl_tensor *w_hh, dl_tensor *b_ih, dl_tensor *b_hh, dl_tensor **h_n,
+                            dl_tensor **c_n) {
+  return dl__rnn_run(tp, "dl_t_lstm", DL__RNN_LSTM, x, h0, c0, w_ih, w_hh, b_ih, b_hh, h_n, c_n);
+}
+
+/* GRU, torch.nn.GRU(I, H, batch_first=True), one layer, one direction:
+ *   r = s(x w_ir^T + b_ir + h w_hr^T + b_hr), z = s(x w_iz^T + b_iz + h w_hz^T + b_hz),
+ *   n = tanh(x w_in^T + b_in + r (h w_hn^T + b_hn)),   h_t = (1 - z) n + z h_{t-1}
+ * (h = h_{t-1}; rows r, z, n of w_ih [3H, I], w_hh [3H, H], b_ih, b_hh [3H]
+ * or NULL). x [B, T, I]; h0 [B, H] or NULL. Returns y [B, T, H]; *h_n =
+ * h_{T-1} when h_n is not NULL. Backward through time:
+ *   da_n = dh (1 - z) tanh'(n), da_r = da_n (h w_hn^T + b_hn) s'(r),
+ *   da_z = dh (h_{t-1} - n) s'(z), dh_{t-1} = dh z + [da_r, da_z, r da_n] w_hh.
+ * Outputs in the tape's arena. */
+DL_API dl_tensor *dl_t_gru(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *w_ih, dl_tensor *w_hh,
+                           dl_tensor *b_ih, dl_tensor *b_hh, dl_tensor **h_n) {
+  return dl__rnn_run(tp, "dl_t_gru", DL__RNN_GRU, x, h0, NULL, w_ih, w_hh, b_ih, b_hh, h_n, NULL);
+}
+
+#endif /* !__cplusplus */
+#endif /* DL_OPS_RNN_H */

@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""tools/fixtures_rnn.py - PyTorch reference values for dl_t_rnn, dl_t_lstm and
+dl_t_gru (include/dl/ops/rnn.h), read by tests/test_ops_rnn.c.
+
+Run from the repository root with Debian's python3 (it has torch):
+
+    /usr/bin/python3 tools/fixtures_rnn.py     # writes tests/fixtures/rnn.txt
+
+Each case runs torch.nn.RNN (tanh / relu), LSTM or GRU with batch_first=True,
+one layer, on seeded weights, and records (tools/fixture_lib.py's format):
+  params   kind (0 rnn tanh, 1 rnn relu, 2 lstm, 3 gru), h0 (1: h0/c0 given),
+           bias (1: b_ih/b_hh present)
+  inputs   x [B, T, I], h0 [B, H], c0 [B, H] (lstm), w_ih [G*H, I],
+           w_hh [G*H, H], b_ih, b_hh [G*H]
+  outputs  y [B, T, H], hn [B, H], cn [B, H] (lstm)
+  seeds    gy, ghn, gcn: the loss is sum(y*gy) + sum(hn*ghn) + sum(cn*gcn)
+  grads    g_x, g_h0, g_c0, g_w_ih, g_w_hh, g_b_ih, g_b_hh of that loss.
+Every case in f64; a subset also in f32 (the same values rounded).
+"""
+import torch
+
+from fixture_lib import SEED, Writer
+
+KINDS = {0: "rnn_tanh", 1: "rnn_relu", 2: "lstm", 3: "gru"}
+GATES = {0: 1, 1: 1, 2: 4, 3: 3}
+
+
+def module(kind, I, H, bias):
+    if kind in (0, 1):
+        return torch.nn.RNN(I, H, nonlinearity="tanh" if kind == 0 else "relu", batch_first=True, bias=bias)
+    if kind == 2:
+        return torch.nn.LSTM(I, H, batch_first=True, bias=bias)
+    return torch.nn.GRU(I, H, batch_first=True, bias=bias)
+
+
+def case(out, name, kind, B, T, I, H, has_h0, bias, g, dtypes=(torch.float64, torch.float32), wscale=0.6,
+         seeds=(1, 1, 1)):
+    """seeds: multipliers of (gy, ghn, gcn); 0 leaves that output out of the loss."""
+    G = GATES[kind]
+    vals = {
+        "x": torch.randn(B, T, I, generator=g, dtype=torch.float64),
+        "w_ih": torch.randn(G * H, I, generator=g, dtype=torch.float64) * wscale,
+        "w_hh": torch.randn(G * H, H, generator=g, dtype=torch.float64) * wscale,
+    }
+    if bias:
+        vals["b_ih"] = torch.randn(G * H, generator=g, dtype=torch.float64) * wscale
+        vals["b_hh"] = torch.randn(G * H, generator=g, dtype=torch.float64) * wscale
+    if has_h0:
+        vals["h0"] = torch.randn(B, H, generator=g, dtype=torch.float64) * 0.8
+        if kind == 2:
+            vals["c0"] = torch.randn(B, H, generator=g, dtype=torch.float64) * 0.8
+    gy = (torch.rand(B, T, H, generator=g, dtype=torch.float64) * 2 - 1) * seeds[0]
+    ghn = (torch.rand(B, H, generator=g, dtype=torch.float64) * 2 - 1) * seeds[1]
+    gcn = (torch.rand(B, H, generator=g, dtype=torch.float64) * 2 - 1) * seeds[2]
+    for dt in dtypes:
+        m = module(kind, I, H, bias).to(dt)
+        with torch.no_grad():
+            for k in ("w_ih", "w_hh", "b_ih", "b_hh"):
+                if k in vals:
+                    getattr(m, k.replace("w_", "weight_").replace("b_", "bias_") + "_l0").copy_(vals[k].to(dt))
+        ins = {k: v.to(dt).clone().requires_grad_(True) for k, v in vals.items() if k in ("x", "h0", "c0")}
+        if kind == 2:
+            if has_h0:
+                y, (hn, cn) = m(ins["x"], (ins["h0"].unsqueeze(0), ins["c0"].unsqueeze(0)))
+            else:
+                y, (hn, cn) = m(ins["x"])
+        else:
+            y, hn = m(ins["x"], ins["h0"].unsqueeze(0)) if has_h0 else m(ins["x"])
+            cn = None
+        hn = hn[0]
+        loss = (y * gy.to(dt)).sum() + (hn * ghn.to(dt)).sum()
+        if cn is not None:
+            cn = cn[0]
+            loss = loss + (cn * gcn.to(dt)).sum()
+        wrt = [("x", ins["x"])] + [(k, ins[k]) for k in ("h0", "c0") if k in ins]
+        wrt += [(k, getattr(m, k.replace("w_", "weight_").replace("b_", "bias_") + "_l0"))
+                for k in ("w_ih", "w_hh", "b_ih", "b_hh") if k in vals]
+        grads = torch.autograd.grad(loss, [t for _, t in wrt])
+        tensors = [(k, v.to(dt)) for k, v in vals.items()]
+        tensors += [("y", y), ("gy", gy.to(dt)), ("hn", hn), ("ghn", ghn.to(dt))]
+        if cn is not None:
+            tensors += [("cn", cn), ("gcn", gcn.to(dt))]
+        tensors += [("g_" + k, gk) for (k, _), gk in zip(wrt, grads)]
+        out.case(name, dt, {"kind": kind, "h0": int(has_h0), "bias": int(bias)}, tensors)
+
+
+def main():
+    out = Writer("tests/fixtures/rnn.txt", "dl_t_rnn / dl_t_lstm / dl_t_gru against torch.nn.RNN / LSTM / GRU")
+    g = torch.Generator().manual_seed(SEED)
+    both, f64 = (torch.float64, torch.float32), (torch.float64,)
+    for kind in (0, 1, 2, 3):
+        nm = KINDS[kind]
+        # B, T, I, H: several time steps, H distinct from I
+        case(out, nm + "_h0_bias", kind, 2, 6, 3, 4, True, True, g, both)
+        case(out, nm + "_noh0_bias", kind, 3, 5, 2, 3, False, True, g, both if kind >= 2 else f64)
+        case(out, nm + "_h0_nobias", kind, 2, 5, 3, 4, True, False, g, f64)
+        case(out, nm + "_noh0_nobias", kind, 2, 5, 2, 3, False, False, g, f64)
+    # longer sequences with larger weights (saturating gates), batch 1
+    case(out, "lstm_long", 2, 1, 12, 3, 5, True, True, g, both, wscale=1.2)
+    case(out, "gru_long", 3, 1, 12, 3, 5, True, True, g, both, wscale=1.2)
+    case(out, "rnn_relu_long", 1, 1, 12, 3, 5, True, True, g, f64, wscale=0.9)
+    # only part of the outputs in the loss
+    case(out, "lstm_cn_only", 2, 2, 5, 3, 4, True, True, g, f64, seeds=(0, 0, 1))
+    case(out, "lstm_hn_only", 2, 2, 5, 3, 4, True, True, g, f64, seeds=(0, 1, 0))
+    case(out, "gru_hn_only", 3, 2, 5, 3, 4, True, True, g, f64, seeds=(0, 1, 0))
+    case(out, "rnn_tanh_y_only", 0, 2, 5, 3, 4, True, True, g, f64, seeds=(1, 0, 0))
+    out.close()
+
+
+if __name__ == "__main__":
+    main()
