@@ -51,6 +51,7 @@
 #include "dl/blas.h"
 #include "dl/tape.h"
 #include "dl/ops.h"
+#include "dl/layers.h"
 #include "dl/optim.h"
 
 #endif /* DL_H */

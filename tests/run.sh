@@ -3,7 +3,8 @@
 # "N passed, N failed[, N skipped]" that CI reads. Exits non-zero on any failure.
 #
 #   1. every public header compiles on its own: gcc and clang as C11 with
-#      -Wall -Wextra -Wpedantic -Werror, g++ as C++11, nvcc where it exists
+#      -Wall -Wextra -Wpedantic -Werror and linked (-lm, as every user links), g++
+#      as C++11, nvcc where it exists
 #   2. tests/test_*.c built with gcc -O2 -fopenmp and run (test_blas also with
 #      OpenBLAS), 2 OpenMP threads
 #   3. tests/compile_fail/*.c must fail to compile, with the message the file's
@@ -34,7 +35,7 @@ int main(void) { return 0; }"
   inc="-I$(dirname "$h")"
   for c in gcc clang; do
     command -v $c >/dev/null || { skip=$((skip + 1)); continue; }
-    if echo "$src" | $c $WARN $inc -Iinclude -x c - -o /dev/null 2>"$B/hdr.log"; then ok
+    if echo "$src" | $c $WARN $inc -Iinclude -x c - -o /dev/null -lm 2>"$B/hdr.log"; then ok
     else bad "$h alone with $c"; cat "$B/hdr.log" | head -20; fi
   done
   if echo "$src" | g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror $inc -Iinclude -x c++ - -o /dev/null 2>"$B/hdr.log"; then ok

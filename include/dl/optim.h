@@ -44,6 +44,7 @@
 #define DL_OPTIM_H
 
 #include "expr.h"
+#include "layers.h"
 
 #include <math.h>
 
@@ -327,6 +328,454 @@ DL_API void dl_lion_update(dl_tensor *p, const dl_tensor *g, dl_tensor *m, int64
   DL_ASSIGN(p, dl_sub(dl_mul(p, decay), dl_mul(lr, dl_sub(dl_gt(DL__C, 0.0), dl_lt(DL__C, 0.0)))));
 #undef DL__C
   DL_ASSIGN(m, dl_add(dl_mul(m, b2), dl_mul(b2c, g)));
+}
+
+/* >>optimizer objects ------------------------------------------------------ */
+
+/* An optimizer over every trainable parameter of a model, with the state
+ * PyTorch keeps (names as in torch's optimizer.state_dict()):
+ *   SGD      momentum_buffer (when momentum != 0)
+ *   Adam(W)  exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad)
+ *   RMSprop  square_avg, momentum_buffer (momentum > 0), grad_avg (centered)
+ *   Adagrad  sum
+ *   Lion     exp_avg
+ * and a step count per parameter. Each state is one contiguous buffer laid
+ * out like the model's packed parameters.
+ *
+ * Per parameter, the update uses lr = dl_optim_lr(o) * lr_mult and
+ * weight_decay = cfg.weight_decay * wd_mult (a torch param group per
+ * parameter). A parameter that is frozen or has lr_mult 0 is skipped
+ * entirely: its values, state and step count do not change.
+ *
+ * Row-sparse gradients (Embedding(sparse=1)): only the touched rows are
+ * updated, with the same formulas applied row by row, their state rows
+ * included; untouched rows and their state stay bit-identical ("lazy"
+ * updates). Adam then follows torch.optim.SparseAdam exactly (its eps sits
+ * outside the bias correction: p -= lr sqrt(1-b2^t)/(1-b1^t) m/(sqrt(v)+eps));
+ * the others apply their dense rule to the rows with a gradient. The step
+ * count (bias correction; SGD's "first step" that copies the gradient into
+ * the momentum buffer) is the parameter's, counted on steps where it had a
+ * gradient, so a row first seen at a later step starts its SGD momentum
+ * buffer at (1 - dampening) * d. Momentum and weight decay act only on the
+ * steps where a row is seen. A sparse parameter that also gets a dense
+ * gradient in a step (an embedding tied to an output projection) is updated
+ * densely in that step, its sparse rows added to the dense gradient. */
+typedef enum dl_optim_kind { DL_OPT_SGD, DL_OPT_ADAM, DL_OPT_RMSPROP, DL_OPT_ADAGRAD, DL_OPT_LION } dl_optim_kind;
+
+#define DL_OPTIM_MAX_STATE 3
+typedef struct dl_optim {
+  dl_model *model;
+  dl_optim_kind kind;
+  union {
+    dl_sgd_cfg sgd;
+    dl_adam_cfg adam;
+    dl_rmsprop_cfg rmsprop;
+    dl_adagrad_cfg adagrad;
+    dl_lion_cfg lion;
+  } cfg;                                     /* as given; cfg's lr is the base lr */
+  double lr;                                 /* current lr (dl_optim_set_lr; starts at cfg's) */
+  int nstate;                                /* state tensors per parameter */
+  const char *state_name[DL_OPTIM_MAX_STATE];
+  void *sbuf;                                /* nstate * model->pnumel elements */
+  dl_tensor *state;                          /* [model->nparams][DL_OPTIM_MAX_STATE] views (buffers: unused) */
+  int64_t *steps;                            /* per parameter */
+  int64_t nsteps;                            /* dl_optim_step calls */
+} dl_optim;
+
+DL_API dl_optim *dl__optim_make(dl_model *m, dl_optim_kind kind) {
+  dl_ctx *ctx = m->ctx;
+  dl_optim *o;
+  size_t nst;
+  if (dl_model_pack(m) != DL_OK) return NULL;
+  o = (dl_optim *)dl_alloc(ctx, sizeof *o);
+  if (!o) return NULL;
+  memset(o, 0, sizeof *o);
+  o->model = m;
+  o->kind = kind;
+  nst = (size_t)m->nparams * DL_OPTIM_MAX_STATE;
+  o->state = (dl_tensor *)dl_alloc(ctx, sizeof(dl_tensor) * (nst ? nst : 1));
+  o->steps = (int64_t *)dl_alloc(ctx, sizeof(int64_t) * (size_t)(m->nparams ? m->nparams : 1));
+  if (!o->state || !o->steps) {
+    dl_free(ctx, o->state);
+    dl_free(ctx, o->steps);
+    dl_free(ctx, o);
+    return NULL;
+  }
+  memset(o->state, 0, sizeof(dl_tensor) * (nst ? nst : 1));
+  memset(o->steps, 0, sizeof(int64_t) * (size_t)(m->nparams ? m->nparams : 1));
+  return o;
+}
+/* Allocate the named state buffers (zeroed) once cfg is in place. */
+DL_API dl_optim *dl__optim_state(dl_optim *o, int n, const char *const *names) {
+  dl_model *m = o->model;
+  size_t es = dl_dtype_size(m->dtype), total = (size_t)n * (size_t)m->pnumel;
+  int i, k;
+  o->nstate = n;
+  for (k = 0; k < n; k++) o->state_name[k] = names[k];
+  o->sbuf = dl_alloc(m->ctx, (total ? total : 1) * es);
+  if (!o->sbuf) {
+    dl_free(m->ctx, o->state);
+    dl_free(m->ctx, o->steps);
+    dl_free(m->ctx, o);
+    return NULL;
+  }
+  memset(o->sbuf, 0, (total ? total : 1) * es);
+  for (i = 0; i < m->nparams; i++) {
+    dl_param *p = m->params[i];
+    if (p->kind == DL_PARAM_BUFFER) continue;
+    for (k = 0; k < n; k++)
+      dl_tensor_wrap(&o->state[i * DL_OPTIM_MAX_STATE + k], m->ctx, m->dtype, p->t.ndim, p->t.shape,
+                     p->t.numel ? (unsigned char *)o->sbuf + ((size_t)k * (size_t)m->pnumel + (size_t)p->offset) * es
+                                : NULL);
+  }
+  return o;
+}
+
+/* Optimizers over model m (packed by this call; no layer can be added
+ * after). cfg: from dl_X_defaults(lr), fields changed as wanted. NULL when
+ * out of memory (message in the model's ctx). Free with dl_optim_free. */
+DL_API dl_optim *dl_optim_sgd(dl_model *m, const dl_sgd_cfg *c) {
+  static const char *const n[] = {"momentum_buffer"};
+  dl_optim *o;
+  if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+    DL_PANIC(m->ctx, "dl_optim_sgd", "Nesterov momentum requires momentum > 0 and zero dampening (as in PyTorch)");
+  o = dl__optim_make(m, DL_OPT_SGD);
+  if (!o) return NULL;
+  o->cfg.sgd = *c;
+  o->lr = c->lr;
+  return dl__optim_state(o, c->momentum != 0 ? 1 : 0, n);
+}
+/* Adam, or AdamW with c->decoupled (dl_adamw_defaults). */
+DL_API dl_optim *dl_optim_adam(dl_model *m, const dl_adam_cfg *c) {
+  static const char *const n[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  dl_optim *o = dl__optim_make(m, DL_OPT_ADAM);
+  if (!o) return NULL;
+  o->cfg.adam = *c;
+  o->lr = c->lr;
+  return dl__optim_state(o, c->amsgrad ? 3 : 2, n);
+}
+DL_API dl_optim *dl_optim_rmsprop(dl_model *m, const dl_rmsprop_cfg *c) {
+  const char *n[3];
+  int k = 0;
+  dl_optim *o = dl__optim_make(m, DL_OPT_RMSPROP);
+  if (!o) return NULL;
+  o->cfg.rmsprop = *c;
+  o->lr = c->lr;
+  n[k++] = "square_avg";
+  if (c->momentum > 0) n[k++] = "momentum_buffer";
+  if (c->centered) n[k++] = "grad_avg";
+  return dl__optim_state(o, k, n);
+}
+DL_API dl_optim *dl_optim_adagrad(dl_model *m, const dl_adagrad_cfg *c) {
+  static const char *const n[] = {"sum"};
+  dl_optim *o = dl__optim_make(m, DL_OPT_ADAGRAD);
+  int i;
+  if (!o) return NULL;
+  o->cfg.adagrad = *c;
+  o->lr = c->lr;
+  if (!dl__optim_state(o, 1, n)) return NULL;
+  for (i = 0; i < m->nparams; i++)
+    if (m->params[i]->kind != DL_PARAM_BUFFER) dl_adagrad_init_state(&o->state[i * DL_OPTIM_MAX_STATE], c);
+  return o;
+}
+DL_API dl_optim *dl_optim_lion(dl_model *m, const dl_lion_cfg *c) {
+  static const char *const n[] = {"exp_avg"};
+  dl_optim *o = dl__optim_make(m, DL_OPT_LION);
+  if (!o) return NULL;
+  o->cfg.lion = *c;
+  o->lr = c->lr;
+  return dl__optim_state(o, 1, n);
+}
+
+DL_API void dl_optim_free(dl_optim *o) {
+  dl_ctx *ctx;
+  if (!o) return;
+  ctx = o->model->ctx;
+  dl_free(ctx, o->sbuf);
+  dl_free(ctx, o->state);
+  dl_free(ctx, o->steps);
+  dl_free(ctx, o);
+}
+
+DL_API double dl_optim_lr(const dl_optim *o) { return o->lr; }
+/* Set the base learning rate (what a schedule computes each step/epoch). */
+DL_API void dl_optim_set_lr(dl_optim *o, double lr) { o->lr = lr; }
+
+/* The state tensor `state` ("exp_avg" ...) of parameter `param`
+ * ("0.weight"), or NULL when either name is unknown. Owned by o. */
+DL_API dl_tensor *dl_optim_state(dl_optim *o, const char *param, const char *state) {
+  int i, k;
+  for (i = 0; i < o->model->nparams; i++) {
+    if (strcmp(o->model->params[i]->name, param) != 0) continue;
+    if (o->model->params[i]->kind == DL_PARAM_BUFFER) return NULL;
+    for (k = 0; k < o->nstate; k++)
+      if (strcmp(o->state_name[k], state) == 0) return &o->state[i * DL_OPTIM_MAX_STATE + k];
+  }
+  return NULL;
+}
+/* The step count of parameter `param` (writable, for checkpoints), or NULL. */
+DL_API int64_t *dl_optim_param_steps(dl_optim *o, const char *param) {
+  int i;
+  for (i = 0; i < o->model->nparams; i++)
+    if (strcmp(o->model->params[i]->name, param) == 0 && o->model->params[i]->kind != DL_PARAM_BUFFER)
+      return &o->steps[i];
+  return NULL;
+}
+
+/* One update of parameter i's tensor p with gradient g and state st[], at
+ * step `step`, with the per-parameter lr and weight decay. */
+DL_API void dl__optim_update(dl_optim *o, const dl_param *pr, dl_tensor *p, const dl_tensor *g, dl_tensor *st,
+                             int64_t step, int sparse) {
+  const double lr = o->lr * pr->lr_mult;
+  switch (o->kind) {
+  case DL_OPT_SGD: {
+    dl_sgd_cfg c = o->cfg.sgd;
+    c.lr = lr;
+    c.weight_decay *= pr->wd_mult;
+    dl_sgd_update(p, g, o->nstate ? &st[0] : NULL, step, &c);
+    break;
+  }
+  case DL_OPT_ADAM: {
+    dl_adam_cfg c = o->cfg.adam;
+    c.lr = lr;
+    c.weight_decay *= pr->wd_mult;
+    /* SparseAdam: p -= lr sqrt(bc2)/bc1 * m / (sqrt(v) + eps), i.e. Adam's
+     * formula with eps / sqrt(bc2) */
+    if (sparse) c.eps /= sqrt(1 - pow(c.beta2, (double)step));
+    dl_adam_update(p, g, &st[0], &st[1], c.amsgrad ? &st[2] : NULL, step, &c);
+    break;
+  }
+  case DL_OPT_RMSPROP: {
+    dl_rmsprop_cfg c = o->cfg.rmsprop;
+    int k = 1;
+    dl_tensor *mb = NULL, *ga = NULL;
+    c.lr = lr;
+    c.weight_decay *= pr->wd_mult;
+    if (c.momentum > 0) mb = &st[k++];
+    if (c.centered) ga = &st[k++];
+    dl_rmsprop_update(p, g, &st[0], ga, mb, step, &c);
+    break;
+  }
+  case DL_OPT_ADAGRAD: {
+    dl_adagrad_cfg c = o->cfg.adagrad;
+    c.lr = lr;
+    c.weight_decay *= pr->wd_mult;
+    dl_adagrad_update(p, g, &st[0], step, &c);
+    break;
+  }
+  case DL_OPT_LION: {
+    dl_lion_cfg c = o->cfg.lion;
+    c.lr = lr;
+    c.weight_decay *= pr->wd_mult;
+    dl_lion_update(p, g, &st[0], step, &c);
+    break;
+  }
+  }
+}
+
+/* Whether parameter p's gradient is row-sparse this step. A sparse
+ * parameter that also received a dense gradient (a tied embedding used as an
+ * output projection too) has its sparse rows added into the dense gradient
+ * here, once, and is treated as dense until the gradients are zeroed. */
+DL_API int dl__param_sparse_now(dl_param *p) {
+  dl_sgrad *s = (dl_sgrad *)p->t.sgrad;
+  if (!p->sparse) return 0;
+  if (!(p->t.flags & DL_TENSOR_DENSE_GRAD)) return 1;
+  if (s && s->nnz) {
+    dl_sgrad_add_to(s, &p->g);
+    dl_sgrad_clear(s);
+  }
+  return 0;
+}
+
+/* Row r of a [rows, ...] tensor t as a 1-d view of `width` elements. */
+DL_API dl_tensor dl__row(const dl_tensor *t, int64_t r, int64_t width) {
+  dl_tensor v;
+  dl_tensor_wrap(&v, t->ctx, t->dtype, 1, &width, (unsigned char *)t->data + (size_t)(r * width) * dl_dtype_size(t->dtype));
+  return v;
+}
+
+/* Stage 5: update every trainable parameter from its gradient (dense, or
+ * the touched rows of a row-sparse one). Does not zero the gradients. */
+DL_API void dl_optim_step(dl_optim *o) {
+  dl_model *m = o->model;
+  int i, k;
+  o->nsteps++;
+  for (i = 0; i < m->nparams; i++) {
+    dl_param *pr = m->params[i];
+    dl_tensor *st = &o->state[i * DL_OPTIM_MAX_STATE];
+    if (pr->kind == DL_PARAM_BUFFER || pr->frozen || pr->lr_mult == 0) continue;
+    if (dl__param_sparse_now(pr)) {
+      const dl_sgrad *s = (const dl_sgrad *)pr->t.sgrad;
+      int64_t j, w;
+      if (!s || s->nnz == 0) continue;
+      w = s->width;
+      o->steps[i]++;
+      for (j = 0; j < s->nnz; j++) {
+        int64_t r = s->rows[j];
+        dl_tensor pv = dl__row(&pr->t, r, w), gv, sv[DL_OPTIM_MAX_STATE];
+        dl_tensor_wrap(&gv, m->ctx, m->dtype, 1, &w, (unsigned char *)s->values + (size_t)(s->slot[r] * w) * dl_dtype_size(m->dtype));
+        for (k = 0; k < o->nstate; k++) sv[k] = dl__row(&st[k], r, w);
+        dl__optim_update(o, pr, &pv, &gv, sv, o->steps[i], 1);
+      }
+      continue;
+    }
+    o->steps[i]++;
+    dl__optim_update(o, pr, &pr->t, &pr->g, st, o->steps[i], 0);
+  }
+}
+
+/* >>clipping and regularisation -------------------------------------------- */
+
+/* Stages 3 and 4 of a training step. Zero fields are off.
+ *   clip_value  every gradient element clamped to [-v, v] (a parameter's own
+ *               clip_value, when set, replaces it) - clip_grad_value_
+ *   (per parameter: each parameter's clip_norm caps its own gradient's L2
+ *               norm, the same rule as below on one tensor)
+ *   clip_norm   the global L2 norm over all gradients (torch's
+ *               clip_grad_norm_): scale by min(1, clip_norm / (norm + 1e-6))
+ *   l1, l2      gradient += wd_mult * (l1 * sign(p) + l2 * p): L1 and L2
+ *               penalties 0.5*l2*|p|^2 + l1*|p|_1 added to the loss (biases
+ *               and norms have wd_mult 0). Decoupled weight decay belongs to
+ *               the optimizer (AdamW, Lion). */
+typedef struct dl_step_desc {
+  double clip_value, clip_norm;
+  double l1, l2;
+} dl_step_desc;
+
+/* Sum of squares of a contiguous buffer, in double. */
+DL_API double dl__sumsq(const void *data, int64_t n, dl_dtype dt) {
+  double s = 0;
+  int64_t i;
+  if (dt == DL_F32) {
+    const float *x = (const float *)data;
+    for (i = 0; i < n; i++) s += (double)x[i] * x[i];
+  } else {
+    const double *x = (const double *)data;
+    for (i = 0; i < n; i++) s += x[i] * x[i];
+  }
+  return s;
+}
+DL_API void dl__scale(void *data, int64_t n, dl_dtype dt, double f) {
+  int64_t i;
+  if (dt == DL_F32) {
+    float *x = (float *)data, ff = (float)f;
+    for (i = 0; i < n; i++) x[i] *= ff;
+  } else {
+    double *x = (double *)data;
+    for (i = 0; i < n; i++) x[i] *= f;
+  }
+}
+DL_API void dl__clamp_buf(void *data, int64_t n, dl_dtype dt, double v) {
+  int64_t i;
+  if (dt == DL_F32) {
+    float *x = (float *)data, lo = (float)-v, hi = (float)v;
+    for (i = 0; i < n; i++) x[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+  } else {
+    double *x = (double *)data;
+    for (i = 0; i < n; i++) x[i] = x[i] < -v ? -v : x[i] > v ? v : x[i];
+  }
+}
+/* The gradient memory of parameter p: the touched rows' values of a sparse
+ * one, else its dense gradient. */
+DL_API void *dl__grad_mem(dl_param *p, int64_t *n) {
+  if (dl__param_sparse_now(p)) {
+    const dl_sgrad *s = (const dl_sgrad *)p->t.sgrad;
+    *n = s ? s->nnz * s->width : 0;
+    return s ? s->values : NULL;
+  }
+  *n = p->g.numel;
+  return p->g.data;
+}
+
+/* Stage 3: clip the gradients as d says. Returns the global gradient L2
+ * norm after value and per-parameter clipping, before global scaling (what
+ * clip_grad_norm_ returns; computed even when clip_norm is 0, for logging).
+ * Frozen parameters are left out. NaN or inf gradients give a NaN/inf norm
+ * and, with clip_norm set, NaN gradients (as PyTorch). */
+DL_API double dl_clip_grads(dl_model *m, const dl_step_desc *d) {
+  double total = 0, f;
+  int i;
+  for (i = 0; i < m->nparams; i++) {
+    dl_param *p = m->params[i];
+    double cv = p->clip_value > 0 ? p->clip_value : d ? d->clip_value : 0, s;
+    int64_t n;
+    void *g;
+    if (p->kind == DL_PARAM_BUFFER || p->frozen || !p->t.grad) continue;
+    g = dl__grad_mem(p, &n);
+    if (cv > 0) dl__clamp_buf(g, n, m->dtype, cv);
+    s = dl__sumsq(g, n, m->dtype);
+    if (p->clip_norm > 0) {
+      double nn = sqrt(s);
+      f = p->clip_norm / (nn + 1e-6);
+      if (f < 1) {
+        dl__scale(g, n, m->dtype, f);
+        s = dl__sumsq(g, n, m->dtype);
+      }
+    }
+    total += s;
+  }
+  total = sqrt(total);
+  if (d && d->clip_norm > 0) {
+    f = d->clip_norm / (total + 1e-6);
+    if (!(f >= 1))
+      for (i = 0; i < m->nparams; i++) {
+        dl_param *p = m->params[i];
+        int64_t n;
+        void *g;
+        if (p->kind == DL_PARAM_BUFFER || p->frozen || !p->t.grad) continue;
+        g = dl__grad_mem(p, &n);
+        dl__scale(g, n, m->dtype, f);
+      }
+  }
+  return total;
+}
+
+/* Stage 4: gradient += wd_mult * (l1 * sign(p) + l2 * p) for every trainable
+ * parameter (the touched rows only of a row-sparse one). */
+DL_API void dl_regularize(dl_model *m, const dl_step_desc *d) {
+  int i;
+  if (!d || (d->l1 == 0 && d->l2 == 0)) return;
+  for (i = 0; i < m->nparams; i++) {
+    dl_param *p = m->params[i];
+    double l1, l2;
+    if (p->kind == DL_PARAM_BUFFER || p->frozen || !p->t.grad || p->wd_mult == 0) continue;
+    l1 = d->l1 * p->wd_mult;
+    l2 = d->l2 * p->wd_mult;
+    if (dl__param_sparse_now(p)) {
+      const dl_sgrad *s = (const dl_sgrad *)p->t.sgrad;
+      int64_t j, w;
+      if (!s) continue;
+      w = s->width;
+      for (j = 0; j < s->nnz; j++) {
+        dl_tensor pv = dl__row(&p->t, s->rows[j], w), gv;
+        dl_tensor_wrap(&gv, m->ctx, m->dtype, 1, &w, (unsigned char *)s->values + (size_t)(s->slot[s->rows[j]] * w) * dl_dtype_size(m->dtype));
+        dl_tensor *gp = &gv, *pp = &pv;
+        DL_ASSIGN(gp, dl_add(gp, dl_add(dl_mul(l2, pp), dl_mul(l1, dl_sub(dl_gt(pp, 0.0), dl_lt(pp, 0.0))))));
+      }
+      continue;
+    }
+    {
+      dl_tensor *g = &p->g, *pt = &p->t;
+      DL_ASSIGN(g, dl_add(g, dl_add(dl_mul(l2, pt), dl_mul(l1, dl_sub(dl_gt(pt, 0.0), dl_lt(pt, 0.0))))));
+    }
+  }
+}
+
+/* Stages 2-5 in their fixed order, then zero the gradients:
+ *   dl_backward(tp, loss) -> dl_clip_grads -> dl_regularize -> dl_optim_step
+ *   -> dl_model_zero_grad.
+ * Gradients already accumulated (an earlier dl_backward of a second loss)
+ * are kept and added to. Returns the gradient norm dl_clip_grads gives.
+ * Stage 1 (the forward) is the caller's; rewind the tape before the next. */
+DL_API double dl_train_step(dl_optim *o, dl_tape *tp, dl_tensor *loss, const dl_step_desc *d) {
+  double norm;
+  dl_backward(tp, loss, NULL);
+  norm = dl_clip_grads(o->model, d);
+  dl_regularize(o->model, d);
+  dl_optim_step(o);
+  dl_model_zero_grad(o->model);
+  return norm;
 }
 
 #endif /* __cplusplus */

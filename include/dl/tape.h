@@ -170,6 +170,7 @@ DL_API void dl_sgrad_clear(dl_sgrad *s) {
 }
 /* Zero t's gradient (dense, and the row-sparse one: its rows are cleared). */
 DL_API void dl_zero_grad(dl_tensor *t) {
+  t->flags &= ~(unsigned)DL_TENSOR_DENSE_GRAD;
   if (t->grad) dl_tensor_fill(t->grad, 0.0);
   if (t->sgrad) dl_sgrad_clear((dl_sgrad *)t->sgrad);
 }
@@ -265,6 +266,7 @@ DL_API dl_node *dl_tape_record(dl_tape *tp, const char *op, dl_backward_fn bw, d
  * zeroed, contiguous tensor in the arena made on first use. */
 DL_API dl_tensor *dl_tape_grad(dl_tape *tp, dl_tensor *x) {
   if (!x || !(x->flags & DL_TENSOR_REQUIRES_GRAD)) return NULL;
+  if (!x->node) x->flags |= DL_TENSOR_DENSE_GRAD; /* a leaf: its dense gradient is in use */
   if (x->grad) return x->grad;
   if (!x->node) {
     if (dl_requires_grad(x) != DL_OK)

@@ -38,7 +38,8 @@ enum {
   DL_TENSOR_OWNED = 1u << 0,          /* heap block released by dl_tensor_free */
   DL_TENSOR_VIEW = 1u << 1,           /* borrows another tensor's storage */
   DL_TENSOR_REQUIRES_GRAD = 1u << 2,  /* recorded on the tape (tape.h) */
-  DL_TENSOR_KEEP_GRAD = 1u << 3       /* keep .grad of a non-leaf (tape.h) */
+  DL_TENSOR_KEEP_GRAD = 1u << 3,      /* keep .grad of a non-leaf (tape.h) */
+  DL_TENSOR_DENSE_GRAD = 1u << 4      /* a leaf's dense .grad was written since its last zeroing (tape.h) */
 };
 
 /* A row-sparse gradient of a 2-d tensor [rows, width] (tape.h; the

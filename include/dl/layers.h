@@ -1,0 +1,1580 @@
+/* dl/layers.h - models made of layers with named parameters.
+ *
+ *   dl_model *m = dl_model_make(&ctx, &(dl_model_desc){.dtype = DL_F32, .seed = 1});
+ *   dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = 784, .out = 256});      // "0.weight", "0.bias"
+ *   dl_act_make(m, NULL, NULL, DL_ACT_RELU, 0);                      // "1" (no parameters)
+ *   dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = 256, .out = 10});       // "2.weight", "2.bias"
+ *   if (dl_model_status(m) != DL_OK) { ... dl_ctx_message(&ctx) ... }
+ *   ...
+ *   dl_tensor *logits = dl_model_forward(m, tp, x);                 // the tape ops of ops.h
+ *
+ * A model owns its parameters, their gradients and its buffers (BatchNorm's
+ * running statistics); layers are a tree under the model's root. Every
+ * make function takes (model, parent, name, desc):
+ *   - parent NULL is the root; otherwise a container (Sequential, Residual,
+ *     Module) made earlier in the same model;
+ *   - name NULL is the next index among the parent's children ("0", "1" ...,
+ *     counting children without parameters too, as nn.Sequential does);
+ *   - the full name joins the parents' names with dots, and parameters are
+ *     named FULLNAME.weight etc.: PyTorch's state_dict keys ("0.weight",
+ *     "features.3.bias", "lstm.weight_ih_l0", "attn.out_proj.weight",
+ *     "bn.running_mean"). Layouts are PyTorch's too (Linear weight [out, in],
+ *     Conv2d [out, in/groups, kh, kw], LSTM gates i, f, g, o), so weights move
+ *     between the two without transposes.
+ *   - The desc's zero fields mean PyTorch's defaults, listed above each desc.
+ * Make functions return the layer, or NULL once the model has failed (out of
+ * memory, a name too long: the status and message are in the model and its
+ * ctx; later makes return NULL too, so one check after building suffices).
+ * Misuse (a parent from another model, a duplicate name, bad sizes) panics.
+ *
+ * The root's forward runs its children in order (an nn.Sequential). A
+ * forward function in plain C (a ResNet block, two heads) is a Module:
+ *
+ *   static dl_tensor *block(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+ *     dl_tensor *h = dl_t_relu(tp, dl_layer_call(dl_layer_child(l, "bn1"), tp,
+ *                                  dl_layer_call(dl_layer_child(l, "conv1"), tp, x)));
+ *     h = dl_layer_call(dl_layer_child(l, "bn2"), tp, dl_layer_call(dl_layer_child(l, "conv2"), tp, h));
+ *     return dl_t_relu(tp, dl_t_add(tp, h, x));
+ *   }
+ *   dl_layer *b = dl_module_make(m, NULL, "block", block, NULL);
+ *   dl_conv2d_make(m, b, "conv1", &(dl_conv2d_desc){.in = 64, .out = 64, .kernel = 3, .padding = 1, .no_bias = 1});
+ *   ...
+ *
+ * Parameters: dl_model_param(m, "0.weight") finds one by name; m->params[i]
+ * lists them in creation order (buffers included, flagged). Each carries its
+ * hyperparameters, set by name pattern without source edits
+ * (dl_model_set, dl_model_configure("conv*.weight:lr_mult=0.1,init=xavier_uniform")):
+ *   lr_mult     learning-rate multiplier (1; 0 = no update at all)
+ *   wd_mult     weight-decay / L1 / L2 multiplier (1 for weights; 0 for biases
+ *               and normalisation parameters)
+ *   clip_value  clamp this parameter's gradient to [-v, v] (0 = off)
+ *   clip_norm   scale this parameter's gradient to L2 norm <= v (0 = off)
+ *   frozen      no gradient, no update
+ *   init        the initialisation scheme (setting it re-initialises now)
+ *
+ * Memory: a parameter's values start in their own allocation; the first
+ * dl_model_pack (called by the optimizer's make, or by the user) moves every
+ * trainable parameter into one contiguous 64-byte-aligned buffer and gives
+ * them their gradients in a second one at the same offsets (the dl_tensor
+ * structs do not move, so pointers held by the caller stay valid). No layer
+ * can be added after that. dl_model_free releases everything.
+ *
+ * Train and eval: dl_model_train(m, 1/0) (train is the default, as in
+ * PyTorch): Dropout and BatchNorm read it.
+ */
+#ifndef DL_LAYERS_H
+#define DL_LAYERS_H
+
+#include "ops.h"
+
+#ifndef __cplusplus
+
+#include <float.h>
+#include <stdio.h>
+#include <string.h>
+
+#ifndef DL_NAME_MAX
+#define DL_NAME_MAX 96 /* longest parameter name, with its terminating 0 */
+#endif
+
+/* >>init ------------------------------------------------------------------- */
+
+/* Initialisation schemes. fan_in = size(1) * receptive, fan_out = size(0) *
+ * receptive, receptive = the product of the sizes after the second (as
+ * torch.nn.init computes them; 1-d tensors have no fans and panic for the
+ * fan-based schemes). `arg` per scheme:
+ *   DL_INIT_DEFAULT          the layer's PyTorch default (what make used)
+ *   DL_INIT_CONSTANT         every element = arg (ZEROS / ONES: 0 / 1)
+ *   DL_INIT_UNIFORM          U(-arg, arg)
+ *   DL_INIT_NORMAL           N(0, arg^2)
+ *   DL_INIT_XAVIER_UNIFORM   U(-b, b), b = gain sqrt(6 / (fan_in + fan_out)), gain = arg or 1
+ *   DL_INIT_XAVIER_NORMAL    N(0, s^2), s = gain sqrt(2 / (fan_in + fan_out)), gain = arg or 1
+ *   DL_INIT_KAIMING_UNIFORM  U(-b, b), b = gain sqrt(3 / fan_in), gain = sqrt(2 / (1 + arg^2))
+ *                            (arg: the leaky-ReLU slope; 0 for ReLU; fan_in mode)
+ *   DL_INIT_KAIMING_NORMAL   N(0, s^2), s = gain / sqrt(fan_in), gain as above
+ *   DL_INIT_LECUN_UNIFORM    U(-b, b), b = sqrt(3 / fan_in)
+ *   DL_INIT_LECUN_NORMAL     N(0, 1 / fan_in)
+ *   DL_INIT_ORTHOGONAL       rows (or columns, whichever are fewer) of the
+ *                            tensor viewed as [size(0), numel / size(0)] are
+ *                            orthonormal, times gain = arg or 1 (QR of a
+ *                            Gaussian matrix with R's diagonal made positive,
+ *                            as torch.nn.init.orthogonal_)
+ * Random draws come from the rng given (the model's: seeded, no global state).
+ * The values differ from PyTorch's (another generator); the distributions
+ * are the same. */
+typedef enum dl_init_kind {
+  DL_INIT_DEFAULT = 0,
+  DL_INIT_CONSTANT,
+  DL_INIT_ZEROS,
+  DL_INIT_ONES,
+  DL_INIT_UNIFORM,
+  DL_INIT_NORMAL,
+  DL_INIT_XAVIER_UNIFORM,
+  DL_INIT_XAVIER_NORMAL,
+  DL_INIT_KAIMING_UNIFORM,
+  DL_INIT_KAIMING_NORMAL,
+  DL_INIT_LECUN_UNIFORM,
+  DL_INIT_LECUN_NORMAL,
+  DL_INIT_ORTHOGONAL,
+  DL__INIT_COUNT
+} dl_init_kind;
+
+typedef struct dl_init {
+  dl_init_kind kind;
+  double arg;
+} dl_init;
+
+DL_API const char *dl_init_name(dl_init_kind k) {
+  static const char *const names[DL__INIT_COUNT] = {
+      "default", "constant", "zeros", "ones", "uniform", "normal", "xavier_uniform",
+      "xavier_normal", "kaiming_uniform", "kaiming_normal", "lecun_uniform", "lecun_normal",
+      "orthogonal"};
+  return (unsigned)k < DL__INIT_COUNT ? names[k] : "?";
+}
+
+/* fan_in and fan_out of t as torch.nn.init computes them; 0 for ndim < 2. */
+DL_API void dl_init_fans(const dl_tensor *t, double *fan_in, double *fan_out) {
+  double rec = 1;
+  int d;
+  if (t->ndim < 2) { *fan_in = *fan_out = 0; return; }
+  for (d = 2; d < t->ndim; d++) rec *= (double)t->shape[d];
+  *fan_in = (double)t->shape[1] * rec;
+  *fan_out = (double)t->shape[0] * rec;
+}
+
+/* Orthogonal fill: Householder-free modified Gram-Schmidt in double on a
+ * Gaussian [rows, cols] (transposed when rows < cols), column signs fixed so
+ * that R's diagonal is positive. Scratch: one double per element (heap). */
+DL_API dl_status dl__init_orthogonal(dl_tensor *t, dl_rng *r, double gain) {
+  int64_t rows = t->ndim ? t->shape[0] : 1, cols = rows ? t->numel / rows : 0, i, j, k;
+  int64_t n = rows >= cols ? rows : cols, m = rows >= cols ? cols : rows; /* q is n x m, columns orthonormal */
+  double *q;
+  if (t->numel == 0) return DL_OK;
+  q = (double *)dl_alloc(t->ctx, sizeof(double) * (size_t)(n * m));
+  if (!q) return DL_ERR_NOMEM;
+  for (i = 0; i < n * m; i++) q[i] = dl_rng_normal(r);
+  for (j = 0; j < m; j++) { /* column j of q (row-major n x m) */
+    double nrm = 0;
+    for (k = 0; k < j; k++) {
+      double dot = 0;
+      for (i = 0; i < n; i++) dot += q[i * m + j] * q[i * m + k];
+      for (i = 0; i < n; i++) q[i * m + j] -= dot * q[i * m + k];
+    }
+    for (i = 0; i < n; i++) nrm += q[i * m + j] * q[i * m + j];
+    nrm = sqrt(nrm);
+    if (nrm == 0) nrm = 1; /* a degenerate draw: probability zero */
+    for (i = 0; i < n; i++) q[i * m + j] /= nrm;
+  }
+  /* t[a, b] = gain * (rows >= cols ? q[a, b] : q[b, a]) */
+  for (i = 0; i < rows; i++)
+    for (j = 0; j < cols; j++)
+      dl__set_at(t, dl__offset_of_linear(t, i * cols + j), gain * (rows >= cols ? q[i * m + j] : q[j * m + i]));
+  dl_free(t->ctx, q);
+  return DL_OK;
+}
+
+/* Fill t by scheme `in` (DL_INIT_DEFAULT is not a scheme here: panics).
+ * DL_OK, or DL_ERR_NOMEM (orthogonal's scratch). Panics, naming the tensor's
+ * shape, when a fan-based scheme meets a tensor with fewer than 2 dims. */
+DL_API dl_status dl_init_tensor(dl_tensor *t, dl_init in, dl_rng *r) {
+  double fi, fo, gain, b;
+  dl_init_fans(t, &fi, &fo);
+  switch (in.kind) {
+  case DL_INIT_CONSTANT: dl_tensor_fill(t, in.arg); return DL_OK;
+  case DL_INIT_ZEROS: dl_tensor_fill(t, 0); return DL_OK;
+  case DL_INIT_ONES: dl_tensor_fill(t, 1); return DL_OK;
+  case DL_INIT_UNIFORM: dl_tensor_rand_uniform(t, r, -in.arg, in.arg); return DL_OK;
+  case DL_INIT_NORMAL: dl_tensor_rand_normal(t, r, 0, in.arg); return DL_OK;
+  case DL_INIT_ORTHOGONAL:
+    if (t->ndim < 2) break;
+    return dl__init_orthogonal(t, r, in.arg != 0 ? in.arg : 1);
+  default: break;
+  }
+  if (in.kind <= DL_INIT_NORMAL || in.kind >= DL__INIT_COUNT)
+    DL_PANIC(t->ctx, "dl_init_tensor", "no initialisation scheme %d (DL_INIT_DEFAULT is the layer's own)", (int)in.kind);
+  if (t->ndim < 2 || fi == 0)
+    DL_PANIC(t->ctx, "dl_init_tensor", "%s initialisation needs a tensor with at least 2 dims and fan_in > 0, not %s",
+             dl_init_name(in.kind), DL_SHAPESTR(t));
+  switch (in.kind) {
+  case DL_INIT_XAVIER_UNIFORM:
+    b = (in.arg != 0 ? in.arg : 1) * sqrt(6.0 / (fi + fo));
+    dl_tensor_rand_uniform(t, r, -b, b);
+    break;
+  case DL_INIT_XAVIER_NORMAL:
+    dl_tensor_rand_normal(t, r, 0, (in.arg != 0 ? in.arg : 1) * sqrt(2.0 / (fi + fo)));
+    break;
+  case DL_INIT_KAIMING_UNIFORM:
+    gain = sqrt(2.0 / (1 + in.arg * in.arg));
+    b = gain * sqrt(3.0 / fi);
+    dl_tensor_rand_uniform(t, r, -b, b);
+    break;
+  case DL_INIT_KAIMING_NORMAL:
+    gain = sqrt(2.0 / (1 + in.arg * in.arg));
+    dl_tensor_rand_normal(t, r, 0, gain / sqrt(fi));
+    break;
+  case DL_INIT_LECUN_UNIFORM:
+    b = sqrt(3.0 / fi);
+    dl_tensor_rand_uniform(t, r, -b, b);
+    break;
+  default: /* DL_INIT_LECUN_NORMAL */
+    dl_tensor_rand_normal(t, r, 0, 1.0 / sqrt(fi));
+    break;
+  }
+  return DL_OK;
+}
+
+/* >>types ------------------------------------------------------------------ */
+
+typedef enum dl_param_kind {
+  DL_PARAM_WEIGHT = 0, /* decayed by default */
+  DL_PARAM_BIAS,       /* wd_mult 0 by default */
+  DL_PARAM_NORM,       /* a normalisation layer's weight or bias: wd_mult 0 */
+  DL_PARAM_BUFFER      /* state saved with the model, never trained (running_mean ...) */
+} dl_param_kind;
+
+/* One named tensor of a model. The tensor struct lives inside; its address
+ * is stable for the model's life. */
+typedef struct dl_param {
+  char name[DL_NAME_MAX];  /* full name, PyTorch state_dict style */
+  dl_tensor t;             /* the values (t.grad: the gradient, after dl_model_pack) */
+  dl_tensor g;             /* the gradient tensor t.grad points to (a view into the model's buffer) */
+  dl_param_kind kind;
+  int sparse;              /* row-sparse gradient in t.sgrad (Embedding(sparse=1)): lazy updates */
+  int frozen;              /* no gradient, no update */
+  double lr_mult, wd_mult; /* per-parameter multipliers of the optimizer's lr and weight decay */
+  double clip_value;       /* gradient clamp to [-clip_value, clip_value]; 0 = off */
+  double clip_norm;        /* per-parameter gradient L2 norm cap; 0 = off */
+  dl_init init;            /* the scheme last used (DL_INIT_DEFAULT: the layer's own) */
+  dl_init default_init;    /* the layer's PyTorch default, as a scheme */
+  int64_t offset;          /* element offset in the packed buffers; -1 before dl_model_pack or for buffers */
+  void *own;               /* its own allocation before packing (and for buffers) */
+  struct dl_layer *layer;  /* the layer that made it */
+} dl_param;
+
+typedef struct dl_layer dl_layer;
+typedef struct dl_model dl_model;
+
+/* What a layer type provides. forward(l, tp, x) -> y on the tape (NULL for
+ * a layer that cannot be called with one input). describe writes the
+ * constructor's arguments ("784, 256, bias=1"). free releases what the
+ * layer allocated itself beyond its struct (usually NULL). */
+typedef struct dl_layer_vt {
+  const char *type; /* "Linear", "Conv2d" ... */
+  dl_tensor *(*forward)(dl_layer *l, dl_tape *tp, dl_tensor *x);
+  void (*describe)(const dl_layer *l, char *buf, size_t n);
+  void (*free)(dl_layer *l);
+} dl_layer_vt;
+
+typedef dl_tensor *(*dl_forward_fn)(dl_layer *l, dl_tape *tp, dl_tensor *x);
+
+struct dl_layer {
+  const dl_layer_vt *vt;
+  dl_model *model;
+  dl_layer *parent;         /* NULL for the root */
+  char name[DL_NAME_MAX];   /* full name ("" for the root) */
+  const char *local;        /* the last component of name */
+  dl_layer **child;         /* children, in order */
+  int nchild, capchild;
+  int first_param, nparam;  /* the params it made itself: model->params[first_param ..] */
+  dl_forward_fn fn;         /* a Module's forward */
+  void *user;               /* a Module's user pointer */
+  int64_t out_shape[DL_MAX_DIMS]; /* the output shape seen by dl_model_summary */
+  int out_ndim;             /* -1: not traced */
+};
+
+/* Model options; zero = default. */
+typedef struct dl_model_desc {
+  dl_dtype dtype;  /* of every parameter: DL_F32 (default) or DL_F64 */
+  uint64_t seed;   /* initialisation and dropout streams (0 is a seed like any other) */
+} dl_model_desc;
+
+struct dl_model {
+  dl_ctx *ctx;
+  dl_dtype dtype;
+  uint64_t seed;
+  dl_rng rng;              /* initialisation draws */
+  dl_param **params;       /* nparams, creation order (buffers included) */
+  int nparams, capparams;
+  dl_layer root;           /* nn.Sequential-like top level */
+  dl_layer **layers;       /* every layer but the root, creation order (to free them) */
+  int nlayers, caplayers;
+  int training;            /* 1: train mode (default) */
+  int packed;              /* dl_model_pack done */
+  void *pbuf, *gbuf;       /* packed values and gradients of the trainable parameters */
+  int64_t pnumel;          /* elements in each packed buffer (with alignment padding) */
+  int tracing;             /* dl_model_summary is running */
+  dl_status status;        /* first failure while building */
+};
+
+/* >>names and patterns ----------------------------------------------------- */
+
+/* Glob match: '*' any run of characters (dots included), '?' one character,
+ * everything else literal. "conv*.weight" matches "conv1.weight" and
+ * "conv2.block.weight"; "*" matches every name. */
+DL_API int dl_name_match(const char *pat, const char *s) {
+  const char *star = NULL, *back = NULL;
+  while (*s) {
+    if (*pat == '*') { star = pat++; back = s; }
+    else if (*pat == '?' || *pat == *s) { pat++; s++; }
+    else if (star) { pat = star + 1; s = ++back; }
+    else return 0;
+  }
+  while (*pat == '*') pat++;
+  return *pat == 0;
+}
+
+/* dst = a "." b (just b when a is empty); the caller checked that it fits
+ * in DL_NAME_MAX. */
+DL_API void dl__join_name(char *dst, const char *a, const char *b) {
+  size_t na = strlen(a), nb = strlen(b);
+  memcpy(dst, a, na);
+  if (na) dst[na++] = '.';
+  memcpy(dst + na, b, nb + 1);
+}
+
+/* Whether scheme `in` can fill t (the fan-based ones need >= 2 dims). */
+DL_API int dl_init_applicable(const dl_tensor *t, dl_init in) {
+  return in.kind <= DL_INIT_NORMAL || (t->ndim >= 2 && t->shape[1] > 0);
+}
+
+/* >>model ------------------------------------------------------------------ */
+
+DL_API void dl__model_fail(dl_model *m, dl_status st) {
+  if (m->status == DL_OK) m->status = st;
+}
+DL_API int dl__grow(dl_ctx *ctx, void **arr, int *cap, int need, size_t elem) {
+  void *n;
+  int nc;
+  if (need <= *cap) return 1;
+  nc = *cap ? *cap * 2 : 8;
+  while (nc < need) nc *= 2;
+  n = dl_alloc(ctx, elem * (size_t)nc);
+  if (!n) return 0;
+  if (*arr) { memcpy(n, *arr, elem * (size_t)*cap); dl_free(ctx, *arr); }
+  *arr = n;
+  *cap = nc;
+  return 1;
+}
+
+static const dl_layer_vt dl__lay_root_vt; /* defined with the containers */
+
+/* A new empty model on the heap, in train mode. NULL when out of memory
+ * (message in ctx). Free with dl_model_free. */
+DL_API dl_model *dl_model_make(dl_ctx *ctx, const dl_model_desc *desc) {
+  dl_model *m = (dl_model *)dl_alloc(ctx, sizeof *m);
+  dl_dtype dt = desc && desc->dtype ? desc->dtype : DL_F32;
+  if (!m) return NULL;
+  if (dt != DL_F32 && dt != DL_F64) {
+    dl_free(ctx, m);
+    DL_PANIC(ctx, "dl_model_make", "parameters are f32 or f64, not %s", dl_dtype_name(dt));
+  }
+  memset(m, 0, sizeof *m);
+  m->ctx = ctx;
+  m->dtype = dt;
+  m->seed = desc ? desc->seed : 0;
+  m->rng = dl_rng_make(m->seed);
+  m->training = 1;
+  m->root.vt = &dl__lay_root_vt;
+  m->root.model = m;
+  m->root.local = m->root.name;
+  m->root.out_ndim = -1;
+  return m;
+}
+
+/* DL_OK, or the first failure met while building (the message is in ctx). */
+DL_API dl_status dl_model_status(const dl_model *m) { return m ? m->status : DL_ERR_NOMEM; }
+
+DL_API void dl_model_free(dl_model *m) {
+  int i;
+  if (!m) return;
+  for (i = m->nlayers - 1; i >= 0; i--) {
+    dl_layer *l = m->layers[i];
+    if (l->vt->free) l->vt->free(l);
+    dl_free(m->ctx, l->child);
+    dl_free(m->ctx, l);
+  }
+  dl_free(m->ctx, m->root.child);
+  for (i = 0; i < m->nparams; i++) {
+    dl_param *p = m->params[i];
+    dl_sgrad_free((dl_sgrad *)p->t.sgrad);
+    dl_free(m->ctx, p->own);
+    dl_free(m->ctx, p);
+  }
+  dl_free(m->ctx, m->params);
+  dl_free(m->ctx, m->layers);
+  dl_free(m->ctx, m->pbuf);
+  dl_free(m->ctx, m->gbuf);
+  dl_free(m->ctx, m);
+}
+
+/* The parameter (or buffer) named `name`, or NULL. */
+DL_API dl_param *dl_model_param(const dl_model *m, const char *name) {
+  int i;
+  for (i = 0; i < m->nparams; i++)
+    if (strcmp(m->params[i]->name, name) == 0) return m->params[i];
+  return NULL;
+}
+/* Its tensor, or NULL. */
+DL_API dl_tensor *dl_model_tensor(const dl_model *m, const char *name) {
+  dl_param *p = dl_model_param(m, name);
+  return p ? &p->t : NULL;
+}
+/* Number of trainable parameter elements (buffers excluded). */
+DL_API int64_t dl_model_numel(const dl_model *m) {
+  int64_t n = 0;
+  int i;
+  for (i = 0; i < m->nparams; i++)
+    if (m->params[i]->kind != DL_PARAM_BUFFER) n += m->params[i]->t.numel;
+  return n;
+}
+
+/* Train (1) or eval (0) mode for every layer. */
+DL_API void dl_model_train(dl_model *m, int on) { m->training = on != 0; }
+
+/* Move the trainable parameters into one contiguous buffer and give each its
+ * gradient (zeroed) at the same offset of a second one; frozen parameters get
+ * theirs too but do not require a gradient. Idempotent. DL_OK or
+ * DL_ERR_NOMEM (the model unchanged). */
+DL_API dl_status dl_model_pack(dl_model *m) {
+  int64_t total = 0, align = (int64_t)(DL_ALIGN / dl_dtype_size(m->dtype));
+  size_t es = dl_dtype_size(m->dtype);
+  unsigned char *pb, *gb;
+  int i;
+  if (m->packed) return DL_OK;
+  if (m->status != DL_OK) return m->status;
+  for (i = 0; i < m->nparams; i++) {
+    dl_param *p = m->params[i];
+    if (p->kind == DL_PARAM_BUFFER) continue;
+    p->offset = total;
+    total += (p->t.numel + align - 1) / align * align;
+  }
+  pb = (unsigned char *)dl_alloc(m->ctx, (size_t)(total ? total : 1) * es);
+  gb = pb ? (unsigned char *)dl_alloc(m->ctx, (size_t)(total ? total : 1) * es) : NULL;
+  if (!gb) {
+    dl_free(m->ctx, pb);
+    for (i = 0; i < m->nparams; i++) m->params[i]->offset = -1;
+    return DL_ERR_NOMEM;
+  }
+  memset(pb, 0, (size_t)(total ? total : 1) * es);
+  memset(gb, 0, (size_t)(total ? total : 1) * es);
+  for (i = 0; i < m->nparams; i++) {
+    dl_param *p = m->params[i];
+    if (p->kind == DL_PARAM_BUFFER) continue;
+    if (p->t.numel) memcpy(pb + (size_t)p->offset * es, p->t.data, (size_t)p->t.numel * es);
+    dl_free(m->ctx, p->own);
+    p->own = NULL;
+    p->t.data = p->t.numel ? pb + (size_t)p->offset * es : NULL;
+    dl_tensor_wrap(&p->g, m->ctx, m->dtype, p->t.ndim, p->t.shape, p->t.numel ? gb + (size_t)p->offset * es : NULL);
+    p->t.grad = &p->g;
+    if (!p->frozen) p->t.flags |= DL_TENSOR_REQUIRES_GRAD;
+  }
+  m->pbuf = pb;
+  m->gbuf = gb;
+  m->pnumel = total;
+  m->packed = 1;
+  return DL_OK;
+}
+
+/* Zero every gradient (the packed buffer in one pass; row-sparse gradients
+ * forget their rows). */
+DL_API void dl_model_zero_grad(dl_model *m) {
+  int i;
+  if (m->gbuf) memset(m->gbuf, 0, (size_t)m->pnumel * dl_dtype_size(m->dtype));
+  for (i = 0; i < m->nparams; i++) {
+    m->params[i]->t.flags &= ~(unsigned)DL_TENSOR_DENSE_GRAD;
+    if (m->params[i]->t.sgrad) dl_sgrad_clear((dl_sgrad *)m->params[i]->t.sgrad);
+  }
+}
+
+/* >>hyperparameters by name ------------------------------------------------ */
+
+typedef enum dl_param_key {
+  DL_LR_MULT,     /* double */
+  DL_WD_MULT,     /* double */
+  DL_CLIP_VALUE,  /* double, >= 0 */
+  DL_CLIP_NORM,   /* double, >= 0 */
+  DL_FROZEN       /* 0 or 1 */
+} dl_param_key;
+
+DL_API void dl__param_set_frozen(dl_param *p, int on) {
+  p->frozen = on != 0;
+  if (p->t.grad) {
+    if (p->frozen) p->t.flags &= ~(unsigned)DL_TENSOR_REQUIRES_GRAD;
+    else p->t.flags |= DL_TENSOR_REQUIRES_GRAD;
+  }
+}
+
+/* Set one hyperparameter on every trainable parameter whose name matches the
+ * glob `pattern` (buffers are skipped). Returns how many matched (0 is not
+ * an error here: dl_model_configure reports it). Panics on a negative clip. */
+DL_API int dl_model_set(dl_model *m, const char *pattern, dl_param_key key, double value) {
+  int i, n = 0;
+  if ((key == DL_CLIP_VALUE || key == DL_CLIP_NORM) && !(value >= 0))
+    DL_PANIC(m->ctx, "dl_model_set", "%s: a clip must be >= 0, not %g", pattern, value);
+  for (i = 0; i < m->nparams; i++) {
+    dl_param *p = m->params[i];
+    if (p->kind == DL_PARAM_BUFFER || !dl_name_match(pattern, p->name)) continue;
+    switch (key) {
+    case DL_LR_MULT: p->lr_mult = value; break;
+    case DL_WD_MULT: p->wd_mult = value; break;
+    case DL_CLIP_VALUE: p->clip_value = value; break;
+    case DL_CLIP_NORM: p->clip_norm = value; break;
+    case DL_FROZEN: dl__param_set_frozen(p, value != 0); break;
+    }
+    n++;
+  }
+  return n;
+}
+
+/* Re-initialise every trainable parameter matching `pattern` with scheme
+ * `in` now, from the model's rng (DL_INIT_DEFAULT: the layer's PyTorch
+ * default). Returns how many, or -1 on DL_ERR_NOMEM. */
+DL_API int dl_model_set_init(dl_model *m, const char *pattern, dl_init in) {
+  int i, n = 0;
+  for (i = 0; i < m->nparams; i++) {
+    dl_param *p = m->params[i];
+    if (p->kind == DL_PARAM_BUFFER || !dl_name_match(pattern, p->name)) continue;
+    if (dl_init_tensor(&p->t, in.kind == DL_INIT_DEFAULT ? p->default_init : in, &m->rng) != DL_OK) return -1;
+    p->init = in;
+    n++;
+  }
+  return n;
+}
+
+DL_API int dl__spec_init(const char *v, size_t n, dl_init *out) {
+  int k;
+  char buf[64];
+  const char *paren;
+  if (n >= sizeof buf) return 0;
+  memcpy(buf, v, n);
+  buf[n] = 0;
+  paren = strchr(buf, '(');
+  out->arg = 0;
+  if (paren) {
+    char *end;
+    out->arg = strtod(paren + 1, &end);
+    if (end == paren + 1 || *end != ')' || end[1] != 0) return 0;
+    buf[paren - buf] = 0;
+  }
+  for (k = 0; k < DL__INIT_COUNT; k++)
+    if (strcmp(buf, dl_init_name((dl_init_kind)k)) == 0) { out->kind = (dl_init_kind)k; return 1; }
+  return 0;
+}
+
+/* Apply a text spec, e.g. from a command-line flag:
+ *   "PATTERN:KEY=VALUE[,KEY=VALUE...][;PATTERN:...]"
+ * keys lr_mult, wd_mult, clip_value, clip_norm (numbers), frozen (0/1),
+ * init (a scheme name as dl_init_name gives, optionally with its arg:
+ * "xavier_uniform", "kaiming_normal(0.1)", "constant(0.5)"). Rules apply in
+ * order, so later ones win. The whole spec is checked before anything is
+ * applied: DL_OK, or DL_ERR_ARG with a message naming the rule (bad syntax,
+ * unknown key, bad value, a pattern that matches no parameter, a fan-based
+ * init on a 1-d parameter) and the model unchanged. (DL_ERR_NOMEM from an
+ * orthogonal init can stop it half way.) */
+DL_API int dl__count_match(const dl_model *m, const char *pat) {
+  int i, n = 0;
+  for (i = 0; i < m->nparams; i++) n += m->params[i]->kind != DL_PARAM_BUFFER && dl_name_match(pat, m->params[i]->name);
+  return n;
+}
+DL_API dl_status dl_model_configure(dl_model *m, const char *spec) {
+  int pass;
+  for (pass = 0; pass < 2; pass++) {
+    const char *s = spec;
+    while (*s) {
+      const char *rule = s, *end = strchr(s, ';'), *colon;
+      char pat[DL_NAME_MAX];
+      size_t rl;
+      if (!end) end = s + strlen(s);
+      rl = (size_t)(end - rule);
+      colon = (const char *)memchr(rule, ':', rl);
+      if (!colon || colon == rule || (size_t)(colon - rule) >= sizeof pat)
+        return dl_fail(m->ctx, DL_ERR_ARG, "dl_model_configure: rule '%.*s' is not PATTERN:KEY=VALUE,...", (int)rl, rule);
+      memcpy(pat, rule, (size_t)(colon - rule));
+      pat[colon - rule] = 0;
+      s = colon + 1;
+      while (s < end) {
+        const char *kv = s, *kend = (const char *)memchr(s, ',', (size_t)(end - s)), *eq;
+        char key[32];
+        int matched = -2;
+        if (!kend) kend = end;
+        eq = (const char *)memchr(kv, '=', (size_t)(kend - kv));
+        if (!eq || eq == kv || (size_t)(eq - kv) >= sizeof key)
+          return dl_fail(m->ctx, DL_ERR_ARG, "dl_model_configure: '%.*s' in rule '%.*s' is not KEY=VALUE",
+                         (int)(kend - kv), kv, (int)rl, rule);
+        memcpy(key, kv, (size_t)(eq - kv));
+        key[eq - kv] = 0;
+        if (strcmp(key, "init") == 0) {
+          dl_init in;
+          if (!dl__spec_init(eq + 1, (size_t)(kend - eq - 1), &in))
+            return dl_fail(m->ctx, DL_ERR_ARG, "dl_model_configure: unknown init '%.*s' in rule '%.*s'",
+                           (int)(kend - eq - 1), eq + 1, (int)rl, rule);
+          {
+            int i;
+            for (i = 0; i < m->nparams; i++)
+              if (m->params[i]->kind != DL_PARAM_BUFFER && dl_name_match(pat, m->params[i]->name) &&
+                  !dl_init_applicable(&m->params[i]->t, in.kind == DL_INIT_DEFAULT ? m->params[i]->default_init : in))
+                return dl_fail(m->ctx, DL_ERR_ARG, "dl_model_configure: %s cannot initialise %s %s (it needs 2 or more dims)",
+                               dl_init_name(in.kind), m->params[i]->name, DL_SHAPESTR(&m->params[i]->t));
+          }
+          matched = pass ? dl_model_set_init(m, pat, in) : dl__count_match(m, pat);
+          if (matched < 0) return DL_ERR_NOMEM;
+        } else {
+          static const char *const keys[] = {"lr_mult", "wd_mult", "clip_value", "clip_norm", "frozen"};
+          char num[64], *nend;
+          double v;
+          int k;
+          size_t vl = (size_t)(kend - eq - 1);
+          for (k = 0; k < 5; k++)
+            if (strcmp(key, keys[k]) == 0) break;
+          if (k == 5)
+            return dl_fail(m->ctx, DL_ERR_ARG,
+                           "dl_model_configure: unknown key '%s' in rule '%.*s' (lr_mult, wd_mult, clip_value, clip_norm, frozen, init)",
+                           key, (int)rl, rule);
+          if (vl == 0 || vl >= sizeof num)
+            return dl_fail(m->ctx, DL_ERR_ARG, "dl_model_configure: no value for '%s' in rule '%.*s'", key, (int)rl, rule);
+          memcpy(num, eq + 1, vl);
+          num[vl] = 0;
+          v = strtod(num, &nend);
+          if (*nend != 0 || v != v || ((k == 2 || k == 3) && v < 0))
+            return dl_fail(m->ctx, DL_ERR_ARG, "dl_model_configure: bad value '%s' for '%s' in rule '%.*s'", num, key,
+                           (int)rl, rule);
+          matched = pass ? dl_model_set(m, pat, (dl_param_key)k, v) : dl__count_match(m, pat);
+        }
+        if (matched == 0)
+          return dl_fail(m->ctx, DL_ERR_ARG, "dl_model_configure: pattern '%s' matches no parameter", pat);
+        s = kend < end ? kend + 1 : end;
+      }
+      s = *end ? end + 1 : end;
+    }
+  }
+  return DL_OK;
+}
+
+/* >>layer base ------------------------------------------------------------- */
+
+/* A new layer of `size` bytes (a struct starting with dl_layer), named under
+ * parent; NULL once the model has failed. Panics on misuse. */
+DL_API dl_layer *dl_layer_new(dl_model *m, dl_layer *parent, const char *name, const dl_layer_vt *vt, size_t size) {
+  dl_layer *l, *p = parent ? parent : &m->root;
+  char local[24];
+  int i, len;
+  if (m->status != DL_OK) return NULL;
+  if (m->packed)
+    DL_PANIC(m->ctx, vt->type, "cannot add a layer to a packed model (add every layer before making the optimizer)");
+  if (p->model != m) DL_PANIC(m->ctx, vt->type, "parent layer '%s' belongs to another model", p->name);
+  if (p != &m->root && !(p->vt->forward == NULL || p->fn || strcmp(p->vt->type, "Sequential") == 0 ||
+                         strcmp(p->vt->type, "Residual") == 0 || strcmp(p->vt->type, "Module") == 0))
+    DL_PANIC(m->ctx, vt->type, "parent '%s' (%s) is not a container", p->name, p->vt->type);
+  if (!name) {
+    snprintf(local, sizeof local, "%d", p->nchild);
+    name = local;
+  }
+  if (!*name || strchr(name, '.'))
+    DL_PANIC(m->ctx, vt->type, "layer name '%s' must be non-empty and without dots", name);
+  for (i = 0; i < p->nchild; i++)
+    if (strcmp(p->child[i]->local, name) == 0)
+      DL_PANIC(m->ctx, vt->type, "'%s' already has a child named '%s'", p->name, name);
+  len = (int)strlen(p->name) + (p->name[0] ? 1 : 0) + (int)strlen(name);
+  if (len + 16 >= DL_NAME_MAX) { /* room for ".weight_ih_l0" */
+    dl__model_fail(m, dl_fail(m->ctx, DL_ERR_ARG, "%s: name '%s.%s' is too long (DL_NAME_MAX %d)", vt->type, p->name,
+                              name, DL_NAME_MAX));
+    return NULL;
+  }
+  if (!dl__grow(m->ctx, (void **)&p->child, &p->capchild, p->nchild + 1, sizeof(dl_layer *)) ||
+      !dl__grow(m->ctx, (void **)&m->layers, &m->caplayers, m->nlayers + 1, sizeof(dl_layer *))) {
+    dl__model_fail(m, DL_ERR_NOMEM);
+    return NULL;
+  }
+  l = (dl_layer *)dl_alloc(m->ctx, size);
+  if (!l) { dl__model_fail(m, DL_ERR_NOMEM); return NULL; }
+  memset(l, 0, size);
+  l->vt = vt;
+  l->model = m;
+  l->parent = p;
+  dl__join_name(l->name, p->name, name);
+  l->local = l->name + (len - (int)strlen(name));
+  l->first_param = m->nparams;
+  l->out_ndim = -1;
+  p->child[p->nchild++] = l;
+  m->layers[m->nlayers++] = l;
+  return l;
+}
+
+/* A parameter (or buffer) of layer l named l->name + "." + local, shape
+ * given, filled by `init` from the model's rng. NULL on failure (model
+ * failed). */
+DL_API dl_tensor *dl_layer_param_new(dl_layer *l, const char *local, dl_param_kind kind, int ndim, const int64_t *shape,
+                                     dl_init init, dl_dtype dtype) {
+  dl_model *m = l->model;
+  dl_param *p;
+  size_t bytes;
+  if (m->status != DL_OK) return NULL;
+  if (dl_shape_size(dtype, ndim, shape, NULL, &bytes) != DL_OK) {
+    dl__model_fail(m, DL_ERR_OVERFLOW);
+    return NULL;
+  }
+  if (!dl__grow(m->ctx, (void **)&m->params, &m->capparams, m->nparams + 1, sizeof(dl_param *))) {
+    dl__model_fail(m, DL_ERR_NOMEM);
+    return NULL;
+  }
+  p = (dl_param *)dl_alloc(m->ctx, sizeof *p);
+  if (!p) { dl__model_fail(m, DL_ERR_NOMEM); return NULL; }
+  memset(p, 0, sizeof *p);
+  p->own = dl_alloc(m->ctx, bytes ? bytes : 1);
+  if (!p->own) { dl_free(m->ctx, p); dl__model_fail(m, DL_ERR_NOMEM); return NULL; }
+  memset(p->own, 0, bytes ? bytes : 1);
+  if (strlen(l->name) + strlen(local) + 2 > DL_NAME_MAX) {
+    dl_free(m->ctx, p->own);
+    dl_free(m->ctx, p);
+    dl__model_fail(m, dl_fail(m->ctx, DL_ERR_ARG, "parameter name '%s.%s' is too long (DL_NAME_MAX %d)", l->name, local,
+                              DL_NAME_MAX));
+    return NULL;
+  }
+  dl__join_name(p->name, l->name, local);
+  dl_tensor_wrap(&p->t, m->ctx, dtype, ndim, shape, bytes ? p->own : NULL);
+  p->kind = kind;
+  p->lr_mult = 1;
+  p->wd_mult = kind == DL_PARAM_WEIGHT ? 1 : 0;
+  p->default_init = init;
+  p->offset = -1;
+  p->layer = l;
+  if (init.kind != DL_INIT_DEFAULT && dl_init_tensor(&p->t, init, &m->rng) != DL_OK) {
+    dl_free(m->ctx, p->own);
+    dl_free(m->ctx, p);
+    dl__model_fail(m, DL_ERR_NOMEM);
+    return NULL;
+  }
+  m->params[m->nparams++] = p;
+  l->nparam = m->nparams - l->first_param;
+  return &p->t;
+}
+
+/* The child of l named `local` ("conv1", "0"), or NULL. */
+DL_API dl_layer *dl_layer_child(const dl_layer *l, const char *local) {
+  int i;
+  for (i = 0; i < l->nchild; i++)
+    if (strcmp(l->child[i]->local, local) == 0) return l->child[i];
+  return NULL;
+}
+/* The layer with full name `name` ("features.3"), or NULL; "" is the root. */
+DL_API dl_layer *dl_model_layer(dl_model *m, const char *name) {
+  int i;
+  if (!*name) return &m->root;
+  for (i = 0; i < m->nlayers; i++)
+    if (strcmp(m->layers[i]->name, name) == 0) return m->layers[i];
+  return NULL;
+}
+/* The tensor of l's own parameter `local` ("weight", "bias",
+ * "running_mean"), or NULL. */
+DL_API dl_tensor *dl_layer_param(const dl_layer *l, const char *local) {
+  int i;
+  size_t n = strlen(l->name);
+  for (i = l->first_param; i < l->first_param + l->nparam; i++) {
+    dl_param *p = l->model->params[i];
+    const char *s = p->name + n + (n ? 1 : 0);
+    if (strcmp(s, local) == 0) return &p->t;
+  }
+  return NULL;
+}
+
+/* y = l(x) on the tape: the layer's forward, recorded for the summary. */
+DL_API dl_tensor *dl_layer_call(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  dl_tensor *y;
+  if (!l) DL_PANIC(tp->ctx, "dl_layer_call", "layer is NULL (a make that failed, or a child name that does not exist)");
+  if (!l->vt->forward && !l->fn)
+    DL_PANIC(tp->ctx, "dl_layer_call", "%s '%s' has no one-input forward", l->vt->type, l->name);
+  y = l->fn ? l->fn(l, tp, x) : l->vt->forward(l, tp, x);
+  if (l->model->tracing && y) {
+    int d;
+    l->out_ndim = y->ndim;
+    for (d = 0; d < y->ndim; d++) l->out_shape[d] = y->shape[d];
+  }
+  return y;
+}
+/* The model's forward: its root (children in order, or the root Module
+ * function set by dl_model_set_forward). */
+DL_API dl_tensor *dl_model_forward(dl_model *m, dl_tape *tp, dl_tensor *x) { return dl_layer_call(&m->root, tp, x); }
+/* Give the root a forward function in plain C (its children stay named as
+ * they are); fn NULL restores "children in order". */
+DL_API void dl_model_set_forward(dl_model *m, dl_forward_fn fn, void *user) {
+  m->root.fn = fn;
+  m->root.user = user;
+}
+
+DL_API void dl__check_input(const dl_layer *l, const dl_tensor *x, int min_nd, int max_nd, int dim, int64_t size) {
+  if (x->dtype != l->model->dtype || x->ndim < min_nd || x->ndim > max_nd ||
+      (dim != 0 && x->shape[dim < 0 ? x->ndim + dim : dim] != size))
+    DL_PANIC(x->ctx, l->vt->type, "'%s' expects %s input with %d..%d dims and size %lld at dim %d, got %s", l->name,
+             dl_dtype_name(l->model->dtype), min_nd, max_nd, (long long)size, dim, DL_SHAPESTR(x));
+}
+
+/* >>containers ------------------------------------------------------------- */
+
+DL_API dl_tensor *dl__lay_seq_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  int i;
+  for (i = 0; i < l->nchild; i++) x = dl_layer_call(l->child[i], tp, x);
+  return x;
+}
+static const dl_layer_vt dl__lay_root_vt = {"Model", dl__lay_seq_forward, NULL, NULL};
+static const dl_layer_vt dl__lay_seq_vt = {"Sequential", dl__lay_seq_forward, NULL, NULL};
+
+/* nn.Sequential: y = children in order. */
+DL_API dl_layer *dl_sequential_make(dl_model *m, dl_layer *parent, const char *name) {
+  return dl_layer_new(m, parent, name, &dl__lay_seq_vt, sizeof(dl_layer));
+}
+
+/* A layer whose forward is fn (plain C); its children are its named parts.
+ * fn may be NULL for a named group that is only called part by part. */
+static const dl_layer_vt dl__lay_module_vt = {"Module", NULL, NULL, NULL};
+DL_API dl_layer *dl_module_make(dl_model *m, dl_layer *parent, const char *name, dl_forward_fn fn, void *user) {
+  dl_layer *l = dl_layer_new(m, parent, name, &dl__lay_module_vt, sizeof(dl_layer));
+  if (l) { l->fn = fn; l->user = user; }
+  return l;
+}
+
+/* >>activations ------------------------------------------------------------ */
+
+typedef enum dl_act {
+  DL_ACT_NONE = 0, /* identity */
+  DL_ACT_RELU, DL_ACT_LEAKY_RELU, DL_ACT_ELU, DL_ACT_GELU, DL_ACT_GELU_TANH, DL_ACT_SILU,
+  DL_ACT_SIGMOID, DL_ACT_TANH, DL_ACT_SOFTPLUS
+} dl_act;
+
+/* y = act(x): identity, ReLU, LeakyReLU(alpha; 0 -> 0.01), ELU(alpha; 0 -> 1),
+ * GELU (erf), GELU (tanh approximation), SiLU, Sigmoid, Tanh, Softplus. */
+DL_API dl_tensor *dl_t_act(dl_tape *tp, dl_tensor *x, dl_act a, double alpha) {
+  switch (a) {
+  case DL_ACT_NONE: return x;
+  case DL_ACT_RELU: return dl_t_relu(tp, x);
+  case DL_ACT_LEAKY_RELU: return dl_t_leaky_relu(tp, x, alpha != 0 ? alpha : 0.01);
+  case DL_ACT_ELU: return dl_t_elu(tp, x, alpha != 0 ? alpha : 1.0);
+  case DL_ACT_GELU: return dl_t_gelu_erf(tp, x);
+  case DL_ACT_GELU_TANH: return dl_t_gelu(tp, x);
+  case DL_ACT_SILU: return dl_t_silu(tp, x);
+  case DL_ACT_SIGMOID: return dl_t_sigmoid(tp, x);
+  case DL_ACT_TANH: return dl_t_tanh(tp, x);
+  case DL_ACT_SOFTPLUS: return dl_t_softplus(tp, x);
+  }
+  DL_PANIC(tp->ctx, "dl_t_act", "unknown activation %d", (int)a);
+}
+DL_API const char *dl_act_name(dl_act a) {
+  static const char *const n[] = {"Identity", "ReLU", "LeakyReLU", "ELU", "GELU", "GELU(tanh)",
+                                  "SiLU", "Sigmoid", "Tanh", "Softplus"};
+  return (unsigned)a <= DL_ACT_SOFTPLUS ? n[a] : "?";
+}
+
+typedef struct dl__lay_act_layer {
+  dl_layer base;
+  dl_act act;
+  double alpha;
+} dl__lay_act_layer;
+DL_API dl_tensor *dl__lay_act_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  dl__lay_act_layer *a = (dl__lay_act_layer *)l;
+  return dl_t_act(tp, x, a->act, a->alpha);
+}
+DL_API void dl__lay_act_describe(const dl_layer *l, char *buf, size_t n) {
+  const dl__lay_act_layer *a = (const dl__lay_act_layer *)l;
+  snprintf(buf, n, "%s", a->alpha != 0 ? "alpha" : "");
+  if (a->alpha != 0) snprintf(buf, n, "alpha=%g", a->alpha);
+}
+static const dl_layer_vt dl__lay_act_vt = {"Activation", dl__lay_act_forward, dl__lay_act_describe, NULL};
+
+/* An activation as a layer (no parameters; takes an index in a Sequential
+ * like nn.ReLU does). */
+DL_API dl_layer *dl_act_make(dl_model *m, dl_layer *parent, const char *name, dl_act act, double alpha) {
+  dl__lay_act_layer *a = (dl__lay_act_layer *)dl_layer_new(m, parent, name, &dl__lay_act_vt, sizeof(dl__lay_act_layer));
+  if (a) { a->act = act; a->alpha = alpha; }
+  return a ? &a->base : NULL;
+}
+
+/* Residual: y = act(body(x) + shortcut(x)), body = the children in order
+ * except one named "shortcut" (when there is none, shortcut(x) = x). */
+typedef struct dl__lay_residual {
+  dl_layer base;
+  dl_act act;
+} dl__lay_residual;
+DL_API dl_tensor *dl__lay_residual_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  dl_tensor *h = x, *s = x;
+  int i;
+  for (i = 0; i < l->nchild; i++) {
+    if (strcmp(l->child[i]->local, "shortcut") == 0) s = dl_layer_call(l->child[i], tp, x);
+    else h = dl_layer_call(l->child[i], tp, h);
+  }
+  return dl_t_act(tp, dl_t_add(tp, h, s), ((dl__lay_residual *)l)->act, 0);
+}
+DL_API void dl__lay_residual_describe(const dl_layer *l, char *buf, size_t n) {
+  snprintf(buf, n, "+ %s", dl_layer_child(l, "shortcut") ? "shortcut" : "x");
+  if (((const dl__lay_residual *)l)->act) {
+    size_t k = strlen(buf);
+    snprintf(buf + k, n - k, ", then %s", dl_act_name(((const dl__lay_residual *)l)->act));
+  }
+}
+static const dl_layer_vt dl__lay_residual_vt = {"Residual", dl__lay_residual_forward, dl__lay_residual_describe, NULL};
+DL_API dl_layer *dl_residual_make(dl_model *m, dl_layer *parent, const char *name, dl_act act) {
+  dl__lay_residual *r = (dl__lay_residual *)dl_layer_new(m, parent, name, &dl__lay_residual_vt, sizeof(dl__lay_residual));
+  if (r) r->act = act;
+  return r ? &r->base : NULL;
+}
+
+/* >>linear ----------------------------------------------------------------- */
+
+/* nn.Linear(in, out, bias=not no_bias): weight [out, in], bias [out];
+ * x [..., in] -> [..., out]. Init: kaiming_uniform(a = sqrt 5) weight
+ * (U(+-1/sqrt(in))), bias U(+-1/sqrt(in)). */
+typedef struct dl_linear_desc {
+  int64_t in, out;
+  int no_bias;
+} dl_linear_desc;
+
+typedef struct dl__lay_linear {
+  dl_layer base;
+  dl_linear_desc d;
+  dl_tensor *w, *b;
+} dl__lay_linear;
+DL_API dl_tensor *dl__lay_linear_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  dl__lay_linear *L = (dl__lay_linear *)l;
+  dl__check_input(l, x, 1, DL_MAX_DIMS, -1, L->d.in);
+  return dl_t_linear(tp, x, L->w, L->b);
+}
+DL_API void dl__lay_linear_describe(const dl_layer *l, char *buf, size_t n) {
+  const dl__lay_linear *L = (const dl__lay_linear *)l;
+  snprintf(buf, n, "%lld, %lld%s", (long long)L->d.in, (long long)L->d.out, L->d.no_bias ? ", bias=0" : "");
+}
+static const dl_layer_vt dl__lay_linear_vt = {"Linear", dl__lay_linear_forward, dl__lay_linear_describe, NULL};
+DL_API dl_layer *dl_linear_make(dl_model *m, dl_layer *parent, const char *name, const dl_linear_desc *d) {
+  dl__lay_linear *L;
+  if (d->in <= 0 || d->out <= 0)
+    DL_PANIC(m->ctx, "dl_linear_make", "in %lld and out %lld must be > 0", (long long)d->in, (long long)d->out);
+  L = (dl__lay_linear *)dl_layer_new(m, parent, name, &dl__lay_linear_vt, sizeof *L);
+  if (!L) return NULL;
+  L->d = *d;
+  L->w = dl_layer_param_new(&L->base, "weight", DL_PARAM_WEIGHT, 2, (const int64_t[]){d->out, d->in},
+                            (dl_init){DL_INIT_KAIMING_UNIFORM, sqrt(5.0)}, m->dtype);
+  if (!d->no_bias)
+    L->b = dl_layer_param_new(&L->base, "bias", DL_PARAM_BIAS, 1, (const int64_t[]){d->out},
+                              (dl_init){DL_INIT_UNIFORM, 1.0 / sqrt((double)d->in)}, m->dtype);
+  return m->status == DL_OK ? &L->base : NULL;
+}
+
+/* >>convolution ------------------------------------------------------------ */
+
+/* nn.Conv2d(in, out, kernel, stride, padding, dilation, groups, bias):
+ * weight [out, in/groups, kh, kw], bias [out]. kernel, stride, padding and
+ * dilation are the height's (and the width's unless the _w field is set);
+ * kernel_w/stride_w/padding_w/dilation_w 0 = the same as the height's, and
+ * padding_w = DL_PAD_NONE (-1) is no width padding under a nonzero height
+ * padding (PyTorch's padding=(1, 0)). stride and dilation 0 = 1. Init as
+ * Linear with fan_in = in/groups * kh * kw. */
+#define DL_PAD_NONE (-1)
+typedef struct dl_conv2d_desc {
+  int64_t in, out;
+  int kernel, stride, padding, dilation, groups;
+  int kernel_w, stride_w, padding_w, dilation_w; /* 0: as the square value */
+  int no_bias;
+} dl_conv2d_desc;
+/* nn.Conv1d: weight [out, in/groups, kernel]. */
+typedef struct dl_conv1d_desc {
+  int64_t in, out;
+  int kernel, stride, padding, dilation, groups;
+  int no_bias;
+} dl_conv1d_desc;
+
+typedef struct dl__lay_conv {
+  dl_layer base;
+  dl_conv2d_desc d;
+  int one_d;
+  dl_tensor *w, *b;
+} dl__lay_conv;
+DL_API dl_tensor *dl__lay_conv_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  dl__lay_conv *C = (dl__lay_conv *)l;
+  const dl_conv2d_desc *d = &C->d;
+  if (C->one_d) {
+    dl__check_input(l, x, 3, 3, 1, d->in);
+    return dl_t_conv1d(tp, x, C->w, C->b, &(dl_conv1d_args){d->stride, d->padding, d->dilation, d->groups});
+  }
+  dl__check_input(l, x, 4, 4, 1, d->in);
+  return dl_t_conv2d(tp, x, C->w, C->b,
+                     &(dl_conv2d_args){d->stride, d->stride_w, d->padding, d->padding_w, d->dilation, d->dilation_w,
+                                       d->groups});
+}
+DL_API void dl__lay_conv_describe(const dl_layer *l, char *buf, size_t n) {
+  const dl__lay_conv *C = (const dl__lay_conv *)l;
+  const dl_conv2d_desc *d = &C->d;
+  if (C->one_d || (d->kernel == d->kernel_w && d->stride == d->stride_w && d->padding == d->padding_w))
+    snprintf(buf, n, "%lld, %lld, kernel=%d, stride=%d, padding=%d%s%s", (long long)d->in, (long long)d->out, d->kernel,
+             d->stride, d->padding, d->groups > 1 ? ", groups>1" : "", d->no_bias ? ", bias=0" : "");
+  else
+    snprintf(buf, n, "%lld, %lld, kernel=%dx%d, stride=%dx%d, padding=%dx%d%s", (long long)d->in, (long long)d->out,
+             d->kernel, d->kernel_w, d->stride, d->stride_w, d->padding, d->padding_w, d->no_bias ? ", bias=0" : "");
+}
+static const dl_layer_vt dl__lay_conv2d_vt = {"Conv2d", dl__lay_conv_forward, dl__lay_conv_describe, NULL};
+static const dl_layer_vt dl__lay_conv1d_vt = {"Conv1d", dl__lay_conv_forward, dl__lay_conv_describe, NULL};
+
+DL_API dl_layer *dl__lay_conv_make(dl_model *m, dl_layer *parent, const char *name, dl_conv2d_desc d, int one_d) {
+  dl__lay_conv *C;
+  const char *op = one_d ? "dl_conv1d_make" : "dl_conv2d_make";
+  int64_t kw;
+  double fan;
+  if (!d.groups) d.groups = 1;
+  if (!d.stride) d.stride = 1;
+  if (!d.dilation) d.dilation = 1;
+  if (!d.kernel_w) d.kernel_w = d.kernel;
+  if (!d.stride_w) d.stride_w = d.stride;
+  if (!d.padding_w) d.padding_w = d.padding;
+  if (d.padding_w == DL_PAD_NONE) d.padding_w = 0;
+  if (!d.dilation_w) d.dilation_w = d.dilation;
+  if (d.in <= 0 || d.out <= 0 || d.kernel <= 0 || d.kernel_w <= 0 || d.groups <= 0 || d.in % d.groups ||
+      d.out % d.groups || d.padding < 0 || d.padding_w < 0 || d.stride < 0 || d.dilation < 0)
+    DL_PANIC(m->ctx, op, "bad sizes: in %lld, out %lld, kernel %dx%d, groups %d, padding %d (in and out divisible by groups)",
+             (long long)d.in, (long long)d.out, d.kernel, d.kernel_w, d.groups, d.padding);
+  C = (dl__lay_conv *)dl_layer_new(m, parent, name, one_d ? &dl__lay_conv1d_vt : &dl__lay_conv2d_vt, sizeof *C);
+  if (!C) return NULL;
+  C->d = d;
+  C->one_d = one_d;
+  kw = one_d ? 1 : d.kernel_w;
+  fan = (double)(d.in / d.groups) * d.kernel * (double)kw;
+  if (one_d)
+    C->w = dl_layer_param_new(&C->base, "weight", DL_PARAM_WEIGHT, 3, (const int64_t[]){d.out, d.in / d.groups, d.kernel},
+                              (dl_init){DL_INIT_KAIMING_UNIFORM, sqrt(5.0)}, m->dtype);
+  else
+    C->w = dl_layer_param_new(&C->base, "weight", DL_PARAM_WEIGHT, 4,
+                              (const int64_t[]){d.out, d.in / d.groups, d.kernel, kw},
+                              (dl_init){DL_INIT_KAIMING_UNIFORM, sqrt(5.0)}, m->dtype);
+  if (!d.no_bias)
+    C->b = dl_layer_param_new(&C->base, "bias", DL_PARAM_BIAS, 1, (const int64_t[]){d.out},
+                              (dl_init){DL_INIT_UNIFORM, 1.0 / sqrt(fan)}, m->dtype);
+  return m->status == DL_OK ? &C->base : NULL;
+}
+DL_API dl_layer *dl_conv2d_make(dl_model *m, dl_layer *parent, const char *name, const dl_conv2d_desc *d) {
+  return dl__lay_conv_make(m, parent, name, *d, 0);
+}
+DL_API dl_layer *dl_conv1d_make(dl_model *m, dl_layer *parent, const char *name, const dl_conv1d_desc *d) {
+  dl_conv2d_desc c;
+  memset(&c, 0, sizeof c);
+  c.in = d->in; c.out = d->out; c.kernel = d->kernel; c.stride = d->stride; c.padding = d->padding;
+  c.dilation = d->dilation; c.groups = d->groups; c.no_bias = d->no_bias;
+  c.kernel_w = c.stride_w = c.dilation_w = 1;
+  c.padding_w = 0;
+  return dl__lay_conv_make(m, parent, name, c, 1);
+}
+
+/* >>pooling and reshaping -------------------------------------------------- */
+
+/* nn.MaxPool2d / nn.AvgPool2d(kernel, stride = kernel, padding,
+ * count_include_pad = !exclude_pad). _w fields 0 = the square value;
+ * padding_w = DL_PAD_NONE: no width padding. */
+typedef struct dl_pool2d_desc {
+  int kernel, stride, padding;
+  int kernel_w, stride_w, padding_w;
+  int exclude_pad; /* avg only */
+} dl_pool2d_desc;
+typedef struct dl__lay_pool {
+  dl_layer base;
+  dl_pool2d_args a;
+} dl__lay_pool;
+DL_API dl_tensor *dl__lay_maxpool_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  dl__check_input(l, x, 4, 4, 0, 0);
+  return dl_t_max_pool2d(tp, x, &((dl__lay_pool *)l)->a);
+}
+DL_API dl_tensor *dl__lay_avgpool_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  dl__check_input(l, x, 4, 4, 0, 0);
+  return dl_t_avg_pool2d(tp, x, &((dl__lay_pool *)l)->a);
+}
+DL_API void dl__lay_pool_describe(const dl_layer *l, char *buf, size_t n) {
+  const dl_pool2d_args *a = &((const dl__lay_pool *)l)->a;
+  snprintf(buf, n, "kernel=%dx%d, stride=%dx%d, padding=%dx%d", a->kernel_h, a->kernel_w, a->stride_h, a->stride_w,
+           a->pad_h, a->pad_w);
+}
+static const dl_layer_vt dl__lay_maxpool_vt = {"MaxPool2d", dl__lay_maxpool_forward, dl__lay_pool_describe, NULL};
+static const dl_layer_vt dl__lay_avgpool_vt = {"AvgPool2d", dl__lay_avgpool_forward, dl__lay_pool_describe, NULL};
+DL_API dl_layer *dl__lay_pool_make(dl_model *m, dl_layer *parent, const char *name, const dl_pool2d_desc *d,
+                               const dl_layer_vt *vt) {
+  dl__lay_pool *P;
+  if (d->kernel <= 0 || d->kernel_w < 0 || d->stride < 0 || d->padding < 0)
+    DL_PANIC(m->ctx, vt->type, "kernel %d must be > 0, stride %d and padding %d >= 0", d->kernel, d->stride, d->padding);
+  P = (dl__lay_pool *)dl_layer_new(m, parent, name, vt, sizeof *P);
+  if (!P) return NULL;
+  P->a.kernel_h = d->kernel;
+  P->a.kernel_w = d->kernel_w ? d->kernel_w : d->kernel;
+  P->a.stride_h = d->stride ? d->stride : P->a.kernel_h;
+  P->a.stride_w = d->stride_w ? d->stride_w : d->stride ? d->stride : P->a.kernel_w;
+  P->a.pad_h = d->padding;
+  P->a.pad_w = d->padding_w == DL_PAD_NONE ? 0 : d->padding_w ? d->padding_w : d->padding;
+  P->a.exclude_pad = d->exclude_pad;
+  return &P->base;
+}
+DL_API dl_layer *dl_maxpool2d_make(dl_model *m, dl_layer *parent, const char *name, const dl_pool2d_desc *d) {
+  return dl__lay_pool_make(m, parent, name, d, &dl__lay_maxpool_vt);
+}
+DL_API dl_layer *dl_avgpool2d_make(dl_model *m, dl_layer *parent, const char *name, const dl_pool2d_desc *d) {
+  return dl__lay_pool_make(m, parent, name, d, &dl__lay_avgpool_vt);
+}
+
+/* Global average pooling: [N, C, ...] -> [N, C] (the mean over every dim
+ * after the second; nn.AdaptiveAvgPool2d(1) followed by flatten). */
+DL_API dl_tensor *dl__lay_gap_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  int axes[DL_MAX_DIMS], d;
+  dl__check_input(l, x, 3, DL_MAX_DIMS, 0, 0);
+  for (d = 2; d < x->ndim; d++) axes[d - 2] = d;
+  return dl_t_mean(tp, x, x->ndim - 2, axes, 0);
+}
+static const dl_layer_vt dl__lay_gap_vt = {"GlobalAvgPool", dl__lay_gap_forward, NULL, NULL};
+DL_API dl_layer *dl_global_avgpool_make(dl_model *m, dl_layer *parent, const char *name) {
+  return dl_layer_new(m, parent, name, &dl__lay_gap_vt, sizeof(dl_layer));
+}
+
+/* nn.Flatten(start_dim): [N, C, H, W] -> [N, C*H*W] for start_dim 1 (0 = 1:
+ * the default; pass -1 ... as in PyTorch for others). */
+typedef struct dl__lay_flatten {
+  dl_layer base;
+  int start;
+} dl__lay_flatten;
+DL_API dl_tensor *dl__lay_flatten_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  int s = ((dl__lay_flatten *)l)->start;
+  return dl_t_flatten(tp, x, s < 0 ? x->ndim + s : s);
+}
+static const dl_layer_vt dl__lay_flatten_vt = {"Flatten", dl__lay_flatten_forward, NULL, NULL};
+DL_API dl_layer *dl_flatten_make(dl_model *m, dl_layer *parent, const char *name, int start_dim) {
+  dl__lay_flatten *F = (dl__lay_flatten *)dl_layer_new(m, parent, name, &dl__lay_flatten_vt, sizeof *F);
+  if (F) F->start = start_dim ? start_dim : 1;
+  return F ? &F->base : NULL;
+}
+
+/* >>dropout and embedding -------------------------------------------------- */
+
+/* nn.Dropout(p): in train mode zeroes each element with probability p and
+ * scales the rest by 1/(1-p); identity in eval mode. Its random stream is
+ * its own, seeded from the model's seed and the layer's position, so two
+ * dropout layers never share draws and a run replays from the seed. */
+typedef struct dl__lay_dropout {
+  dl_layer base;
+  double p;
+  dl_rng rng;
+} dl__lay_dropout;
+DL_API dl_tensor *dl__lay_dropout_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  dl__lay_dropout *D = (dl__lay_dropout *)l;
+  return dl_t_dropout(tp, x, D->p, &D->rng, l->model->training);
+}
+DL_API void dl__lay_dropout_describe(const dl_layer *l, char *buf, size_t n) {
+  snprintf(buf, n, "p=%g", ((const dl__lay_dropout *)l)->p);
+}
+static const dl_layer_vt dl__lay_dropout_vt = {"Dropout", dl__lay_dropout_forward, dl__lay_dropout_describe, NULL};
+DL_API dl_layer *dl_dropout_make(dl_model *m, dl_layer *parent, const char *name, double p) {
+  dl__lay_dropout *D;
+  if (!(p >= 0 && p <= 1)) DL_PANIC(m->ctx, "dl_dropout_make", "p = %g is not in [0, 1]", p);
+  D = (dl__lay_dropout *)dl_layer_new(m, parent, name, &dl__lay_dropout_vt, sizeof *D);
+  if (!D) return NULL;
+  D->p = p;
+  D->rng = dl_rng_make(m->seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(m->nlayers + 1)));
+  return &D->base;
+}
+/* The dropout layer's rng (for checkpoints), or NULL if l is not one. */
+DL_API dl_rng *dl_dropout_rng(dl_layer *l) {
+  return l && l->vt == &dl__lay_dropout_vt ? &((dl__lay_dropout *)l)->rng : NULL;
+}
+
+/* nn.Embedding(num, dim, sparse): weight [num, dim] ~ N(0, 1); input i64/i32
+ * indices of any shape -> [..., dim]. sparse = 1: the gradient is row-sparse
+ * (only the looked-up rows) and the optimizers update only those rows (lazy:
+ * see optim.h); sparse = 0: a dense gradient and ordinary updates, as in
+ * PyTorch. */
+typedef struct dl_embedding_desc {
+  int64_t num, dim;
+  int sparse;
+} dl_embedding_desc;
+typedef struct dl__embedding {
+  dl_layer base;
+  dl_embedding_desc d;
+  dl_tensor *w;
+} dl__embedding;
+DL_API dl_tensor *dl__lay_embedding_forward(dl_layer *l, dl_tape *tp, dl_tensor *idx) {
+  dl__embedding *E = (dl__embedding *)l;
+  if (idx->dtype != DL_I64 && idx->dtype != DL_I32)
+    DL_PANIC(idx->ctx, "Embedding", "'%s' takes i64 or i32 indices, not %s", l->name, DL_SHAPESTR(idx));
+  if (!E->d.sparse && dl_requires_grad_p(E->w) && dl_grad_enabled(tp)) /* a dense gradient: look up in a view node */
+    return dl_t_embedding(tp, dl_t_reshape(tp, E->w, 2, E->w->shape), idx);
+  return dl_t_embedding(tp, E->w, idx);
+}
+DL_API void dl__lay_embedding_describe(const dl_layer *l, char *buf, size_t n) {
+  const dl__embedding *E = (const dl__embedding *)l;
+  snprintf(buf, n, "%lld, %lld%s", (long long)E->d.num, (long long)E->d.dim, E->d.sparse ? ", sparse" : "");
+}
+static const dl_layer_vt dl__lay_embedding_vt = {"Embedding", dl__lay_embedding_forward, dl__lay_embedding_describe, NULL};
+DL_API dl_layer *dl_embedding_make(dl_model *m, dl_layer *parent, const char *name, const dl_embedding_desc *d) {
+  dl__embedding *E;
+  if (d->num <= 0 || d->dim <= 0)
+    DL_PANIC(m->ctx, "dl_embedding_make", "num %lld and dim %lld must be > 0", (long long)d->num, (long long)d->dim);
+  E = (dl__embedding *)dl_layer_new(m, parent, name, &dl__lay_embedding_vt, sizeof *E);
+  if (!E) return NULL;
+  E->d = *d;
+  E->w = dl_layer_param_new(&E->base, "weight", DL_PARAM_WEIGHT, 2, (const int64_t[]){d->num, d->dim},
+                            (dl_init){DL_INIT_NORMAL, 1.0}, m->dtype);
+  if (E->w && d->sparse) m->params[m->nparams - 1]->sparse = 1;
+  return m->status == DL_OK ? &E->base : NULL;
+}
+
+/* >>normalisation ---------------------------------------------------------- */
+
+/* nn.BatchNorm1d ([N, C] or [N, C, L]) and nn.BatchNorm2d ([N, C, H, W]):
+ * weight [C] = 1, bias [C] = 0 (unless no_affine); buffers running_mean [C]
+ * = 0, running_var [C] = 1, num_batches_tracked (i64, 0-d) (unless
+ * no_running_stats). Train mode normalises with the batch statistics and
+ * updates the running ones (momentum); eval mode uses the running ones.
+ * eps 0 = 1e-5, momentum 0 = 0.1 (a cumulative average, momentum=None in
+ * PyTorch, is not offered). */
+typedef struct dl_batchnorm_desc {
+  int64_t features;
+  double eps, momentum;
+  int no_affine, no_running_stats;
+} dl_batchnorm_desc;
+typedef struct dl__lay_batchnorm {
+  dl_layer base;
+  dl_batchnorm_desc d;
+  int nd_min, nd_max;
+  dl_tensor *w, *b, *rm, *rv, *nbt;
+} dl__lay_batchnorm;
+DL_API dl_tensor *dl__lay_batchnorm_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  dl__lay_batchnorm *B = (dl__lay_batchnorm *)l;
+  int train = l->model->training || !B->rm;
+  dl__check_input(l, x, B->nd_min, B->nd_max, 1, B->d.features);
+  if (l->model->training && B->nbt) ((int64_t *)B->nbt->data)[0]++;
+  return dl_t_batch_norm(tp, x, B->w, B->b, B->rm, B->rv, train, B->d.momentum, B->d.eps);
+}
+DL_API void dl__lay_batchnorm_describe(const dl_layer *l, char *buf, size_t n) {
+  const dl__lay_batchnorm *B = (const dl__lay_batchnorm *)l;
+  snprintf(buf, n, "%lld, eps=%g, momentum=%g%s%s", (long long)B->d.features, B->d.eps, B->d.momentum,
+           B->d.no_affine ? ", affine=0" : "", B->d.no_running_stats ? ", running=0" : "");
+}
+static const dl_layer_vt dl__lay_bn1d_vt = {"BatchNorm1d", dl__lay_batchnorm_forward, dl__lay_batchnorm_describe, NULL};
+static const dl_layer_vt dl__lay_bn2d_vt = {"BatchNorm2d", dl__lay_batchnorm_forward, dl__lay_batchnorm_describe, NULL};
+DL_API dl_layer *dl__lay_batchnorm_make(dl_model *m, dl_layer *parent, const char *name, const dl_batchnorm_desc *d,
+                                    int two_d) {
+  dl__lay_batchnorm *B;
+  const int64_t c = d->features;
+  if (c <= 0 || d->eps < 0 || d->momentum < 0 || d->momentum > 1)
+    DL_PANIC(m->ctx, two_d ? "dl_batchnorm2d_make" : "dl_batchnorm1d_make",
+             "features %lld must be > 0, eps %g >= 0, momentum %g in [0, 1]", (long long)c, d->eps, d->momentum);
+  B = (dl__lay_batchnorm *)dl_layer_new(m, parent, name, two_d ? &dl__lay_bn2d_vt : &dl__lay_bn1d_vt, sizeof *B);
+  if (!B) return NULL;
+  B->d = *d;
+  if (B->d.eps == 0) B->d.eps = 1e-5;
+  if (B->d.momentum == 0) B->d.momentum = 0.1;
+  B->nd_min = two_d ? 4 : 2;
+  B->nd_max = two_d ? 4 : 3;
+  if (!d->no_affine) {
+    B->w = dl_layer_param_new(&B->base, "weight", DL_PARAM_NORM, 1, &c, (dl_init){DL_INIT_ONES, 0}, m->dtype);
+    B->b = dl_layer_param_new(&B->base, "bias", DL_PARAM_NORM, 1, &c, (dl_init){DL_INIT_ZEROS, 0}, m->dtype);
+  }
+  if (!d->no_running_stats) {
+    B->rm = dl_layer_param_new(&B->base, "running_mean", DL_PARAM_BUFFER, 1, &c, (dl_init){DL_INIT_ZEROS, 0}, m->dtype);
+    B->rv = dl_layer_param_new(&B->base, "running_var", DL_PARAM_BUFFER, 1, &c, (dl_init){DL_INIT_ONES, 0}, m->dtype);
+    B->nbt = dl_layer_param_new(&B->base, "num_batches_tracked", DL_PARAM_BUFFER, 0, &c, (dl_init){DL_INIT_DEFAULT, 0},
+                                DL_I64);
+  }
+  return m->status == DL_OK ? &B->base : NULL;
+}
+DL_API dl_layer *dl_batchnorm1d_make(dl_model *m, dl_layer *parent, const char *name, const dl_batchnorm_desc *d) {
+  return dl__lay_batchnorm_make(m, parent, name, d, 0);
+}
+DL_API dl_layer *dl_batchnorm2d_make(dl_model *m, dl_layer *parent, const char *name, const dl_batchnorm_desc *d) {
+  return dl__lay_batchnorm_make(m, parent, name, d, 1);
+}
+
+/* nn.LayerNorm(shape, eps, elementwise_affine) and RMSNorm (torch 2.4's
+ * nn.RMSNorm): normalise over the last `ndims` dims, whose sizes are
+ * shape[0 .. ndims-1] (ndims 0 = 1). weight (= 1) and, for LayerNorm, bias
+ * (= 0) have that shape, unless no_affine. eps 0 = 1e-5 for LayerNorm, and
+ * for RMSNorm the dtype's machine epsilon (PyTorch's eps=None). */
+typedef struct dl_norm_desc {
+  int ndims;
+  int64_t shape[4];
+  double eps;
+  int no_affine;
+} dl_norm_desc;
+typedef struct dl__lay_norm {
+  dl_layer base;
+  dl_norm_desc d;
+  int rms;
+  dl_tensor *w, *b;
+} dl__lay_norm;
+DL_API dl_tensor *dl__lay_norm_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  dl__lay_norm *N = (dl__lay_norm *)l;
+  int k;
+  dl__check_input(l, x, N->d.ndims, DL_MAX_DIMS, 0, 0);
+  for (k = 0; k < N->d.ndims; k++)
+    if (x->shape[x->ndim - N->d.ndims + k] != N->d.shape[k])
+      DL_PANIC(x->ctx, l->vt->type, "'%s' normalises trailing dims of size %lld%s, got %s", l->name,
+               (long long)N->d.shape[0], N->d.ndims > 1 ? ", ..." : "", DL_SHAPESTR(x));
+  if (N->rms) return dl_t_rms_norm(tp, x, N->d.ndims, N->w, N->d.eps);
+  return dl_t_layer_norm(tp, x, N->d.ndims, N->w, N->b, N->d.eps);
+}
+DL_API void dl__lay_norm_describe(const dl_layer *l, char *buf, size_t n) {
+  const dl__lay_norm *N = (const dl__lay_norm *)l;
+  snprintf(buf, n, "%lld%s, eps=%g%s", (long long)N->d.shape[0], N->d.ndims > 1 ? " ..." : "", N->d.eps,
+           N->d.no_affine ? ", affine=0" : "");
+}
+static const dl_layer_vt dl__lay_layernorm_vt = {"LayerNorm", dl__lay_norm_forward, dl__lay_norm_describe, NULL};
+static const dl_layer_vt dl__lay_rmsnorm_vt = {"RMSNorm", dl__lay_norm_forward, dl__lay_norm_describe, NULL};
+DL_API dl_layer *dl__lay_norm_make(dl_model *m, dl_layer *parent, const char *name, const dl_norm_desc *d, int rms) {
+  dl__lay_norm *N;
+  int k, nd = d->ndims ? d->ndims : 1;
+  if (nd < 0 || nd > 4 || d->eps < 0)
+    DL_PANIC(m->ctx, rms ? "dl_rmsnorm_make" : "dl_layernorm_make", "ndims %d must be 1..4 and eps %g >= 0", nd, d->eps);
+  for (k = 0; k < nd; k++)
+    if (d->shape[k] <= 0)
+      DL_PANIC(m->ctx, rms ? "dl_rmsnorm_make" : "dl_layernorm_make", "normalised size %lld must be > 0",
+               (long long)d->shape[k]);
+  N = (dl__lay_norm *)dl_layer_new(m, parent, name, rms ? &dl__lay_rmsnorm_vt : &dl__lay_layernorm_vt, sizeof *N);
+  if (!N) return NULL;
+  N->d = *d;
+  N->d.ndims = nd;
+  N->rms = rms;
+  if (N->d.eps == 0) N->d.eps = rms ? (m->dtype == DL_F32 ? (double)FLT_EPSILON : DBL_EPSILON) : 1e-5;
+  if (!d->no_affine) {
+    N->w = dl_layer_param_new(&N->base, "weight", DL_PARAM_NORM, nd, d->shape, (dl_init){DL_INIT_ONES, 0}, m->dtype);
+    if (!rms)
+      N->b = dl_layer_param_new(&N->base, "bias", DL_PARAM_NORM, nd, d->shape, (dl_init){DL_INIT_ZEROS, 0}, m->dtype);
+  }
+  return m->status == DL_OK ? &N->base : NULL;
+}
+DL_API dl_layer *dl_layernorm_make(dl_model *m, dl_layer *parent, const char *name, const dl_norm_desc *d) {
+  return dl__lay_norm_make(m, parent, name, d, 0);
+}
+DL_API dl_layer *dl_rmsnorm_make(dl_model *m, dl_layer *parent, const char *name, const dl_norm_desc *d) {
+  return dl__lay_norm_make(m, parent, name, d, 1);
+}
+
+/* >>recurrent -------------------------------------------------------------- */
+
+/* nn.RNN / nn.LSTM / nn.GRU(input, hidden, num_layers, bias, batch_first=True):
+ * x [B, T, input] -> output [B, T, hidden] (the last layer's h_t). Layer k
+ * has weight_ih_lk [G*hidden, in_k], weight_hh_lk [G*hidden, hidden],
+ * bias_ih_lk, bias_hh_lk [G*hidden] (G = 1, 4 (gates i, f, g, o), 3 (r, z,
+ * n)); in_0 = input, else hidden. Every one ~ U(+-1/sqrt(hidden)).
+ * num_layers 0 = 1; relu (RNN only): ReLU instead of tanh. One direction,
+ * no dropout between layers. */
+typedef struct dl_rnn_desc {
+  int64_t input, hidden;
+  int num_layers;
+  int no_bias;
+  int relu;
+} dl_rnn_desc;
+typedef enum dl__lay_rnn_kind { DL__LAY_RNN, DL__LAY_LSTM, DL__LAY_GRU } dl__lay_rnn_kind;
+#define DL_RNN_MAX_LAYERS 16
+typedef struct dl__lay_rnn {
+  dl_layer base;
+  dl_rnn_desc d;
+  dl__lay_rnn_kind kind;
+  dl_tensor *w_ih[DL_RNN_MAX_LAYERS], *w_hh[DL_RNN_MAX_LAYERS], *b_ih[DL_RNN_MAX_LAYERS], *b_hh[DL_RNN_MAX_LAYERS];
+} dl__lay_rnn;
+
+/* The full recurrent forward: h0 / c0 [num_layers, B, hidden] or NULL
+ * (zeros; c0 only for LSTM, must be NULL otherwise); h_n / c_n (may be
+ * NULL) receive the last states [num_layers, B, hidden] on the tape.
+ * Returns the output [B, T, hidden]. Panics if l is not an RNN/LSTM/GRU. */
+DL_API dl_tensor *dl_rnn_forward(dl_layer *l, dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *c0,
+                                 dl_tensor **h_n, dl_tensor **c_n) {
+  dl__lay_rnn *R = (dl__lay_rnn *)l;
+  const int L = R->d.num_layers;
+  dl_tensor *hs[DL_RNN_MAX_LAYERS], *cs[DL_RNN_MAX_LAYERS], *y = x;
+  int k;
+  if (strcmp(l->vt->type, "RNN") != 0 && strcmp(l->vt->type, "LSTM") != 0 && strcmp(l->vt->type, "GRU") != 0)
+    DL_PANIC(tp->ctx, "dl_rnn_forward", "'%s' is a %s, not an RNN, LSTM or GRU", l->name, l->vt->type);
+  dl__check_input(l, x, 3, 3, 2, R->d.input);
+  if ((h0 && (h0->ndim != 3 || h0->shape[0] != L || h0->shape[1] != x->shape[0] || h0->shape[2] != R->d.hidden)) ||
+      (c0 && (R->kind != DL__LAY_LSTM || c0->ndim != 3 || c0->shape[0] != L || c0->shape[1] != x->shape[0] ||
+              c0->shape[2] != R->d.hidden)))
+    DL_PANIC(tp->ctx, l->vt->type, "'%s': h0 %s / c0 %s must be [%d, %lld, %lld] for x %s", l->name,
+             h0 ? DL_SHAPESTR(h0) : "none", c0 ? DL_SHAPESTR(c0) : "none", L, (long long)x->shape[0],
+             (long long)R->d.hidden, DL_SHAPESTR(x));
+  for (k = 0; k < L; k++) {
+    dl_tensor *h0k = NULL, *c0k = NULL;
+    const int64_t bh[2] = {x->shape[0], R->d.hidden};
+    if (h0) h0k = dl_t_reshape(tp, dl_t_slice(tp, h0, 0, k, k + 1, 1), 2, bh);
+    if (c0) c0k = dl_t_reshape(tp, dl_t_slice(tp, c0, 0, k, k + 1, 1), 2, bh);
+    cs[k] = NULL;
+    if (R->kind == DL__LAY_LSTM)
+      y = dl_t_lstm(tp, y, h0k, c0k, R->w_ih[k], R->w_hh[k], R->b_ih[k], R->b_hh[k], &hs[k], &cs[k]);
+    else if (R->kind == DL__LAY_GRU)
+      y = dl_t_gru(tp, y, h0k, R->w_ih[k], R->w_hh[k], R->b_ih[k], R->b_hh[k], &hs[k]);
+    else
+      y = dl_t_rnn(tp, y, h0k, R->w_ih[k], R->w_hh[k], R->b_ih[k], R->b_hh[k], !R->d.relu, &hs[k]);
+  }
+  if (h_n) *h_n = dl_t_stack(tp, L, hs, 0);
+  if (c_n) *c_n = R->kind == DL__LAY_LSTM ? dl_t_stack(tp, L, cs, 0) : NULL;
+  return y;
+}
+DL_API dl_tensor *dl__lay_rnn_forward1(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  return dl_rnn_forward(l, tp, x, NULL, NULL, NULL, NULL);
+}
+DL_API void dl__lay_rnn_describe(const dl_layer *l, char *buf, size_t n) {
+  const dl__lay_rnn *R = (const dl__lay_rnn *)l;
+  snprintf(buf, n, "%lld, %lld, layers=%d%s%s", (long long)R->d.input, (long long)R->d.hidden, R->d.num_layers,
+           R->d.no_bias ? ", bias=0" : "", R->d.relu ? ", relu" : "");
+}
+static const dl_layer_vt dl__lay_rnn_vt = {"RNN", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL};
+static const dl_layer_vt dl__lay_lstm_vt = {"LSTM", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL};
+static const dl_layer_vt dl__lay_gru_vt = {"GRU", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL};
+DL_API dl_layer *dl__lay_rnn_make(dl_model *m, dl_layer *parent, const char *name, const dl_rnn_desc *d, dl__lay_rnn_kind kind) {
+  static const dl_layer_vt *const vts[] = {&dl__lay_rnn_vt, &dl__lay_lstm_vt, &dl__lay_gru_vt};
+  const int G = kind == DL__LAY_LSTM ? 4 : kind == DL__LAY_GRU ? 3 : 1;
+  dl__lay_rnn *R;
+  int k, L = d->num_layers ? d->num_layers : 1;
+  double bound;
+  if (d->input <= 0 || d->hidden <= 0 || L < 1 || L > DL_RNN_MAX_LAYERS || (d->relu && kind != DL__LAY_RNN))
+    DL_PANIC(m->ctx, vts[kind]->type, "input %lld and hidden %lld must be > 0, num_layers %d in 1..%d%s",
+             (long long)d->input, (long long)d->hidden, L, DL_RNN_MAX_LAYERS, d->relu && kind != DL__LAY_RNN ? ", relu is for RNN only" : "");
+  R = (dl__lay_rnn *)dl_layer_new(m, parent, name, vts[kind], sizeof *R);
+  if (!R) return NULL;
+  R->d = *d;
+  R->d.num_layers = L;
+  R->kind = kind;
+  bound = 1.0 / sqrt((double)d->hidden);
+  for (k = 0; k < L; k++) {
+    char nm[4][24];
+    const int64_t gh = G * d->hidden, in = k ? d->hidden : d->input;
+    snprintf(nm[0], sizeof nm[0], "weight_ih_l%d", k);
+    snprintf(nm[1], sizeof nm[1], "weight_hh_l%d", k);
+    snprintf(nm[2], sizeof nm[2], "bias_ih_l%d", k);
+    snprintf(nm[3], sizeof nm[3], "bias_hh_l%d", k);
+    R->w_ih[k] = dl_layer_param_new(&R->base, nm[0], DL_PARAM_WEIGHT, 2, (const int64_t[]){gh, in},
+                                    (dl_init){DL_INIT_UNIFORM, bound}, m->dtype);
+    R->w_hh[k] = dl_layer_param_new(&R->base, nm[1], DL_PARAM_WEIGHT, 2, (const int64_t[]){gh, d->hidden},
+                                    (dl_init){DL_INIT_UNIFORM, bound}, m->dtype);
+    if (!d->no_bias) {
+      R->b_ih[k] = dl_layer_param_new(&R->base, nm[2], DL_PARAM_BIAS, 1, &gh, (dl_init){DL_INIT_UNIFORM, bound}, m->dtype);
+      R->b_hh[k] = dl_layer_param_new(&R->base, nm[3], DL_PARAM_BIAS, 1, &gh, (dl_init){DL_INIT_UNIFORM, bound}, m->dtype);
+    }
+  }
+  return m->status == DL_OK ? &R->base : NULL;
+}
+DL_API dl_layer *dl_rnn_make(dl_model *m, dl_layer *parent, const char *name, const dl_rnn_desc *d) {
+  return dl__lay_rnn_make(m, parent, name, d, DL__LAY_RNN);
+}
+DL_API dl_layer *dl_lstm_make(dl_model *m, dl_layer *parent, const char *name, const dl_rnn_desc *d) {
+  return dl__lay_rnn_make(m, parent, name, d, DL__LAY_LSTM);
+}
+DL_API dl_layer *dl_gru_make(dl_model *m, dl_layer *parent, const char *name, const dl_rnn_desc *d) {
+  return dl__lay_rnn_make(m, parent, name, d, DL__LAY_GRU);
+}
+
+/* >>attention -------------------------------------------------------------- */
+
+/* nn.MultiheadAttention(embed, heads, bias, batch_first=True), no dropout:
+ * in_proj_weight [3E, E] (xavier_uniform), in_proj_bias [3E] (0),
+ * out_proj.weight [E, E] (Linear's default), out_proj.bias [E] (0).
+ * Called as a layer it is self-attention, y = attn(x, x, x), causal when
+ * desc.causal. */
+typedef struct dl_mha_desc {
+  int64_t embed;
+  int heads;
+  int no_bias;
+  int causal;
+} dl_mha_desc;
+typedef struct dl__lay_mha {
+  dl_layer base;
+  dl_mha_desc d;
+  dl_tensor *in_w, *in_b, *out_w, *out_b;
+} dl__lay_mha;
+/* Attention with separate query [B, Tq, E], key and value [B, Tk, E], and
+ * an optional mask [Tq, Tk] (float: added to the scores; u8/bool: nonzero
+ * masks out), plus the layer's causal flag. Returns [B, Tq, E]. */
+DL_API dl_tensor *dl_mha_forward(dl_layer *l, dl_tape *tp, dl_tensor *q, dl_tensor *k, dl_tensor *v,
+                                 const dl_tensor *mask) {
+  dl__lay_mha *A = (dl__lay_mha *)l;
+  if (strcmp(l->vt->type, "MultiheadAttention") != 0)
+    DL_PANIC(tp->ctx, "dl_mha_forward", "'%s' is a %s, not a MultiheadAttention", l->name, l->vt->type);
+  dl__check_input(l, q, 3, 3, 2, A->d.embed);
+  return dl_t_multi_head_attention(tp, q, k, v, A->in_w, A->in_b, A->out_w, A->out_b, A->d.heads, mask, A->d.causal);
+}
+DL_API dl_tensor *dl__lay_mha_forward1(dl_layer *l, dl_tape *tp, dl_tensor *x) { return dl_mha_forward(l, tp, x, x, x, NULL); }
+DL_API void dl__lay_mha_describe(const dl_layer *l, char *buf, size_t n) {
+  const dl__lay_mha *A = (const dl__lay_mha *)l;
+  snprintf(buf, n, "%lld, heads=%d%s%s", (long long)A->d.embed, A->d.heads, A->d.no_bias ? ", bias=0" : "",
+           A->d.causal ? ", causal" : "");
+}
+static const dl_layer_vt dl__lay_mha_vt = {"MultiheadAttention", dl__lay_mha_forward1, dl__lay_mha_describe, NULL};
+DL_API dl_layer *dl_mha_make(dl_model *m, dl_layer *parent, const char *name, const dl_mha_desc *d) {
+  dl__lay_mha *A;
+  const int64_t E = d->embed, E3 = 3 * d->embed;
+  if (E <= 0 || d->heads <= 0 || E % d->heads)
+    DL_PANIC(m->ctx, "dl_mha_make", "embed %lld must be > 0 and divisible by heads %d", (long long)E, d->heads);
+  A = (dl__lay_mha *)dl_layer_new(m, parent, name, &dl__lay_mha_vt, sizeof *A);
+  if (!A) return NULL;
+  A->d = *d;
+  A->in_w = dl_layer_param_new(&A->base, "in_proj_weight", DL_PARAM_WEIGHT, 2, (const int64_t[]){E3, E},
+                               (dl_init){DL_INIT_XAVIER_UNIFORM, 0}, m->dtype);
+  if (!d->no_bias)
+    A->in_b = dl_layer_param_new(&A->base, "in_proj_bias", DL_PARAM_BIAS, 1, &E3, (dl_init){DL_INIT_ZEROS, 0}, m->dtype);
+  A->out_w = dl_layer_param_new(&A->base, "out_proj.weight", DL_PARAM_WEIGHT, 2, (const int64_t[]){E, E},
+                                (dl_init){DL_INIT_KAIMING_UNIFORM, sqrt(5.0)}, m->dtype);
+  if (!d->no_bias)
+    A->out_b = dl_layer_param_new(&A->base, "out_proj.bias", DL_PARAM_BIAS, 1, &E, (dl_init){DL_INIT_ZEROS, 0}, m->dtype);
+  return m->status == DL_OK ? &A->base : NULL;
+}
+
+/* >>summary ---------------------------------------------------------------- */
+
+DL_API void dl__layer_counts(const dl_layer *l, int64_t *nparam, int64_t *bytes) {
+  int i;
+  for (i = l->first_param; i < l->first_param + l->nparam; i++) {
+    const dl_param *p = l->model->params[i];
+    if (p->kind != DL_PARAM_BUFFER) *nparam += p->t.numel;
+    *bytes += p->t.numel * (int64_t)dl_dtype_size(p->t.dtype);
+  }
+  for (i = 0; i < l->nchild; i++) dl__layer_counts(l->child[i], nparam, bytes);
+}
+DL_API void dl__summary_rec(FILE *f, const dl_layer *l, int depth) {
+  char args[96] = "", shape[64] = "-", label[DL_NAME_MAX + 16];
+  int64_t np = 0, nb = 0;
+  int i;
+  if (l->vt->describe) l->vt->describe(l, args, sizeof args);
+  if (l->out_ndim >= 0) {
+    size_t k = 0;
+    k += (size_t)snprintf(shape + k, sizeof shape - k, "[");
+    for (i = 0; i < l->out_ndim && k < sizeof shape; i++)
+      k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%lld", i ? ", " : "", (long long)l->out_shape[i]);
+    if (k < sizeof shape) snprintf(shape + k, sizeof shape - k, "]");
+  }
+  dl__layer_counts(l, &np, &nb);
+  snprintf(label, sizeof label, "%*s%s", 2 * depth, "", l->name[0] ? l->name : "(model)");
+  fprintf(f, "%-28s %-13s %-20s %11lld %12lld  %s\n", label,
+          l->vt == &dl__lay_act_vt ? dl_act_name(((const dl__lay_act_layer *)l)->act) : l->vt->type, shape, (long long)np,
+          (long long)nb, args);
+  for (i = 0; i < l->nchild; i++) dl__summary_rec(f, l->child[i], depth + 1);
+}
+
+/* Print the layer tree: each layer's name, type, output shape (from one
+ * forward pass of `example` in eval mode on a scratch tape, no gradients;
+ * NULL skips it and prints "-"), parameter count and bytes (its own and its
+ * children's, buffers in the bytes), and its arguments; then the totals.
+ * The model's mode and parameters are unchanged. DL_OK, or DL_ERR_NOMEM. */
+DL_API dl_status dl_model_summary(dl_model *m, FILE *f, dl_tensor *example) {
+  int64_t np = 0, nb = 0;
+  int i;
+  for (i = 0; i < m->nlayers; i++) m->layers[i]->out_ndim = -1;
+  m->root.out_ndim = -1;
+  if (example) {
+    dl_tape tp;
+    int was = m->training;
+    dl_status st = dl_tape_init(&tp, m->ctx, 0);
+    if (st != DL_OK) return st;
+    m->training = 0;
+    m->tracing = 1;
+    dl_no_grad_begin(&tp);
+    (void)dl_model_forward(m, &tp, example);
+    dl_no_grad_end(&tp);
+    m->tracing = 0;
+    m->training = was;
+    dl_tape_free(&tp);
+  }
+  fprintf(f, "%-28s %-13s %-20s %11s %12s  %s\n", "layer", "type", "output", "params", "bytes", "arguments");
+  dl__summary_rec(f, &m->root, 0);
+  dl__layer_counts(&m->root, &np, &nb);
+  fprintf(f, "total: %lld trainable parameters, %lld bytes with buffers (%s)\n", (long long)np, (long long)nb,
+          dl_dtype_name(m->dtype));
+  return DL_OK;
+}
+
+#endif /* !__cplusplus */
+#endif /* DL_LAYERS_H */
