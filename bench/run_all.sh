@@ -12,6 +12,9 @@
 #      PyTorch eager (run_mlp.sh; goal >= 2x)
 #   5. forward+backward of conv2d 5x5 32->64 on 12x12, batch 64, vs PyTorch
 #      (run_conv.sh; goal >= 1x)
+#   6. a whole training step of that MLP (forward, backward, clip, Adam) from
+#      layers.h + optim.h vs PyTorch, and allocations per step (run_step.sh;
+#      goals >= 2x and 0)
 set -u
 cd "$(dirname "$0")/.."
 B=build/bench
@@ -42,4 +45,8 @@ bash bench/run_mlp.sh || status=1
 echo
 echo "== conv2d forward+backward vs PyTorch =="
 bash bench/run_conv.sh || status=1
+
+echo
+echo "== MLP training step (layers + Adam) vs PyTorch =="
+bash bench/run_step.sh || status=1
 exit $status
