@@ -5,8 +5,9 @@
 #   1. every public header compiles on its own: gcc and clang as C11 with
 #      -Wall -Wextra -Wpedantic -Werror and linked (-lm, as every user links), g++
 #      as C++11, nvcc where it exists
-#   2. tests/test_*.c built with gcc -O2 -fopenmp and run (test_blas also with
-#      OpenBLAS), 2 OpenMP threads
+#   2. tests/test_*.c built with gcc -O2 -fopenmp (plus the flags a test names
+#      on a "dl-test-flags:" line) and run (test_blas also with OpenBLAS),
+#      2 OpenMP threads
 #   3. tests/compile_fail/*.c must fail to compile, with the message the file's
 #      "expect:" line names
 #   4. examples build warning-free with `cc -std=c11 -O2 prog.c -lm` and run
@@ -70,9 +71,12 @@ BLAS_FLAGS=""
 if [ -f /usr/include/x86_64-linux-gnu/cblas.h ] || [ -f /usr/include/cblas.h ] || ls /usr/include/*/cblas.h >/dev/null 2>&1; then
   BLAS_FLAGS="-DDL_USE_OPENBLAS"
 fi
+# A test file may name extra build flags (libraries, feature macros) on a
+# line of its own:  /* dl-test-flags: -DDL_USE_ZLIB -lz */
+test_flags() { sed -n 's|^/\* dl-test-flags: \(.*\) \*/$|\1|p' "$1" | head -n 1; }
 for t in tests/test_*.c; do
   n=$(basename "$t" .c)
-  if $CC $WARN -O2 -fopenmp -Iinclude -Itests "$t" -o "$B/$n" -lm 2>"$B/$n.log"; then run_test "$n" "$B/$n"
+  if $CC $WARN -O2 -fopenmp -Iinclude -Itests "$t" -o "$B/$n" $(test_flags "$t") -lm 2>"$B/$n.log"; then run_test "$n" "$B/$n"
   else bad "$n (build)"; head -30 "$B/$n.log"; fi
   if [ "$n" = test_blas ] || [ "$n" = test_matmul ]; then
     if [ -n "$BLAS_FLAGS" ]; then
@@ -111,7 +115,7 @@ if [ "${DL_TEST_QUICK:-0}" != 1 ]; then
   for t in tests/test_*.c; do
     n=$(basename "$t" .c)
     if $CC $WARN -O1 -g -fopenmp -fsanitize=address,undefined -fno-sanitize-recover=all -Iinclude -Itests \
-        "$t" -o "$B/${n}_san" -lm 2>"$B/$n.log"; then
+        "$t" -o "$B/${n}_san" $(test_flags "$t") -lm 2>"$B/$n.log"; then
       ASAN_OPTIONS=detect_leaks=1 DL_TEST_SANITIZER=1 run_test "${n}_sanitized" "$B/${n}_san"
     else bad "$n (sanitizer build)"; head -30 "$B/$n.log"; fi
   done
