@@ -381,7 +381,8 @@ DL_API void dl_backward(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
     }
     DL_PANIC(tp->ctx, "dl_backward",
              "loss %s was not recorded on this tape (made under no-grad, from inputs that "
-             "require no gradient, or on another tape)", DL_SHAPESTR(loss));
+             "require no gradient - a dl_model's parameters require theirs from dl_model_pack "
+             "or the optimizer's make on - or on another tape)", DL_SHAPESTR(loss));
   }
   if (!seed && loss->numel != 1)
     DL_PANIC(tp->ctx, "dl_backward",
