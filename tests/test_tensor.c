@@ -53,6 +53,9 @@ static void test_overflow_refused(void) {
     size_t b;
     CHECK(dl_shape_size(DL_F32, DL_SHAPE(3, 5), &n, &b) == DL_OK && n == 15 && b == 60);
     CHECK(dl_shape_size(DL_U8, DL_SHAPE(big, big, big), NULL, NULL) == DL_ERR_OVERFLOW);
+    /* a zero size does not excuse the others: the strides are their product */
+    CHECK(dl_shape_size(DL_U8, DL_SHAPE(0, big, big, big), NULL, NULL) == DL_ERR_OVERFLOW);
+    CHECK(dl_shape_size(DL_U8, DL_SHAPE(0, 7, 9), &n, &b) == DL_OK && n == 0 && b == 0);
   }
 }
 

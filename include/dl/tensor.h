@@ -103,16 +103,18 @@ DL_API dl__shapebuf dl__shape_of(const dl_tensor *t) {
  * DL_OK, DL_ERR_ARG (bad ndim or negative size) or DL_ERR_OVERFLOW. */
 DL_API dl_status dl_shape_size(dl_dtype dtype, int ndim, const int64_t *shape, int64_t *numel,
                                size_t *bytes) {
-  int64_t n = 1;
+  int64_t n = 1, nz = 1; /* nz: the product of the nonzero sizes (the strides) */
   size_t b;
   int d;
   if (ndim < 0 || ndim > DL_MAX_DIMS || (ndim > 0 && !shape) || !dl_dtype_size(dtype))
     return DL_ERR_ARG;
   for (d = 0; d < ndim; d++) {
     if (shape[d] < 0) return DL_ERR_ARG;
-    if (shape[d] != 0 && n > INT64_MAX / shape[d]) return DL_ERR_OVERFLOW;
-    n *= shape[d];
+    if (shape[d] == 0) { n = 0; continue; }
+    if (nz > INT64_MAX / shape[d]) return DL_ERR_OVERFLOW; /* even with a 0 elsewhere: strides overflow */
+    nz *= shape[d];
   }
+  if (n) n = nz;
   if ((uint64_t)n > (uint64_t)(SIZE_MAX / dl_dtype_size(dtype)) ||
       (uint64_t)n > (uint64_t)PTRDIFF_MAX / dl_dtype_size(dtype))
     return DL_ERR_OVERFLOW;
