@@ -12,7 +12,11 @@
 #      "expect:" line names
 #   4. examples build warning-free with `cc -std=c11 -O2 prog.c -lm` and run
 #   5. the test programs again under -fsanitize=address,undefined
-# Set DL_TEST_QUICK=1 to skip step 5.
+#   6. fuzz/run.sh 15: every fuzz/fuzz_*.c built with clang's libFuzzer, ASan
+#      and UBSan and run for 15 s on a copy of its seed corpus; each target
+#      counts as one pass or fail (skipped with a message when clang cannot
+#      build a libFuzzer program)
+# Set DL_TEST_QUICK=1 to skip steps 5 and 6.
 set -u
 cd "$(dirname "$0")/.."
 B=build/tests
@@ -119,6 +123,20 @@ if [ "${DL_TEST_QUICK:-0}" != 1 ]; then
       ASAN_OPTIONS=detect_leaks=1 DL_TEST_SANITIZER=1 run_test "${n}_sanitized" "$B/${n}_san"
     else bad "$n (sanitizer build)"; head -30 "$B/$n.log"; fi
   done
+fi
+
+# --- 6. fuzzing ---------------------------------------------------------------
+if [ "${DL_TEST_QUICK:-0}" != 1 ]; then
+  if echo 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }' |
+      clang -fsanitize=fuzzer,address,undefined -x c - -o "$B/fuzz_probe" >/dev/null 2>&1; then
+    while read -r word verdict name rest; do
+      [ "$word" = FUZZ ] || continue
+      if [ "$verdict" = PASS ]; then ok; echo "fuzz $name $rest"; else bad "fuzz ${name%:} $rest"; fi
+    done < <(bash fuzz/run.sh 15 2>&1 | tee "$B/fuzz.log")
+    grep -v '^FUZZ' "$B/fuzz.log" | head -40
+  else
+    echo "SKIP fuzzing: clang cannot build a libFuzzer program (apt-get install clang)"; skip=$((skip + 1))
+  fi
 fi
 
 echo
