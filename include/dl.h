@@ -21,7 +21,8 @@
  *
  * Configuration macros (define before including; see dl/config.h):
  *   DL_API, DL_MALLOC/DL_REALLOC/DL_FREE (all or none), DL_USE_OPENBLAS,
- *   DL_USE_ZLIB, DL_NO_STDIO, DL_PARALLEL_THRESHOLD.
+ *   DL_USE_ZLIB, DL_USE_STB_IMAGE, DL_USE_STB_IMAGE_WRITE, DL_NO_STDIO,
+ *   DL_PARALLEL_THRESHOLD.
  *
  * The headers, each using only those above it:
  *   dl/config.h   feature macros, allocator hooks, version
@@ -32,6 +33,15 @@
  *   dl/dual.h     dual numbers and the generic scalar math (dl_exp, dl_add, ...)
  *   dl/expr.h     DL_ASSIGN fused loops and the element-wise op list
  *   dl/blas.h     GEMM: OpenBLAS or the built-in blocked kernel
+ *   dl/tape.h     reverse-mode tape, no-grad, custom ops, tangents, gradcheck
+ *   dl/ops.h      the differentiable ops dl_t_NAME (families in dl/ops/)
+ *   dl/layers.h   dl_model: layers with PyTorch-named parameters
+ *   dl/optim.h    optimizers, clipping, regularisation, the training step
+ *   dl/data.h     datasets, shuffler, batcher, IDX/CSV/image/text loaders,
+ *                 augmentation (DL_USE_ZLIB: gzip, -lz; DL_USE_STB_IMAGE: images)
+ *   dl/io.h       safetensors weights, checkpoints, atomic writes
+ *   dl/report.h   progress line, accuracy and confusion matrix, CSV log, PNG
+ *                 chart (DL_USE_STB_IMAGE_WRITE: the PNG)
  *
  * Conventions: public names start dl_/DL_, private ones dl__/DL__. Functions
  * that can fail for reasons the caller must handle return dl_status (or NULL)
@@ -53,5 +63,8 @@
 #include "dl/ops.h"
 #include "dl/layers.h"
 #include "dl/optim.h"
+#include "dl/io.h"
+#include "dl/data.h"
+#include "dl/report.h"
 
 #endif /* DL_H */
