@@ -1123,12 +1123,15 @@ static void test_atomic_injection(void) {
 
 enum { RN = 48, RB = 8, RIN = 8, RCLS = 3 };
 
+/* The data order is data.h's: a dataset, a batcher whose shuffler state
+ * (seed, epoch, position) goes into the checkpoint as extra values. */
 typedef struct run {
   dl_model *m;
   dl_optim *o;
   dl_tape tp;
-  dl_tensor *X, *Y, *xb, *yb;
-  int64_t epoch, step, shuffle_seed, pos;
+  dl_dataset ds;
+  dl_batcher bat;
+  int64_t epoch, step, shuffle_seed, shuffle_epoch, pos;
   double last_loss;
 } run;
 
@@ -1143,57 +1146,58 @@ static dl_model *resume_model(uint64_t seed) {
 }
 static void run_init(run *r, uint64_t seed) {
   dl_rng g = dl_rng_make(2024); /* the data set: always the same */
+  dl_tensor *X, *Y;
   int64_t i;
   memset(r, 0, sizeof *r);
   r->m = resume_model(seed);
   r->o = dl_optim_adam(r->m, &(dl_adam_cfg){.lr = 0.02, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-3});
   dl_tape_init(&r->tp, &ctx, 0);
-  r->X = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(RN, RIN));
-  r->Y = dl_tensor_make(&ctx, DL_I64, DL_SHAPE(RN));
-  r->xb = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(RB, RIN));
-  r->yb = dl_tensor_make(&ctx, DL_I64, DL_SHAPE(RB));
-  dl_tensor_rand_normal(r->X, &g, 0, 1);
-  for (i = 0; i < RN; i++) dl_i64(r->Y)[i] = (int64_t)dl_rng_below(&g, RCLS);
+  X = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(RN, RIN));
+  Y = dl_tensor_make(&ctx, DL_I64, DL_SHAPE(RN));
+  dl_tensor_rand_normal(X, &g, 0, 1);
+  for (i = 0; i < RN; i++) dl_i64(Y)[i] = (int64_t)dl_rng_below(&g, RCLS);
+  CHECK(dl_dataset_make(&ctx, &r->ds, X, Y, DL_DATASET_OWN) == DL_OK);
   r->shuffle_seed = 77;
+  CHECK(dl_batcher_make(&ctx, &r->bat, &r->ds,
+                        &(dl_batcher_desc){.batch_size = RB, .dtype = DL_F32, .shuffle = {.seed = 77}}) == DL_OK);
 }
 static void run_free(run *r) {
   dl_tape_free(&r->tp);
   dl_optim_free(r->o);
   dl_model_free(r->m);
-  dl_tensor_free(r->X);
-  dl_tensor_free(r->Y);
-  dl_tensor_free(r->xb);
-  dl_tensor_free(r->yb);
+  dl_batcher_free(&r->bat);
+  dl_dataset_free(&r->ds);
 }
-/* One epoch: a permutation from (shuffle_seed, epoch), batches of RB, Adam
- * with global clipping, the lr decayed after every step. */
+/* The batcher's position into the values a checkpoint saves, and back. */
+static void run_sync_out(run *r) {
+  dl_shuffler_state st = dl_batcher_get_state(&r->bat);
+  r->shuffle_seed = st.seed;
+  r->shuffle_epoch = st.epoch;
+  r->pos = st.pos;
+}
+static int run_sync_in(run *r) {
+  dl_shuffler_state st = dl_batcher_get_state(&r->bat);
+  st.seed = r->shuffle_seed;
+  st.epoch = r->shuffle_epoch;
+  st.pos = r->pos;
+  return dl_batcher_restore(&r->bat, &st) == DL_OK;
+}
+/* One epoch of the batcher's shuffled batches, Adam with global clipping,
+ * the lr decayed after every step. */
 static void run_epoch(run *r) {
-  int64_t perm[RN], i, b;
-  dl_rng g = dl_rng_make((uint64_t)r->shuffle_seed * 1000003u + (uint64_t)r->epoch);
   const dl_step_desc sd = {.clip_norm = 1.0};
-  for (i = 0; i < RN; i++) perm[i] = i;
-  for (i = RN - 1; i > 0; i--) {
-    int64_t k = (int64_t)dl_rng_below(&g, (uint64_t)i + 1), t = perm[i];
-    perm[i] = perm[k];
-    perm[k] = t;
-  }
+  dl_batch bt;
   dl_model_train(r->m, 1);
-  for (b = r->pos; b < RN / RB; b++) {
-    dl_tensor *loss;
-    for (i = 0; i < RB; i++) {
-      memcpy(dl_f32(r->xb) + i * RIN, dl_f32(r->X) + perm[b * RB + i] * RIN, RIN * sizeof(float));
-      dl_i64(r->yb)[i] = dl_i64(r->Y)[perm[b * RB + i]];
-    }
-    loss = dl_t_cross_entropy(&r->tp, dl_model_forward(r->m, &r->tp, r->xb), r->yb, 0, DL_REDUCE_MEAN);
+  while (dl_batcher_next(&r->bat, &bt)) {
+    dl_tensor *loss = dl_t_cross_entropy(&r->tp, dl_model_forward(r->m, &r->tp, bt.x), bt.y, 0, DL_REDUCE_MEAN);
     r->last_loss = dl__get_at(loss, 0);
     dl_train_step(r->o, &r->tp, loss, &sd);
     dl_tape_rewind(&r->tp);
     dl_optim_set_lr(r->o, dl_optim_lr(r->o) * 0.97);
     r->step++;
-    r->pos = b + 1;
   }
   r->epoch++;
-  r->pos = 0;
+  run_sync_out(r);
 }
 static int run_values(run *r, dl_named_value *v) {
   v[0] = (dl_named_value){"epoch", &r->epoch, NULL};
@@ -1201,20 +1205,23 @@ static int run_values(run *r, dl_named_value *v) {
   v[2] = (dl_named_value){"shuffle_seed", &r->shuffle_seed, NULL};
   v[3] = (dl_named_value){"shuffle_pos", &r->pos, NULL};
   v[4] = (dl_named_value){"last_loss", NULL, &r->last_loss};
-  return 5;
+  v[5] = (dl_named_value){"shuffle_epoch", &r->shuffle_epoch, NULL};
+  return 6;
 }
 
 /* The child: a fresh process resumes from ckpt, trains one epoch, saves. */
 static int resume_child(const char *ckpt, const char *out) {
   run r;
-  dl_named_value v[5];
+  dl_named_value v[6];
   int n, rc = 0;
   dl_load_report rep;
   dl_ctx_init(&ctx, NULL);
   run_init(&r, 999); /* another initialisation: everything must come from the file */
-  r.shuffle_seed = 0;
+  r.shuffle_seed = 0; /* and the data order too */
+  r.shuffle_epoch = 0;
   n = run_values(&r, v);
-  if (dl_checkpoint_load(r.m, r.o, ckpt, v, n, &rep) != DL_OK || r.epoch != 1 || r.shuffle_seed != 77) {
+  if (dl_checkpoint_load(r.m, r.o, ckpt, v, n, &rep) != DL_OK || r.epoch != 1 || r.shuffle_seed != 77 ||
+      r.shuffle_epoch != 1 || !run_sync_in(&r)) {
     fprintf(stderr, "resume child: %s\n%s", dl_ctx_message(&ctx), rep.text);
     rc = 1;
   } else {
@@ -1233,7 +1240,7 @@ static void test_checkpoint_resume(void) {
   const char *full = TP("ckpt_full.safetensors"), *half = TP("ckpt_half.safetensors"),
              *resumed = TP("ckpt_resumed.safetensors"), *skewed = TP("ckpt_skewed.safetensors");
   run a, b;
-  dl_named_value va[5], vb[5];
+  dl_named_value va[6], vb[6];
   int na, nb, status = -1;
   void *f1, *f2;
   size_t n1, n2;
@@ -1280,11 +1287,11 @@ static void test_checkpoint_resume(void) {
   /* the test can fail: one dropout draw off and the run diverges */
   {
     run c;
-    dl_named_value vc[5];
+    dl_named_value vc[6];
     int nc;
     run_init(&c, 5);
     nc = run_values(&c, vc);
-    CHECK(dl_checkpoint_load(c.m, c.o, half, vc, nc, NULL) == DL_OK);
+    CHECK(dl_checkpoint_load(c.m, c.o, half, vc, nc, NULL) == DL_OK && run_sync_in(&c));
     dl_dropout_rng(dl_model_layer(c.m, "3"))->counter++;
     run_epoch(&c);
     CHECK(dl_checkpoint_save(c.m, c.o, skewed, vc, nc, NULL) == DL_OK);
@@ -1299,7 +1306,7 @@ static void test_checkpoint_resume(void) {
 static void test_checkpoint_refuses(void) {
   const char *path = TP("ckpt_refuse.safetensors");
   run a;
-  dl_named_value v[5];
+  dl_named_value v[6];
   int n;
   dl_load_report rep;
   run_init(&a, 1);
@@ -1318,7 +1325,7 @@ static void test_checkpoint_refuses(void) {
     void *snap = snapshot(m, &sn);
     dl_rng dr = *dl_dropout_rng(dl_model_layer(m, "3"));
     CHECK(dl_checkpoint_load(m, o, path, w, 5, &rep) == DL_ERR_ARG);
-    CHECK(rep.nmissing == 6 && rep.nunexpected == 12 && strstr(rep.text, "missing: optim/0.weight/momentum_buffer") &&
+    CHECK(rep.nmissing == 6 && rep.nunexpected == 13 && strstr(rep.text, "missing: optim/0.weight/momentum_buffer") &&
           strstr(rep.text, "unexpected: optim/0.weight/exp_avg"));
     CHECK(snapshot_same(m, snap, sn) && epoch == 42 && o->lr == 0.1 && o->nsteps == 0 &&
           *dl_optim_param_steps(o, "0.weight") == 0 && dl_dropout_rng(dl_model_layer(m, "3"))->counter == dr.counter);
@@ -1329,23 +1336,23 @@ static void test_checkpoint_refuses(void) {
   /* a value the checkpoint does not have; a value with no pointer */
   {
     run b;
-    dl_named_value w[6];
+    dl_named_value w[7];
     int64_t other = 5;
     size_t sn;
     void *snap;
     run_init(&b, 2);
     run_values(&b, w);
-    w[5] = (dl_named_value){"not_saved", &other, NULL};
+    w[6] = (dl_named_value){"not_saved", &other, NULL};
     snap = snapshot(b.m, &sn);
-    CHECK(dl_checkpoint_load(b.m, b.o, path, w, 6, &rep) == DL_ERR_ARG && rep.nmissing == 1 &&
+    CHECK(dl_checkpoint_load(b.m, b.o, path, w, 7, &rep) == DL_ERR_ARG && rep.nmissing == 1 &&
           strstr(rep.text, "missing: extra/not_saved (model i64[])") && snapshot_same(b.m, snap, sn) && b.epoch == 0);
     /* a checkpoint loads as model weights too, with partial */
     CHECK(dl_model_load(b.m, path, &rep) == DL_ERR_ARG && rep.nunexpected > 0);
     CHECK(dl_model_load_desc(b.m, path, &(dl_load_desc){.partial = 1}, &rep) == DL_OK && rep.nloaded == b.m->nparams &&
           models_equal(a.m, b.m));
-    w[5] = (dl_named_value){"bad", NULL, NULL};
-    CHECK(dl_checkpoint_save(b.m, b.o, path, w, 6, NULL) == DL_ERR_ARG);
-    CHECK(dl_checkpoint_save(b.m, b.o, path, w, 5, &(dl_save_desc){.cast = DL_ST_AS_BF16}) == DL_ERR_ARG);
+    w[6] = (dl_named_value){"bad", NULL, NULL};
+    CHECK(dl_checkpoint_save(b.m, b.o, path, w, 7, NULL) == DL_ERR_ARG);
+    CHECK(dl_checkpoint_save(b.m, b.o, path, w, 6, &(dl_save_desc){.cast = DL_ST_AS_BF16}) == DL_ERR_ARG);
     free(snap);
     run_free(&b);
   }
