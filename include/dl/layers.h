@@ -356,7 +356,9 @@ DL_API int dl__grow(dl_ctx *ctx, void **arr, int *cap, int need, size_t elem) {
   return 1;
 }
 
-static const dl_layer_vt dl__lay_root_vt; /* defined with the containers */
+/* The container types (defined with the containers): a layer's type is its
+ * vtable, compared by address. */
+static const dl_layer_vt dl__lay_root_vt, dl__lay_seq_vt, dl__lay_residual_vt, dl__lay_module_vt;
 
 /* A new empty model on the heap, in train mode. NULL when out of memory
  * (message in ctx). Free with dl_model_free. */
@@ -662,8 +664,7 @@ DL_API dl_layer *dl_layer_new(dl_model *m, dl_layer *parent, const char *name, c
   if (m->packed)
     DL_PANIC(m->ctx, vt->type, "cannot add a layer to a packed model (add every layer before making the optimizer)");
   if (p->model != m) DL_PANIC(m->ctx, vt->type, "parent layer '%s' belongs to another model", p->name);
-  if (p != &m->root && !(p->vt->forward == NULL || p->fn || strcmp(p->vt->type, "Sequential") == 0 ||
-                         strcmp(p->vt->type, "Residual") == 0 || strcmp(p->vt->type, "Module") == 0))
+  if (p != &m->root && p->vt != &dl__lay_seq_vt && p->vt != &dl__lay_residual_vt && p->vt != &dl__lay_module_vt)
     DL_PANIC(m->ctx, vt->type, "parent '%s' (%s) is not a container", p->name, p->vt->type);
   if (!name) {
     snprintf(local, sizeof local, "%d", p->nchild);
@@ -1361,6 +1362,7 @@ typedef struct dl_rnn_desc {
 } dl_rnn_desc;
 typedef enum dl__lay_rnn_kind { DL__LAY_RNN, DL__LAY_LSTM, DL__LAY_GRU } dl__lay_rnn_kind;
 #define DL_RNN_MAX_LAYERS 16
+static const dl_layer_vt dl__lay_rnn_vt, dl__lay_lstm_vt, dl__lay_gru_vt, dl__lay_mha_vt; /* defined below */
 typedef struct dl__lay_rnn {
   dl_layer base;
   dl_rnn_desc d;
@@ -1378,7 +1380,7 @@ DL_API dl_tensor *dl_rnn_forward(dl_layer *l, dl_tape *tp, dl_tensor *x, dl_tens
   const int L = R->d.num_layers;
   dl_tensor *hs[DL_RNN_MAX_LAYERS], *cs[DL_RNN_MAX_LAYERS], *y = x;
   int k;
-  if (strcmp(l->vt->type, "RNN") != 0 && strcmp(l->vt->type, "LSTM") != 0 && strcmp(l->vt->type, "GRU") != 0)
+  if (l->vt != &dl__lay_rnn_vt && l->vt != &dl__lay_lstm_vt && l->vt != &dl__lay_gru_vt)
     DL_PANIC(tp->ctx, "dl_rnn_forward", "'%s' is a %s, not an RNN, LSTM or GRU", l->name, l->vt->type);
   dl__check_input(l, x, 3, 3, 2, R->d.input);
   if ((h0 && (h0->ndim != 3 || h0->shape[0] != L || h0->shape[1] != x->shape[0] || h0->shape[2] != R->d.hidden)) ||
@@ -1482,7 +1484,7 @@ typedef struct dl__lay_mha {
 DL_API dl_tensor *dl_mha_forward(dl_layer *l, dl_tape *tp, dl_tensor *q, dl_tensor *k, dl_tensor *v,
                                  const dl_tensor *mask) {
   dl__lay_mha *A = (dl__lay_mha *)l;
-  if (strcmp(l->vt->type, "MultiheadAttention") != 0)
+  if (l->vt != &dl__lay_mha_vt)
     DL_PANIC(tp->ctx, "dl_mha_forward", "'%s' is a %s, not a MultiheadAttention", l->name, l->vt->type);
   dl__check_input(l, q, 3, 3, 2, A->d.embed);
   return dl_t_multi_head_attention(tp, q, k, v, A->in_w, A->in_b, A->out_w, A->out_b, A->d.heads, mask, A->d.causal);
