@@ -42,6 +42,8 @@
  *   dl/io.h       safetensors weights, checkpoints, atomic writes
  *   dl/report.h   progress line, accuracy and confusion matrix, CSV log, PNG
  *                 chart (DL_USE_STB_IMAGE_WRITE: the PNG)
+ *   dl/run.h      a training program's flags, --load/--resume, per-epoch
+ *                 checkpoints, history, evaluation, the result line
  *
  * Conventions: public names start dl_/DL_, private ones dl__/DL__. Functions
  * that can fail for reasons the caller must handle return dl_status (or NULL)
@@ -66,5 +68,6 @@
 #include "dl/io.h"
 #include "dl/data.h"
 #include "dl/report.h"
+#include "dl/run.h"
 
 #endif /* DL_H */

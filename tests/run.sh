@@ -10,7 +10,9 @@
 #      2 OpenMP threads
 #   3. tests/compile_fail/*.c must fail to compile, with the message the file's
 #      "expect:" line names
-#   4. examples build warning-free with `cc -std=c11 -O2 prog.c -lm` and run
+#   4. examples build warning-free with `cc -std=c11 -O2 prog.c -lm` (plus the
+#      libraries an example's "dl-example-flags:" line names, e.g. -lz) and run
+#      their examples/NAME.check script
 #   5. the test programs again under -fsanitize=address,undefined
 #   6. fuzz/run.sh 15: every fuzz/fuzz_*.c built with clang's libFuzzer, ASan
 #      and UBSan and run for 15 s on a copy of its seed corpus; each target
@@ -104,11 +106,13 @@ for t in tests/compile_fail/*.c; do
 done
 
 # --- 4. examples as a user builds them ---------------------------------------
+# an example's link flags beyond -lm (its " * dl-example-flags: -lz" line)
+example_flags() { sed -n 's|^ \* dl-example-flags: \(.*\)$|\1|p' "$1" | head -n 1; }
 for e in examples/*.c; do
   [ -f "$e" ] || continue
   n=$(basename "$e" .c)
-  if cc -std=c11 -O2 -Wall -Wextra -Wpedantic -Werror -Iinclude "$e" -o "$B/ex_$n" -lm 2>"$B/ex.log"; then ok
-  else bad "example $n (build with cc -O2 -lm)"; head -20 "$B/ex.log"; continue; fi
+  if cc -std=c11 -O2 -Wall -Wextra -Wpedantic -Werror -Iinclude "$e" -o "$B/ex_$n" $(example_flags "$e") -lm 2>"$B/ex.log"; then ok
+  else bad "example $n (build with cc -O2 $(example_flags "$e") -lm)"; head -20 "$B/ex.log"; continue; fi
   if [ -f "examples/$n.check" ]; then
     if bash "examples/$n.check" "$B/ex_$n" >"$B/ex.log" 2>&1; then ok; else bad "example $n run"; tail -20 "$B/ex.log"; fi
   fi

@@ -1200,12 +1200,12 @@ static void run_epoch(run *r) {
   run_sync_out(r);
 }
 static int run_values(run *r, dl_named_value *v) {
-  v[0] = (dl_named_value){"epoch", &r->epoch, NULL};
-  v[1] = (dl_named_value){"step", &r->step, NULL};
-  v[2] = (dl_named_value){"shuffle_seed", &r->shuffle_seed, NULL};
-  v[3] = (dl_named_value){"shuffle_pos", &r->pos, NULL};
-  v[4] = (dl_named_value){"last_loss", NULL, &r->last_loss};
-  v[5] = (dl_named_value){"shuffle_epoch", &r->shuffle_epoch, NULL};
+  v[0] = (dl_named_value){"epoch", &r->epoch, NULL, NULL};
+  v[1] = (dl_named_value){"step", &r->step, NULL, NULL};
+  v[2] = (dl_named_value){"shuffle_seed", &r->shuffle_seed, NULL, NULL};
+  v[3] = (dl_named_value){"shuffle_pos", &r->pos, NULL, NULL};
+  v[4] = (dl_named_value){"last_loss", NULL, &r->last_loss, NULL};
+  v[5] = (dl_named_value){"shuffle_epoch", &r->shuffle_epoch, NULL, NULL};
   return 6;
 }
 
@@ -1319,8 +1319,8 @@ static void test_checkpoint_refuses(void) {
     dl_optim *o = dl_optim_sgd(m, &(dl_sgd_cfg){.lr = 0.1, .momentum = 0.9});
     int64_t epoch = 42, step = 0, seed = 0, pos = 0;
     double loss = 0;
-    dl_named_value w[5] = {{"epoch", &epoch, NULL}, {"step", &step, NULL}, {"shuffle_seed", &seed, NULL},
-                           {"shuffle_pos", &pos, NULL}, {"last_loss", NULL, &loss}};
+    dl_named_value w[5] = {{"epoch", &epoch, NULL, NULL}, {"step", &step, NULL, NULL}, {"shuffle_seed", &seed, NULL, NULL},
+                           {"shuffle_pos", &pos, NULL, NULL}, {"last_loss", NULL, &loss, NULL}};
     size_t sn;
     void *snap = snapshot(m, &sn);
     dl_rng dr = *dl_dropout_rng(dl_model_layer(m, "3"));
@@ -1342,7 +1342,7 @@ static void test_checkpoint_refuses(void) {
     void *snap;
     run_init(&b, 2);
     run_values(&b, w);
-    w[6] = (dl_named_value){"not_saved", &other, NULL};
+    w[6] = (dl_named_value){"not_saved", &other, NULL, NULL};
     snap = snapshot(b.m, &sn);
     CHECK(dl_checkpoint_load(b.m, b.o, path, w, 7, &rep) == DL_ERR_ARG && rep.nmissing == 1 &&
           strstr(rep.text, "missing: extra/not_saved (model i64[])") && snapshot_same(b.m, snap, sn) && b.epoch == 0);
@@ -1350,9 +1350,33 @@ static void test_checkpoint_refuses(void) {
     CHECK(dl_model_load(b.m, path, &rep) == DL_ERR_ARG && rep.nunexpected > 0);
     CHECK(dl_model_load_desc(b.m, path, &(dl_load_desc){.partial = 1}, &rep) == DL_OK && rep.nloaded == b.m->nparams &&
           models_equal(a.m, b.m));
-    w[6] = (dl_named_value){"bad", NULL, NULL};
+    w[6] = (dl_named_value){"bad", NULL, NULL, NULL};
     CHECK(dl_checkpoint_save(b.m, b.o, path, w, 7, NULL) == DL_ERR_ARG);
     CHECK(dl_checkpoint_save(b.m, b.o, path, w, 6, &(dl_save_desc){.cast = DL_ST_AS_BF16}) == DL_ERR_ARG);
+    w[6] = (dl_named_value){"two", &other, NULL, &b.m->params[0]->t};
+    CHECK(dl_checkpoint_save(b.m, b.o, path, w, 7, NULL) == DL_ERR_ARG);
+    /* a tensor value (a history): saved, loaded back exactly; a load into
+     * another shape fails and changes nothing */
+    {
+      dl_tensor *h = dl_tensor_make(&ctx, DL_F64, DL_SHAPE(3, 4)), *h2 = dl_tensor_make(&ctx, DL_F64, DL_SHAPE(3, 4)),
+                *h3 = dl_tensor_make(&ctx, DL_F64, DL_SHAPE(4, 3));
+      dl_tensor *tv = dl_tensor_make(&ctx, DL_F64, DL_SHAPE(4, 4)), view = dl_view_slice(tv, 1, 0, 3, 1);
+      int64_t k;
+      for (k = 0; k < 12; k++) dl_f64(h)[k] = 0.1 * (double)k - 0.3;
+      dl_tensor_fill(h2, 7.0);
+      dl_tensor_fill(h3, 7.0);
+      w[6] = (dl_named_value){"history", NULL, NULL, h};
+      CHECK(dl_checkpoint_save(b.m, b.o, path, w, 7, NULL) == DL_OK);
+      w[6].t = h2;
+      CHECK(dl_checkpoint_load(b.m, b.o, path, w, 7, &rep) == DL_OK && memcmp(h->data, h2->data, 12 * sizeof(double)) == 0);
+      w[6].t = h3;
+      CHECK(dl_checkpoint_load(b.m, b.o, path, w, 7, &rep) != DL_OK && strstr(rep.text, "extra/history") &&
+            dl_f64(h3)[0] == 7.0 && dl_f64(h3)[11] == 7.0);
+      /* view: [4, 3] with row stride 4, not contiguous */
+      w[6].t = &view;
+      CHECK(dl_checkpoint_save(b.m, b.o, path, w, 7, NULL) == DL_ERR_ARG && strstr(dl_ctx_message(&ctx), "contiguous"));
+      dl_tensor_free(h); dl_tensor_free(h2); dl_tensor_free(h3); dl_tensor_free(tv);
+    }
     free(snap);
     run_free(&b);
   }

@@ -14,11 +14,16 @@ need() { # package [command-or-file that proves it is there]
   want+=("$pkg")
 }
 case "${1:-test}" in
-  run)   need gcc gcc; need make make; need libc6-dev /usr/include/stdio.h ;;
+  run)   need gcc gcc; need make make; need libc6-dev /usr/include/stdio.h; need libgomp1
+         need libopenblas-dev; need zlib1g-dev /usr/include/zlib.h; need libstb-dev /usr/include/stb/stb_image.h
+         need dataset-fashion-mnist /usr/share/datasets/fashion-mnist; need fortunes ;;
   test)  need gcc gcc; need g++ g++; need clang clang; need make make; need libc6-dev /usr/include/stdio.h
          need libopenblas-dev; need libgomp1; need zlib1g-dev /usr/include/zlib.h
-         need libstb-dev /usr/include/stb/stb_image.h; need dataset-fashion-mnist /usr/share/datasets/fashion-mnist ;;
-  bench) need gcc gcc; need make make; need libopenblas-dev; need python3-torch; need python3-numpy ;;
+         need libstb-dev /usr/include/stb/stb_image.h; need dataset-fashion-mnist /usr/share/datasets/fashion-mnist
+         need fortunes ;;
+  bench) need gcc gcc; need make make; need libopenblas-dev; need python3-torch; need python3-numpy
+         need zlib1g-dev /usr/include/zlib.h; need libstb-dev /usr/include/stb/stb_image.h
+         need dataset-fashion-mnist /usr/share/datasets/fashion-mnist ;;
   *) echo "usage: $0 run|test|bench" >&2; exit 2 ;;
 esac
 [ ${#want[@]} -eq 0 ] && exit 0

@@ -650,7 +650,7 @@ DL_API dl_status dl__js_tensor(dl__js *j, dl_st_tensor *t) {
       if (j->i < j->n && j->s[j->i] == ']') j->i++;
       else
         for (;;) {
-          uint64_t v;
+          uint64_t v = 0;
           if (dl__js_uint(j, &v, "a shape size")) return j->st;
           if (t->ndim == DL_MAX_DIMS)
             return dl__js_fail(j, DL_ERR_UNSUPPORTED, "more than %d dimensions", DL_MAX_DIMS);
@@ -1701,13 +1701,15 @@ typedef struct dl_load_report {
 } dl_load_report;
 
 
-/* A caller's named number saved in a checkpoint ("epoch", "shuffle_seed"):
- * exactly one of i64 / f64 points at it; a save reads it there, a load
- * writes it there. */
+/* A caller's named value saved in a checkpoint ("epoch", "shuffle_seed", a
+ * history of losses): exactly one of i64 / f64 (a number) or t (a
+ * contiguous tensor of any dtype and shape; a load needs the same dtype and
+ * shape) points at it; a save reads it there, a load writes it there. */
 typedef struct dl_named_value {
   const char *name;
   int64_t *i64;
   double *f64;
+  dl_tensor *t;
 } dl_named_value;
 
 /* One tensor a load or save moves: its name in the file and the memory it
@@ -1791,12 +1793,17 @@ DL_API dl_status dl__io_list_checkpoint(dl__io_list *l, dl_model *m, dl_optim *o
   }
   for (i = 0; i < nvals; i++) {
     const dl_named_value *v = &vals[i];
-    if (!v->name || !*v->name || !v->i64 == !v->f64)
-      return dl_fail(m->ctx, DL_ERR_ARG, "checkpoint: value %d ('%.100s') needs a name and exactly one of i64, f64", i,
+    if (!v->name || !*v->name || (v->i64 != NULL) + (v->f64 != NULL) + (v->t != NULL) != 1)
+      return dl_fail(m->ctx, DL_ERR_ARG, "checkpoint: value %d ('%.100s') needs a name and exactly one of i64, f64, t", i,
                      v->name ? v->name : "(null)");
-    if ((s = dl__io_list_add(l, v->i64 ? DL_I64 : DL_F64, 0, NULL, v->i64 ? (void *)v->i64 : (void *)v->f64, "extra/%s",
-                             v->name)) != DL_OK)
-      return s;
+    if (v->t && !dl_tensor_is_contiguous(v->t))
+      return dl_fail(m->ctx, DL_ERR_ARG, "checkpoint: value '%.100s' is a tensor that is not contiguous", v->name);
+    if (v->t)
+      s = dl__io_list_add(l, v->t->dtype, v->t->ndim, v->t->shape, v->t->data, "extra/%s", v->name);
+    else
+      s = dl__io_list_add(l, v->i64 ? DL_I64 : DL_F64, 0, NULL, v->i64 ? (void *)v->i64 : (void *)v->f64, "extra/%s",
+                          v->name);
+    if (s != DL_OK) return s;
   }
   return DL_OK;
 }

@@ -1,0 +1,593 @@
+/* dl/run.h - what every training program repeats: its command-line flags,
+ * loading weights or resuming a checkpoint, a checkpoint after every epoch,
+ * the per-epoch history (CSV log and PNG chart), the evaluation of a
+ * classifier and one machine-readable result line at the end.
+ *
+ *   dl_train_opts o = {.epochs = 10, .batch = 64, .lr = 1e-3, .seed = 1,
+ *                      .save = "mlp.safetensors", .chart = "mlp.png"};
+ *   dl_flag fl[DL_TRAIN_NFLAGS + 1];
+ *   int nf = dl_train_flags(&o, fl);              // --epochs --batch --lr ...
+ *   fl[nf++] = (dl_flag){"hidden", DL_FLAG_I64, &hidden, 1, 4096, "hidden units", "N"};
+ *   if (dl_flags_main(&ctx, argc, argv, fl, nf, NULL, 0, NULL, "train an MLP") != DL_OK)
+ *     return 2;                                   // message printed; --help exits 0 there
+ *   ... model m, optimizer o, training batcher b ...
+ *   dl_run r;
+ *   if (dl_run_begin(&r, &ctx, &(dl_run_desc){.opts = &o, .model = m, .optim = opt,
+ *                                             .batcher = &b, .steps_per_epoch = nb}) != DL_OK)
+ *     return fprintf(stderr, "%s\n", dl_ctx_message(&ctx)), 1;   // --load / --resume failed
+ *   while (dl_run_next_epoch(&r)) {             // from the resumed epoch to --epochs
+ *     while (dl_batcher_next(&b, &batch)) {
+ *       ... loss = forward; dl_train_step(opt, &tp, loss, &sd); dl_tape_rewind(&tp);
+ *       dl_run_step(&r, batch.size, loss_value, correct);
+ *     }
+ *     dl_evaluate(m, &tp, &test_batcher, &vl, &va, NULL);
+ *     if (dl_run_end_epoch(&r, vl, va) != DL_OK) return ..., 1;   // checkpoint, CSV, chart
+ *   }
+ *   dl_run_finish(&r);                          // --save: the weights
+ *   dl_run_result(&r, stdout, va, "test_loss=%.4f", vl);
+ *   dl_run_free(&r);
+ *
+ * >>flags   dl_flag describes one flag: --name VALUE or --name=VALUE;
+ *   integers (int64) and numbers (double) must parse whole and lie in
+ *   [min, max] (min == max == 0: any; numbers must be finite), strings are
+ *   taken as given, switches take no value. An unknown flag, a missing or
+ *   malformed value, or a positional argument where none is expected is
+ *   DL_ERR_ARG with a message that names the flag and the value.
+ *   dl_flags_usage prints every flag with its help and current (default)
+ *   value.
+ * >>train   dl_train_opts holds the standard flags of a training program:
+ *     --epochs N --batch N --lr X --seed N --threads N   (threads 0: OpenMP's default)
+ *     --save FILE (weights, safetensors) --load FILE (weights to start from)
+ *     --eval (evaluate the loaded model, no training) --checkpoint FILE
+ *     (the whole training state, written atomically after every epoch)
+ *     --resume FILE (continue from such a checkpoint up to --epochs)
+ *     --stop-after N (end the process after N epochs as if interrupted:
+ *     schedules still plan for --epochs) --csv FILE (per-epoch log) --chart FILE (PNG of the curves; needs
+ *     DL_USE_STB_IMAGE_WRITE) --data DIR --subset N (the first N training
+ *     samples only) --quiet (no progress line) --help
+ *   dl_train_flags fills DL_TRAIN_NFLAGS descriptors pointing into the
+ *   opts (the caller sets defaults first); dl_train_opts_check rejects
+ *   contradictions (--eval without --load/--resume, --load with --resume).
+ * >>run     dl_run drives the epochs. begin: --load reads weights (by
+ *   PyTorch name; a report of what did not match in the message), --resume
+ *   restores the model, optimizer, RNGs, the batcher's shuffle position,
+ *   the epoch and step counters, the history and the caller's own values
+ *   (desc.values); from there training continues bit for bit as if never
+ *   interrupted. end_epoch appends to the history (an f64 tensor saved in
+ *   the checkpoint, so a resumed run's log and chart are whole), rewrites
+ *   the CSV log from it, redraws the chart and writes the checkpoint
+ *   (atomic: a crash leaves the previous one). Throughput is training
+ *   samples over the seconds spent between next_epoch and the last step of
+ *   each epoch in this process (evaluation excluded); wall_s is this
+ *   process's time since dl_run_begin.
+ * >>evaluate  dl_evaluate runs a classifier over a batcher's whole epoch
+ *   in evaluation mode with no tape recorded: mean cross-entropy, accuracy,
+ *   and optionally a confusion matrix.
+ *
+ * Not available with DL_NO_STDIO (it prints and writes files).
+ */
+#ifndef DL_RUN_H
+#define DL_RUN_H
+
+#include "report.h"
+#include "data.h"
+#include "io.h"
+
+#if !defined(__cplusplus) && !defined(DL_NO_STDIO)
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* >>flags ----------------------------------------------------------------------- */
+
+typedef enum dl_flag_kind {
+  DL_FLAG_I64 = 1,  /* value: int64_t * */
+  DL_FLAG_F64,      /* value: double * */
+  DL_FLAG_STR,      /* value: const char ** (points into argv) */
+  DL_FLAG_SWITCH    /* value: int *, set to 1 by the flag's presence */
+} dl_flag_kind;
+
+typedef struct dl_flag {
+  const char *name;   /* without the dashes: "epochs" */
+  dl_flag_kind kind;
+  void *value;
+  double min, max;    /* numeric range, inclusive; both 0: any (finite) value */
+  const char *help;
+  const char *meta;   /* the value's name in the usage ("N", "FILE"); NULL: from the kind */
+} dl_flag;
+
+DL_API const dl_flag *dl__flag_find(const dl_flag *flags, int n, const char *name, size_t len) {
+  int i;
+  for (i = 0; i < n; i++)
+    if (strlen(flags[i].name) == len && memcmp(flags[i].name, name, len) == 0) return &flags[i];
+  return NULL;
+}
+
+DL_API dl_status dl__flag_set(dl_ctx *ctx, const dl_flag *f, const char *v) {
+  char *end = NULL;
+  int bounded = !(f->min == 0 && f->max == 0);
+  if (f->kind == DL_FLAG_STR) {
+    if (!*v) return dl_fail(ctx, DL_ERR_ARG, "--%s: the value is empty", f->name);
+    *(const char **)f->value = v;
+    return DL_OK;
+  }
+  errno = 0;
+  if (f->kind == DL_FLAG_I64) {
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno == ERANGE)
+      return dl_fail(ctx, DL_ERR_ARG, "--%s: '%.100s' is not an integer", f->name, v);
+    if (bounded && ((double)x < f->min || (double)x > f->max))
+      return dl_fail(ctx, DL_ERR_ARG, "--%s: %lld is outside [%.17g, %.17g]", f->name, x, f->min, f->max);
+    *(int64_t *)f->value = (int64_t)x;
+    return DL_OK;
+  }
+  if (f->kind == DL_FLAG_F64) {
+    double x = strtod(v, &end);
+    if (!*v || *end || errno == ERANGE || x != x || x - x != 0)
+      return dl_fail(ctx, DL_ERR_ARG, "--%s: '%.100s' is not a finite number", f->name, v);
+    if (bounded && (x < f->min || x > f->max))
+      return dl_fail(ctx, DL_ERR_ARG, "--%s: %.17g is outside [%.17g, %.17g]", f->name, x, f->min, f->max);
+    *(double *)f->value = x;
+    return DL_OK;
+  }
+  return dl_fail(ctx, DL_ERR_ARG, "--%s: unknown flag kind %d", f->name, (int)f->kind);
+}
+
+/* Parse argv[1..argc). Positional arguments (and everything after "--")
+ * go to pos[0..maxpos) with their count in *npos (pos may be NULL when
+ * none are accepted). DL_OK or DL_ERR_ARG (message in ctx). */
+DL_API dl_status dl_flags_parse(dl_ctx *ctx, int argc, char **argv, const dl_flag *flags, int nflags, char **pos,
+                                int maxpos, int *npos) {
+  int i, np = 0, rest = 0;
+  if (npos) *npos = 0;
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i], *name, *eq, *v;
+    const dl_flag *f;
+    size_t len;
+    dl_status s;
+    if (rest || a[0] != '-' || a[1] != '-' || a[2] == 0) {
+      if (!rest && a[0] == '-' && a[1] == '-' && a[2] == 0) {
+        rest = 1;
+        continue;
+      }
+      if (!rest && a[0] == '-' && a[1] != 0)
+        return dl_fail(ctx, DL_ERR_ARG, "'%.100s': flags are spelled --name (see --help)", a);
+      if (!pos || np >= maxpos)
+        return dl_fail(ctx, DL_ERR_ARG, "'%.100s': unexpected argument (%s; see --help)", a,
+                       maxpos ? "too many" : "this program takes only flags");
+      pos[np++] = argv[i];
+      continue;
+    }
+    name = a + 2;
+    eq = strchr(name, '=');
+    len = eq ? (size_t)(eq - name) : strlen(name);
+    f = dl__flag_find(flags, nflags, name, len);
+    if (!f) return dl_fail(ctx, DL_ERR_ARG, "unknown flag --%.*s (see --help)", (int)(len > 100 ? 100 : len), name);
+    if (f->kind == DL_FLAG_SWITCH) {
+      if (eq) return dl_fail(ctx, DL_ERR_ARG, "--%s takes no value", f->name);
+      *(int *)f->value = 1;
+      continue;
+    }
+    if (eq)
+      v = eq + 1;
+    else if (i + 1 < argc)
+      v = argv[++i];
+    else
+      return dl_fail(ctx, DL_ERR_ARG, "--%s needs a value", f->name);
+    if ((s = dl__flag_set(ctx, f, v)) != DL_OK) return s;
+  }
+  if (npos) *npos = np;
+  return DL_OK;
+}
+
+/* Every flag with its help and current value (the defaults, before parsing). */
+DL_API void dl_flags_usage(FILE *out, const char *prog, const char *what, const dl_flag *flags, int nflags,
+                           const char *positional) {
+  int i;
+  fprintf(out, "usage: %s [flags]%s%s\n", prog ? prog : "prog", positional ? " " : "", positional ? positional : "");
+  if (what) fprintf(out, "%s\n", what);
+  for (i = 0; i < nflags; i++) {
+    const dl_flag *f = &flags[i];
+    char left[64], def[96];
+    const char *meta = f->meta ? f->meta : f->kind == DL_FLAG_I64 ? "N" : f->kind == DL_FLAG_F64 ? "X" : "S";
+    def[0] = 0;
+    if (f->kind == DL_FLAG_SWITCH)
+      snprintf(left, sizeof left, "--%s", f->name);
+    else
+      snprintf(left, sizeof left, "--%s %s", f->name, meta);
+    if (f->kind == DL_FLAG_I64) snprintf(def, sizeof def, " (default %lld)", (long long)*(int64_t *)f->value);
+    if (f->kind == DL_FLAG_F64) snprintf(def, sizeof def, " (default %g)", *(double *)f->value);
+    if (f->kind == DL_FLAG_STR && *(const char **)f->value)
+      snprintf(def, sizeof def, " (default %.80s)", *(const char **)f->value);
+    fprintf(out, "  %-22s %s%s\n", left, f->help ? f->help : "", def);
+  }
+}
+
+/* Parse, the way a program's main wants it: --help (a switch named "help"
+ * in flags) prints the usage to stdout and exits 0; an error prints
+ * "prog: message" to stderr and returns DL_ERR_ARG. */
+DL_API dl_status dl_flags_main(dl_ctx *ctx, int argc, char **argv, const dl_flag *flags, int nflags, char **pos,
+                               int maxpos, int *npos, const char *what) {
+  const char *prog = argc > 0 && argv[0] ? argv[0] : "prog";
+  const dl_flag *help = dl__flag_find(flags, nflags, "help", 4);
+  int i;
+  /* --help wins over any error elsewhere on the line */
+  for (i = 1; i < argc && help; i++) {
+    if (strcmp(argv[i], "--") == 0) break;
+    if (strcmp(argv[i], "--help") == 0) {
+      dl_flags_usage(stdout, prog, what, flags, nflags, maxpos ? "FILE..." : NULL);
+      exit(0);
+    }
+  }
+  if (dl_flags_parse(ctx, argc, argv, flags, nflags, pos, maxpos, npos) != DL_OK) {
+    fprintf(stderr, "%s: %s\n", prog, dl_ctx_message(ctx));
+    return DL_ERR_ARG;
+  }
+  return DL_OK;
+}
+
+/* >>train ------------------------------------------------------------------------ */
+
+typedef struct dl_train_opts {
+  int64_t epochs, batch, seed, threads, subset, stop_after;
+  double lr;
+  const char *save, *load, *checkpoint, *resume, *csv, *chart, *data;
+  int eval, quiet, help;
+} dl_train_opts;
+
+#define DL_TRAIN_NFLAGS 17
+
+/* Fill out[0..DL_TRAIN_NFLAGS) with the standard flags, pointing into o;
+ * returns DL_TRAIN_NFLAGS. */
+DL_API int dl_train_flags(dl_train_opts *o, dl_flag *out) {
+  int n = 0;
+  out[n++] = (dl_flag){"epochs", DL_FLAG_I64, &o->epochs, 0, 100000, "epochs to train (a resumed run: up to this epoch)", "N"};
+  out[n++] = (dl_flag){"batch", DL_FLAG_I64, &o->batch, 1, 1 << 20, "mini-batch size", "N"};
+  out[n++] = (dl_flag){"lr", DL_FLAG_F64, &o->lr, 0, 1e6, "learning rate", "X"};
+  out[n++] = (dl_flag){"seed", DL_FLAG_I64, &o->seed, 0, 9007199254740992.0, "seed of the initialisation, data order and dropout", "N"};
+  out[n++] = (dl_flag){"threads", DL_FLAG_I64, &o->threads, 0, 4096, "threads (0: OpenMP's default)", "N"};
+  out[n++] = (dl_flag){"save", DL_FLAG_STR, (void *)&o->save, 0, 0, "write the trained weights here (safetensors)", "FILE"};
+  out[n++] = (dl_flag){"load", DL_FLAG_STR, (void *)&o->load, 0, 0, "start from these weights (safetensors)", "FILE"};
+  out[n++] = (dl_flag){"eval", DL_FLAG_SWITCH, &o->eval, 0, 0, "only evaluate the model given by --load", NULL};
+  out[n++] = (dl_flag){"checkpoint", DL_FLAG_STR, (void *)&o->checkpoint, 0, 0, "write the whole training state here after every epoch", "FILE"};
+  out[n++] = (dl_flag){"resume", DL_FLAG_STR, (void *)&o->resume, 0, 0, "continue training from this checkpoint", "FILE"};
+  out[n++] = (dl_flag){"csv", DL_FLAG_STR, (void *)&o->csv, 0, 0, "per-epoch log (CSV)", "FILE"};
+  out[n++] = (dl_flag){"chart", DL_FLAG_STR, (void *)&o->chart, 0, 0, "loss and accuracy curves (PNG)", "FILE"};
+  out[n++] = (dl_flag){"data", DL_FLAG_STR, (void *)&o->data, 0, 0, "where the data set is", "DIR"};
+  out[n++] = (dl_flag){"stop-after", DL_FLAG_I64, &o->stop_after, 0, 100000,
+                       "end this process after N epochs, as if interrupted (resume with --resume; 0: never)", "N"};
+  out[n++] = (dl_flag){"subset", DL_FLAG_I64, &o->subset, 0, 1e15, "train on the first N samples only (0: all)", "N"};
+  out[n++] = (dl_flag){"quiet", DL_FLAG_SWITCH, &o->quiet, 0, 0, "no progress line", NULL};
+  out[n++] = (dl_flag){"help", DL_FLAG_SWITCH, &o->help, 0, 0, "this list", NULL};
+  return n;
+}
+
+/* Contradictions between the standard flags: DL_OK or DL_ERR_ARG. */
+DL_API dl_status dl_train_opts_check(dl_ctx *ctx, const dl_train_opts *o) {
+  if (o->load && o->resume)
+    return dl_fail(ctx, DL_ERR_ARG, "--load and --resume: give one (a checkpoint holds the weights too)");
+  if (o->eval && !o->load && !o->resume)
+    return dl_fail(ctx, DL_ERR_ARG, "--eval evaluates a trained model: give it with --load FILE");
+  if (o->eval && o->checkpoint) return dl_fail(ctx, DL_ERR_ARG, "--eval trains nothing: --checkpoint makes no sense");
+#ifndef DL_USE_STB_IMAGE_WRITE
+  if (o->chart)
+    return dl_fail(ctx, DL_ERR_UNSUPPORTED, "--chart %.200s: this program was built without PNG output "
+                   "(define DL_USE_STB_IMAGE_WRITE; Debian: apt-get install libstb-dev)", o->chart);
+#endif
+  return DL_OK;
+}
+
+/* >>run ------------------------------------------------------------------------------- */
+
+/* The most epochs a history holds (later ones are trained and checkpointed
+ * but not logged). */
+#ifndef DL_RUN_MAX_EPOCHS
+#define DL_RUN_MAX_EPOCHS 1000
+#endif
+#define DL_RUN_MAX_VALUES 32
+
+/* dl_run_desc:
+ *   opts             the parsed standard flags (borrowed)
+ *   model, optim     what is trained (optim may be NULL for --eval-only programs)
+ *   batcher          the training batcher: its shuffle position is checkpointed
+ *                    (NULL: the program keeps its own order in desc.values)
+ *   steps_per_epoch  for the progress line's percentage and ETA
+ *   values, nvalues  the program's own numbers or tensors to checkpoint
+ *                    (at most DL_RUN_MAX_VALUES - 8)
+ *   title            the chart's title; NULL: none
+ *   val_name         the legend's name of the evaluation curve; NULL: "test"
+ *   out              progress and summary lines; NULL: stdout */
+typedef struct dl_run_desc {
+  const dl_train_opts *opts;
+  dl_model *model;
+  dl_optim *optim;
+  dl_batcher *batcher;
+  int64_t steps_per_epoch;
+  const dl_named_value *values;
+  int nvalues;
+  const char *title, *val_name;
+  FILE *out;
+} dl_run_desc;
+
+typedef struct dl_run {
+  dl_run_desc desc;
+  dl_ctx *ctx;
+  int64_t epoch;          /* epochs finished (a resumed run starts at the checkpoint's) */
+  int64_t step;           /* optimizer steps so far, all processes */
+  int64_t first_epoch;    /* the epoch this process started from */
+  int64_t samples;        /* training samples this process trained on */
+  double train_s;         /* this process's seconds in training (evaluation excluded) */
+  double t0, t_epoch;     /* clock at begin and at the current epoch's start */
+  double wall_before;     /* wall seconds of the processes before a resume */
+  int in_epoch;
+  dl_progress pg;
+  dl_tensor *hist;        /* f64 [DL_EPOCH_STATS_COLUMNS, DL_RUN_MAX_EPOCHS]: one column per epoch */
+  int64_t shuffle[3];     /* the batcher's seed, epoch, position */
+  dl_named_value vals[DL_RUN_MAX_VALUES];
+  int nvals;
+  dl_load_report report;  /* what --load / --resume found wrong, name by name */
+} dl_run;
+
+DL_API double *dl__run_col(const dl_run *r, int c) { return dl_f64(r->hist) + (size_t)c * DL_RUN_MAX_EPOCHS; }
+
+/* The named values a checkpoint of this run holds: ours, then the caller's. */
+DL_API void dl__run_values(dl_run *r) {
+  int i, n = 0;
+  r->vals[n++] = (dl_named_value){"run/epoch", &r->epoch, NULL, NULL};
+  r->vals[n++] = (dl_named_value){"run/step", &r->step, NULL, NULL};
+  r->vals[n++] = (dl_named_value){"run/history", NULL, NULL, r->hist};
+  r->vals[n++] = (dl_named_value){"run/wall_s", NULL, &r->wall_before, NULL};
+  if (r->desc.batcher) {
+    r->vals[n++] = (dl_named_value){"run/shuffle_seed", &r->shuffle[0], NULL, NULL};
+    r->vals[n++] = (dl_named_value){"run/shuffle_epoch", &r->shuffle[1], NULL, NULL};
+    r->vals[n++] = (dl_named_value){"run/shuffle_pos", &r->shuffle[2], NULL, NULL};
+  }
+  for (i = 0; i < r->desc.nvalues; i++) r->vals[n++] = r->desc.values[i];
+  r->nvals = n;
+}
+
+DL_API void dl_run_free(dl_run *r) {
+  if (!r) return;
+  dl_tensor_free(r->hist);
+  r->hist = NULL;
+}
+
+/* Set up the run; --load or --resume are applied here. DL_OK, or the
+ * load's status with a message naming the file, and r->report.text listing
+ * every tensor that did not match (nothing is changed then; print both
+ * with dl_run_print_error). */
+DL_API dl_status dl_run_begin(dl_run *r, dl_ctx *ctx, const dl_run_desc *desc) {
+  const dl_train_opts *o = desc->opts;
+  dl_status s;
+  int i;
+  memset(r, 0, sizeof *r);
+  r->desc = *desc;
+  r->ctx = ctx;
+  if (!desc->opts || !desc->model) return dl_fail(ctx, DL_ERR_ARG, "dl_run_begin: opts and model are required");
+  if (desc->nvalues < 0 || desc->nvalues > DL_RUN_MAX_VALUES - 8)
+    return dl_fail(ctx, DL_ERR_ARG, "dl_run_begin: %d values (at most %d)", desc->nvalues, DL_RUN_MAX_VALUES - 8);
+  if ((s = dl_train_opts_check(ctx, o)) != DL_OK) return s;
+  r->hist = dl_tensor_make(ctx, DL_F64, DL_SHAPE(DL_EPOCH_STATS_COLUMNS, DL_RUN_MAX_EPOCHS));
+  if (!r->hist) return DL_ERR_NOMEM;
+  for (i = 0; i < DL_EPOCH_STATS_COLUMNS * DL_RUN_MAX_EPOCHS; i++) dl_f64(r->hist)[i] = (double)NAN;
+  if (desc->batcher) {
+    dl_shuffler_state st = dl_batcher_get_state(desc->batcher);
+    r->shuffle[0] = st.seed;
+    r->shuffle[1] = st.epoch;
+    r->shuffle[2] = st.pos;
+  }
+  dl__run_values(r);
+  if (o->load) {
+    s = dl_model_load(desc->model, o->load, &r->report);
+    if (s != DL_OK) {
+      char msg[sizeof ctx->message];
+      snprintf(msg, sizeof msg, "%s", dl_ctx_message(ctx));
+      return dl_fail(ctx, s, "--load %.200s: %s", o->load, msg);
+    }
+  }
+  if (o->resume) {
+    s = dl_checkpoint_load(desc->model, desc->optim, o->resume, r->vals, r->nvals, &r->report);
+    if (s != DL_OK) {
+      char msg[sizeof ctx->message];
+      snprintf(msg, sizeof msg, "%s", dl_ctx_message(ctx));
+      return dl_fail(ctx, s, "--resume %.200s: %s", o->resume, msg);
+    }
+    if (desc->batcher) {
+      dl_shuffler_state st = dl_batcher_get_state(desc->batcher);
+      st.seed = r->shuffle[0];
+      st.epoch = r->shuffle[1];
+      st.pos = r->shuffle[2];
+      if ((s = dl_batcher_restore(desc->batcher, &st)) != DL_OK) {
+        char msg[sizeof ctx->message];
+        snprintf(msg, sizeof msg, "%s", dl_ctx_message(ctx));
+        return dl_fail(ctx, s, "--resume %.200s: the data order does not fit this run: %s", o->resume, msg);
+      }
+    }
+  }
+  r->first_epoch = r->epoch;
+  dl_progress_init(&r->pg, &(dl_progress_desc){.stream = desc->out ? desc->out : stdout,
+                                                .epochs = o->epochs,
+                                                .steps = desc->steps_per_epoch,
+                                                .mode = o->quiet ? DL_PROGRESS_LINES : DL_PROGRESS_AUTO,
+                                                .every_frac = o->quiet ? -1 : 0,
+                                                .every_s = o->quiet ? -1 : 0});
+  r->t0 = dl_clock_monotonic(NULL);
+  return DL_OK;
+}
+
+/* The error of a failed dl_run_begin, and the load report behind it. */
+DL_API void dl_run_print_error(const dl_run *r, FILE *f, const char *prog) {
+  fprintf(f, "%s: %s\n", prog ? prog : "error", dl_ctx_message(r->ctx));
+  if (r->report.text[0]) fprintf(f, "%s", r->report.text);
+}
+
+/* Start the next epoch: 1 while r->epoch < --epochs (and not --eval, and
+ * fewer than --stop-after epochs in this process), else 0. */
+DL_API int dl_run_next_epoch(dl_run *r) {
+  const dl_train_opts *o = r->desc.opts;
+  if (o->eval || r->epoch >= o->epochs) return 0;
+  if (o->stop_after > 0 && r->epoch - r->first_epoch >= o->stop_after) return 0;
+  r->in_epoch = 1;
+  r->t_epoch = dl_clock_monotonic(NULL);
+  dl_progress_begin(&r->pg, r->epoch + 1);
+  return 1;
+}
+
+/* One optimizer step of the current epoch: its samples, its loss and (for
+ * a classifier; < 0: none) how many it got right. */
+DL_API void dl_run_step(dl_run *r, int64_t samples, double loss, int64_t correct) {
+  r->step++;
+  r->samples += samples;
+  if (correct >= 0)
+    dl_progress_update_acc(&r->pg, samples, loss, correct);
+  else
+    dl_progress_update(&r->pg, samples, loss);
+}
+
+/* Rewrite the CSV log from the history: a resumed run's log is whole and
+ * an epoch logged twice (a crash between log and checkpoint) cannot be. */
+DL_API dl_status dl__run_csv(dl_run *r) {
+  dl_csv_log log;
+  dl_status s;
+  int64_t e, n = r->epoch < DL_RUN_MAX_EPOCHS ? r->epoch : DL_RUN_MAX_EPOCHS;
+  int c;
+  if ((s = dl_csv_log_open(&log, r->ctx, &(dl_csv_log_desc){.path = r->desc.opts->csv, .fresh = 1})) != DL_OK) return s;
+  for (e = 0; e < n && s == DL_OK; e++) {
+    double row[DL_EPOCH_STATS_COLUMNS];
+    for (c = 0; c < DL_EPOCH_STATS_COLUMNS; c++) row[c] = dl__run_col(r, c)[e];
+    s = dl_csv_log_row(&log, row);
+  }
+  if (dl_csv_log_close(&log) != DL_OK && s == DL_OK) s = DL_ERR_IO;
+  return s;
+}
+
+/* The chart of the history so far (--chart). */
+DL_API dl_status dl_run_chart(dl_run *r, const char *path) {
+  int64_t n = r->epoch < DL_RUN_MAX_EPOCHS ? r->epoch : DL_RUN_MAX_EPOCHS;
+  if (n < 1) return DL_OK;
+  return dl_chart_save_png(r->ctx, path,
+                           &(dl_chart_desc){.n = n, .x = dl__run_col(r, 0), .train_loss = dl__run_col(r, 1),
+                                            .train_acc = dl__run_col(r, 2), .val_loss = dl__run_col(r, 3),
+                                            .val_acc = dl__run_col(r, 4), .title = r->desc.title,
+                                            .val_name = r->desc.val_name ? r->desc.val_name : "test"});
+}
+
+/* End the epoch with its evaluation (NaN: none): the summary line, the
+ * history, the CSV log, the chart and the checkpoint. DL_OK, or the status
+ * of a write that failed (the message names the file). */
+DL_API dl_status dl_run_end_epoch(dl_run *r, double val_loss, double val_acc) {
+  const dl_train_opts *o = r->desc.opts;
+  double now = dl_clock_monotonic(NULL), tl, ta;
+  dl_status s;
+  int64_t e;
+  if (!r->in_epoch) return dl_fail(r->ctx, DL_ERR_ARG, "dl_run_end_epoch: no epoch was started (dl_run_next_epoch)");
+  r->in_epoch = 0;
+  r->train_s += r->pg.t_update - r->pg.t_epoch > 0 ? r->pg.t_update - r->pg.t_epoch : now - r->t_epoch;
+  tl = dl_progress_loss(&r->pg);
+  ta = r->pg.acc_samples > 0 ? dl_progress_accuracy(&r->pg) : (double)NAN;
+  if (val_acc == val_acc)
+    dl_progress_end_epoch(&r->pg, "test_loss %.4f | test_acc %.4f", val_loss, val_acc);
+  else if (val_loss == val_loss)
+    dl_progress_end_epoch(&r->pg, "test_loss %.4f", val_loss);
+  else
+    dl_progress_end_epoch(&r->pg, NULL);
+  e = r->epoch;
+  r->epoch++;
+  if (e < DL_RUN_MAX_EPOCHS) {
+    double row[DL_EPOCH_STATS_COLUMNS];
+    int c;
+    row[0] = (double)(e + 1);
+    row[1] = tl;
+    row[2] = ta;
+    row[3] = val_loss;
+    row[4] = val_acc;
+    row[5] = r->desc.optim ? dl_optim_lr(r->desc.optim) : (double)NAN;
+    row[6] = dl_progress_samples_per_s(&r->pg);
+    row[7] = r->wall_before + (now - r->t0);
+    for (c = 0; c < DL_EPOCH_STATS_COLUMNS; c++) dl__run_col(r, c)[e] = row[c];
+  }
+  if (o->csv && (s = dl__run_csv(r)) != DL_OK) return s;
+  if (o->chart && (s = dl_run_chart(r, o->chart)) != DL_OK) return s;
+  if (o->checkpoint) {
+    double wall = r->wall_before;
+    if (r->desc.batcher) {
+      dl_shuffler_state st = dl_batcher_get_state(r->desc.batcher);
+      r->shuffle[0] = st.seed;
+      r->shuffle[1] = st.epoch;
+      r->shuffle[2] = st.pos;
+    }
+    r->wall_before = wall + (now - r->t0); /* saved as the wall time so far */
+    s = dl_checkpoint_save(r->desc.model, r->desc.optim, o->checkpoint, r->vals, r->nvals, NULL);
+    r->wall_before = wall;
+    if (s != DL_OK) return s;
+  }
+  return DL_OK;
+}
+
+/* After training: --save writes the weights (atomically). */
+DL_API dl_status dl_run_finish(dl_run *r) {
+  const dl_train_opts *o = r->desc.opts;
+  if (o->save && !o->eval) return dl_model_save(r->desc.model, o->save, NULL);
+  return DL_OK;
+}
+
+/* Training samples per second of this process (0 when it trained none). */
+DL_API double dl_run_samples_per_s(const dl_run *r) { return r->train_s > 0 ? (double)r->samples / r->train_s : 0; }
+/* Seconds since dl_run_begin. */
+DL_API double dl_run_wall_s(const dl_run *r) { return dl_clock_monotonic(NULL) - r->t0; }
+
+/* The last line of the program, for scripts:
+ *   result: test_acc=0.8931 epochs=10 train_samples_per_s=15234.1 wall_s=41.20 [extra]
+ * epochs: epochs the model has been trained (a resumed run counts the
+ * earlier ones); extra: the caller's key=value pairs (printf format). */
+DL_API void dl_run_result(const dl_run *r, FILE *f, double test_acc, const char *fmt, ...) DL__PRINTF(4, 5);
+DL_API void dl_run_result(const dl_run *r, FILE *f, double test_acc, const char *fmt, ...) {
+  fprintf(f, "result: test_acc=%.4f epochs=%lld train_samples_per_s=%.1f wall_s=%.2f", test_acc, (long long)r->epoch,
+          dl_run_samples_per_s(r), dl_run_wall_s(r));
+  if (fmt && *fmt) {
+    va_list ap;
+    fputc(' ', f);
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+  }
+  fputc('\n', f);
+  fflush(f);
+}
+
+/* >>evaluate ----------------------------------------------------------------------- */
+
+/* Run the classifier m over one whole epoch of b (which should not shuffle)
+ * in evaluation mode, recording nothing on tp (rewound after each batch;
+ * give an empty tape): mean cross-entropy into *loss, accuracy into *acc,
+ * and the predictions into cm (NULL: none; not reset here). The model's
+ * training mode is restored afterwards. */
+DL_API void dl_evaluate(dl_model *m, dl_tape *tp, dl_batcher *b, double *loss, double *acc, dl_confusion *cm) {
+  int was = m->training;
+  double lsum = 0;
+  int64_t n = 0, correct = 0;
+  dl_batch bt;
+  dl_model_train(m, 0);
+  dl_no_grad_begin(tp);
+  dl_batcher_set_epoch(b, 0);
+  while (dl_batcher_next(b, &bt)) {
+    dl_tensor *logits = dl_model_forward(m, tp, bt.x);
+    dl_tensor *l = dl_t_cross_entropy(tp, logits, bt.y, 0, DL_REDUCE_SUM);
+    lsum += dl__get_at(l, 0);
+    correct += dl_accuracy_count(logits, bt.y);
+    if (cm) dl_confusion_add(cm, logits, bt.y);
+    n += bt.size;
+    dl_tape_rewind(tp);
+  }
+  dl_no_grad_end(tp);
+  dl_model_train(m, was);
+  if (loss) *loss = n ? lsum / (double)n : (double)NAN;
+  if (acc) *acc = n ? (double)correct / (double)n : (double)NAN;
+}
+
+#endif /* !__cplusplus && !DL_NO_STDIO */
+#endif /* DL_RUN_H */
