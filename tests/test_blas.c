@@ -596,6 +596,27 @@ static void test_panics(void) {
                "dl_gemm_batched_f64", "batch=-1");
 }
 
+/* With OpenBLAS, a ctx that names a thread count sizes OpenBLAS's own pool
+ * (else "--threads 1" would still run GEMMs on every core); a ctx that
+ * leaves the count to OpenMP leaves OpenBLAS's alone. */
+#ifdef DL_USE_OPENBLAS
+static void test_openblas_threads(void) {
+  dl_ctx one, two, dflt;
+  float A[4] = {1, 2, 3, 4}, B[4] = {1, 0, 0, 1}, C[4];
+  int before;
+  dl_ctx_init(&one, &(dl_ctx_desc){.threads = 1});
+  dl_ctx_init(&two, &(dl_ctx_desc){.threads = 2});
+  dl_ctx_init(&dflt, NULL);
+  dl_gemm_f32(&one, DL_NOTRANS, DL_NOTRANS, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
+  CHECK(openblas_get_num_threads() == 1 && C[0] == 1 && C[3] == 4);
+  dl_gemm_f32(&two, DL_NOTRANS, DL_NOTRANS, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
+  CHECK(openblas_get_num_threads() == 2);
+  before = openblas_get_num_threads();
+  dl_gemm_f32(&dflt, DL_NOTRANS, DL_NOTRANS, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
+  CHECK(openblas_get_num_threads() == before);
+}
+#endif
+
 int main(void) {
   dl_ctx_desc d;
   memset(&d, 0, sizeof d);
@@ -615,5 +636,8 @@ int main(void) {
   RUN(test_allocator);
   RUN(test_denormals);
   RUN(test_panics);
+#ifdef DL_USE_OPENBLAS
+  RUN(test_openblas_threads);
+#endif
   return harness_finish();
 }

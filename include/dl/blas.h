@@ -856,6 +856,16 @@ DL_API int dl__gemm_fits_int(int64_t M, int64_t N, int64_t K, int64_t lda, int64
   return M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX &&
          ldb <= INT32_MAX && ldc <= INT32_MAX;
 }
+
+/* OpenBLAS keeps its own thread pool, sized by OPENBLAS_NUM_THREADS or the
+ * core count, not by OpenMP: a ctx that names a thread count
+ * (dl_ctx_desc.threads > 0) sets OpenBLAS's to it before a GEMM, so that
+ * "1 thread" means one thread for the GEMMs too. A ctx that leaves the
+ * count to OpenMP's default leaves OpenBLAS's alone. */
+DL_API void dl__openblas_threads(const dl_ctx *ctx) {
+  if (ctx && ctx->desc.threads > 0 && openblas_get_num_threads() != ctx->desc.threads)
+    openblas_set_num_threads(ctx->desc.threads);
+}
 #endif
 
 /* >>gemm-public ------------------------------------------------------------ */
@@ -875,6 +885,7 @@ DL_API int dl__gemm_fits_int(int64_t M, int64_t N, int64_t K, int64_t lda, int64
       for (b = 0; b < (batch); b++) dl__gemm_scale_##sfx(M, N, beta, C + b * (sc), ldc);           \
       return;                                                                                      \
     }                                                                                              \
+    dl__openblas_threads(ctx);                                                                     \
     fm = dl_ctx_fp_enter(ctx);                                                                     \
     for (b = 0; b < (batch); b++)                                                                  \
       cblas_gemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,    \
