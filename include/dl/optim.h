@@ -467,9 +467,16 @@ DL_API void dl_lion_update(dl_tensor *p, const dl_tensor *g, dl_tensor *m, int64
 typedef enum dl_optim_kind { DL_OPT_SGD, DL_OPT_ADAM, DL_OPT_RMSPROP, DL_OPT_ADAGRAD, DL_OPT_LION } dl_optim_kind;
 
 #define DL_OPTIM_MAX_STATE 3
+struct dl_optim;
+/* One parameter's update: p, its gradient g (row views for a lazy sparse
+ * step), its state tensors st[0..nstate), its step count. */
+typedef void (*dl__optim_update_fn)(struct dl_optim *o, const dl_param *pr, dl_tensor *p, const dl_tensor *g,
+                                    dl_tensor *st, int64_t step, int sparse);
 typedef struct dl_optim {
   dl_model *model;
   dl_optim_kind kind;
+  dl__optim_update_fn update;                /* the kind's kernel: a pointer, so that a program
+                                                compiles only the optimizers it makes */
   union {
     dl_sgd_cfg sgd;
     dl_adam_cfg adam;
@@ -486,7 +493,7 @@ typedef struct dl_optim {
   int64_t nsteps;                            /* dl_optim_step calls */
 } dl_optim;
 
-DL_API dl_optim *dl__optim_make(dl_model *m, dl_optim_kind kind) {
+DL_API dl_optim *dl__optim_make(dl_model *m, dl_optim_kind kind, dl__optim_update_fn update) {
   dl_ctx *ctx = m->ctx;
   dl_optim *o;
   size_t nst;
@@ -496,6 +503,7 @@ DL_API dl_optim *dl__optim_make(dl_model *m, dl_optim_kind kind) {
   memset(o, 0, sizeof *o);
   o->model = m;
   o->kind = kind;
+  o->update = update;
   nst = (size_t)m->nparams * DL_OPTIM_MAX_STATE;
   o->state = (dl_tensor *)dl_alloc(ctx, sizeof(dl_tensor) * (nst ? nst : 1));
   o->steps = (int64_t *)dl_alloc(ctx, sizeof(int64_t) * (size_t)(m->nparams ? m->nparams : 1));
@@ -538,12 +546,60 @@ DL_API dl_optim *dl__optim_state(dl_optim *o, int n, const char *const *names) {
 /* Optimizers over model m (packed by this call; no layer can be added
  * after). cfg: from dl_X_defaults(lr), fields changed as wanted. NULL when
  * out of memory (message in the model's ctx). Free with dl_optim_free. */
+/* >>per-kind updates: the cfg with the parameter's multipliers applied */
+DL_API void dl__optim_update_sgd(dl_optim *o, const dl_param *pr, dl_tensor *p, const dl_tensor *g, dl_tensor *st,
+                                 int64_t step, int sparse) {
+  dl_sgd_cfg c = o->cfg.sgd;
+  (void)sparse;
+  c.lr = o->lr * pr->lr_mult;
+  c.weight_decay *= pr->wd_mult;
+  dl_sgd_update(p, g, o->nstate ? &st[0] : NULL, step, &c);
+}
+DL_API void dl__optim_update_adam(dl_optim *o, const dl_param *pr, dl_tensor *p, const dl_tensor *g, dl_tensor *st,
+                                  int64_t step, int sparse) {
+  dl_adam_cfg c = o->cfg.adam;
+  c.lr = o->lr * pr->lr_mult;
+  c.weight_decay *= pr->wd_mult;
+  /* SparseAdam: p -= lr sqrt(bc2)/bc1 * m / (sqrt(v) + eps), i.e. Adam's
+   * formula with eps / sqrt(bc2) */
+  if (sparse) c.eps /= sqrt(1 - pow(c.beta2, (double)step));
+  dl_adam_update(p, g, &st[0], &st[1], c.amsgrad ? &st[2] : NULL, step, &c);
+}
+DL_API void dl__optim_update_rmsprop(dl_optim *o, const dl_param *pr, dl_tensor *p, const dl_tensor *g,
+                                     dl_tensor *st, int64_t step, int sparse) {
+  dl_rmsprop_cfg c = o->cfg.rmsprop;
+  int k = 1;
+  dl_tensor *mb = NULL, *ga = NULL;
+  (void)sparse;
+  c.lr = o->lr * pr->lr_mult;
+  c.weight_decay *= pr->wd_mult;
+  if (c.momentum > 0) mb = &st[k++];
+  if (c.centered) ga = &st[k++];
+  dl_rmsprop_update(p, g, &st[0], ga, mb, step, &c);
+}
+DL_API void dl__optim_update_adagrad(dl_optim *o, const dl_param *pr, dl_tensor *p, const dl_tensor *g,
+                                     dl_tensor *st, int64_t step, int sparse) {
+  dl_adagrad_cfg c = o->cfg.adagrad;
+  (void)sparse;
+  c.lr = o->lr * pr->lr_mult;
+  c.weight_decay *= pr->wd_mult;
+  dl_adagrad_update(p, g, &st[0], step, &c);
+}
+DL_API void dl__optim_update_lion(dl_optim *o, const dl_param *pr, dl_tensor *p, const dl_tensor *g, dl_tensor *st,
+                                  int64_t step, int sparse) {
+  dl_lion_cfg c = o->cfg.lion;
+  (void)sparse;
+  c.lr = o->lr * pr->lr_mult;
+  c.weight_decay *= pr->wd_mult;
+  dl_lion_update(p, g, &st[0], step, &c);
+}
+
 DL_API dl_optim *dl_optim_sgd(dl_model *m, const dl_sgd_cfg *c) {
   static const char *const n[] = {"momentum_buffer"};
   dl_optim *o;
   if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
     DL_PANIC(m->ctx, "dl_optim_sgd", "Nesterov momentum requires momentum > 0 and zero dampening (as in PyTorch)");
-  o = dl__optim_make(m, DL_OPT_SGD);
+  o = dl__optim_make(m, DL_OPT_SGD, dl__optim_update_sgd);
   if (!o) return NULL;
   o->cfg.sgd = *c;
   o->lr = c->lr;
@@ -552,7 +608,7 @@ DL_API dl_optim *dl_optim_sgd(dl_model *m, const dl_sgd_cfg *c) {
 /* Adam, or AdamW with c->decoupled (dl_adamw_defaults). */
 DL_API dl_optim *dl_optim_adam(dl_model *m, const dl_adam_cfg *c) {
   static const char *const n[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-  dl_optim *o = dl__optim_make(m, DL_OPT_ADAM);
+  dl_optim *o = dl__optim_make(m, DL_OPT_ADAM, dl__optim_update_adam);
   if (!o) return NULL;
   o->cfg.adam = *c;
   o->lr = c->lr;
@@ -561,7 +617,7 @@ DL_API dl_optim *dl_optim_adam(dl_model *m, const dl_adam_cfg *c) {
 DL_API dl_optim *dl_optim_rmsprop(dl_model *m, const dl_rmsprop_cfg *c) {
   const char *n[3];
   int k = 0;
-  dl_optim *o = dl__optim_make(m, DL_OPT_RMSPROP);
+  dl_optim *o = dl__optim_make(m, DL_OPT_RMSPROP, dl__optim_update_rmsprop);
   if (!o) return NULL;
   o->cfg.rmsprop = *c;
   o->lr = c->lr;
@@ -572,7 +628,7 @@ DL_API dl_optim *dl_optim_rmsprop(dl_model *m, const dl_rmsprop_cfg *c) {
 }
 DL_API dl_optim *dl_optim_adagrad(dl_model *m, const dl_adagrad_cfg *c) {
   static const char *const n[] = {"sum"};
-  dl_optim *o = dl__optim_make(m, DL_OPT_ADAGRAD);
+  dl_optim *o = dl__optim_make(m, DL_OPT_ADAGRAD, dl__optim_update_adagrad);
   int i;
   if (!o) return NULL;
   o->cfg.adagrad = *c;
@@ -584,7 +640,7 @@ DL_API dl_optim *dl_optim_adagrad(dl_model *m, const dl_adagrad_cfg *c) {
 }
 DL_API dl_optim *dl_optim_lion(dl_model *m, const dl_lion_cfg *c) {
   static const char *const n[] = {"exp_avg"};
-  dl_optim *o = dl__optim_make(m, DL_OPT_LION);
+  dl_optim *o = dl__optim_make(m, DL_OPT_LION, dl__optim_update_lion);
   if (!o) return NULL;
   o->cfg.lion = *c;
   o->lr = c->lr;
@@ -628,53 +684,11 @@ DL_API int64_t *dl_optim_param_steps(dl_optim *o, const char *param) {
 
 /* One update of parameter i's tensor p with gradient g and state st[], at
  * step `step`, with the per-parameter lr and weight decay. */
+/* One parameter's update by the optimizer's kernel (o->update, set by
+ * its constructor). */
 DL_API void dl__optim_update(dl_optim *o, const dl_param *pr, dl_tensor *p, const dl_tensor *g, dl_tensor *st,
                              int64_t step, int sparse) {
-  const double lr = o->lr * pr->lr_mult;
-  switch (o->kind) {
-  case DL_OPT_SGD: {
-    dl_sgd_cfg c = o->cfg.sgd;
-    c.lr = lr;
-    c.weight_decay *= pr->wd_mult;
-    dl_sgd_update(p, g, o->nstate ? &st[0] : NULL, step, &c);
-    break;
-  }
-  case DL_OPT_ADAM: {
-    dl_adam_cfg c = o->cfg.adam;
-    c.lr = lr;
-    c.weight_decay *= pr->wd_mult;
-    /* SparseAdam: p -= lr sqrt(bc2)/bc1 * m / (sqrt(v) + eps), i.e. Adam's
-     * formula with eps / sqrt(bc2) */
-    if (sparse) c.eps /= sqrt(1 - pow(c.beta2, (double)step));
-    dl_adam_update(p, g, &st[0], &st[1], c.amsgrad ? &st[2] : NULL, step, &c);
-    break;
-  }
-  case DL_OPT_RMSPROP: {
-    dl_rmsprop_cfg c = o->cfg.rmsprop;
-    int k = 1;
-    dl_tensor *mb = NULL, *ga = NULL;
-    c.lr = lr;
-    c.weight_decay *= pr->wd_mult;
-    if (c.momentum > 0) mb = &st[k++];
-    if (c.centered) ga = &st[k++];
-    dl_rmsprop_update(p, g, &st[0], ga, mb, step, &c);
-    break;
-  }
-  case DL_OPT_ADAGRAD: {
-    dl_adagrad_cfg c = o->cfg.adagrad;
-    c.lr = lr;
-    c.weight_decay *= pr->wd_mult;
-    dl_adagrad_update(p, g, &st[0], step, &c);
-    break;
-  }
-  case DL_OPT_LION: {
-    dl_lion_cfg c = o->cfg.lion;
-    c.lr = lr;
-    c.weight_decay *= pr->wd_mult;
-    dl_lion_update(p, g, &st[0], step, &c);
-    break;
-  }
-  }
+  o->update(o, pr, p, g, st, step, sparse);
 }
 
 /* Whether parameter p's gradient is row-sparse this step. A sparse
