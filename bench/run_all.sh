@@ -15,6 +15,10 @@
 #   6. a whole training step of that MLP (forward, backward, clip, Adam) from
 #      layers.h + optim.h vs PyTorch, and allocations per step (run_step.sh;
 #      goals >= 2x and 0)
+#   7. whole training runs of examples/fashion_mlp.c and fashion_cnn.c vs
+#      PyTorch: samples/s (and vs 1 thread), peak RSS, heap allocations per
+#      step, -O2 compile time (run_train.sh; goals >= 2x / >= 1x, <= 1/4, 0,
+#      < 3 s)
 set -u
 cd "$(dirname "$0")/.."
 B=build/bench
@@ -49,4 +53,8 @@ bash bench/run_conv.sh || status=1
 echo
 echo "== MLP training step (layers + Adam) vs PyTorch =="
 bash bench/run_step.sh || status=1
+
+echo
+echo "== training runs of the examples vs PyTorch =="
+bash bench/run_train.sh || status=1
 exit $status

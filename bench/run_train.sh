@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# bench/run_train.sh - whole training runs of the examples, as a user runs
+# them, against PyTorch eager (Debian's /usr/bin/python3 with python3-torch,
+# bench/torch_train.py) in the same run:
+#
+#   a. training samples/s of examples/fashion_mlp.c (784-256-128-10, Adam,
+#      batch 64, cosine lr) and examples/fashion_cnn.c (conv 32 + BN + pool,
+#      conv 64 + BN + pool, 3136-128-10 with dropout) at THREADS threads, vs
+#      the same model, batch, optimizer, schedule and thread count in PyTorch,
+#      and vs the dl.h program on 1 thread; also both on 1 thread (less
+#      sensitive to other processes on a shared machine). Each program reports
+#      training samples over training seconds (evaluation and file loading
+#      excluded). ROUNDS rounds, each running dl.h and torch at THREADS and at
+#      1 thread, the order reversed every other round; medians. Goals: MLP >=
+#      2x torch, CNN >= 1x.
+#   b. peak resident memory (max RSS) of those processes (dl.h at THREADS vs
+#      torch), median over the rounds. Goal (MLP): <= 1/4 of torch's.
+#   c. heap allocations per training step in steady state: bench/malloc_count.c
+#      (LD_PRELOAD) counts every malloc/calloc/realloc/*memalign/aligned_alloc
+#      of a whole run; runs that differ only in --subset (so only in the number
+#      of training steps of the one epoch; same data loading, same evaluation
+#      of the same test set, same log/chart/save) give per step
+#        (allocs(1 epoch, N2 samples) - allocs(1 epoch, N1)) / (steps(N2) - steps(N1))
+#      i.e. the steps after the first N1/64 (warm-up done); N1, N2 multiples of
+#      64 (no partial batch). Split into calls from the program's own code (dl.h
+#      and the example) and from shared libraries (libgomp, OpenBLAS, libc).
+#      A third run of 2 epochs on N1 gives the cost of one more epoch beyond its
+#      steps (evaluation, CSV, chart, reshuffle). Goal: 0 per step. The PNG
+#      chart's encoder (stb_image_write, in the program) makes a number of
+#      allocations that depends on the picture, so the program's share moves
+#      by about +-25 per run whatever the steps: its verdict allows |x| < 1.
+#   d. compile time of `$CC -std=c11 -O2 -Iinclude examples/fashion_mlp.c -lz -lm`,
+#      median of COMPILE_REPS. Goal: < 3 s.
+#
+# The CNN runs use a copy of the data set cut to the first CNN_TEST test
+# images (and the first CNN_SUBSET training images) through --data, so that
+# its per-epoch evaluation stays short; the MLP runs read the whole data set.
+# With more runnable threads than cores (see the load average printed at
+# the start and the end), OpenMP's spinning barriers make multi-threaded runs
+# of both much slower than 1 thread: absolute numbers are only as good as the
+# machine is quiet.
+# Env: THREADS (2), ROUNDS (3), MLP_SUBSET (20000), CNN_SUBSET (2048),
+# CNN_TEST (1000), COMPILE_REPS (3), DATA (Debian's dataset-fashion-mnist
+# directory), CC (gcc), PY (/usr/bin/python3).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+B=build/bench
+mkdir -p "$B"
+CC=${CC:-gcc}
+PY=${PY:-/usr/bin/python3}
+THREADS=${THREADS:-2}; ROUNDS=${ROUNDS:-3}
+MLP_SUBSET=${MLP_SUBSET:-20000}; CNN_SUBSET=${CNN_SUBSET:-2048}; CNN_TEST=${CNN_TEST:-1000}
+COMPILE_REPS=${COMPILE_REPS:-3}
+DATA=${DATA:-/usr/share/datasets/fashion-mnist}
+FAST="-std=c11 -O3 -march=native -fopenmp -DDL_USE_OPENBLAS -Iinclude"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+RES=$B/train.txt
+: > "$RES"
+load() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?"; }
+echo "load average at start: $(load) ($(nproc 2>/dev/null || echo ?) cores)"
+for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
+  [ -r "$DATA/$f" ] || { echo "run_train: $DATA/$f is missing (apt-get install dataset-fashion-mnist)"; exit 1; }
+done
+
+# Build: the two examples the fast way, the allocation counter.
+for ex in fashion_mlp fashion_cnn; do
+  rm -f "$B/$ex"
+  if [ -f examples/$ex.c ]; then
+    $CC $FAST examples/$ex.c -o $B/$ex -lopenblas -lz -lm || { echo "run_train: building $ex failed"; exit 1; }
+  else
+    echo "run_train: examples/$ex.c does not exist: skipped"
+  fi
+done
+$CC -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 -fPIC -shared bench/malloc_count.c -o $B/malloc_count.so -ldl ||
+  { echo "run_train: building malloc_count.so failed"; exit 1; }
+
+# The CNN's data: the same IDX gzip files, cut to fewer images.
+cut_data() { # DIR NTRAIN NTEST
+  "$PY" - "$DATA" "$1" "$2" "$3" <<'EOF'
+import gzip, struct, sys
+src, dst, ntrain, ntest = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+for name, n in (("train-images-idx3-ubyte.gz", ntrain), ("train-labels-idx1-ubyte.gz", ntrain),
+                ("t10k-images-idx3-ubyte.gz", ntest), ("t10k-labels-idx1-ubyte.gz", ntest)):
+    raw = gzip.open(f"{src}/{name}", "rb").read()
+    dims = raw[3]
+    shape = list(struct.unpack(">%dI" % dims, raw[4:4 + 4 * dims]))
+    per = 1
+    for d in shape[1:]:
+        per *= d
+    n = min(n, shape[0])
+    shape[0] = n
+    head = raw[:4] + struct.pack(">%dI" % dims, *shape)
+    with gzip.open(f"{dst}/{name}", "wb", compresslevel=1) as f:
+        f.write(head + raw[4 + 4 * dims:4 + 4 * dims + n * per])
+EOF
+}
+mkdir -p "$T/cnn_data"
+cut_data "$T/cnn_data" $((CNN_SUBSET > 3840 ? CNN_SUBSET : 3840)) "$CNN_TEST" || { echo "run_train: cutting the CNN's data failed"; exit 1; }
+
+# Peak RSS: /usr/bin/time, else the same from Python's getrusage(RUSAGE_CHILDREN).
+peak() { # RSSFILE CMD... (stdout of CMD goes to our stdout)
+  local rss=$1; shift
+  if [ -x /usr/bin/time ]; then
+    /usr/bin/time -f "%M" -o "$rss" "$@"
+  else
+    "$PY" -c 'import resource, subprocess, sys
+r = subprocess.call(sys.argv[2:])
+open(sys.argv[1], "w").write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(r)' "$rss" "$@"
+  fi
+}
+
+# One run; appends "MODEL WHO sps=X rss_kb=Y" to $RES. WHO: dl, dl1, torch or torch1.
+one() { # MODEL WHO
+  local model=$1 who=$2 th=$THREADS prog subset data out=$T/out.txt sps
+  case $who in dl1 | torch1) th=1 ;; esac
+  if [ "$model" = mlp ]; then prog=$B/fashion_mlp subset=$MLP_SUBSET data=$DATA
+  else prog=$B/fashion_cnn subset=$CNN_SUBSET data=$T/cnn_data; fi
+  if [ "$who" = torch ] || [ "$who" = torch1 ]; then
+    OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th peak "$T/rss" "$PY" bench/torch_train.py "$model" "$subset" "$th" 1 64 "$data" > "$out" 2>&1
+    if grep -q '^SKIP' "$out"; then echo "$model $who SKIP" >> "$RES"; head -1 "$out"; return 0; fi
+    sps=$(sed -n 's/^torch_train .*samples_per_s=\([0-9.]*\).*/\1/p' "$out")
+  else
+    OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th peak "$T/rss" "$prog" --epochs 1 --subset "$subset" --threads "$th" --quiet \
+      --data "$data" --save "$T/w.safetensors" --csv "$T/log.csv" --chart "$T/chart.png" > "$out" 2>&1
+    sps=$(sed -n 's/^result: .*train_samples_per_s=\([0-9.]*\).*/\1/p' "$out")
+  fi
+  if [ -z "$sps" ]; then echo "run_train: $model $who run failed:"; tail -5 "$out"; return 1; fi
+  echo "$model $who sps=$sps rss_kb=$(tail -1 "$T/rss") threads=$th" | tee -a "$RES"
+}
+
+status=0
+for model in mlp cnn; do
+  [ -x $B/fashion_$model ] || continue
+  echo "== $model: $ROUNDS rounds of dl.h and torch, $THREADS threads and 1 thread =="
+  for r in $(seq 1 "$ROUNDS"); do
+    if [ $((r % 2)) = 1 ]; then order="dl torch dl1 torch1"; else order="torch1 dl1 torch dl"; fi
+    for who in $order; do one "$model" "$who" || status=1; done
+  done
+done
+
+# Allocations: 1 epoch on N1 and on N2 samples, 2 epochs on N1.
+allocs() { # MODEL N1 N2 DATA
+  local model=$1 n1=$2 n2=$3 data=$4 e n c
+  for run in "1 $n1" "1 $n2" "2 $n1"; do
+    set -- $run
+    e=$1 n=$2
+    rm -f "$T/count"
+    OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS LD_PRELOAD="$PWD/$B/malloc_count.so" DL_MALLOC_COUNT_OUT="$T/count" \
+      $B/fashion_$model --epochs "$e" --subset "$n" --threads "$THREADS" --quiet --data "$data" \
+      --save "$T/w.safetensors" --csv "$T/log.csv" --chart "$T/chart.png" > "$T/out.txt" 2>&1 ||
+      { echo "run_train: $model allocation run failed:"; tail -5 "$T/out.txt"; return 1; }
+    c=$(cat "$T/count" 2>/dev/null)
+    [ -n "$c" ] || { echo "run_train: malloc_count.so wrote nothing"; return 1; }
+    echo "$model allocs epochs=$e subset=$n steps=$(( (n + 63) / 64 * e )) ${c#malloc_count: }" | tee -a "$RES"
+  done
+}
+echo "== heap allocations ($THREADS threads) =="
+[ -x $B/fashion_mlp ] && { allocs mlp 6400 19200 "$DATA" || status=1; }
+[ -x $B/fashion_cnn ] && { allocs cnn 640 3840 "$T/cnn_data" || status=1; }
+
+echo "== compile time: $CC -std=c11 -O2 -Iinclude examples/fashion_mlp.c -lz -lm =="
+for _ in $(seq 1 "$COMPILE_REPS"); do
+  t0=$EPOCHREALTIME
+  $CC -std=c11 -O2 -Iinclude examples/fashion_mlp.c -o "$T/fashion_mlp_O2" -lz -lm || { echo "run_train: -O2 build failed"; status=1; break; }
+  t1=$EPOCHREALTIME
+  echo "compile_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" | tee -a "$RES"
+done
+echo "load average at the end: $(load)"
+if awk -v n="$(nproc 2>/dev/null || echo 2)" '{ exit !($1 > n) }' /proc/loadavg 2>/dev/null; then
+  echo "NOTE: more runnable threads than cores: the multi-threaded timings measure contention as much as code"
+fi
+
+echo
+awk -v th="$THREADS" -v rounds="$ROUNDS" '
+  function med(s,   n, x, i, j, tmp) { n = split(s, x, " "); if (n == 0) return -1
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (x[j] + 0 < x[i] + 0) { tmp = x[i]; x[i] = x[j]; x[j] = tmp }
+    return n % 2 ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2 }
+  function val(f,   a) { split(f, a, "="); return a[2] }
+  $2 == "dl" || $2 == "dl1" || $2 == "torch" || $2 == "torch1" { if ($3 == "SKIP") { skip[$1] = 1; next }
+    sps[$1, $2] = sps[$1, $2] " " val($3); rss[$1, $2] = rss[$1, $2] " " val($4) }
+  $2 == "allocs" { k = $1 SUBSEP val($3) SUBSEP val($4)
+    for (i = 5; i <= NF; i++) { split($i, a, "="); al[k, a[1]] = a[2] }
+    if (val($3) == 1) { if (!(($1, "n1") in al)) al[$1, "n1"] = val($4); else al[$1, "n2"] = val($4) } }
+  /^compile_s=/ { cs = cs " " val($1) }
+  function ok(c) { return c ? "ok" : "MISSED" }
+  function row(name, a, b, r, goal, verdict) { printf "%-44s %12s %12s %9s   %-8s %s\n", name, a, b, r, goal, verdict }
+  END {
+    printf "%-44s %12s %12s %9s   %-8s %s\n", "training (medians of " rounds " rounds)", "dl.h", "reference", "ratio", "goal", ""
+    for (m = 0; m < 2; m++) {
+      mod = m == 0 ? "mlp" : "cnn"; M = m == 0 ? "MLP" : "CNN"; goal = m == 0 ? 2 : 1
+      if (sps[mod, "dl"] == "") continue
+      d = med(sps[mod, "dl"]); d1 = med(sps[mod, "dl1"])
+      if (skip[mod] || sps[mod, "torch"] == "") row(M " samples/s, " th " thr, vs torch", sprintf("%.0f", d), "SKIP", "SKIP", ">= " goal "x", "")
+      else { t = med(sps[mod, "torch"]); row(M " samples/s, " th " thr, vs torch", sprintf("%.0f", d), sprintf("%.0f", t), sprintf("%.2fx", d / t), ">= " goal "x", ok(d / t >= goal)) }
+      if (skip[mod] || sps[mod, "torch1"] == "") row(M " samples/s, 1 thr, vs torch 1 thr", sprintf("%.0f", d1), "SKIP", "SKIP", "", "")
+      else { t1 = med(sps[mod, "torch1"]); row(M " samples/s, 1 thr, vs torch 1 thr", sprintf("%.0f", d1), sprintf("%.0f", t1), sprintf("%.2fx", d1 / t1), "(" goal "x)", ok(d1 / t1 >= goal)) }
+      row(M " samples/s, " th " thr vs dl.h on 1 thr", sprintf("%.0f", d), sprintf("%.0f", d1), sprintf("%.2fx", d / d1), "", "")
+      dr = med(rss[mod, "dl"]) / 1024
+      if (skip[mod] || rss[mod, "torch"] == "") row(M " peak RSS MB (" th " thr), vs torch", sprintf("%.1f", dr), "SKIP", "SKIP", m == 0 ? "<= 0.25" : "", "")
+      else { tr = med(rss[mod, "torch"]) / 1024; row(M " peak RSS MB (" th " thr), vs torch", sprintf("%.1f", dr), sprintf("%.1f", tr), sprintf("%.2f", dr / tr), m == 0 ? "<= 0.25" : "", m == 0 ? ok(dr / tr <= 0.25) : "") }
+    }
+    for (m = 0; m < 2; m++) {
+      mod = m == 0 ? "mlp" : "cnn"; M = m == 0 ? "MLP" : "CNN"
+      if (!((mod, "n1") in al) || !((mod, "n2") in al)) continue
+      n1 = al[mod, "n1"]; n2 = al[mod, "n2"]
+      a1 = mod SUBSEP 1 SUBSEP n1; a2 = mod SUBSEP 1 SUBSEP n2; a3 = mod SUBSEP 2 SUBSEP n1
+      ds = al[a2, "steps"] - al[a1, "steps"]
+      per = (al[a2, "total"] - al[a1, "total"]) / ds
+      row(M " allocations per step (steps " (al[a1, "steps"] + 1) "-" al[a2, "steps"] ")", sprintf("%.2f", per), "", "", "0", ok(per < 0.5))
+      pp = (al[a2, "program"] - al[a1, "program"]) / ds
+      row("  of which from dl.h / the program itself", sprintf("%.2f", pp), "", "", "0", ok(pp < 1 && pp > -1))
+      row("  of which from libraries (libgomp, BLAS, libc)", sprintf("%.2f", (al[a2, "libs"] - al[a1, "libs"]) / ds), "", "", "", "")
+      if ((a3, "total") in al)
+        row("  one more epoch beyond its steps (eval, log)", sprintf("%.0f", al[a3, "total"] - al[a1, "total"] - per * al[a1, "steps"]), "", "", "", "")
+      row("  whole 1-epoch run of " n1 " samples", al[a1, "total"], "", "", "", "")
+    }
+    if (cs != "") { c = med(cs); row("compile -O2 examples/fashion_mlp.c (s)", sprintf("%.2f", c), "", "", "< 3", ok(c < 3)) }
+  }' "$RES"
+exit $status
