@@ -596,24 +596,65 @@ static void test_panics(void) {
                "dl_gemm_batched_f64", "batch=-1");
 }
 
-/* With OpenBLAS, a ctx that names a thread count sizes OpenBLAS's own pool
- * (else "--threads 1" would still run GEMMs on every core); a ctx that
- * leaves the count to OpenMP leaves OpenBLAS's alone. */
+/* With OpenBLAS, the library runs OpenBLAS on one thread and shares a
+ * GEMM's blocks out to its own team: OpenBLAS's pool stays at 1 whatever
+ * the ctx says; a GEMM big enough to be split gives the same bits every
+ * time on 2 threads and agrees with 1 thread to rounding (OpenBLAS picks
+ * kernels by block size, so not bit for bit), for plain, transposed and
+ * batched operands. */
 #ifdef DL_USE_OPENBLAS
+static double max_diff(const float *a, const float *b, int n) {
+  double e = 0;
+  int i;
+  for (i = 0; i < n; i++)
+    if (fabs((double)a[i] - (double)b[i]) > e) e = fabs((double)a[i] - (double)b[i]);
+  return e;
+}
 static void test_openblas_threads(void) {
-  dl_ctx one, two, dflt;
-  float A[4] = {1, 2, 3, 4}, B[4] = {1, 0, 0, 1}, C[4];
-  int before;
+  dl_ctx one, two;
+  enum { M = 70, N = 90, K = 300 };
+  float *A = malloc(sizeof(float) * M * K * 3), *B = malloc(sizeof(float) * K * N * 3);
+  float *C1 = malloc(sizeof(float) * M * N * 3), *C2 = malloc(sizeof(float) * M * N * 3);
+  float *C3 = malloc(sizeof(float) * M * N * 3);
+  dl_rng g = dl_rng_make(5);
+  int i, ta, tb;
   dl_ctx_init(&one, &(dl_ctx_desc){.threads = 1});
   dl_ctx_init(&two, &(dl_ctx_desc){.threads = 2});
-  dl_ctx_init(&dflt, NULL);
-  dl_gemm_f32(&one, DL_NOTRANS, DL_NOTRANS, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
-  CHECK(openblas_get_num_threads() == 1 && C[0] == 1 && C[3] == 4);
-  dl_gemm_f32(&two, DL_NOTRANS, DL_NOTRANS, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
-  CHECK(openblas_get_num_threads() == 2);
-  before = openblas_get_num_threads();
-  dl_gemm_f32(&dflt, DL_NOTRANS, DL_NOTRANS, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
-  CHECK(openblas_get_num_threads() == before);
+  for (i = 0; i < M * K * 3; i++) A[i] = (float)dl_rng_uniform(&g) - 0.5f;
+  for (i = 0; i < K * N * 3; i++) B[i] = (float)dl_rng_uniform(&g) - 0.5f;
+  openblas_set_num_threads(2);
+  for (ta = 0; ta < 2; ta++)
+    for (tb = 0; tb < 2; tb++) {
+      const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+      dl_gemm_f32(&one, (dl_trans)ta, (dl_trans)tb, M, N, K, 1.5f, A, lda, B, ldb, 0.0f, C1, N);
+      CHECK(openblas_get_num_threads() == 1);
+      dl_gemm_f32(&two, (dl_trans)ta, (dl_trans)tb, M, N, K, 1.5f, A, lda, B, ldb, 0.0f, C2, N);
+      dl_gemm_f32(&two, (dl_trans)ta, (dl_trans)tb, M, N, K, 1.5f, A, lda, B, ldb, 0.0f, C3, N);
+      CHECK_MSG(memcmp(C3, C2, sizeof(float) * M * N) == 0, "ta %d tb %d: 2 threads not repeatable", ta, tb);
+      CHECK_MSG(max_diff(C1, C2, M * N) < 1e-4, "ta %d tb %d: 1 and 2 threads differ by %g", ta, tb, max_diff(C1, C2, M * N));
+      /* M > N: split by rows */
+      dl_gemm_f32(&one, (dl_trans)ta, (dl_trans)tb, N, M, K, 1.0f, B, ta ? N : K, A, tb ? K : M, 0.0f, C1, M);
+      dl_gemm_f32(&two, (dl_trans)ta, (dl_trans)tb, N, M, K, 1.0f, B, ta ? N : K, A, tb ? K : M, 0.0f, C2, M);
+      dl_gemm_f32(&two, (dl_trans)ta, (dl_trans)tb, N, M, K, 1.0f, B, ta ? N : K, A, tb ? K : M, 0.0f, C3, M);
+      CHECK_MSG(memcmp(C3, C2, sizeof(float) * M * N) == 0, "rows, ta %d tb %d: 2 threads not repeatable", ta, tb);
+      CHECK_MSG(max_diff(C1, C2, M * N) < 1e-4, "rows, ta %d tb %d: differ by %g", ta, tb, max_diff(C1, C2, M * N));
+    }
+  dl_gemm_batched_f32(&one, DL_NOTRANS, DL_NOTRANS, M, N, K, 1.0f, A, K, M * K, B, N, K * N, 0.0f, C1, N, M * N, 3);
+  dl_gemm_batched_f32(&two, DL_NOTRANS, DL_NOTRANS, M, N, K, 1.0f, A, K, M * K, B, N, K * N, 0.0f, C2, N, M * N, 3);
+  CHECK(max_diff(C1, C2, M * N * 3) < 1e-4);
+  /* and against the plain loop */
+  {
+    double e = 0;
+    int r, c, k;
+    for (r = 0; r < M; r++)
+      for (c = 0; c < N; c++) {
+        double ref = 0;
+        for (k = 0; k < K; k++) ref += (double)A[2 * M * K + r * K + k] * (double)B[2 * K * N + k * N + c];
+        if (fabs(ref - C2[2 * M * N + r * N + c]) > e) e = fabs(ref - C2[2 * M * N + r * N + c]);
+      }
+    CHECK_MSG(e < 1e-4, "max error %g", e);
+  }
+  free(A); free(B); free(C1); free(C2); free(C3);
 }
 #endif
 

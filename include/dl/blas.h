@@ -857,14 +857,96 @@ DL_API int dl__gemm_fits_int(int64_t M, int64_t N, int64_t K, int64_t lda, int64
          ldb <= INT32_MAX && ldc <= INT32_MAX;
 }
 
-/* OpenBLAS keeps its own thread pool, sized by OPENBLAS_NUM_THREADS or the
- * core count, not by OpenMP: a ctx that names a thread count
- * (dl_ctx_desc.threads > 0) sets OpenBLAS's to it before a GEMM, so that
- * "1 thread" means one thread for the GEMMs too. A ctx that leaves the
- * count to OpenMP's default leaves OpenBLAS's alone. */
-DL_API void dl__openblas_threads(const dl_ctx *ctx) {
-  if (ctx && ctx->desc.threads > 0 && openblas_get_num_threads() != ctx->desc.threads)
-    openblas_set_num_threads(ctx->desc.threads);
+/* OpenBLAS keeps its own thread pool, which would compete with the
+ * library's OpenMP team for the same cores (two pools spinning: measured
+ * up to 4x slower on a busy 2-core machine, and OpenBLAS's threaded sgemm
+ * allocates on every call). Under DL_USE_OPENBLAS the library therefore
+ * sets OpenBLAS to one thread (openblas_set_num_threads(1), a process-wide
+ * setting: a program that also calls cblas directly and wants OpenBLAS's
+ * threads there sets them back) and parallelises a GEMM itself: C is cut
+ * into one block of columns (or rows, when M > N) per team member, or the
+ * batch items are shared out, and each block is one single-threaded cblas
+ * call with the whole K. The blocks depend only on the thread count, so a
+ * given count gives the same bits every run; another count may round
+ * differently (OpenBLAS chooses its kernels by a block's size). The team
+ * guard (core.h) applies as for the other parallel loops. */
+DL_API void dl__cblas_block(size_t es, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
+                            const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C,
+                            int64_t ldc) {
+  if (es == sizeof(float))
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                (int)K, (float)alpha, (const float *)A, (int)lda, (const float *)B, (int)ldb, (float)beta,
+                (float *)C, (int)ldc);
+  else
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                (int)K, alpha, (const double *)A, (int)lda, (const double *)B, (int)ldb, beta, (double *)C,
+                (int)ldc);
+}
+/* Unit u of a split GEMM: item u / parts, part u % parts of its columns
+ * (split_n) or rows, in multiples of 16. */
+DL_API void dl__cblas_unit(size_t es, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
+                           const unsigned char *A, int64_t lda, int64_t sa, const unsigned char *B, int64_t ldb,
+                           int64_t sb, double beta, unsigned char *C, int64_t ldc, int64_t sc, int64_t parts,
+                           int split_n, int64_t u) {
+  const int64_t b = u / parts, p = u % parts, dim = split_n ? N : M;
+  const int64_t chunk = ((dim + parts - 1) / parts + 15) / 16 * 16;
+  const int64_t lo = p * chunk, hi = lo + chunk < dim ? lo + chunk : dim;
+  const unsigned char *a = A + (size_t)(b * sa) * es, *bb = B + (size_t)(b * sb) * es;
+  unsigned char *c = C + (size_t)(b * sc) * es;
+  if (lo >= hi) return;
+  if (split_n)
+    dl__cblas_block(es, ta, tb, M, hi - lo, K, alpha, a, lda, bb + (size_t)(tb ? lo * ldb : lo) * es, ldb, beta,
+                    c + (size_t)lo * es, ldc);
+  else
+    dl__cblas_block(es, ta, tb, hi - lo, N, K, alpha, a + (size_t)(ta ? lo : lo * lda) * es, lda, bb, ldb, beta,
+                    c + (size_t)(lo * ldc) * es, ldc);
+}
+DL_API void dl__openblas_gemm(dl_ctx *ctx, size_t es, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
+                              const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb,
+                              double beta, void *C, int64_t ldc, int64_t sc, int64_t batch) {
+  const unsigned char *a = (const unsigned char *)A, *bb = (const unsigned char *)B;
+  unsigned char *c = (unsigned char *)C;
+  const double flops = 2.0 * (double)M * (double)N * (double)K * (double)batch;
+  const int split_n = N >= M;
+  int threads = dl_ctx_threads(ctx);
+  int64_t parts, units, u;
+  dl_fpmode fm;
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+#ifdef _OPENMP
+  if (omp_in_parallel()) threads = 1; /* no nested teams */
+#endif
+  if (flops <= (double)DL_GEMM_PARALLEL_FLOPS) threads = 1;
+  parts = batch >= 2 * (int64_t)threads ? 1 : threads;
+  if (parts > 1 && (split_n ? N : M) < 32) parts = 1;
+  units = batch * parts;
+  if (threads > 1 && units > 1) {
+#ifdef _OPENMP
+    dl__team tm;
+    dl__team_begin(&tm, ctx, 1);
+    if (tm.par) {
+      const int nt = threads;
+      DL__OMP("omp parallel num_threads(nt)")
+      {
+        dl_fpmode tfm = dl_ctx_fp_enter(ctx);
+        const double since = omp_get_wtime();
+        int64_t v, done = 0;
+        DL__OMP("omp for schedule(dynamic, 1) nowait")
+        for (v = 0; v < units; v++) {
+          dl__cblas_unit(es, ta, tb, M, N, K, alpha, a, lda, sa, bb, ldb, sb, beta, c, ldc, sc, parts, split_n, v);
+          done++;
+        }
+        dl__team_member(&tm, since, done);
+        dl_ftz_leave(tfm);
+      }
+      dl__team_end(&tm, ctx, units);
+      return;
+    }
+#endif
+  }
+  fm = dl_ctx_fp_enter(ctx);
+  for (u = 0; u < units; u++)
+    dl__cblas_unit(es, ta, tb, M, N, K, alpha, a, lda, sa, bb, ldb, sb, beta, c, ldc, sc, parts, split_n, u);
+  dl_ftz_leave(fm);
 }
 #endif
 
@@ -878,20 +960,14 @@ DL_API void dl__openblas_threads(const dl_ctx *ctx) {
  * from ctx, and return. Without DL_USE_OPENBLAS it is nothing. */
 #define DL__GEMM_TRY_OPENBLAS(T, sfx, cblas_gemm, sa, sb, sc, batch)                               \
   if (dl__gemm_fits_int(M, N, K, lda, ldb, ldc)) {                                                 \
-    dl_fpmode fm;                                                                                  \
     int64_t b;                                                                                     \
     if (M == 0 || N == 0) return;                                                                  \
     if (K == 0 || alpha == (T)0) {                                                                 \
       for (b = 0; b < (batch); b++) dl__gemm_scale_##sfx(M, N, beta, C + b * (sc), ldc);           \
       return;                                                                                      \
     }                                                                                              \
-    dl__openblas_threads(ctx);                                                                     \
-    fm = dl_ctx_fp_enter(ctx);                                                                     \
-    for (b = 0; b < (batch); b++)                                                                  \
-      cblas_gemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,    \
-                 (int)M, (int)N, (int)K, alpha, A + b * (sa), (int)lda, B + b * (sb), (int)ldb,    \
-                 beta, C + b * (sc), (int)ldc);                                                    \
-    dl_ftz_leave(fm);                                                                              \
+    dl__openblas_gemm(ctx, sizeof(T), ta, tb, M, N, K, (double)alpha, A, lda, (sa), B, ldb, (sb),      \
+                      (double)beta, C, ldc, (sc), (batch));                                        \
     return;                                                                                        \
   }
 #else
