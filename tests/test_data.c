@@ -10,7 +10,9 @@
  * Python's gzip module.
  *
  * - IDX: every element type against the values the generator wrote; plain,
- *   gzip and two-member gzip agree; encode -> parse round trips (strided
+ *   gzip and two-member gzip agree, every multi-byte type through gzip
+ *   (decoded into the tensor, swapped in place) equals its plain file, short
+ *   and long gzip payloads; encode -> parse round trips (strided
  *   too) and encode reproduces the committed files byte for byte; hostile
  *   input: truncation at every length (plain and gzip), wrong magic, unknown
  *   type byte, 0 and 9 dimensions, dimensions whose product overflows,
@@ -234,6 +236,76 @@ static dl_status parse_checked(const unsigned char *b, size_t n) {
               ctx.message);
   }
   return st;
+}
+
+/* bytes[0..n) as one gzip member (zlib's deflate, not dl.h), malloc'ed, *gn bytes. */
+static unsigned char *gzip_bytes(const unsigned char *bytes, size_t n, size_t *gn) {
+  z_stream zs;
+  size_t cap = n + n / 100 + 1024;
+  unsigned char *out = (unsigned char *)malloc(cap);
+  memset(&zs, 0, sizeof zs);
+  *gn = 0;
+  if (!out || deflateInit2(&zs, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY) != Z_OK) { free(out); return NULL; }
+  zs.next_in = (Bytef *)(uintptr_t)bytes;
+  zs.avail_in = (uInt)n;
+  zs.next_out = out;
+  zs.avail_out = (uInt)cap;
+  if (deflate(&zs, Z_FINISH) != Z_STREAM_END) { deflateEnd(&zs); free(out); return NULL; }
+  *gn = zs.total_out;
+  deflateEnd(&zs);
+  return out;
+}
+
+/* gzip input decoded straight into the tensor: the multi-byte types are
+ * byte-swapped (i16 widened) in place and equal the plain files' values;
+ * short and long payloads keep their statuses; dimensions larger than the
+ * compressed size could ever hold (1032:1) are read without trusting them. */
+static void test_idx_gzip_types(void) {
+  static const char *files[] = {"i8.idx", "i16.idx", "i32.idx", "f32.idx", "f64.idx", "labels_u8.idx"};
+  size_t k, n, gn;
+  for (k = 0; k < sizeof files / sizeof *files; k++) {
+    char path[256];
+    unsigned char *b, *g, *l;
+    dl_tensor *t = NULL, *z = NULL;
+    snprintf(path, sizeof path, DATA "%s", files[k]);
+    b = slurp(path, &n);
+    g = b ? gzip_bytes(b, n, &gn) : NULL;
+    CHECK(b && g);
+    if (!b || !g) { free(b); free(g); continue; }
+    CHECK(dl_idx_parse(&ctx, b, n, &t) == DL_OK);
+    CHECK_MSG(dl_idx_parse(&ctx, g, gn, &z) == DL_OK, "%s gzip: %s", files[k], ctx.message);
+    if (t && z)
+      CHECK_MSG(dl_tensor_same_shape(t, z) && t->dtype == z->dtype &&
+                memcmp(t->data, z->data, (size_t)t->numel * dl_dtype_size(t->dtype)) == 0,
+                "%s: gzip and plain differ", files[k]);
+    dl_tensor_free(t);
+    dl_tensor_free(z);
+    free(g);
+    /* one decoded byte short, and one too many */
+    g = gzip_bytes(b, n - 1, &gn);
+    CHECK(g && parse_checked(g, gn) == DL_ERR_TRUNCATED);
+    CHECK_HAS("the decompressed data has");
+    free(g);
+    l = (unsigned char *)malloc(n + 1);
+    memcpy(l, b, n);
+    l[n] = 0;
+    g = gzip_bytes(l, n + 1, &gn);
+    CHECK(g && parse_checked(g, gn) == DL_ERR_FORMAT);
+    CHECK_HAS("the decompressed data is longer");
+    free(g);
+    free(l);
+    free(b);
+  }
+  { /* f64 [1000000]: 8 MB claimed by ~40 compressed bytes, 16 present */
+    unsigned char m[24] = {0, 0, 0x0E, 1, 0x00, 0x0F, 0x42, 0x40}, *g;
+    memset(m + 8, 0x3f, 16);
+    g = gzip_bytes(m, sizeof m, &gn);
+    CHECK(g && gn * 1032 < 8000000);
+    CHECK(g && parse_checked(g, gn) == DL_ERR_TRUNCATED);
+    CHECK_HAS("dimensions [1000000] (f64, 8 bytes each) need 8000008 bytes in all (8 header + 8000000 data), "
+              "the decompressed data has 24");
+    free(g);
+  }
 }
 
 static void test_idx_hostile(void) {
@@ -1216,6 +1288,7 @@ int main(void) {
   RUN(test_idx_files);
   RUN(test_idx_roundtrip);
   RUN(test_idx_hostile);
+  RUN(test_idx_gzip_types);
   RUN(test_fashion_mnist);
   RUN(test_dataset_make);
   RUN(test_split);

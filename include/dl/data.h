@@ -1131,17 +1131,25 @@ DL_API dl_status dl__reader_all(dl__reader *r, size_t limit, unsigned char **out
  * The file must hold exactly the bytes its dimensions call for: shorter is
  * DL_ERR_TRUNCATED, longer DL_ERR_FORMAT, an element count that overflows
  * DL_ERR_OVERFLOW; each message names the file, the dimensions and both
- * sizes. Nothing is allocated for the data before it has been read. */
+ * sizes.
+ * Memory: when the source's size is known and can hold the data (plain: the
+ * bytes left after the header; gzip: at most 1032 decoded bytes per
+ * compressed byte, deflate's limit), the tensor is allocated after the
+ * header and the data is decoded straight into it (multi-byte types then
+ * byte-swapped in place), so the data exists once. Otherwise (a pipe, or
+ * dimensions larger than the source could hold) the data is read into a
+ * buffer that grows with what is actually there, and the tensor is made
+ * only once the size has been checked. */
 DL_API dl_status dl__idx_read(dl__reader *r, dl_tensor **out) {
   dl_ctx *ctx = r->ctx;
-  unsigned char h[4 + 4 * DL_MAX_DIMS], *buf = NULL;
+  unsigned char h[4 + 4 * DL_MAX_DIMS], *buf = NULL, *o;
   char dims[200];
-  size_t got, es, hdr, D, len;
+  size_t got, es, hdr, D, len, bound = 0;
   int ndim, d;
   int64_t shape[DL_MAX_DIMS], numel, i;
   dl_dtype dt;
   dl_status st;
-  dl_tensor *t;
+  dl_tensor *t = NULL;
   *out = NULL;
   st = dl__reader_read(r, h, 4, &got);
   if (st != DL_OK) return st;
@@ -1191,10 +1199,26 @@ DL_API dl_status dl__idx_read(dl__reader *r, dl_tensor **out) {
   if (st != DL_OK || dl_size_mul((size_t)numel, es, &D) || D > (size_t)PTRDIFF_MAX - hdr - 1)
     return dl_fail(ctx, DL_ERR_OVERFLOW, "%s: %s: dimensions [%s] overflow: the element count or byte size does not fit",
                    r->op, r->name, dims);
-  st = dl__reader_all(r, D + 1, &buf, &len);
-  if (st != DL_OK) return st;
+  /* the most data bytes the source can still hold (0: unknown or too few) */
+  if (r->size >= 0 && !r->gz) bound = (uint64_t)r->size >= hdr ? (size_t)((uint64_t)r->size - hdr) : 0;
+  else if (r->size >= 0) bound = (uint64_t)r->size > SIZE_MAX / 1032 ? SIZE_MAX : (size_t)r->size * 1032;
+  if (r->size >= 0 && D <= bound) { /* straight into the tensor, then one byte more to find trailing data */
+    unsigned char extra;
+    size_t more = 0;
+    t = dl_tensor_make(ctx, dt, ndim, shape);
+    if (!t) return ctx ? ctx->status : DL_ERR_NOMEM;
+    len = 0;
+    if (D) st = dl__reader_read(r, t->data, D, &len);
+    if (st == DL_OK && len == D) st = dl__reader_read(r, &extra, 1, &more);
+    if (st != DL_OK) { dl_tensor_free(t); return st; }
+    len += more;
+  } else {
+    st = dl__reader_all(r, D + 1, &buf, &len);
+    if (st != DL_OK) return st;
+  }
   if (len < D) {
     dl_free(ctx, buf);
+    dl_tensor_free(t);
     return dl_fail(ctx, DL_ERR_TRUNCATED,
                    "%s: %s: truncated: dimensions [%s] (%s, %zu bytes each) need %zu bytes in all (%zu header + "
                    "%zu data), the %s has %zu", r->op, r->name, dims, h[2] == 0x0B ? "i16" : dl_dtype_name(dt), es,
@@ -1202,49 +1226,50 @@ DL_API dl_status dl__idx_read(dl__reader *r, dl_tensor **out) {
   }
   if (len > D) {
     dl_free(ctx, buf);
+    dl_tensor_free(t);
     if (r->size >= 0 && !r->gz)
       return dl_fail(ctx, DL_ERR_FORMAT, "%s: %s: dimensions [%s] need %zu bytes in all, the file has %lld: "
                      "wrong dimensions or trailing data", r->op, r->name, dims, hdr + D, (long long)r->size);
     return dl_fail(ctx, DL_ERR_FORMAT, "%s: %s: dimensions [%s] need %zu bytes in all, the decompressed data "
                    "is longer: wrong dimensions or trailing data", r->op, r->name, dims, hdr + D);
   }
-  t = dl_tensor_make(ctx, dt, ndim, shape);
-  if (!t) { dl_free(ctx, buf); return ctx ? ctx->status : DL_ERR_NOMEM; }
+  if (!t) {
+    t = dl_tensor_make(ctx, dt, ndim, shape);
+    if (!t) { dl_free(ctx, buf); return ctx ? ctx->status : DL_ERR_NOMEM; }
+    if (D) memcpy(t->data, buf, D);
+    dl_free(ctx, buf);
+  }
+  /* big-endian file order to the host's, in place; i16 widens to i32 from
+   * the last element down, so no source byte is overwritten before it is read */
+  o = (unsigned char *)t->data;
   switch (h[2]) {
-    case 0x08: case 0x09:
-      if (D) memcpy(t->data, buf, D);
-      break;
-    case 0x0B: {
-      int32_t *o = (int32_t *)t->data;
-      for (i = 0; i < numel; i++) {
-        uint16_t u = (uint16_t)(((unsigned)buf[2 * i] << 8) | buf[2 * i + 1]);
+    case 0x0B:
+      for (i = numel - 1; i >= 0; i--) {
+        uint16_t u = (uint16_t)(((unsigned)o[2 * i] << 8) | o[2 * i + 1]);
         int16_t v;
+        int32_t w;
         memcpy(&v, &u, 2);
-        o[i] = v;
+        w = v;
+        memcpy(o + 4 * i, &w, 4);
       }
       break;
-    }
-    case 0x0C: case 0x0D: {
-      unsigned char *o = (unsigned char *)t->data;
+    case 0x0C: case 0x0D:
       for (i = 0; i < numel; i++) {
-        const unsigned char *p = buf + 4 * i;
+        unsigned char *p = o + 4 * i;
         uint32_t u = ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-        memcpy(o + 4 * i, &u, 4);
+        memcpy(p, &u, 4);
       }
       break;
-    }
-    default: {
-      unsigned char *o = (unsigned char *)t->data;
+    case 0x0E:
       for (i = 0; i < numel; i++) {
-        const unsigned char *p = buf + 8 * i;
+        unsigned char *p = o + 8 * i;
         uint64_t u = 0;
         for (d = 0; d < 8; d++) u = (u << 8) | p[d];
-        memcpy(o + 8 * i, &u, 8);
+        memcpy(p, &u, 8);
       }
       break;
-    }
+    default: break;
   }
-  dl_free(ctx, buf);
   *out = t;
   return DL_OK;
 }
