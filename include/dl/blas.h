@@ -870,6 +870,11 @@ DL_API int dl__gemm_fits_int(int64_t M, int64_t N, int64_t K, int64_t lda, int64
  * given count gives the same bits every run; another count may round
  * differently (OpenBLAS chooses its kernels by a block's size). The team
  * guard (core.h) applies as for the other parallel loops. */
+/* OpenBLAS's pool down to one thread (once; cheap after). Called outside
+ * any parallel region before the team's members call cblas. */
+DL_API void dl__openblas_single(void) {
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
 DL_API void dl__cblas_block(size_t es, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
                             const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C,
                             int64_t ldc) {
@@ -911,10 +916,12 @@ DL_API void dl__openblas_gemm(dl_ctx *ctx, size_t es, int ta, int tb, int64_t M,
   int threads = dl_ctx_threads(ctx);
   int64_t parts, units, u;
   dl_fpmode fm;
-  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 #ifdef _OPENMP
-  if (omp_in_parallel()) threads = 1; /* no nested teams */
+  if (omp_in_parallel())
+    threads = 1; /* no nested teams; the team's owner brought OpenBLAS to one thread */
+  else
 #endif
+    dl__openblas_single();
   if (flops <= (double)DL_GEMM_PARALLEL_FLOPS) threads = 1;
   parts = batch >= 2 * (int64_t)threads ? 1 : threads;
   if (parts > 1 && (split_n ? N : M) < 32) parts = 1;

@@ -96,29 +96,13 @@ DL_API int dl__conv_team(const dl_ctx *ctx, int64_t items, int64_t work) {
   return nt;
 }
 
-/* OpenBLAS built with its own pthreads pool would start that pool for every
- * per-image GEMM the team's threads call at once (measured: 6x slower than
- * one OpenBLAS thread per team member). For the duration of a team region
- * its thread count is set to 1 and then restored; the OpenMP build of
- * OpenBLAS already runs single-threaded inside a parallel region, and the
- * built-in GEMM does too. Returns what to restore (0: nothing). */
-DL_API int dl__conv_blas_serial_begin(void) {
-#if defined(DL_USE_OPENBLAS) && defined(OPENBLAS_THREAD)
-  if (openblas_get_parallel() == OPENBLAS_THREAD) {
-    int n = openblas_get_num_threads();
-    if (n > 1) {
-      openblas_set_num_threads(1);
-      return n;
-    }
-  }
-#endif
-  return 0;
-}
-DL_API void dl__conv_blas_serial_end(int saved) {
-#if defined(DL_USE_OPENBLAS) && defined(OPENBLAS_THREAD)
-  if (saved > 1) openblas_set_num_threads(saved);
-#else
-  (void)saved;
+/* Under DL_USE_OPENBLAS the per-image GEMMs of a team region go through
+ * dl_gemm, which runs OpenBLAS on one thread (blas.h); its pool is brought
+ * down to one thread here, before the region, so that the members never
+ * race to set it. */
+DL_API void dl__conv_blas_single(void) {
+#ifdef DL_USE_OPENBLAS
+  dl__openblas_single();
 #endif
 }
 
@@ -351,7 +335,7 @@ DL_API void dl__conv_forward(dl_tape *tp, const char *op, const dl__conv_geom *g
     return;
   }
   {
-    const int saved = dl__conv_blas_serial_begin();
+    dl__conv_blas_single();
     DL__OMP("omp parallel num_threads(nt)")
     {
       dl_fpmode fm = dl_ctx_fp_enter(ctx);
@@ -361,7 +345,6 @@ DL_API void dl__conv_forward(dl_tape *tp, const char *op, const dl__conv_geom *g
       for (i = 0; i < g->N; i++) f(ctx, g, xb + (size_t)i * xs, w, b, yb + (size_t)i * ys, acc, mine);
       dl_ftz_leave(fm);
     }
-    dl__conv_blas_serial_end(saved);
   }
 }
 
@@ -421,7 +404,7 @@ DL_API void dl__conv_backward(dl_tape *tp, const char *op, const dl__conv_geom *
   col = colb && nch ? (unsigned char *)dl_tape_scratch(tp, op, colb * (size_t)nt) : NULL;
   if (gw && nch > 1) parts = (unsigned char *)dl_tape_scratch(tp, op, wb * (size_t)(nch - 1));
   {
-    const int saved = dl__conv_blas_serial_begin();
+    dl__conv_blas_single();
     DL__OMP("omp parallel num_threads(nt)")
     {
       dl_fpmode fm = dl_ctx_fp_enter(ctx);
@@ -457,7 +440,6 @@ DL_API void dl__conv_backward(dl_tape *tp, const char *op, const dl__conv_geom *
       }
       dl_ftz_leave(fm);
     }
-    dl__conv_blas_serial_end(saved);
   }
 }
 
