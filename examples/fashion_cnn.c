@@ -80,23 +80,6 @@ static int fail(prog *p, const char *argv0) {
 
 /* The first n rows of all into *part (n <= 0 or >= all's size: all of it,
  * borrowed: freeing that copy frees nothing). */
-static dl_status first_rows(dl_ctx *ctx, dl_dataset *all, int64_t n, dl_dataset *part) {
-  int64_t *rows, i;
-  dl_status s;
-  if (n <= 0 || n > all->n) n = all->n;
-  if (n == all->n && !all->index) {
-    *part = *all;
-    part->own = 0;
-    part->names_block = NULL;
-    return DL_OK;
-  }
-  if (!(rows = dl_alloc(ctx, (size_t)n * sizeof *rows))) return DL_ERR_NOMEM;
-  for (i = 0; i < n; i++) rows[i] = i;
-  s = dl_dataset_subset(ctx, all, rows, n, part);
-  dl_free(ctx, rows);
-  return s;
-}
-
 static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t test_n, const char *argv0) {
   dl_ctx *ctx = &p->ctx;
   /* standardised with Fashion-MNIST's training mean and deviation of x / 255 */
@@ -108,8 +91,8 @@ static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t tes
 
   /* the data: u8 [N, 1, 28, 28] images and i64 labels */
   if (dl_load_fashion_mnist(ctx, o->data, &p->train_all, &p->test_all) != DL_OK ||
-      first_rows(ctx, &p->train_all, o->subset, &p->train) != DL_OK ||
-      first_rows(ctx, &p->test_all, test_n, &p->test) != DL_OK)
+      dl_dataset_head(ctx, &p->train_all, o->subset, &p->train) != DL_OK ||
+      dl_dataset_head(ctx, &p->test_all, test_n, &p->test) != DL_OK)
     return fail(p, argv0);
   if (dl_batcher_make(ctx, &p->tb, &p->train,
                       &(dl_batcher_desc){.batch_size = o->batch, .dtype = DL_F32, .shuffle = {.seed = (uint64_t)o->seed},

@@ -68,17 +68,7 @@ static int run(prog *p, dl_train_opts *o, int64_t h1, int64_t h2, double wd, con
 
   /* the data: u8 [N, 1, 28, 28] images and i64 labels */
   if (dl_load_fashion_mnist(ctx, o->data, &p->train_all, &p->test) != DL_OK) return fail(p, argv0);
-  if (o->subset > 0 && o->subset < p->train_all.n) {
-    int64_t *first = dl_alloc(ctx, (size_t)o->subset * sizeof *first), i;
-    if (!first) return fail(p, argv0);
-    for (i = 0; i < o->subset; i++) first[i] = i;
-    if (dl_dataset_subset(ctx, &p->train_all, first, o->subset, &p->train) != DL_OK) return dl_free(ctx, first), fail(p, argv0);
-    dl_free(ctx, first);
-  } else {
-    p->train = p->train_all; /* the whole set, borrowed: freeing this copy frees nothing */
-    p->train.own = 0;
-    p->train.names_block = NULL;
-  }
+  if (dl_dataset_head(ctx, &p->train_all, o->subset, &p->train) != DL_OK) return fail(p, argv0); /* --subset */
   if (dl_batcher_make(ctx, &p->tb, &p->train,
                       &(dl_batcher_desc){.batch_size = o->batch, .dtype = DL_F32, .shuffle = {.seed = (uint64_t)o->seed},
                                          .norm = DL_NORM_STANDARDIZE, .mean = mean, .std = std}) != DL_OK ||

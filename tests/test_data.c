@@ -546,6 +546,14 @@ static void test_split(void) {
     CHECK(dl_dataset_subset(&ctx, &ds, bad, 2, &tr2) == DL_ERR_ARG && tr2.index == NULL);
     CHECK_HAS("samples[1] = 1000 is outside 0..999");
   }
+  /* the first k samples (of a subset: its first k, i.e. the original's rows) */
+  CHECK(dl_dataset_head(&ctx, &tr, 5, &tr2) == DL_OK && tr2.n == 5);
+  for (i = 0; i < 5; i++) CHECK(dl_dataset_row(&tr2, i) == dl_dataset_row(&tr, i));
+  dl_dataset_free(&tr2);
+  CHECK(dl_dataset_head(&ctx, &ds, 0, &tr2) == DL_OK && tr2.n == 1000 && dl_dataset_row(&tr2, 999) == 999);
+  dl_dataset_free(&tr2);
+  CHECK(dl_dataset_head(&ctx, &ds, 5000, &tr2) == DL_OK && tr2.n == 1000);
+  dl_dataset_free(&tr2);
   dl_dataset_free(&tr); dl_dataset_free(&va);
   dl_dataset_free(&ds);
   free(mark);

@@ -293,6 +293,22 @@ DL_API dl_status dl_dataset_subset(dl_ctx *ctx, const dl_dataset *ds, const int6
   return DL_OK;
 }
 
+/* The first k samples of ds (k <= 0 or k >= ds->n: all of them), as a
+ * subset that borrows ds's tensors (free it before ds): what a --subset
+ * flag wants. DL_ERR_NOMEM when the index cannot be allocated. */
+DL_API dl_status dl_dataset_head(dl_ctx *ctx, const dl_dataset *ds, int64_t k, dl_dataset *out) {
+  int64_t *rows, i;
+  dl_status s;
+  if (k <= 0 || k > ds->n) k = ds->n;
+  memset(out, 0, sizeof *out);
+  rows = (int64_t *)dl_alloc(ctx, (size_t)(k ? k : 1) * sizeof *rows);
+  if (!rows) return DL_ERR_NOMEM;
+  for (i = 0; i < k; i++) rows[i] = i;
+  s = dl_dataset_subset(ctx, ds, rows, k, out);
+  dl_free(ctx, rows);
+  return s;
+}
+
 /* Split ds into train (n - n_val samples) and val (n_val samples), disjoint
  * and together all of ds: a seeded permutation's first n_val samples go to
  * val. Both keep ds's order (ascending sample numbers) and borrow its tensors
