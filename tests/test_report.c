@@ -24,7 +24,8 @@
  *   corner, tick labels drawn; the PNG decoded with stb_image equals the
  *   rendered buffer; failing saves (missing folder, a folder as target,
  *   a read-only folder) return DL_ERR_IO and leave no temporary file.
- * The test writes /tmp/dl_report_XXXXXX/ and removes it.
+ * The test writes a fresh folder dl_report_XXXXXX under $TMPDIR (else /tmp) and
+ * removes it.
  */
 /* dl-test-flags: -DDL_USE_STB_IMAGE_WRITE */
 #define _XOPEN_SOURCE 700 /* posix_openpt, mkdtemp */
@@ -60,7 +61,7 @@
 #endif /* STBI_VERSION */
 
 static dl_ctx ctx;       /* panics go to the harness */
-static char dir[64];     /* the test's temporary folder */
+static char dir[256];     /* the test's temporary folder */
 
 typedef struct fake_clock { double t; } fake_clock;
 static double fake_now(void *u) { return ((fake_clock *)u)->t; }
@@ -459,7 +460,7 @@ static void test_confusion(void) {
 /* ---- CSV -------------------------------------------------------------- */
 
 static void test_csv(void) {
-  char path[128], path2[128];
+  char path[320], path2[320];
   dl_csv_log log;
   dl_csv_log_desc d;
   dl_epoch_stats s;
@@ -723,7 +724,7 @@ static void test_chart_render(void) {
 }
 
 static void test_chart_png(void) {
-  char path[128], tmp[160], sub[128];
+  char path[320], tmp[360], sub[320];
   dl_chart_desc d;
   dl_chart_layout L;
   unsigned char *img, *dec;
@@ -765,7 +766,7 @@ static void test_chart_png(void) {
   /* failures: a missing folder, a folder as the target, bad data; none
    * leaves a temporary, and the earlier chart stays as it was */
   {
-    char bad[160], *before = slurp_path(path), *after;
+    char bad[360], *before = slurp_path(path), *after;
     dl_chart_desc nod = chart_desc();
     snprintf(bad, sizeof bad, "%s/missing/chart.png", dir);
     CHECK(dl_chart_save_png(&ctx, bad, &d) == DL_ERR_IO);
@@ -802,7 +803,7 @@ int main(void) {
   memset(&cd, 0, sizeof cd);
   cd.panic = harness_panic;
   dl_ctx_init(&ctx, &cd);
-  snprintf(dir, sizeof dir, "/tmp/dl_report_XXXXXX");
+  snprintf(dir, sizeof dir, "%s/dl_report_XXXXXX", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
   RUN(test_progress_lines);
   RUN(test_progress_tenths);

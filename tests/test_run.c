@@ -22,7 +22,8 @@
  * - dl_evaluate against the same numbers computed by hand over the whole
  *   set at once; the model's training mode is restored.
  * - dl_run_result's line, parsed back.
- * The test writes /tmp/dl_run_XXXXXX/ and removes it.
+ * The test writes a fresh folder dl_run_XXXXXX under $TMPDIR (else /tmp) and
+ * removes it.
  */
 #define _XOPEN_SOURCE 700 /* mkdtemp */
 #include <stdlib.h>
@@ -32,12 +33,12 @@
 #include "harness.h"
 
 static dl_ctx ctx;
-static char tmpdir[64];
+static char tmpdir[256];
 static const char *TP(const char *name) {
-  static char ring[8][128];
+  static char ring[8][320];
   static int k;
   char *b = ring[k++ & 7];
-  snprintf(b, 128, "%s/%s", tmpdir, name);
+  snprintf(b, 320, "%s/%s", tmpdir, name);
   return b;
 }
 
@@ -428,10 +429,10 @@ static void test_evaluate(void) {
 }
 
 int main(void) {
-  char cmd[128];
+  char cmd[320];
   int rc;
   dl_ctx_init(&ctx, NULL);
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/dl_run_XXXXXX");
+  snprintf(tmpdir, sizeof tmpdir, "%s/dl_run_XXXXXX", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(tmpdir)) {
     perror("mkdtemp");
     return 1;
