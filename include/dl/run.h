@@ -321,7 +321,7 @@ typedef struct dl_run {
   int64_t first_epoch;    /* the epoch this process started from */
   int64_t samples;        /* training samples this process trained on */
   double train_s;         /* this process's seconds in training (evaluation excluded) */
-  double t0, t_epoch;     /* clock at begin and at the current epoch's start */
+  double t0;              /* clock at dl_run_begin */
   double wall_before;     /* wall seconds of the processes before a resume */
   int in_epoch;
   dl_progress pg;
@@ -432,7 +432,6 @@ DL_API int dl_run_next_epoch(dl_run *r) {
   if (o->eval || r->epoch >= o->epochs) return 0;
   if (o->stop_after > 0 && r->epoch - r->first_epoch >= o->stop_after) return 0;
   r->in_epoch = 1;
-  r->t_epoch = dl_clock_monotonic(NULL);
   dl_progress_begin(&r->pg, r->epoch + 1);
   return 1;
 }
@@ -486,7 +485,7 @@ DL_API dl_status dl_run_end_epoch(dl_run *r, double val_loss, double val_acc) {
   int64_t e;
   if (!r->in_epoch) return dl_fail(r->ctx, DL_ERR_ARG, "dl_run_end_epoch: no epoch was started (dl_run_next_epoch)");
   r->in_epoch = 0;
-  r->train_s += r->pg.t_update - r->pg.t_epoch > 0 ? r->pg.t_update - r->pg.t_epoch : now - r->t_epoch;
+  r->train_s += r->pg.t_update - r->pg.t_epoch; /* the epoch's start to its last step */
   tl = dl_progress_loss(&r->pg);
   ta = r->pg.acc_samples > 0 ? dl_progress_accuracy(&r->pg) : (double)NAN;
   if (val_acc == val_acc)
