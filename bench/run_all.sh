@@ -19,6 +19,8 @@
 #      PyTorch: samples/s (and vs 1 thread), peak RSS, heap allocations per
 #      step, -O2 compile time (run_train.sh; goals >= 2x / >= 1x, <= 1/4, 0,
 #      < 3 s)
+#   8. the MLP example data-parallel over MPI: 1 rank vs 2 ranks, 1 thread
+#      each, speed-up and scaling efficiency (run_dist.sh)
 set -u
 cd "$(dirname "$0")/.."
 B=build/bench
@@ -57,4 +59,7 @@ bash bench/run_step.sh || status=1
 echo
 echo "== training runs of the examples vs PyTorch =="
 bash bench/run_train.sh || status=1
+echo
+echo "== data-parallel training over MPI (run_dist.sh) =="
+bash bench/run_dist.sh || status=1
 exit $status

@@ -32,6 +32,13 @@
  * Run:  ./fashion_cnn                    (./fashion_cnn --help for the flags)
  *       ./fashion_cnn --load fashion_cnn.safetensors --eval
  *
+ * Data-parallel over MPI (dist.h): the same file built with mpicc and
+ * DL_USE_MPI runs as several processes; --batch is the global mini-batch,
+ * split evenly over the ranks, so the training is the one process's up to
+ * rounding (dropout masks aside: each rank draws its own):
+ *   mpicc -std=c11 -O2 -DDL_USE_MPI -Iinclude examples/fashion_cnn.c -o fashion_cnn_mpi -lz -lm
+ *   mpirun -np 2 ./fashion_cnn_mpi --threads 1   (as root add --allow-run-as-root)
+ *
  * dl-example-flags: -lz
  */
 #define DL_USE_ZLIB
@@ -71,10 +78,12 @@ typedef struct prog {
   dl_tape tp;
   dl_run r;
   dl_confusion cm;
+  dl_dist dd;
 } prog;
 
 static int fail(prog *p, const char *argv0) {
-  fprintf(stderr, "%s: %s\n", argv0, dl_ctx_message(&p->ctx));
+  if (!p->dd.agreed || dl_dist_is_root(&p->dd)) /* an agreed failure: rank 0 says it */
+    fprintf(stderr, "%s: %s\n", argv0, dl_ctx_message(&p->ctx));
   return 1;
 }
 
@@ -90,35 +99,46 @@ static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t tes
   dl_adam_cfg ac;
 
   /* the data: u8 [N, 1, 28, 28] images and i64 labels */
-  if (dl_load_fashion_mnist(ctx, o->data, &p->train_all, &p->test_all) != DL_OK ||
+  if (dl_dist_agree(&p->dd, dl_load_fashion_mnist(ctx, o->data, &p->train_all, &p->test_all)) != DL_OK ||
       dl_dataset_head(ctx, &p->train_all, o->subset, &p->train) != DL_OK ||
       dl_dataset_head(ctx, &p->test_all, test_n, &p->test) != DL_OK)
     return fail(p, argv0);
+  /* each rank takes every world-th sample of the epoch's permutation, and
+   * batch / world of them per step; the test set is split for evaluation */
+  if (o->batch % p->dd.world != 0) {
+    dl_fail(ctx, DL_ERR_ARG, "--batch %lld does not split evenly over %d ranks", (long long)o->batch, p->dd.world);
+    return fail(p, argv0);
+  }
   if (dl_batcher_make(ctx, &p->tb, &p->train,
-                      &(dl_batcher_desc){.batch_size = o->batch, .dtype = DL_F32, .shuffle = {.seed = (uint64_t)o->seed},
+                      &(dl_batcher_desc){.batch_size = o->batch / p->dd.world, .dtype = DL_F32,
+                                         .shuffle = {.seed = (uint64_t)o->seed, .world = p->dd.world, .rank = p->dd.rank},
                                          .norm = DL_NORM_STANDARDIZE, .mean = mean, .std = std}) != DL_OK ||
       dl_batcher_make(ctx, &p->eb, &p->test,
-                      &(dl_batcher_desc){.batch_size = 500, .dtype = DL_F32, .shuffle = {.no_shuffle = 1},
+                      &(dl_batcher_desc){.batch_size = 500, .dtype = DL_F32,
+                                         .shuffle = {.no_shuffle = 1, .world = p->dd.world, .rank = p->dd.rank, .pad = 2},
                                          .norm = DL_NORM_STANDARDIZE, .mean = mean, .std = std}) != DL_OK)
     return fail(p, argv0);
-  steps_per_epoch = (p->train.n + o->batch - 1) / o->batch;
+  steps_per_epoch = (p->tb.shuf.per_rank + p->tb.batch_size - 1) / p->tb.batch_size;
   total_steps = steps_per_epoch * o->epochs;
 
   p->m = make_cnn(ctx, (uint64_t)o->seed, dropout);
   if (!p->m || dl_model_status(p->m) != DL_OK) return fail(p, argv0);
+  if (dl_dist_attach(&p->dd, p->m) != DL_OK) return fail(p, argv0); /* rank 0's initial weights everywhere */
   ac = dl_adam_defaults(o->lr);
   ac.weight_decay = wd;
   if (!(p->opt = dl_optim_adam(p->m, &ac)) || dl_tape_init(&p->tp, ctx, 0) != DL_OK ||
       dl_confusion_init(&p->cm, ctx, 10) != DL_OK)
     return fail(p, argv0);
   if (dl_run_begin(&p->r, ctx, &(dl_run_desc){.opts = o, .model = p->m, .optim = p->opt, .batcher = &p->tb,
-                                              .steps_per_epoch = steps_per_epoch,
+                                              .steps_per_epoch = steps_per_epoch, .dist = &p->dd,
                                               .title = "conv 32-64 + 128-10 CNN, Fashion-MNIST"}) != DL_OK) {
     dl_run_print_error(&p->r, stderr, argv0);
     return 1;
   }
-  if (!o->eval) {
+  if (!o->eval && dl_dist_is_root(&p->dd)) {
     dl_batch first;
+    if (p->dd.world > 1)
+      printf("%d ranks (MPI), %lld samples per rank per step\n", p->dd.world, (long long)p->tb.batch_size);
     printf("Fashion-MNIST: %lld training images (%lld steps of %lld per epoch), %lld test images, %d threads\n",
            (long long)p->train.n, (long long)steps_per_epoch, (long long)o->batch, (long long)p->test.n,
            dl_ctx_threads(ctx));
@@ -139,7 +159,7 @@ static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t tes
       loss = dl_t_cross_entropy(&p->tp, logits, b.y, 0, DL_REDUCE_MEAN);
       lv = dl__get_at(loss, 0);
       correct = dl_accuracy_count(logits, b.y);
-      dl_train_step(p->opt, &p->tp, loss, NULL);
+      if (dl_dist_train_step(&p->dd, p->opt, &p->tp, loss, NULL, NULL) != DL_OK) return fail(p, argv0);
       dl_tape_rewind(&p->tp);
       dl_run_step(&p->r, b.size, lv, correct);
     }
@@ -147,14 +167,16 @@ static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t tes
      * over the test set fewer: it costs seconds for a CNN) */
     last = !cm_done && (p->r.epoch + 1 >= o->epochs ||
                         (o->stop_after > 0 && p->r.epoch + 1 - p->r.first_epoch >= o->stop_after));
-    dl_evaluate(p->m, &p->tp, &p->eb, &test_loss, &test_acc, last ? &p->cm : NULL);
+    if (dl_dist_evaluate(&p->dd, p->m, &p->tp, &p->eb, &test_loss, &test_acc, last ? &p->cm : NULL) != DL_OK)
+      return fail(p, argv0);
     cm_done |= last;
     if (dl_run_end_epoch(&p->r, test_loss, test_acc) != DL_OK) return fail(p, argv0);
   }
 
   /* --eval, or a checkpoint that had nothing left to train */
-  if (!cm_done) dl_evaluate(p->m, &p->tp, &p->eb, &test_loss, &test_acc, &p->cm);
-  {
+  if (!cm_done && dl_dist_evaluate(&p->dd, p->m, &p->tp, &p->eb, &test_loss, &test_acc, &p->cm) != DL_OK)
+    return fail(p, argv0);
+  if (dl_dist_is_root(&p->dd)) {
     const char *names[10];
     int k;
     for (k = 0; k < 10; k++) names[k] = dl_fashion_mnist_class(k);
@@ -162,8 +184,8 @@ static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t tes
     dl_confusion_fprint(stdout, &p->cm, names);
   }
   if (dl_run_finish(&p->r) != DL_OK) return fail(p, argv0);
-  if (!o->eval && o->save) printf("weights: %s\n", o->save);
-  if (!o->eval && o->chart && p->r.epoch > p->r.first_epoch) printf("chart: %s\n", o->chart);
+  if (!o->eval && o->save && dl_dist_is_root(&p->dd)) printf("weights: %s\n", o->save);
+  if (!o->eval && o->chart && p->r.epoch > p->r.first_epoch && dl_dist_is_root(&p->dd)) printf("chart: %s\n", o->chart);
   dl_run_result(&p->r, stdout, test_acc, "test_loss=%.4f steps=%lld weights=%s", test_loss, (long long)p->r.step,
                 o->eval || !o->save ? "-" : o->save);
   return 0;
@@ -192,7 +214,10 @@ int main(int argc, char **argv) {
     rc = 2, fprintf(stderr, "%s: %s\n", argv[0], dl_ctx_message(&p->ctx));
   else {
     dl_ctx_init(&p->ctx, &(dl_ctx_desc){.threads = (int)o.threads});
-    rc = run(p, &o, dropout, wd, test_n, argv[0]);
+    if (dl_dist_init(&p->dd, &p->ctx, &argc, &argv, NULL) != DL_OK)
+      rc = 1, fprintf(stderr, "%s: %s\n", argv[0], dl_ctx_message(&p->ctx));
+    else
+      rc = run(p, &o, dropout, wd, test_n, argv[0]);
   }
   dl_run_free(&p->r);
   dl_tape_free(&p->tp);
@@ -205,6 +230,7 @@ int main(int argc, char **argv) {
   dl_dataset_free(&p->train_all);
   dl_dataset_free(&p->test);
   dl_dataset_free(&p->test_all);
+  rc = dl_dist_finalize(&p->dd, rc); /* MPI_Abort when this rank failed alone: the others may wait for it */
   free(p);
   return rc;
 }

@@ -19,6 +19,13 @@
  * Run:  ./fashion_mlp                    (./fashion_mlp --help for the flags)
  *       ./fashion_mlp --load fashion_mlp.safetensors --eval
  *
+ * Data-parallel over MPI (dist.h): the same file built with mpicc and
+ * DL_USE_MPI runs as several processes; --batch is the global mini-batch,
+ * split evenly over the ranks, so the training is the one process's up to
+ * rounding:
+ *   mpicc -std=c11 -O2 -DDL_USE_MPI -Iinclude examples/fashion_mlp.c -o fashion_mlp_mpi -lz -lm
+ *   mpirun -np 2 ./fashion_mlp_mpi --threads 1   (as root add --allow-run-as-root)
+ *
  * dl-example-flags: -lz
  */
 #define DL_USE_ZLIB
@@ -51,10 +58,12 @@ typedef struct prog {
   dl_tape tp;
   dl_run r;
   dl_confusion cm;
+  dl_dist dd;
 } prog;
 
 static int fail(prog *p, const char *argv0) {
-  fprintf(stderr, "%s: %s\n", argv0, dl_ctx_message(&p->ctx));
+  if (!p->dd.agreed || dl_dist_is_root(&p->dd)) /* an agreed failure: rank 0 says it */
+    fprintf(stderr, "%s: %s\n", argv0, dl_ctx_message(&p->ctx));
   return 1;
 }
 
@@ -67,33 +76,45 @@ static int run(prog *p, dl_train_opts *o, int64_t h1, int64_t h2, double wd, con
   dl_adam_cfg ac;
 
   /* the data: u8 [N, 1, 28, 28] images and i64 labels */
-  if (dl_load_fashion_mnist(ctx, o->data, &p->train_all, &p->test) != DL_OK) return fail(p, argv0);
-  if (dl_dataset_head(ctx, &p->train_all, o->subset, &p->train) != DL_OK) return fail(p, argv0); /* --subset */
+  if (dl_dist_agree(&p->dd, dl_load_fashion_mnist(ctx, o->data, &p->train_all, &p->test)) != DL_OK ||
+      dl_dataset_head(ctx, &p->train_all, o->subset, &p->train) != DL_OK) /* --subset */
+    return fail(p, argv0);
+  /* each rank takes every world-th sample of the epoch's permutation, and
+   * batch / world of them per step; the test set is split for evaluation */
+  if (o->batch % p->dd.world != 0) {
+    dl_fail(ctx, DL_ERR_ARG, "--batch %lld does not split evenly over %d ranks", (long long)o->batch, p->dd.world);
+    return fail(p, argv0);
+  }
   if (dl_batcher_make(ctx, &p->tb, &p->train,
-                      &(dl_batcher_desc){.batch_size = o->batch, .dtype = DL_F32, .shuffle = {.seed = (uint64_t)o->seed},
+                      &(dl_batcher_desc){.batch_size = o->batch / p->dd.world, .dtype = DL_F32,
+                                         .shuffle = {.seed = (uint64_t)o->seed, .world = p->dd.world, .rank = p->dd.rank},
                                          .norm = DL_NORM_STANDARDIZE, .mean = mean, .std = std}) != DL_OK ||
       dl_batcher_make(ctx, &p->eb, &p->test,
-                      &(dl_batcher_desc){.batch_size = 1000, .dtype = DL_F32, .shuffle = {.no_shuffle = 1},
+                      &(dl_batcher_desc){.batch_size = 1000, .dtype = DL_F32,
+                                         .shuffle = {.no_shuffle = 1, .world = p->dd.world, .rank = p->dd.rank, .pad = 2},
                                          .norm = DL_NORM_STANDARDIZE, .mean = mean, .std = std}) != DL_OK)
     return fail(p, argv0);
-  steps_per_epoch = (p->train.n + o->batch - 1) / o->batch;
+  steps_per_epoch = (p->tb.shuf.per_rank + p->tb.batch_size - 1) / p->tb.batch_size;
   total_steps = steps_per_epoch * o->epochs;
 
   p->m = make_mlp(ctx, (uint64_t)o->seed, h1, h2);
   if (!p->m || dl_model_status(p->m) != DL_OK) return fail(p, argv0);
+  if (dl_dist_attach(&p->dd, p->m) != DL_OK) return fail(p, argv0); /* rank 0's initial weights everywhere */
   ac = dl_adam_defaults(o->lr);
   ac.weight_decay = wd;
   if (!(p->opt = dl_optim_adam(p->m, &ac)) || dl_tape_init(&p->tp, ctx, 0) != DL_OK ||
       dl_confusion_init(&p->cm, ctx, 10) != DL_OK)
     return fail(p, argv0);
   if (dl_run_begin(&p->r, ctx, &(dl_run_desc){.opts = o, .model = p->m, .optim = p->opt, .batcher = &p->tb,
-                                              .steps_per_epoch = steps_per_epoch,
+                                              .steps_per_epoch = steps_per_epoch, .dist = &p->dd,
                                               .title = "784-256-128-10 MLP, Fashion-MNIST"}) != DL_OK) {
     dl_run_print_error(&p->r, stderr, argv0);
     return 1;
   }
-  if (!o->eval) {
+  if (!o->eval && dl_dist_is_root(&p->dd)) {
     dl_batch first;
+    if (p->dd.world > 1)
+      printf("%d ranks (MPI), %lld samples per rank per step\n", p->dd.world, (long long)p->tb.batch_size);
     printf("Fashion-MNIST: %lld training images (%lld steps of %lld per epoch), %lld test images, %d threads\n",
            (long long)p->train.n, (long long)steps_per_epoch, (long long)o->batch, (long long)p->test.n,
            dl_ctx_threads(ctx));
@@ -114,16 +135,16 @@ static int run(prog *p, dl_train_opts *o, int64_t h1, int64_t h2, double wd, con
       loss = dl_t_cross_entropy(&p->tp, logits, b.y, 0, DL_REDUCE_MEAN);
       lv = dl__get_at(loss, 0);
       correct = dl_accuracy_count(logits, b.y);
-      dl_train_step(p->opt, &p->tp, loss, NULL);
+      if (dl_dist_train_step(&p->dd, p->opt, &p->tp, loss, NULL, NULL) != DL_OK) return fail(p, argv0);
       dl_tape_rewind(&p->tp);
       dl_run_step(&p->r, b.size, lv, correct);
     }
-    dl_evaluate(p->m, &p->tp, &p->eb, &test_loss, &test_acc, NULL);
+    if (dl_dist_evaluate(&p->dd, p->m, &p->tp, &p->eb, &test_loss, &test_acc, NULL) != DL_OK) return fail(p, argv0);
     if (dl_run_end_epoch(&p->r, test_loss, test_acc) != DL_OK) return fail(p, argv0);
   }
 
-  dl_evaluate(p->m, &p->tp, &p->eb, &test_loss, &test_acc, &p->cm);
-  {
+  if (dl_dist_evaluate(&p->dd, p->m, &p->tp, &p->eb, &test_loss, &test_acc, &p->cm) != DL_OK) return fail(p, argv0);
+  if (dl_dist_is_root(&p->dd)) {
     const char *names[10];
     int k;
     for (k = 0; k < 10; k++) names[k] = dl_fashion_mnist_class(k);
@@ -131,8 +152,8 @@ static int run(prog *p, dl_train_opts *o, int64_t h1, int64_t h2, double wd, con
     dl_confusion_fprint(stdout, &p->cm, names);
   }
   if (dl_run_finish(&p->r) != DL_OK) return fail(p, argv0);
-  if (!o->eval && o->save) printf("weights: %s\n", o->save);
-  if (!o->eval && o->chart && p->r.epoch > p->r.first_epoch) printf("chart: %s\n", o->chart);
+  if (!o->eval && o->save && dl_dist_is_root(&p->dd)) printf("weights: %s\n", o->save);
+  if (!o->eval && o->chart && p->r.epoch > p->r.first_epoch && dl_dist_is_root(&p->dd)) printf("chart: %s\n", o->chart);
   dl_run_result(&p->r, stdout, test_acc, "test_loss=%.4f steps=%lld weights=%s", test_loss, (long long)p->r.step,
                 o->eval || !o->save ? "-" : o->save);
   return 0;
@@ -161,7 +182,10 @@ int main(int argc, char **argv) {
     rc = 2, fprintf(stderr, "%s: %s\n", argv[0], dl_ctx_message(&p->ctx));
   else {
     dl_ctx_init(&p->ctx, &(dl_ctx_desc){.threads = (int)o.threads});
-    rc = run(p, &o, h1, h2, wd, argv[0]);
+    if (dl_dist_init(&p->dd, &p->ctx, &argc, &argv, NULL) != DL_OK)
+      rc = 1, fprintf(stderr, "%s: %s\n", argv[0], dl_ctx_message(&p->ctx));
+    else
+      rc = run(p, &o, h1, h2, wd, argv[0]);
   }
   dl_run_free(&p->r);
   dl_tape_free(&p->tp);
@@ -173,6 +197,7 @@ int main(int argc, char **argv) {
   dl_dataset_free(&p->train);
   dl_dataset_free(&p->train_all);
   dl_dataset_free(&p->test);
+  rc = dl_dist_finalize(&p->dd, rc); /* MPI_Abort when this rank failed alone: the others may wait for it */
   free(p);
   return rc;
 }

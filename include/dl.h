@@ -68,6 +68,7 @@
 #include "dl/io.h"
 #include "dl/data.h"
 #include "dl/report.h"
+#include "dl/dist.h"
 #include "dl/run.h"
 
 #endif /* DL_H */

@@ -8,6 +8,8 @@
 #   2. tests/test_*.c built with gcc -O2 -fopenmp (plus the flags a test names
 #      on a "dl-test-flags:" line) and run (test_blas also with OpenBLAS),
 #      2 OpenMP threads
+#   2b. with Open MPI: tests/mpi/ (dist.h across 2 ranks, failing ranks,
+#      the Fashion-MNIST examples under mpirun)
 #   3. tests/compile_fail/*.c must fail to compile, with the message the file's
 #      "expect:" line names
 #   4. examples build warning-free with `cc -std=c11 -O2 prog.c -lm` (plus the
@@ -62,9 +64,9 @@ fi
 echo "headers: $pass passed, $fail failed"
 
 # --- 2. unit tests ------------------------------------------------------------
-run_test() { # name binary
-  local name=$1 bin=$2 out
-  out=$("$bin" 2>&1); local rc=$?
+run_test() { # name command...
+  local name=$1 out
+  out=$("${@:2}" 2>&1); local rc=$?
   echo "$out" | grep -v '^HARNESS' | tail -n 40
   local line; line=$(echo "$out" | grep '^HARNESS' | tail -n 1)
   if [ -z "$line" ]; then bad "$name (crashed, exit $rc)"; return; fi
@@ -92,6 +94,30 @@ for t in tests/test_*.c; do
     else echo "SKIP test_blas with OpenBLAS: cblas.h not found (apt-get install libopenblas-dev)"; skip=$((skip + 1)); fi
   fi
 done
+
+# --- 2b. across MPI ranks (dist.h) ---------------------------------------------
+# tests/mpi/test_dist_mpi.c under mpirun -np 2 (2 ranks = 1 process at twice
+# the batch, buffers, divergence check, agreement), then a hung rank and a
+# dead rank must end the job, then the Fashion-MNIST examples under 2 ranks
+# against 1 process, and resume on 2 ranks (tests/mpi/examples.sh).
+if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
+  MPIRUN="mpirun -np 2 --oversubscribe --allow-run-as-root"
+  if mpicc $WARN -O2 -fopenmp -DDL_USE_MPI -Iinclude -Itests tests/mpi/test_dist_mpi.c -o "$B/test_dist_mpi" -lm \
+      2>"$B/mpi.log"; then
+    OMP_NUM_THREADS=1 run_test test_dist_mpi timeout 300 $MPIRUN "$B/test_dist_mpi"
+    for mode in hang die; do
+      t0=$(date +%s)
+      OMP_NUM_THREADS=1 timeout 120 $MPIRUN "$B/test_dist_mpi" --$mode >"$B/mpi.log" 2>&1; rc=$?
+      dt=$(( $(date +%s) - t0 ))
+      if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $dt -lt 60 ] &&
+         { [ $mode = die ] || grep -q "no answer after" "$B/mpi.log"; }; then ok
+      else bad "mpi: a $mode rank must end the job with an error (exit $rc after ${dt} s)"; tail -20 "$B/mpi.log"; fi
+    done
+  else bad "test_dist_mpi (build with mpicc)"; head -30 "$B/mpi.log"; fi
+  if bash tests/mpi/examples.sh "$B" >"$B/mpi_ex.log" 2>&1; then ok; else bad "mpi: examples under 2 ranks"; tail -30 "$B/mpi_ex.log"; fi
+else
+  echo "SKIP MPI tests: mpicc/mpirun not found (apt-get install libopenmpi-dev openmpi-bin)"; skip=$((skip + 1))
+fi
 
 # --- 3. misuse that must not compile -----------------------------------------
 for t in tests/compile_fail/*.c; do

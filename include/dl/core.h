@@ -45,7 +45,8 @@ extern "C" {
   X(DL_ERR_SHAPE, "shape mismatch")                                           \
   X(DL_ERR_DTYPE, "dtype mismatch")                                           \
   X(DL_ERR_UNSUPPORTED, "unsupported")                                        \
-  X(DL_ERR_NO_DEVICE, "no such device")
+  X(DL_ERR_NO_DEVICE, "no such device")                                       \
+  X(DL_ERR_COMM, "communication failure")
 
 typedef enum dl_status {
 #define DL__X(id, msg) id,

@@ -365,7 +365,11 @@ DL_API dl_status dl_dataset_split(dl_ctx *ctx, const dl_dataset *ds, int64_t n_v
  *               1: the shards wrap around to the permutation's start so that
  *                  every rank gets ceil(N / world) samples, all N are seen and
  *                  up to world - 1 samples are seen twice (PyTorch's
- *                  DistributedSampler with drop_last=False). */
+ *                  DistributedSampler with drop_last=False);
+ *               2: uneven shards: every sample exactly once, the first
+ *                  N mod world ranks get one more. For evaluation, whose
+ *                  results are summed across ranks once at the end (training
+ *                  needs the same number of steps on every rank: 0 or 1). */
 typedef struct dl_shuffler_desc {
   uint64_t seed;
   int no_shuffle;
@@ -388,7 +392,7 @@ typedef struct dl_shuffler {
 } dl_shuffler;
 
 /* What a checkpoint needs to resume a shuffler: seed, epoch and position;
- * n, world, rank and flags (1: shuffle, 2: pad) to check it is restored into
+ * n, world, rank and flags (1: shuffle, 2: pad 1, 4: pad 2) to check it is restored into
  * a shuffler of the same configuration. All int64 (the seed's bits). */
 typedef struct dl_shuffler_state {
   int64_t seed, epoch, pos;
@@ -420,9 +424,12 @@ DL_API dl_status dl_shuffler_make(dl_ctx *ctx, dl_shuffler *s, int64_t n, const 
   s->world = d.world;
   s->rank = d.rank;
   s->shuffle = !d.no_shuffle;
-  s->pad = d.pad != 0;
+  if (d.pad < 0 || d.pad > 2) return dl_fail(ctx, DL_ERR_ARG, "dl_shuffler_make: pad %d (0, 1 or 2)", d.pad);
+  s->pad = d.pad;
   s->ctx = ctx;
-  s->per_rank = s->pad ? (n + d.world - 1) / d.world : n / d.world;
+  s->per_rank = s->pad == 1 ? (n + d.world - 1) / d.world
+              : s->pad == 2 ? (n > d.rank ? (n - d.rank + d.world - 1) / d.world : 0)
+                            : n / d.world;
   if (s->shuffle && n > 0) {
     if (dl_size_mul((size_t)n, sizeof(int64_t), &bytes))
       return dl_fail(ctx, DL_ERR_OVERFLOW, "dl_shuffler_make: %lld samples overflow", (long long)n);
@@ -467,7 +474,7 @@ DL_API dl_shuffler_state dl_shuffler_get_state(const dl_shuffler *s) {
   st.n = s->n;
   st.world = s->world;
   st.rank = s->rank;
-  st.flags = (s->shuffle ? 1 : 0) | (s->pad ? 2 : 0);
+  st.flags = (s->shuffle ? 1 : 0) | (int64_t)s->pad << 1;
   return st;
 }
 

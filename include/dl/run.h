@@ -72,6 +72,7 @@
 #include "report.h"
 #include "data.h"
 #include "io.h"
+#include "dist.h"
 
 #if !defined(__cplusplus) && !defined(DL_NO_STDIO)
 
@@ -297,10 +298,19 @@ DL_API dl_status dl_train_opts_check(dl_ctx *ctx, const dl_train_opts *o) {
  *                    (NULL: the program keeps its own order in desc.values)
  *   steps_per_epoch  for the progress line's percentage and ETA
  *   values, nvalues  the program's own numbers or tensors to checkpoint
- *                    (at most DL_RUN_MAX_VALUES - 8)
+ *                    (at most DL_RUN_MAX_VALUES - 9)
  *   title            the chart's title; NULL: none
  *   val_name         the legend's name of the evaluation curve; NULL: "test"
- *   out              progress and summary lines; NULL: stdout */
+ *   out              progress and summary lines; NULL: stdout
+ *   dist             the ranks of a data-parallel run (dist.h); NULL: one
+ *                    process. Then every rank calls every dl_run function;
+ *                    the epoch's loss, accuracy and samples are summed over
+ *                    the ranks; only rank 0 prints, writes the CSV, chart,
+ *                    checkpoint and weights (and every rank gets its write's
+ *                    status); a failed --load / --resume on any rank fails
+ *                    on every rank; the checkpoint records the number of
+ *                    ranks and resumes only on as many. While an epoch runs,
+ *                    rank 0's progress line shows its own mini-batches. */
 typedef struct dl_run_desc {
   const dl_train_opts *opts;
   dl_model *model;
@@ -311,6 +321,7 @@ typedef struct dl_run_desc {
   int nvalues;
   const char *title, *val_name;
   FILE *out;
+  dl_dist *dist;
 } dl_run_desc;
 
 typedef struct dl_run {
@@ -327,6 +338,7 @@ typedef struct dl_run {
   dl_progress pg;
   dl_tensor *hist;        /* f64 [DL_EPOCH_STATS_COLUMNS, DL_RUN_MAX_EPOCHS]: one column per epoch */
   int64_t shuffle[3];     /* the batcher's seed, epoch, position */
+  int64_t world;          /* ranks (checkpointed as run/world when > 1) */
   dl_named_value vals[DL_RUN_MAX_VALUES];
   int nvals;
   dl_load_report report;  /* what --load / --resume found wrong, name by name */
@@ -346,6 +358,7 @@ DL_API void dl__run_values(dl_run *r) {
     r->vals[n++] = (dl_named_value){"run/shuffle_epoch", &r->shuffle[1], NULL, NULL};
     r->vals[n++] = (dl_named_value){"run/shuffle_pos", &r->shuffle[2], NULL, NULL};
   }
+  if (r->world > 1) r->vals[n++] = (dl_named_value){"run/world", &r->world, NULL, NULL};
   for (i = 0; i < r->desc.nvalues; i++) r->vals[n++] = r->desc.values[i];
   r->nvals = n;
 }
@@ -354,6 +367,50 @@ DL_API void dl_run_free(dl_run *r) {
   if (!r) return;
   dl_tensor_free(r->hist);
   r->hist = NULL;
+}
+
+/* --load or --resume on this rank. */
+DL_API dl_status dl__run_load(dl_run *r) {
+  const dl_train_opts *o = r->desc.opts;
+  dl_ctx *ctx = r->ctx;
+  int64_t world = r->world;
+  dl_status s;
+  if (o->load) {
+    s = dl_model_load(r->desc.model, o->load, &r->report);
+    if (s != DL_OK) {
+      char msg[sizeof ctx->message];
+      snprintf(msg, sizeof msg, "%s", dl_ctx_message(ctx));
+      return dl_fail(ctx, s, "--load %.200s: %s", o->load, msg);
+    }
+  }
+  if (o->resume) {
+    s = dl_checkpoint_load(r->desc.model, r->desc.optim, o->resume, r->vals, r->nvals, &r->report);
+    if (s != DL_OK) {
+      char msg[sizeof ctx->message];
+      snprintf(msg, sizeof msg, "%s", dl_ctx_message(ctx));
+      return dl_fail(ctx, s, "--resume %.200s: %s%s", o->resume, msg,
+                     strstr(r->report.text, "run/world") ? " (the checkpoint was written by a different number of "
+                                                           "ranks: resume on as many as wrote it)" : "");
+    }
+    if (r->world != world) {
+      int64_t was = r->world;
+      r->world = world;
+      return dl_fail(ctx, DL_ERR_ARG, "--resume %.200s: written by %lld ranks, this run has %lld: resume on %lld",
+                     o->resume, (long long)was, (long long)world, (long long)was);
+    }
+    if (r->desc.batcher) {
+      dl_shuffler_state st = dl_batcher_get_state(r->desc.batcher);
+      st.seed = r->shuffle[0];
+      st.epoch = r->shuffle[1];
+      st.pos = r->shuffle[2];
+      if ((s = dl_batcher_restore(r->desc.batcher, &st)) != DL_OK) {
+        char msg[sizeof ctx->message];
+        snprintf(msg, sizeof msg, "%s", dl_ctx_message(ctx));
+        return dl_fail(ctx, s, "--resume %.200s: the data order does not fit this run: %s", o->resume, msg);
+      }
+    }
+  }
+  return DL_OK;
 }
 
 /* Set up the run; --load or --resume are applied here. DL_OK, or the
@@ -368,8 +425,8 @@ DL_API dl_status dl_run_begin(dl_run *r, dl_ctx *ctx, const dl_run_desc *desc) {
   r->desc = *desc;
   r->ctx = ctx;
   if (!desc->opts || !desc->model) return dl_fail(ctx, DL_ERR_ARG, "dl_run_begin: opts and model are required");
-  if (desc->nvalues < 0 || desc->nvalues > DL_RUN_MAX_VALUES - 8)
-    return dl_fail(ctx, DL_ERR_ARG, "dl_run_begin: %d values (at most %d)", desc->nvalues, DL_RUN_MAX_VALUES - 8);
+  if (desc->nvalues < 0 || desc->nvalues > DL_RUN_MAX_VALUES - 9)
+    return dl_fail(ctx, DL_ERR_ARG, "dl_run_begin: %d values (at most %d)", desc->nvalues, DL_RUN_MAX_VALUES - 9);
   if ((s = dl_train_opts_check(ctx, o)) != DL_OK) return s;
   r->hist = dl_tensor_make(ctx, DL_F64, DL_SHAPE(DL_EPOCH_STATS_COLUMNS, DL_RUN_MAX_EPOCHS));
   if (!r->hist) return DL_ERR_NOMEM;
@@ -380,47 +437,28 @@ DL_API dl_status dl_run_begin(dl_run *r, dl_ctx *ctx, const dl_run_desc *desc) {
     r->shuffle[1] = st.epoch;
     r->shuffle[2] = st.pos;
   }
+  r->world = desc->dist ? desc->dist->world : 1;
   dl__run_values(r);
-  if (o->load) {
-    s = dl_model_load(desc->model, o->load, &r->report);
-    if (s != DL_OK) {
-      char msg[sizeof ctx->message];
-      snprintf(msg, sizeof msg, "%s", dl_ctx_message(ctx));
-      return dl_fail(ctx, s, "--load %.200s: %s", o->load, msg);
-    }
-  }
-  if (o->resume) {
-    s = dl_checkpoint_load(desc->model, desc->optim, o->resume, r->vals, r->nvals, &r->report);
-    if (s != DL_OK) {
-      char msg[sizeof ctx->message];
-      snprintf(msg, sizeof msg, "%s", dl_ctx_message(ctx));
-      return dl_fail(ctx, s, "--resume %.200s: %s", o->resume, msg);
-    }
-    if (desc->batcher) {
-      dl_shuffler_state st = dl_batcher_get_state(desc->batcher);
-      st.seed = r->shuffle[0];
-      st.epoch = r->shuffle[1];
-      st.pos = r->shuffle[2];
-      if ((s = dl_batcher_restore(desc->batcher, &st)) != DL_OK) {
-        char msg[sizeof ctx->message];
-        snprintf(msg, sizeof msg, "%s", dl_ctx_message(ctx));
-        return dl_fail(ctx, s, "--resume %.200s: the data order does not fit this run: %s", o->resume, msg);
-      }
-    }
-  }
+  s = dl__run_load(r);
+  if (r->world > 1) s = dl_dist_agree(desc->dist, s);
+  if (s != DL_OK) return s;
   r->first_epoch = r->epoch;
-  dl_progress_init(&r->pg, &(dl_progress_desc){.stream = desc->out ? desc->out : stdout,
-                                                .epochs = o->epochs,
-                                                .steps = desc->steps_per_epoch,
-                                                .mode = o->quiet ? DL_PROGRESS_LINES : DL_PROGRESS_AUTO,
-                                                .every_frac = o->quiet ? -1 : 0,
-                                                .every_s = o->quiet ? -1 : 0});
+  {
+    int quiet = o->quiet || !dl_dist_is_root(desc->dist); /* only rank 0 shows progress */
+    dl_progress_init(&r->pg, &(dl_progress_desc){.stream = desc->out ? desc->out : stdout,
+                                                  .epochs = o->epochs,
+                                                  .steps = desc->steps_per_epoch,
+                                                  .mode = quiet ? DL_PROGRESS_LINES : DL_PROGRESS_AUTO,
+                                                  .every_frac = quiet ? -1 : 0,
+                                                  .every_s = quiet ? -1 : 0});
+  }
   r->t0 = dl_clock_monotonic(NULL);
   return DL_OK;
 }
 
 /* The error of a failed dl_run_begin, and the load report behind it. */
 DL_API void dl_run_print_error(const dl_run *r, FILE *f, const char *prog) {
+  if (r->desc.dist && r->desc.dist->agreed && !dl_dist_is_root(r->desc.dist)) return; /* rank 0 says it */
   fprintf(f, "%s: %s\n", prog ? prog : "error", dl_ctx_message(r->ctx));
   if (r->report.text[0]) fprintf(f, "%s", r->report.text);
 }
@@ -475,20 +513,57 @@ DL_API dl_status dl_run_chart(dl_run *r, const char *path) {
                                             .val_name = r->desc.val_name ? r->desc.val_name : "test"});
 }
 
+/* The epoch's files (rank 0 only): CSV, chart, checkpoint. */
+DL_API dl_status dl__run_write(dl_run *r, double now) {
+  const dl_train_opts *o = r->desc.opts;
+  dl_status s;
+  if (o->csv && (s = dl__run_csv(r)) != DL_OK) return s;
+  if (o->chart && (s = dl_run_chart(r, o->chart)) != DL_OK) return s;
+  if (o->checkpoint) {
+    double wall = r->wall_before;
+    if (r->desc.batcher) {
+      dl_shuffler_state st = dl_batcher_get_state(r->desc.batcher);
+      r->shuffle[0] = st.seed;
+      r->shuffle[1] = st.epoch;
+      r->shuffle[2] = st.pos;
+    }
+    r->wall_before = wall + (now - r->t0); /* saved as the wall time so far */
+    s = dl_checkpoint_save(r->desc.model, r->desc.optim, o->checkpoint, r->vals, r->nvals, NULL);
+    r->wall_before = wall;
+    if (s != DL_OK) return s;
+  }
+  return DL_OK;
+}
+
 /* End the epoch with its evaluation (NaN: none): the summary line, the
  * history, the CSV log, the chart and the checkpoint. DL_OK, or the status
  * of a write that failed (the message names the file). */
 DL_API dl_status dl_run_end_epoch(dl_run *r, double val_loss, double val_acc) {
-  const dl_train_opts *o = r->desc.opts;
   double now = dl_clock_monotonic(NULL), tl, ta;
   dl_status s;
   int64_t e;
   if (!r->in_epoch) return dl_fail(r->ctx, DL_ERR_ARG, "dl_run_end_epoch: no epoch was started (dl_run_next_epoch)");
   r->in_epoch = 0;
   r->train_s += r->pg.t_update - r->pg.t_epoch; /* the epoch's start to its last step */
+  if (r->world > 1) { /* the epoch over all ranks */
+    double v[4];
+    v[0] = (double)r->pg.samples;
+    v[1] = r->pg.loss_sum;
+    v[2] = (double)r->pg.correct;
+    v[3] = (double)r->pg.acc_samples;
+    if ((s = dl_dist_sum(r->desc.dist, v, 4)) != DL_OK) return s;
+    r->samples += (int64_t)v[0] - r->pg.samples;
+    r->pg.samples = (int64_t)v[0];
+    r->pg.loss_sum = v[1];
+    r->pg.correct = (int64_t)v[2];
+    r->pg.acc_samples = (int64_t)v[3];
+  }
   tl = dl_progress_loss(&r->pg);
   ta = r->pg.acc_samples > 0 ? dl_progress_accuracy(&r->pg) : (double)NAN;
-  if (val_acc == val_acc)
+  if (!dl_dist_is_root(r->desc.dist)) {
+    r->pg.epoch_s = now - r->pg.t_epoch;
+    r->pg.epochs_done++;
+  } else if (val_acc == val_acc)
     dl_progress_end_epoch(&r->pg, "test_loss %.4f | test_acc %.4f", val_loss, val_acc);
   else if (val_loss == val_loss)
     dl_progress_end_epoch(&r->pg, "test_loss %.4f", val_loss);
@@ -509,29 +584,16 @@ DL_API dl_status dl_run_end_epoch(dl_run *r, double val_loss, double val_acc) {
     row[7] = r->wall_before + (now - r->t0);
     for (c = 0; c < DL_EPOCH_STATS_COLUMNS; c++) dl__run_col(r, c)[e] = row[c];
   }
-  if (o->csv && (s = dl__run_csv(r)) != DL_OK) return s;
-  if (o->chart && (s = dl_run_chart(r, o->chart)) != DL_OK) return s;
-  if (o->checkpoint) {
-    double wall = r->wall_before;
-    if (r->desc.batcher) {
-      dl_shuffler_state st = dl_batcher_get_state(r->desc.batcher);
-      r->shuffle[0] = st.seed;
-      r->shuffle[1] = st.epoch;
-      r->shuffle[2] = st.pos;
-    }
-    r->wall_before = wall + (now - r->t0); /* saved as the wall time so far */
-    s = dl_checkpoint_save(r->desc.model, r->desc.optim, o->checkpoint, r->vals, r->nvals, NULL);
-    r->wall_before = wall;
-    if (s != DL_OK) return s;
-  }
-  return DL_OK;
+  s = dl_dist_is_root(r->desc.dist) ? dl__run_write(r, now) : DL_OK;
+  return r->world > 1 ? dl_dist_agree(r->desc.dist, s) : s;
 }
 
-/* After training: --save writes the weights (atomically). */
+/* After training: --save writes the weights (atomically; rank 0). */
 DL_API dl_status dl_run_finish(dl_run *r) {
   const dl_train_opts *o = r->desc.opts;
-  if (o->save && !o->eval) return dl_model_save(r->desc.model, o->save, NULL);
-  return DL_OK;
+  dl_status s = DL_OK;
+  if (o->save && !o->eval && dl_dist_is_root(r->desc.dist)) s = dl_model_save(r->desc.model, o->save, NULL);
+  return r->world > 1 ? dl_dist_agree(r->desc.dist, s) : s;
 }
 
 /* Training samples per second of this process (0 when it trained none). */
@@ -542,9 +604,11 @@ DL_API double dl_run_wall_s(const dl_run *r) { return dl_clock_monotonic(NULL) -
 /* The last line of the program, for scripts:
  *   result: test_acc=0.8931 epochs=10 train_samples_per_s=15234.1 wall_s=41.20 [extra]
  * epochs: epochs the model has been trained (a resumed run counts the
- * earlier ones); extra: the caller's key=value pairs (printf format). */
+ * earlier ones); extra: the caller's key=value pairs (printf format).
+ * With several ranks: rank 0 prints it, and the samples are all ranks'. */
 DL_API void dl_run_result(const dl_run *r, FILE *f, double test_acc, const char *fmt, ...) DL__PRINTF(4, 5);
 DL_API void dl_run_result(const dl_run *r, FILE *f, double test_acc, const char *fmt, ...) {
+  if (!dl_dist_is_root(r->desc.dist)) return;
   fprintf(f, "result: test_acc=%.4f epochs=%lld train_samples_per_s=%.1f wall_s=%.2f", test_acc, (long long)r->epoch,
           dl_run_samples_per_s(r), dl_run_wall_s(r));
   if (fmt && *fmt) {
@@ -565,27 +629,64 @@ DL_API void dl_run_result(const dl_run *r, FILE *f, double test_acc, const char 
  * give an empty tape): mean cross-entropy into *loss, accuracy into *acc,
  * and the predictions into cm (NULL: none; not reset here). The model's
  * training mode is restored afterwards. */
-DL_API void dl_evaluate(dl_model *m, dl_tape *tp, dl_batcher *b, double *loss, double *acc, dl_confusion *cm) {
+DL_API void dl__evaluate_sums(dl_model *m, dl_tape *tp, dl_batcher *b, double *v, dl_confusion *cm) {
   int was = m->training;
-  double lsum = 0;
-  int64_t n = 0, correct = 0;
   dl_batch bt;
+  v[0] = v[1] = v[2] = 0; /* loss sum, samples, correct */
   dl_model_train(m, 0);
   dl_no_grad_begin(tp);
   dl_batcher_set_epoch(b, 0);
   while (dl_batcher_next(b, &bt)) {
     dl_tensor *logits = dl_model_forward(m, tp, bt.x);
     dl_tensor *l = dl_t_cross_entropy(tp, logits, bt.y, 0, DL_REDUCE_SUM);
-    lsum += dl__get_at(l, 0);
-    correct += dl_accuracy_count(logits, bt.y);
+    v[0] += dl__get_at(l, 0);
+    v[2] += (double)dl_accuracy_count(logits, bt.y);
     if (cm) dl_confusion_add(cm, logits, bt.y);
-    n += bt.size;
+    v[1] += (double)bt.size;
     dl_tape_rewind(tp);
   }
   dl_no_grad_end(tp);
   dl_model_train(m, was);
-  if (loss) *loss = n ? lsum / (double)n : (double)NAN;
-  if (acc) *acc = n ? (double)correct / (double)n : (double)NAN;
+}
+DL_API void dl_evaluate(dl_model *m, dl_tape *tp, dl_batcher *b, double *loss, double *acc, dl_confusion *cm) {
+  double v[3];
+  dl__evaluate_sums(m, tp, b, v, cm);
+  if (loss) *loss = v[1] > 0 ? v[0] / v[1] : (double)NAN;
+  if (acc) *acc = v[1] > 0 ? v[2] / v[1] : (double)NAN;
+}
+
+/* dl_evaluate over the ranks: each evaluates its own shard (give b a
+ * shuffler with .world, .rank and .pad = 2: every sample once over the
+ * ranks), then the sums are exchanged; every rank gets the same loss,
+ * accuracy and confusion matrix (cm: the whole set's counts are added to
+ * it). dd NULL: dl_evaluate. DL_OK or the exchange's failure. */
+DL_API dl_status dl_dist_evaluate(dl_dist *dd, dl_model *m, dl_tape *tp, dl_batcher *b, double *loss, double *acc,
+                                  dl_confusion *cm) {
+  double v[3];
+  dl_status s;
+  int64_t *before = NULL, k, n = 0;
+  if (!dd || dd->world <= 1) {
+    dl_evaluate(m, tp, b, loss, acc, cm);
+    return DL_OK;
+  }
+  if (cm) { /* only this evaluation's counts travel */
+    n = cm->matrix->numel;
+    before = (int64_t *)dl_alloc(dd->ctx, sizeof(int64_t) * (size_t)n);
+    if (!before) return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist_evaluate: out of memory");
+    for (k = 0; k < n; k++) before[k] = dl_i64(cm->matrix)[k];
+    dl_tensor_fill(cm->matrix, 0);
+  }
+  dl__evaluate_sums(m, tp, b, v, cm);
+  s = dl_dist_sum(dd, v, 3);
+  if (s == DL_OK && cm) s = dl_dist_sum_i64(dd, dl_i64(cm->matrix), n);
+  if (cm) {
+    for (k = 0; k < n; k++) dl_i64(cm->matrix)[k] += before[k];
+    dl_free(dd->ctx, before);
+  }
+  if (s != DL_OK) return s;
+  if (loss) *loss = v[1] > 0 ? v[0] / v[1] : (double)NAN;
+  if (acc) *acc = v[1] > 0 ? v[2] / v[1] : (double)NAN;
+  return DL_OK;
 }
 
 #endif /* !__cplusplus && !DL_NO_STDIO */

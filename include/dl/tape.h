@@ -89,6 +89,11 @@ struct dl_tape {
   int no_grad;                      /* depth of open no-grad scopes */
   uint64_t rewinds;                 /* rewinds so far */
   uint64_t backwards;               /* backward walks so far */
+  /* Called by dl_backward after each node of the walk (whether or not its
+   * rule ran), newest first; NULL: none. dist.h uses it to start a gradient
+   * bucket's all-reduce as soon as the bucket's parameters are final. */
+  void (*on_node)(dl_tape *tp, dl_node *n, void *user);
+  void *on_node_user;
 };
 
 /* >>tape ------------------------------------------------------------------- */
@@ -278,16 +283,11 @@ DL_API dl_tensor *dl_tape_grad(dl_tape *tp, dl_tensor *x) {
   return x->grad;
 }
 
-/* The row-sparse gradient of a 2-d leaf x [rows, width] (embedding weights),
- * made on first use (dl_tensor_make's allocator; freed with x when x is owned,
- * otherwise with dl_sgrad_free(x->sgrad)). NULL when x needs no gradient. */
-DL_API dl_sgrad *dl_tape_sgrad(dl_tape *tp, dl_tensor *x) {
+/* An empty row-sparse gradient for the 2-d tensor x, attached to it (x's
+ * allocator); x's own when it has one. NULL when out of memory. */
+DL_API dl_sgrad *dl_sgrad_attach(dl_tensor *x) {
   dl_sgrad *s;
   int64_t r;
-  if (!x || !(x->flags & DL_TENSOR_REQUIRES_GRAD)) return NULL;
-  if (x->node || x->ndim != 2)
-    DL_PANIC(tp->ctx, "dl_tape_sgrad", "row-sparse gradients are for 2-d leaf tensors, not %s%s",
-             DL_SHAPESTR(x), x->node ? " (an op's output)" : "");
   if (x->sgrad) return (dl_sgrad *)x->sgrad;
   s = (dl_sgrad *)dl_alloc(x->ctx, sizeof *s);
   if (s) {
@@ -300,10 +300,25 @@ DL_API dl_sgrad *dl_tape_sgrad(dl_tape *tp, dl_tensor *x) {
   }
   if (!s || !s->slot) {
     dl_sgrad_free(s);
-    DL_PANIC(tp->ctx, "dl_tape_sgrad", "cannot allocate the sparse gradient of %s", DL_SHAPESTR(x));
+    return NULL;
   }
   for (r = 0; r < s->nrows; r++) s->slot[r] = -1;
   x->sgrad = s;
+  return s;
+}
+
+/* The row-sparse gradient of a 2-d leaf x [rows, width] (embedding weights),
+ * made on first use (dl_tensor_make's allocator; freed with x when x is owned,
+ * otherwise with dl_sgrad_free(x->sgrad)). NULL when x needs no gradient. */
+DL_API dl_sgrad *dl_tape_sgrad(dl_tape *tp, dl_tensor *x) {
+  dl_sgrad *s;
+  if (!x || !(x->flags & DL_TENSOR_REQUIRES_GRAD)) return NULL;
+  if (x->node || x->ndim != 2)
+    DL_PANIC(tp->ctx, "dl_tape_sgrad", "row-sparse gradients are for 2-d leaf tensors, not %s%s",
+             DL_SHAPESTR(x), x->node ? " (an op's output)" : "");
+  if (x->sgrad) return (dl_sgrad *)x->sgrad;
+  if (!(s = dl_sgrad_attach(x)))
+    DL_PANIC(tp->ctx, "dl_tape_sgrad", "cannot allocate the sparse gradient of %s", DL_SHAPESTR(x));
   return s;
 }
 /* Pointer to the values of `row` in s, adding the row (zeroed) when it is not
@@ -394,8 +409,10 @@ DL_API void dl_backward(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
   if (seed) dl_tensor_copy(g, seed);
   else dl_tensor_fill(g, 1.0);
   loss->grad = g;
-  for (n = from; n; n = n->prev)
+  for (n = from; n; n = n->prev) {
     if (n->out->grad) n->backward(tp, n);
+    if (tp->on_node) tp->on_node(tp, n, tp->on_node_user);
+  }
   for (n = from; n; n = n->prev)
     if (!(n->out->flags & DL_TENSOR_KEEP_GRAD)) n->out->grad = NULL;
   tp->backwards++;
