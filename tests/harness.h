@@ -81,6 +81,14 @@ static const char *harness_current = "";
     else { harness_fail++; fprintf(stderr, "FAILED %s\n", #fn); }                  \
   } while (0)
 
+/* "$TMPDIR/<name>_XXXXXX" (/tmp when TMPDIR is unset or empty) into buf,
+ * a template for mkdtemp (which the test declares with _XOPEN_SOURCE). */
+static inline char *harness_tmp_template(char *buf, size_t n, const char *name) {
+  const char *t = getenv("TMPDIR");
+  snprintf(buf, n, "%s/%s_XXXXXX", t && *t ? t : "/tmp", name);
+  return buf;
+}
+
 #define harness_finish() harness_finish_(__FILE__)
 static inline int harness_finish_(const char *file) {
   printf("%s: %d passed, %d failed, %d skipped (%d checks)\n", file, harness_pass,

@@ -803,8 +803,7 @@ int main(void) {
   memset(&cd, 0, sizeof cd);
   cd.panic = harness_panic;
   dl_ctx_init(&ctx, &cd);
-  snprintf(dir, sizeof dir, "%s/dl_report_XXXXXX", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+  if (!mkdtemp(harness_tmp_template(dir, sizeof dir, "dl_report"))) { perror("mkdtemp"); return 1; }
   RUN(test_progress_lines);
   RUN(test_progress_tenths);
   RUN(test_progress_unknown_steps);

@@ -432,8 +432,7 @@ int main(void) {
   char cmd[320];
   int rc;
   dl_ctx_init(&ctx, NULL);
-  snprintf(tmpdir, sizeof tmpdir, "%s/dl_run_XXXXXX", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  if (!mkdtemp(tmpdir)) {
+  if (!mkdtemp(harness_tmp_template(tmpdir, sizeof tmpdir, "dl_run"))) {
     perror("mkdtemp");
     return 1;
   }

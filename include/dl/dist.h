@@ -122,7 +122,6 @@ typedef struct dl_dist_desc {
 typedef struct dl__dist_bucket {
   int64_t start, end;
   int64_t last;  /* overlap: the walk position after which it is final */
-  int started, done;
 } dl__dist_bucket;
 
 typedef struct dl_dist {
@@ -145,6 +144,7 @@ typedef struct dl_dist {
   int *keyparam;           /* [nkey] their parameter numbers */
   int nkey;
   int *sparse;             /* [nsparse] parameter numbers of the row-sparse ones */
+  int *sdense;             /* [nsparse] whether any rank has a dense gradient for it this step */
   int nsparse;
   int next;                /* overlap: the next bucket to start (counting down) */
   int64_t visit;           /* overlap: nodes walked so far */
@@ -280,6 +280,7 @@ DL_API void dl__dist_free_plan(dl_dist *dd) {
   dl_free(dd->ctx, (void *)dd->key);
   dl_free(dd->ctx, dd->keyparam);
   dl_free(dd->ctx, dd->sparse);
+  dl_free(dd->ctx, dd->sdense);
   dl_free(dd->ctx, dd->nnz);
   dl_free(dd->ctx, dd->cnt);
   dl_free(dd->ctx, dd->disp);
@@ -290,7 +291,7 @@ DL_API void dl__dist_free_plan(dl_dist *dd) {
   dd->req = NULL;
 #endif
   dd->bucket = NULL;
-  dd->pbucket = dd->pbucket_end = dd->keyparam = dd->sparse = NULL;
+  dd->pbucket = dd->pbucket_end = dd->keyparam = dd->sparse = dd->sdense = NULL;
   dd->plast = NULL;
   dd->key = NULL;
   dd->nbucket = dd->nkey = dd->nsparse = 0;
@@ -430,11 +431,12 @@ DL_API dl_status dl__dist_plan(dl_dist *dd, dl_model *m) {
   dd->key = (const dl_tensor **)dl_alloc(dd->ctx, sizeof(dl_tensor *) * (size_t)(m->nparams + 1));
   dd->keyparam = (int *)dl_alloc(dd->ctx, sizeof(int) * (size_t)(m->nparams + 1));
   dd->sparse = (int *)dl_alloc(dd->ctx, sizeof(int) * (size_t)(m->nparams + 1));
+  dd->sdense = (int *)dl_alloc(dd->ctx, sizeof(int) * (size_t)(m->nparams + 1));
   dd->bucket = (dl__dist_bucket *)dl_alloc(dd->ctx, sizeof(dl__dist_bucket) * (size_t)capb);
   dd->nnz = (int64_t *)dl_alloc(dd->ctx, sizeof(int64_t) * (size_t)dd->world);
   dd->cnt = (int *)dl_alloc(dd->ctx, sizeof(int) * (size_t)dd->world);
   dd->disp = (int *)dl_alloc(dd->ctx, sizeof(int) * (size_t)dd->world);
-  if (!dd->nnz || !dd->cnt || !dd->disp || !dd->pbucket || !dd->pbucket_end || !dd->plast || !dd->key || !dd->keyparam || !dd->sparse || !dd->bucket)
+  if (!dd->nnz || !dd->cnt || !dd->disp || !dd->sdense || !dd->pbucket || !dd->pbucket_end || !dd->plast || !dd->key || !dd->keyparam || !dd->sparse || !dd->bucket)
     goto nomem;
   for (i = 0; i < m->nparams; i++) {
     dl_param *p = m->params[i];
@@ -500,30 +502,6 @@ nomem:
   return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist_attach: out of memory for the bucket plan");
 }
 
-/* Broadcast rank 0's parameters and buffers to every rank. */
-DL_API dl_status dl_dist_bcast_model(dl_dist *dd, dl_model *m) {
-  if (!dd || dd->world <= 1) return DL_OK;
-#ifdef DL_USE_MPI
-  {
-    size_t es = dl_dtype_size(m->dtype);
-    dl_status s;
-    int i;
-    if (m->pbuf && (s = dl__dist_bcast_bytes(dd, m->pbuf, (size_t)m->pnumel * es, "dl_dist_bcast_model")) != DL_OK)
-      return s;
-    for (i = 0; i < m->nparams; i++) {
-      dl_param *p = m->params[i];
-      if (p->offset >= 0 || !p->t.data || !p->t.numel) continue; /* packed above */
-      if ((s = dl__dist_bcast_bytes(dd, p->t.data, (size_t)p->t.numel * dl_dtype_size(p->t.dtype),
-                                    "dl_dist_bcast_model")) != DL_OK)
-        return s;
-    }
-  }
-#else
-  (void)m;
-#endif
-  return DL_OK;
-}
-
 /* Broadcast rank 0's buffers (parameters of kind DL_PARAM_BUFFER) only. */
 DL_API dl_status dl__dist_bcast_buffers(dl_dist *dd, dl_model *m) {
 #ifdef DL_USE_MPI
@@ -541,6 +519,20 @@ DL_API dl_status dl__dist_bcast_buffers(dl_dist *dd, dl_model *m) {
   (void)m;
 #endif
   return DL_OK;
+}
+
+/* Broadcast rank 0's parameters and buffers to every rank. */
+DL_API dl_status dl_dist_bcast_model(dl_dist *dd, dl_model *m) {
+  if (!dd || dd->world <= 1) return DL_OK;
+#ifdef DL_USE_MPI
+  {
+    size_t es = dl_dtype_size(m->dtype);
+    dl_status s;
+    if (m->pbuf && (s = dl__dist_bcast_bytes(dd, m->pbuf, (size_t)m->pnumel * es, "dl_dist_bcast_model")) != DL_OK)
+      return s;
+  }
+#endif
+  return dl__dist_bcast_buffers(dd, m);
 }
 
 /* Use m on every rank: packs it, checks that every rank built the same
@@ -604,7 +596,6 @@ DL_API void dl__dist_start(dl_dist *dd, int b) {
     dd->status = dl__dist_mpi_fail(dd, rc, "dl_dist: gradient all-reduce");
     return;
   }
-  k->started = 1;
 }
 
 /* The tape's per-node hook during an overlapped backward walk: start, in
@@ -661,75 +652,72 @@ DL_API dl_status dl__dist_sparse(dl_dist *dd) {
   size_t es = dl_dtype_size(m->dtype);
   dl_status s;
   int i, r, rc;
-  int dense[64];
-  for (i = 0; i < dd->nsparse; i += 64) {
-    int n = dd->nsparse - i < 64 ? dd->nsparse - i : 64, k;
-    for (k = 0; k < n; k++) dense[k] = (m->params[dd->sparse[i + k]]->t.flags & DL_TENSOR_DENSE_GRAD) != 0;
-    if ((s = dl__dist_allreduce(dd, dense, n, MPI_INT, MPI_MAX, "dl_dist: sparse gradients")) != DL_OK) return s;
-    for (k = 0; k < n; k++) {
-      dl_param *p = m->params[dd->sparse[i + k]];
-      dl_sgrad *sg = (dl_sgrad *)p->t.sgrad;
-      if (dense[k]) { /* tied: the whole dense gradient on every rank */
-        int64_t at, cnt;
-        p->t.flags |= DL_TENSOR_DENSE_GRAD;
-        dl__param_sparse_now(p); /* folds this rank's rows into the dense gradient */
-        for (at = 0; at < p->g.numel; at += cnt) {
-          cnt = p->g.numel - at < ((int64_t)1 << 30) ? p->g.numel - at : ((int64_t)1 << 30);
-          if ((s = dl__dist_allreduce(dd, (char *)p->g.data + (size_t)at * es, (int)cnt, dl__dist_mpi_type(m->dtype),
-                                      MPI_SUM, "dl_dist: gradient all-reduce")) != DL_OK)
-            return s;
-        }
-        dl__scale(m->ctx, p->g.data, p->g.numel, m->dtype, 1.0 / dd->world);
-      } else { /* gather the touched rows */
-        int64_t width = p->t.shape[1], total = 0, mine = sg ? sg->nnz : 0;
-        int64_t *nnz, *rows;
-        int *cnt, *disp;
-        char *vals;
-        size_t need;
-        MPI_Request rq[2];
-        MPI_Datatype rowt;
-        nnz = dd->nnz;
-        cnt = dd->cnt;
-        disp = dd->disp;
-        nnz[dd->rank] = mine;
-        if ((rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, nnz, 1, MPI_INT64_T, dd->comm, &rq[0])) != MPI_SUCCESS)
-          return dl__dist_mpi_fail(dd, rc, "dl_dist: sparse gradients");
-        if ((s = dl__dist_wait(dd, 1, rq, "dl_dist: sparse gradients")) != DL_OK) return s;
-        for (r = 0; r < dd->world; r++) total += nnz[r];
-        if (total > INT32_MAX)
-          return dl_fail(dd->ctx, DL_ERR_OVERFLOW, "dl_dist: %lld sparse rows of %s in one step", (long long)total, p->name);
-        if (total == 0) continue;
-        /* scratch: the rows, then their values */
-        need = sizeof(int64_t) * (size_t)total + es * (size_t)width * (size_t)total + 64;
-        if (!dl__dist_scratch(dd, need)) return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist: sparse gradients: out of memory");
-        rows = (int64_t *)dd->sbuf;
-        vals = (char *)(((uintptr_t)(rows + total) + 63) & ~(uintptr_t)63);
-        for (r = 0, total = 0; r < dd->world; r++) {
-          cnt[r] = (int)nnz[r];
-          disp[r] = (int)total;
-          total += nnz[r];
-        }
-        if (mine) {
-          memcpy(rows + disp[dd->rank], sg->rows, sizeof(int64_t) * (size_t)mine);
-          memcpy(vals + es * (size_t)width * (size_t)disp[dd->rank], sg->values, es * (size_t)width * (size_t)mine);
-        }
-        if ((rc = MPI_Type_contiguous((int)width, dl__dist_mpi_type(m->dtype), &rowt)) != MPI_SUCCESS ||
-            (rc = MPI_Type_commit(&rowt)) != MPI_SUCCESS)
-          return dl__dist_mpi_fail(dd, rc, "dl_dist: sparse gradients");
-        rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rows, cnt, disp, MPI_INT64_T, dd->comm, &rq[0]);
-        if (rc == MPI_SUCCESS)
-          rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, vals, cnt, disp, rowt, dd->comm, &rq[1]);
-        if (rc != MPI_SUCCESS) {
-          MPI_Type_free(&rowt);
-          return dl__dist_mpi_fail(dd, rc, "dl_dist: sparse gradients");
-        }
-        s = dl__dist_wait(dd, 2, rq, "dl_dist: sparse gradients");
-        MPI_Type_free(&rowt);
-        if (s != DL_OK) return s;
-        if (!sg && !(sg = dl_sgrad_attach(&p->t)))
-          return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist: sparse gradient of %s: out of memory", p->name);
-        dl_dist_merge_rows(sg, dd->world, nnz, rows, vals, 1.0 / dd->world);
+  for (i = 0; i < dd->nsparse; i++) dd->sdense[i] = (m->params[dd->sparse[i]]->t.flags & DL_TENSOR_DENSE_GRAD) != 0;
+  if ((s = dl__dist_allreduce(dd, dd->sdense, dd->nsparse, MPI_INT, MPI_MAX, "dl_dist: sparse gradients")) != DL_OK)
+    return s;
+  for (i = 0; i < dd->nsparse; i++) {
+    dl_param *p = m->params[dd->sparse[i]];
+    dl_sgrad *sg = (dl_sgrad *)p->t.sgrad;
+    if (dd->sdense[i]) { /* tied: the whole dense gradient on every rank */
+      int64_t at, cnt;
+      p->t.flags |= DL_TENSOR_DENSE_GRAD;
+      dl__param_sparse_now(p); /* folds this rank's rows into the dense gradient */
+      for (at = 0; at < p->g.numel; at += cnt) {
+        cnt = p->g.numel - at < ((int64_t)1 << 30) ? p->g.numel - at : ((int64_t)1 << 30);
+        if ((s = dl__dist_allreduce(dd, (char *)p->g.data + (size_t)at * es, (int)cnt, dl__dist_mpi_type(m->dtype),
+                                    MPI_SUM, "dl_dist: gradient all-reduce")) != DL_OK)
+          return s;
       }
+      dl__scale(m->ctx, p->g.data, p->g.numel, m->dtype, 1.0 / dd->world);
+    } else { /* gather the touched rows */
+      int64_t width = p->t.shape[1], total = 0, mine = sg ? sg->nnz : 0;
+      int64_t *nnz, *rows;
+      int *cnt, *disp;
+      char *vals;
+      size_t need;
+      MPI_Request rq[2];
+      MPI_Datatype rowt;
+      nnz = dd->nnz;
+      cnt = dd->cnt;
+      disp = dd->disp;
+      nnz[dd->rank] = mine;
+      if ((rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, nnz, 1, MPI_INT64_T, dd->comm, &rq[0])) != MPI_SUCCESS)
+        return dl__dist_mpi_fail(dd, rc, "dl_dist: sparse gradients");
+      if ((s = dl__dist_wait(dd, 1, rq, "dl_dist: sparse gradients")) != DL_OK) return s;
+      for (r = 0; r < dd->world; r++) total += nnz[r];
+      if (total > INT32_MAX)
+        return dl_fail(dd->ctx, DL_ERR_OVERFLOW, "dl_dist: %lld sparse rows of %s in one step", (long long)total, p->name);
+      if (total == 0) continue;
+      /* scratch: the rows, then their values */
+      need = sizeof(int64_t) * (size_t)total + es * (size_t)width * (size_t)total + 64;
+      if (!dl__dist_scratch(dd, need)) return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist: sparse gradients: out of memory");
+      rows = (int64_t *)dd->sbuf;
+      vals = (char *)(((uintptr_t)(rows + total) + 63) & ~(uintptr_t)63);
+      for (r = 0, total = 0; r < dd->world; r++) {
+        cnt[r] = (int)nnz[r];
+        disp[r] = (int)total;
+        total += nnz[r];
+      }
+      if (mine) {
+        memcpy(rows + disp[dd->rank], sg->rows, sizeof(int64_t) * (size_t)mine);
+        memcpy(vals + es * (size_t)width * (size_t)disp[dd->rank], sg->values, es * (size_t)width * (size_t)mine);
+      }
+      if ((rc = MPI_Type_contiguous((int)width, dl__dist_mpi_type(m->dtype), &rowt)) != MPI_SUCCESS ||
+          (rc = MPI_Type_commit(&rowt)) != MPI_SUCCESS)
+        return dl__dist_mpi_fail(dd, rc, "dl_dist: sparse gradients");
+      rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rows, cnt, disp, MPI_INT64_T, dd->comm, &rq[0]);
+      if (rc == MPI_SUCCESS)
+        rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, vals, cnt, disp, rowt, dd->comm, &rq[1]);
+      if (rc != MPI_SUCCESS) {
+        MPI_Type_free(&rowt);
+        return dl__dist_mpi_fail(dd, rc, "dl_dist: sparse gradients");
+      }
+      s = dl__dist_wait(dd, 2, rq, "dl_dist: sparse gradients");
+      MPI_Type_free(&rowt);
+      if (s != DL_OK) return s;
+      if (!sg && !(sg = dl_sgrad_attach(&p->t)))
+        return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist: sparse gradient of %s: out of memory", p->name);
+      dl_dist_merge_rows(sg, dd->world, nnz, rows, vals, 1.0 / dd->world);
     }
   }
   return DL_OK;
@@ -757,7 +745,6 @@ DL_API void dl__dist_reset(dl_dist *dd) {
   dd->next = dd->nbucket - 1;
   dd->visit = 0;
   for (b = 0; b < dd->nbucket; b++) {
-    dd->bucket[b].started = dd->bucket[b].done = 0;
     dd->bucket[b].last = INT64_MAX;
     dd->req[b] = MPI_REQUEST_NULL;
   }
@@ -796,11 +783,9 @@ DL_API dl_status dl_dist_backward(dl_dist *dd, dl_tape *tp, dl_tensor *loss) {
 #ifdef DL_USE_MPI
   dl__dist_reset(dd);
   if (!dd->desc.no_overlap && dd->nbucket > 0) {
-    dl_node *n, *from = NULL;
+    dl_node *n, *from = dl_tape_node_of(tp, loss);
     int64_t v = 0;
     int i, k, b;
-    for (n = tp->last; n; n = n->prev)
-      if (n->out == loss) { from = n; break; }
     if (from) {
       /* the position after which each parameter is final: its last use in
        * the walk (a parameter the walk never meets is final at the end) */

@@ -372,16 +372,22 @@ DL_API void dl_sgrad_add_to(const dl_sgrad *s, dl_tensor *dense) {
 
 /* >>backward --------------------------------------------------------------- */
 
+/* The node that recorded t on tp (the newest one), or NULL. */
+DL_API dl_node *dl_tape_node_of(const dl_tape *tp, const dl_tensor *t) {
+  dl_node *n;
+  for (n = tp->last; n; n = n->prev)
+    if (n->out == t) return n;
+  return NULL;
+}
+
 /* Back-propagate from `loss`: with seed NULL, loss must hold one element and
  * its gradient is 1; otherwise seed (loss's shape and dtype) is the gradient
  * of some scalar with respect to loss. Accumulates into the leaves' .grad
  * (and row-sparse gradients). Can be called again for another loss recorded
  * on the same tape before the rewind (gradients add up). */
 DL_API void dl_backward(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
-  dl_node *n, *from = NULL;
+  dl_node *n, *from = dl_tape_node_of(tp, loss);
   dl_tensor *g;
-  for (n = tp->last; n; n = n->prev)
-    if (n->out == loss) { from = n; break; }
   if (!from) {
     if (tp->nodes == 0 && tp->rewinds > 0) /* rewound, nothing recorded since */
       DL_PANIC(tp->ctx, "dl_backward",
