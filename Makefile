@@ -7,12 +7,14 @@
 #   make test    the whole test suite; ends with "N passed, N failed"
 #   make bench   benchmarks against their references, printed as ratios
 #   make quick   the test suite without the sanitizer pass
+#   make gpu     the CUDA library build/libdlgpu.a from src_gpu/ (nvcc; see dl/gpu.h),
+#                and the examples built for --device cuda (build/*_cuda)
 
 CC = gcc
 WARN = -std=c11 -Wall -Wextra -Wpedantic -Werror
 BUILD = build
 
-.PHONY: all run examples test quick bench clean deps-run deps-test deps-bench
+.PHONY: all run examples test quick bench clean deps-run deps-test deps-bench gpu gpu-lib
 
 all: test
 
@@ -53,3 +55,30 @@ bench: deps-bench
 
 clean:
 	rm -rf $(BUILD)
+
+# The GPU library: every src_gpu/*.cu compiled by nvcc for Ampere (sm_80) and
+# Hopper (sm_90, plus its PTX for later GPUs), archived into build/libdlgpu.a.
+# A program that defines DL_USE_CUDA links it with $(GPU_LIBS).
+CUDA ?= /usr/local/cuda
+NVCC ?= $(shell command -v nvcc 2>/dev/null || echo $(CUDA)/bin/nvcc)
+NVFLAGS = -std=c++17 -O3 -Werror all-warnings -Iinclude -Isrc_gpu \
+  -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+GPU_SRC = $(wildcard src_gpu/*.cu)
+GPU_OBJ = $(patsubst src_gpu/%.cu,$(BUILD)/gpu/%.o,$(GPU_SRC))
+GPU_DEPS = $(wildcard src_gpu/*.h include/dl/gpu/*.h include/dl/gpu/*.cuh include/dl/*.h)
+GPU_CFLAGS = -DDL_USE_CUDA -I$(CUDA)/include
+GPU_LIBS = $(BUILD)/libdlgpu.a -L$(CUDA)/lib64 -lcudnn -lcublas -lcudart -lstdc++
+
+$(BUILD)/gpu/%.o: src_gpu/%.cu $(GPU_DEPS)
+	@mkdir -p $(BUILD)/gpu
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/libdlgpu.a: $(GPU_OBJ)
+	rm -f $@
+	ar rcs $@ $(GPU_OBJ)
+
+gpu-lib: $(BUILD)/libdlgpu.a
+
+gpu: gpu-lib
+	$(CC) $(WARN) $(FAST) $(GPU_CFLAGS) -Iinclude examples/fashion_mlp.c -o $(BUILD)/fashion_mlp_cuda $(GPU_LIBS) -lopenblas -lz -lm
+	$(CC) $(WARN) $(FAST) $(GPU_CFLAGS) -Iinclude examples/fashion_cnn.c -o $(BUILD)/fashion_cnn_cuda $(GPU_LIBS) -lopenblas -lz -lm

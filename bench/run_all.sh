@@ -21,6 +21,8 @@
 #      < 3 s)
 #   8. the MLP example data-parallel over MPI: 1 rank vs 2 ranks, 1 thread
 #      each, speed-up and scaling efficiency (run_dist.sh)
+#   9. the Fashion examples trained on the GPU (--device cuda) vs PyTorch on
+#      the same GPU (run_gpu.sh; goals >= 2x MLP, >= 1x CNN; SKIP without a GPU)
 set -u
 cd "$(dirname "$0")/.."
 B=build/bench
@@ -62,4 +64,7 @@ bash bench/run_train.sh || status=1
 echo
 echo "== data-parallel training over MPI (run_dist.sh) =="
 bash bench/run_dist.sh || status=1
+echo
+echo "== training on the GPU vs PyTorch CUDA (run_gpu.sh) =="
+bash bench/run_gpu.sh || status=1
 exit $status

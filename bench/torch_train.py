@@ -4,7 +4,11 @@
 examples/fashion_cnn.c, written the way a PyTorch user would, in eager mode.
 
   /usr/bin/python3 bench/torch_train.py MODEL [subset=20000] [threads=2]
-                   [epochs=1] [batch=64] [data=/usr/share/datasets/fashion-mnist]
+                   [epochs=1] [batch=64] [data=/usr/share/datasets/fashion-mnist] [device=cpu]
+
+device `cuda` (bench/run_gpu.sh) trains on the GPU: the model there, each
+batch made on the host as below and copied over with .to("cuda"), as the C
+programs' --device cuda does; `SKIP` when torch has no CUDA device.
 
 MODEL is `mlp` (Flatten, Linear(784, 256), ReLU, Linear(256, 128), ReLU,
 Linear(128, 10)) or `cnn` (Conv2d(1, 32, 3, padding=1), BatchNorm2d(32), ReLU,
@@ -53,6 +57,7 @@ def main():
     epochs = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     batch = int(sys.argv[5]) if len(sys.argv) > 5 else 64
     data = sys.argv[6] if len(sys.argv) > 6 else "/usr/share/datasets/fashion-mnist"
+    device = sys.argv[7] if len(sys.argv) > 7 else "cpu"
     try:
         import numpy  # noqa: F401
         import torch
@@ -63,6 +68,10 @@ def main():
         return 0
     torch.set_num_threads(threads)
     torch.manual_seed(1)
+    if device != "cpu" and not torch.cuda.is_available():
+        print(f"SKIP torch_train: torch {torch.__version__} sees no CUDA device")
+        return 0
+    dev = torch.device(device)
 
     xtr = read_idx(os.path.join(data, "train-images-idx3-ubyte.gz"), 16).reshape(-1, 1, 28, 28)
     ytr = read_idx(os.path.join(data, "train-labels-idx1-ubyte.gz"), 8)
@@ -83,6 +92,7 @@ def main():
                               nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
                               nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
         eval_batch = 500
+    model.to(dev)
     lr0 = 1e-3
     opt = torch.optim.Adam(model.parameters(), lr=lr0)
     steps_per_epoch = (n + batch - 1) // batch
@@ -96,8 +106,8 @@ def main():
         perm = torch.randperm(n, generator=gen)
         for i in range(0, n, batch):
             idx = perm[i:i + batch]
-            xb = xtr[idx].float().div_(255.0).sub_(MEAN).div_(STD)
-            yb = ytr[idx]
+            xb = xtr[idx].float().div_(255.0).sub_(MEAN).div_(STD).to(dev)
+            yb = ytr[idx].to(dev)
             for g in opt.param_groups:
                 g["lr"] = lr0 * 0.5 * (1.0 + math.cos(math.pi * step / total))
             logits = model(xb)
@@ -108,6 +118,8 @@ def main():
             opt.step()
             opt.zero_grad(set_to_none=True)
             step += 1
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
         seconds += time.perf_counter() - t0
 
     model.eval()
@@ -115,12 +127,13 @@ def main():
     xte_t, yte_t = torch.from_numpy(xte.copy()), torch.from_numpy(yte.astype("int64"))
     with torch.no_grad():
         for i in range(0, xte_t.shape[0], eval_batch):
-            xb = xte_t[i:i + eval_batch].float().div_(255.0).sub_(MEAN).div_(STD)
-            correct += int((model(xb).argmax(1) == yte_t[i:i + eval_batch]).sum().item())
+            xb = xte_t[i:i + eval_batch].float().div_(255.0).sub_(MEAN).div_(STD).to(dev)
+            correct += int((model(xb).argmax(1).cpu() == yte_t[i:i + eval_batch]).sum().item())
     print("torch_train model=%s samples_per_s=%.1f threads=%d steps=%d batch=%d train_s=%.3f train_loss=%.4f "
-          "train_acc=%.4f test_acc=%.4f torch=%s" % (
+          "train_acc=%.4f test_acc=%.4f torch=%s device=%s" % (
               kind, n * epochs / seconds, threads, step, batch, seconds, loss_sum / step, right / (n * epochs),
-              correct / xte_t.shape[0], torch.__version__))
+              correct / xte_t.shape[0], torch.__version__,
+              torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"))
     return 0
 
 

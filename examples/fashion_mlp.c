@@ -26,6 +26,9 @@
  *   mpicc -std=c11 -O2 -DDL_USE_MPI -Iinclude examples/fashion_mlp.c -o fashion_mlp_mpi -lz -lm
  *   mpirun -np 2 ./fashion_mlp_mpi --threads 1   (as root add --allow-run-as-root)
  *
+ * On an NVIDIA GPU (--device cuda; dl/gpu.h): `make gpu` builds the CUDA library and
+ * build/fashion_mlp_cuda, i.e. this file with -DDL_USE_CUDA linked with build/libdlgpu.a.
+ *
  * dl-example-flags: -lz
  */
 #define DL_USE_ZLIB
@@ -59,6 +62,7 @@ typedef struct prog {
   dl_run r;
   dl_confusion cm;
   dl_dist dd;
+  dl_gpu *gpu; /* --device cuda */
 } prog;
 
 static int fail(prog *p, const char *argv0) {
@@ -100,9 +104,15 @@ static int run(prog *p, dl_train_opts *o, int64_t h1, int64_t h2, double wd, con
   p->m = make_mlp(ctx, (uint64_t)o->seed, h1, h2);
   if (!p->m || dl_model_status(p->m) != DL_OK) return fail(p, argv0);
   if (dl_dist_attach(&p->dd, p->m) != DL_OK) return fail(p, argv0); /* rank 0's initial weights everywhere */
+  if (p->dd.world > 1 && o->device && strcmp(o->device, "cpu") != 0) {
+    dl_fail(ctx, DL_ERR_UNSUPPORTED, "--device %s with several MPI ranks is not implemented yet", o->device);
+    return fail(p, argv0);
+  }
+  if (dl_train_device(ctx, o, p->m, &p->gpu) != DL_OK) return fail(p, argv0); /* before the optimizer */
   ac = dl_adam_defaults(o->lr);
   ac.weight_decay = wd;
   if (!(p->opt = dl_optim_adam(p->m, &ac)) || dl_tape_init(&p->tp, ctx, 0) != DL_OK ||
+      (p->gpu && dl_tape_use_gpu(&p->tp, p->gpu) != DL_OK) ||
       dl_confusion_init(&p->cm, ctx, 10) != DL_OK)
     return fail(p, argv0);
   if (dl_run_begin(&p->r, ctx, &(dl_run_desc){.opts = o, .model = p->m, .optim = p->opt, .batcher = &p->tb,
@@ -119,7 +129,8 @@ static int run(prog *p, dl_train_opts *o, int64_t h1, int64_t h2, double wd, con
            (long long)p->train.n, (long long)steps_per_epoch, (long long)o->batch, (long long)p->test.n,
            dl_ctx_threads(ctx));
     dl_batcher_set_epoch(&p->eb, 0);
-    if (dl_batcher_next(&p->eb, &first)) dl_model_summary(p->m, stdout, first.x);
+    if (p->gpu) printf("device: %s\n", dl_gpu_name(p->gpu));
+    else if (dl_batcher_next(&p->eb, &first)) dl_model_summary(p->m, stdout, first.x); /* a host pass */
     if (p->r.epoch > 0)
       printf("resumed from %s after epoch %lld (step %lld)\n", o->resume, (long long)p->r.epoch, (long long)p->r.step);
   }
@@ -131,10 +142,10 @@ static int run(prog *p, dl_train_opts *o, int64_t h1, int64_t h2, double wd, con
       double lv;
       int64_t correct;
       dl_optim_set_lr(p->opt, dl_lr_cosine_warmup(o->lr, p->r.step, 0, total_steps, 0));
-      logits = dl_model_forward(p->m, &p->tp, b.x);
-      loss = dl_t_cross_entropy(&p->tp, logits, b.y, 0, DL_REDUCE_MEAN);
-      lv = dl__get_at(loss, 0);
-      correct = dl_accuracy_count(logits, b.y);
+      logits = dl_model_forward(p->m, &p->tp, dl_tape_input(&p->tp, b.x)); /* on the GPU: a copy there */
+      loss = dl_t_cross_entropy(&p->tp, logits, b.y, 0, DL_REDUCE_MEAN); /* labels are read on the host */
+      lv = dl_item(loss);
+      correct = dl_accuracy_count(dl_tape_host(&p->tp, logits), b.y);
       if (dl_dist_train_step(&p->dd, p->opt, &p->tp, loss, NULL, NULL) != DL_OK) return fail(p, argv0);
       dl_tape_rewind(&p->tp);
       dl_run_step(&p->r, b.size, lv, correct);
@@ -197,6 +208,7 @@ int main(int argc, char **argv) {
   dl_dataset_free(&p->train);
   dl_dataset_free(&p->train_all);
   dl_dataset_free(&p->test);
+  dl_gpu_close(p->gpu); /* after everything on it */
   rc = dl_dist_finalize(&p->dd, rc); /* MPI_Abort when this rank failed alone: the others may wait for it */
   free(p);
   return rc;

@@ -65,6 +65,7 @@
 #include "dl/ops.h"
 #include "dl/layers.h"
 #include "dl/optim.h"
+#include "dl/gpu.h"
 #include "dl/io.h"
 #include "dl/data.h"
 #include "dl/report.h"

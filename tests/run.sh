@@ -8,6 +8,10 @@
 #   2. tests/test_*.c built with gcc -O2 -fopenmp (plus the flags a test names
 #      on a "dl-test-flags:" line) and run (test_blas also with OpenBLAS),
 #      2 OpenMP threads
+#   2c. with nvcc: the CUDA library (make gpu-lib), tests/test_gpu*.c built with
+#      DL_USE_CUDA (skips without a GPU), the op list's kernel functions and
+#      the kernels' bodies of src_gpu/ run on the host against the CPU
+#      (tests/gpu_host/), the examples linked with CUDA (--device cuda)
 #   2b. with Open MPI: tests/mpi/ (dist.h across 2 ranks, failing ranks,
 #      the Fashion-MNIST examples under mpirun)
 #   3. tests/compile_fail/*.c must fail to compile, with the message the file's
@@ -94,6 +98,67 @@ for t in tests/test_*.c; do
     else echo "SKIP test_blas with OpenBLAS: cblas.h not found (apt-get install libopenblas-dev)"; skip=$((skip + 1)); fi
   fi
 done
+
+# --- 2c. the GPU backend (gpu.h, src_gpu/) ---------------------------------------
+# Where nvcc exists: `make gpu-lib` builds build/libdlgpu.a; tests/test_gpu*.c
+# are built again with DL_USE_CUDA and linked with it (they check every op on
+# the GPU against the CPU, or skip with a message when there is no GPU);
+# tests/gpu_ew_host.cu runs the op list's generated kernel functions on the
+# host; the Fashion examples link with CUDA and, without a GPU, must refuse
+# --device cuda with a status (with one, train a few steps on it).
+if command -v nvcc >/dev/null; then
+  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+  GPU_LINK="build/libdlgpu.a -L$CUDA_HOME/lib64 -lcudnn -lcublas -lcudart -lstdc++"
+  if make -s gpu-lib CUDA="$CUDA_HOME" >"$B/gpu.log" 2>&1; then
+    ok
+    # a user's op kernels (tests/gpu_user_ops.cu), linked as an object as gpu.h says
+    nvcc -std=c++17 -Werror all-warnings -O3 -Iinclude -Itests -gencode arch=compute_80,code=sm_80 \
+      -gencode arch=compute_90,code=sm_90 -c tests/gpu_user_ops.cu -o "$B/gpu_user_ops.o" 2>"$B/gpu.log" ||
+      { bad "tests/gpu_user_ops.cu (build)"; head -20 "$B/gpu.log"; }
+    for t in tests/test_gpu*.c; do
+      n=$(basename "$t" .c)_cuda
+      if $CC $WARN -O2 -fopenmp -DDL_USE_CUDA -I"$CUDA_HOME/include" -Iinclude -Itests "$t" \
+          -o "$B/$n" "$B/gpu_user_ops.o" $GPU_LINK -lm 2>"$B/gpu.log"; then
+        run_test "$n" env LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}" "$B/$n"
+      else bad "$n (build with DL_USE_CUDA)"; head -30 "$B/gpu.log"; fi
+    done
+    # the library's element-wise launchers are reached through weak references:
+    # each must have been linked from the archive (a weak one left unresolved
+    # would panic "no GPU kernel" on a GPU)
+    if [ -x "$B/test_gpu_cuda" ]; then
+      weak=$(nm "$B/test_gpu_cuda" | awk '$1 == "w" && $2 ~ /^dl__op_.*__gpu$/ {print $2}')
+      if [ -z "$weak" ]; then ok; else bad "element-wise launchers not linked: $(echo $weak | head -c 300)"; fi
+    fi
+    for ex in fashion_mlp fashion_cnn; do
+      if $CC $WARN -O2 -DDL_USE_CUDA -I"$CUDA_HOME/include" -Iinclude examples/$ex.c -o "$B/${ex}_cuda" \
+          $GPU_LINK -lz -lm 2>"$B/gpu.log"; then
+        out=$(cd "$B" && LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}" timeout 600 ./${ex}_cuda \
+              --device cuda --epochs 1 --subset 2000 --quiet --save ${ex}_cuda.safetensors --csv ${ex}_cuda.csv 2>&1); rc=$?
+        if [ $rc -eq 0 ] && echo "$out" | grep -q '^result: test_acc='; then ok; echo "$ex --device cuda: $(echo "$out" | tail -n 1)"
+        elif [ $rc -eq 1 ] && echo "$out" | grep -q 'no CUDA device'; then ok; echo "$ex --device cuda, no GPU here: $(echo "$out" | tail -n 1)"
+        else bad "$ex --device cuda (exit $rc)"; echo "$out" | tail -n 15; fi
+      else bad "$ex with DL_USE_CUDA (build)"; head -30 "$B/gpu.log"; fi
+    done
+  else bad "make gpu-lib (nvcc build of src_gpu/)"; grep -v '^$' "$B/gpu.log" | head -40; fi
+  if [ -f tests/gpu_ew_host.cu ]; then
+    if nvcc -std=c++17 -Werror all-warnings -Iinclude tests/gpu_ew_host.cu -o "$B/gpu_ew_host" 2>"$B/gpu.log"; then
+      run_test gpu_ew_host "$B/gpu_ew_host"
+    else bad "tests/gpu_ew_host.cu (build)"; cut -c1-300 "$B/gpu.log" | head -20; fi
+  fi
+  # the kernels' element and row bodies of src_gpu/X.cu run on the host
+  # against the CPU ops (tests/gpu_host/X_host.cu + X_ref.c)
+  for t in tests/gpu_host/*_host.cu; do
+    [ -f "$t" ] || continue
+    n=$(basename "$t" _host.cu)
+    if $CC $WARN -O1 -Iinclude -c "tests/gpu_host/${n}_ref.c" -o "$B/${n}_ref.o" 2>"$B/gpu.log" &&
+       nvcc -std=c++17 -Werror all-warnings -O1 -Iinclude -Isrc_gpu "$t" "$B/${n}_ref.o" -o "$B/${n}_host" -lm \
+         2>>"$B/gpu.log"; then
+      run_test "gpu_host_$n" "$B/${n}_host"
+    else bad "$t (build)"; cut -c1-300 "$B/gpu.log" | head -20; fi
+  done
+else
+  echo "SKIP GPU build: nvcc not found (the CUDA toolkit is not installed here)"; skip=$((skip + 1))
+fi
 
 # --- 2b. across MPI ranks (dist.h) ---------------------------------------------
 # tests/mpi/test_dist_mpi.c under mpirun -np 2 (2 ranks = 1 process at twice

@@ -127,7 +127,7 @@ static void test_train_flags(void) {
   int n, i, j;
   memset(&o, 0, sizeof o);
   n = dl_train_flags(&o, f);
-  CHECK(n == DL_TRAIN_NFLAGS && n == 17);
+  CHECK(n == DL_TRAIN_NFLAGS && n == 18);
   for (i = 0; i < n; i++)
     for (j = i + 1; j < n; j++) CHECK_MSG(strcmp(f[i].name, f[j].name) != 0, "flag %s twice", f[i].name);
   {
@@ -137,6 +137,24 @@ static void test_train_flags(void) {
     CHECK(o.epochs == 3 && o.batch == 16 && o.lr == 0.01 && o.seed == 9 && o.threads == 1 && strcmp(o.save, "w") == 0 &&
           strcmp(o.checkpoint, "c") == 0 && strcmp(o.csv, "l") == 0 && o.subset == 100 && o.stop_after == 2 && o.quiet);
     CHECK(dl_train_opts_check(&ctx, &o) == DL_OK);
+  }
+  { /* --device: cpu, cuda, cuda:N; the GPU refuses training state files (not implemented there) */
+    static const char *const good[] = {"cpu", "cuda", "cuda:0", "cuda:12"}, *const bad[] = {"tpu", "cuda:", "cuda:x", "cudax"};
+    size_t k;
+    for (k = 0; k < 4; k++) {
+      char *argv[] = {"p", "--device", (char *)good[k]};
+      memset(&o, 0, sizeof o);
+      CHECK(dl_flags_parse(&ctx, 3, argv, f, n, NULL, 0, NULL) == DL_OK && strcmp(o.device, good[k]) == 0);
+      CHECK_MSG(dl_train_opts_check(&ctx, &o) == DL_OK, "--device %s", good[k]);
+      o.resume = "r.ckpt";
+      CHECK_MSG(dl_train_opts_check(&ctx, &o) == (k ? DL_ERR_UNSUPPORTED : DL_OK), "--device %s --resume", good[k]);
+    }
+    for (k = 0; k < 4; k++) {
+      memset(&o, 0, sizeof o);
+      o.device = bad[k];
+      CHECK_MSG(dl_train_opts_check(&ctx, &o) == DL_ERR_ARG && strstr(dl_ctx_message(&ctx), "cpu, cuda or cuda:N"),
+                "--device %s: %s", bad[k], dl_ctx_message(&ctx));
+    }
   }
   {
     char *argv[] = {"p", "--batch", "0"};

@@ -1110,6 +1110,17 @@ DL_API void dl_matmul_into(dl_tensor *C, const dl_tensor *A, const dl_tensor *B,
       DL_PANIC(C->ctx, "dl_matmul", "batch dimensions of %s / %s are not uniformly strided",
                DL_SHAPESTR(A), DL_SHAPESTR(B));
   }
+#ifdef DL__CUDA_C
+  if (C->device == DL_CUDA || A->device == DL_CUDA || B->device == DL_CUDA) { /* cuBLAS */
+    if (C->device != A->device || C->device != B->device)
+      DL_PANIC(C->ctx, "dl_matmul", "%s @ %s -> %s: operands on different devices", DL_SHAPESTR(A),
+               DL_SHAPESTR(B), DL_SHAPESTR(C));
+    dl__gpu_ok(C, "dl_matmul",
+               dlg_gemm_batched(dl__gpu_h(C, "dl_matmul"), (int)A->dtype, ta == DL_TRANS, tb == DL_TRANS, M, N, K,
+                                alpha, A->data, lda, sa, B->data, ldb, sb, beta, C->data, N, M * N, batch));
+    return;
+  }
+#endif
   if (A->dtype == DL_F32)
     dl_gemm_batched_f32(C->ctx, ta, tb, M, N, K, (float)alpha, (const float *)A->data, lda, sa,
                         (const float *)B->data, ldb, sb, (float)beta, (float *)C->data, N, M * N, batch);

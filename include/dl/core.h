@@ -131,8 +131,10 @@ typedef struct dl__team_state {
   int probe;       /* parallel loops judged since the last back-off */
 } dl__team_state;
 
+struct dl_gpu; /* a device (gpu.h) */
 typedef struct dl_ctx {
   dl_ctx_desc desc;      /* as given, with defaults filled in */
+  struct dl_gpu *gpu;    /* the device opened on this context (gpu.h's dl_gpu_open), NULL: none */
   dl_status status;      /* last failure reported through this context */
   char message[512];     /* its readable message ("" when none) */
   dl__team_state team;   /* whether fused loops' OpenMP teams pay (expr.h) */

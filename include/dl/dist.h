@@ -544,6 +544,9 @@ DL_API dl_status dl_dist_bcast_model(dl_dist *dd, dl_model *m) {
 DL_API dl_status dl_dist_attach(dl_dist *dd, dl_model *m) {
   dl_status s;
   if ((s = dl_model_pack(m)) != DL_OK) return dl_fail(dd->ctx, s, "dl_dist_attach: cannot pack the model");
+  if (dd->world > 1 && m->nparams && m->params[0]->t.device != DL_CPU) /* the exchange reads host buffers */
+    return dl_fail(dd->ctx, DL_ERR_UNSUPPORTED, "dl_dist_attach: a model on the GPU over several ranks "
+                   "needs the NCCL path, which is not implemented yet");
   if ((s = dl__dist_plan(dd, m)) != DL_OK) return s;
   if (dd->world <= 1) return DL_OK;
 #ifdef DL_USE_MPI

@@ -309,6 +309,9 @@ DL_API void dl__probe_operand(dl__probe *p, const dl_tensor *t) {
     dl_panic_at(y->ctx, p->file, p->line, "DL_ASSIGN",
                 "dtype mismatch: destination %s, operand %s in `%s` (no implicit conversion)",
                 DL_SHAPESTR(y), DL_SHAPESTR(t), p->expr);
+  if (t->device != y->device) /* the loop runs on the host (expr.h); a device operand is not readable there */
+    dl_panic_at(y->ctx, p->file, p->line, "DL_ASSIGN", "operand %s is on the GPU in `%s`: DL_ASSIGN runs on the host",
+                DL_SHAPESTR(t), p->expr);
   off = y->ndim - t->ndim;
   for (d = 0; d < t->ndim; d++)
     if (off < 0 || (t->shape[d] != 1 && t->shape[d] != y->shape[d + off])) break;
@@ -479,12 +482,17 @@ typedef double dl__cxx_Nd;
     return dl__cxx_##name(dl__cxx_cv<T>::from(a), dl__cxx_cv<T>::from(b));             \
   }
 /* x differentiable, p a plain number */
+/* The number parameter in the computation's precision (float for f32 and
+ * dl_dual, as DL_SCALAR(float) makes it in C): no ambiguous overload. */
+template <class T> struct dl__cxx_pt { typedef double type; };
+template <> struct dl__cxx_pt<float> { typedef float type; };
+template <> struct dl__cxx_pt<dl_dual> { typedef float type; };
 #define DL__CXX_PARAM1(name)                                                           \
   DL__CXX_SEL2(name, dl__cxx_N)                                                        \
   template <class A>                                                                   \
   DL_HD inline typename dl__cxx_common<A, A>::type dl_##name(A a, double p) {          \
     typedef typename dl__cxx_common<A, A>::type T;                                     \
-    return dl__cxx_##name(dl__cxx_cv<T>::from(a), p);                                  \
+    return dl__cxx_##name(dl__cxx_cv<T>::from(a), (typename dl__cxx_pt<T>::type)p);    \
   }
 DL__CXX_UNARY(neg) DL__CXX_UNARY(exp) DL__CXX_UNARY(log) DL__CXX_UNARY(log1p)
 DL__CXX_UNARY(expm1) DL__CXX_UNARY(sqrt) DL__CXX_UNARY(sin) DL__CXX_UNARY(cos)

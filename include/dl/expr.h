@@ -116,6 +116,11 @@ DL_API void dl__probe_begin(dl__probe *p, const dl_tensor *dst, const char *expr
   if (dst->dtype != DL_F32 && dst->dtype != DL_F64)
     dl_panic_at(dst->ctx, file, line, "DL_ASSIGN",
                 "destination %s must be f32 or f64 in `%s`", DL_SHAPESTR(dst), expr);
+  if (dst->device != DL_CPU)
+    dl_panic_at(dst->ctx, file, line, "DL_ASSIGN",
+                "destination %s is on the GPU: DL_ASSIGN runs on the host (its expression is compiled "
+                "by the C compiler); on the GPU use an op of the list or a user op with its "
+                "DL_GPU_DEFINE_OP line compiled by nvcc: `%s`", DL_SHAPESTR(dst), expr);
 }
 
 /* Byte range [lo, hi) that a tensor's elements span. */
@@ -397,6 +402,93 @@ DL_API void dl__bwalk_at(const dl__bwalk *w, int64_t i, int64_t *oy, int64_t *ox
 
 DL_API void dl__unused(int n, ...) { (void)n; }
 
+/* >>device dispatch (DL_USE_CUDA) ------------------------------------------ */
+#ifdef DL_USE_CUDA
+#if defined(__GNUC__) || defined(__clang__)
+#define DL__WEAK __attribute__((weak))
+#else
+#error "dl.h: DL_USE_CUDA needs gcc or clang (weak symbols find a user op's GPU launcher)"
+#endif
+/* Strides of operand t aligned to shape[0..nd) (0 along broadcast sizes);
+ * panics naming op when t does not broadcast to it. Returns whether t is
+ * contiguous with exactly that shape. */
+DL_API int dl__ew_strides(const char *op, const dl_tensor *t, const dl_tensor *out, int nd,
+                          const int64_t *shape, int64_t *st) {
+  int d, off = nd - t->ndim, contig = t->ndim == nd && dl_tensor_is_contiguous(t);
+  if (off < 0) DL_PANIC(out->ctx, op, "%s does not broadcast to %s", DL_SHAPESTR(t), DL_SHAPESTR(out));
+  for (d = 0; d < nd; d++) {
+    int64_t sz = d < off ? 1 : t->shape[d - off];
+    if (sz != shape[d] && sz != 1)
+      DL_PANIC(out->ctx, op, "%s does not broadcast to %s", DL_SHAPESTR(t), DL_SHAPESTR(out));
+    st[d] = (d < off || (sz == 1 && shape[d] != 1)) ? 0 : t->strides[d - off];
+    if (sz != shape[d]) contig = 0;
+  }
+  return contig;
+}
+/* One element-wise op of the list on the device: fn is its launcher
+ * (FAM__gpu from src_gpu/ew.cu or the user's DL_GPU_DEFINE_OP line), the
+ * slots as dl/gpu/abi.h describes for `mode`; out (y, ty or gy) contiguous.
+ * Every given tensor must be on the device. */
+/* Fills e and ptr for the slots (see dl/gpu/abi.h); returns e->n. */
+DL_API int64_t dl__gpu_ew_prep(const char *op, int mode, const dl_tensor *out, const dl_tensor *x0, const dl_tensor *x1,
+                               const dl_tensor *s3, const dl_tensor *s4, dlg_ew *ep, void **ptr) {
+  const dl_tensor *slot[5];
+  dlg_ew e;
+  int k, d, contig = 1;
+  slot[0] = out; slot[1] = x0; slot[2] = x1; slot[3] = s3; slot[4] = s4;
+  if (!dl_tensor_is_contiguous(out))
+    DL_PANIC(out->ctx, op, "on the GPU the output %s must be contiguous", DL_SHAPESTR(out));
+  memset(&e, 0, sizeof e);
+  e.ndim = out->ndim;
+  e.n = out->numel;
+  for (d = 0; d < out->ndim; d++) e.shape[d] = out->shape[d];
+  for (k = 0; k < 5; k++) {
+    ptr[k] = slot[k] ? slot[k]->data : NULL;
+    if (!slot[k]) continue;
+    if (slot[k]->device != DL_CUDA)
+      DL_PANIC(out->ctx, op, "%s is on the host and %s on the GPU: move both to one device",
+               DL_SHAPESTR(slot[k]), DL_SHAPESTR(out));
+    if (slot[k]->dtype != out->dtype)
+      DL_PANIC(out->ctx, op, "dtype mismatch: %s and %s (never converted)", DL_SHAPESTR(slot[k]),
+               DL_SHAPESTR(out));
+    contig &= dl__ew_strides(op, slot[k], out, out->ndim, e.shape, e.st[k]);
+    if (mode == DLG_BWD && k >= 3)
+      for (d = 0; d < out->ndim; d++) e.atomic |= e.st[k][d] == 0 && e.shape[d] > 1;
+  }
+  e.contig = contig;
+  *ep = e;
+  return e.n;
+}
+DL_API void dl__gpu_ew(const char *op, dlg_ew_fn fn, int mode, const dl_tensor *out, const dl_tensor *x0,
+                       const dl_tensor *x1, const dl_tensor *s3, const dl_tensor *s4, double p0) {
+  void *ptr[5];
+  dlg_ew e;
+  if (!fn)
+    DL_PANIC(out->ctx, op, "no GPU kernel for this op: compile its definition line with nvcc too "
+             "(DL_GPU_DEFINE_OP1/1P/2 in a .cu file, see dl/gpu/ew.cuh) and link it");
+  if (dl__gpu_ew_prep(op, mode, out, x0, x1, s3, s4, &e, ptr) == 0) return;
+  dl__gpu_ok(out, op, fn(dl__gpu_h(out, op), (int)out->dtype, mode, &e, ptr, p0));
+}
+/* p0 of an op's optional parameter list: DL__PV(0.0) is 0.0, DL__PV(0.0, p0) is p0. */
+#define DL__PV(...) DL__PV_(__VA_ARGS__, 0.0, 0.0)
+#define DL__PV_(a, b, ...) b
+#define DL__GPU_DECL(FAM)                                                              \
+  int FAM##__gpu(dlg_handle *h, int dtype, int mode, const dlg_ew *e, void *const ptr[5], double p0) DL__WEAK;
+DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c, const dl_tensor *d,
+                      const dl_tensor *e) {
+  return (a && a->device == DL_CUDA) || (b && b->device == DL_CUDA) || (c && c->device == DL_CUDA) ||
+         (d && d->device == DL_CUDA) || (e && e->device == DL_CUDA);
+}
+#define DL__GPU_EW(op, FAM, mode, out, a, b, c, d, p)                                  \
+  if (dl__gpu_on(out, a, b, c, d)) {                                                   \
+    dl__gpu_ew(op, FAM##__gpu, mode, out, a, b, c, d, p);                               \
+    return;                                                                            \
+  }
+#else
+#define DL__GPU_DECL(FAM)
+#define DL__GPU_EW(op, FAM, mode, out, a, b, c, d, p)
+#endif
+
 /* >>op generators ---------------------------------------------------------- */
 
 /* One-input op: FAM the scalar family prefix, TN the tensor function prefix,
@@ -407,8 +499,10 @@ DL_API void dl__unused(int n, ...) { (void)n; }
   DL_HD DL__VAPI dl_dual FAM##_dual(dl_dual x0 PD) { DL_SCALAR(dl_dual); return (expr); } \
   DL_HD DL__VAPI dl_dual64 FAM##_dual64(dl_dual64 x0 PD) { DL_SCALAR(dl_dual64); return (expr); } \
   DL_API dl__probe *FAM##_probe(dl__probe *x0 PD) { dl__unused(0 PA); return x0; }    \
+  DL__GPU_DECL(FAM)                                                                    \
   /* y = f(x0), x0 broadcast to y */                                                   \
   DL_API void TN##_into(dl_tensor *y, const dl_tensor *x0_ PD) {                       \
+    DL__GPU_EW(#TN, FAM, DLG_FWD, y, x0_, NULL, NULL, NULL, DL__PV(0.0 PA))            \
     DL_ASSIGN(y, DL__TAGSEL(FAM##_f32, FAM##_f64, FAM##_dual, FAM##_dual64, FAM##_f32, \
                             FAM##_f64, FAM##_f32, FAM##_f64, FAM##_probe)(DL__L(x0_) PA)); \
   }                                                                                    \
@@ -417,6 +511,7 @@ DL_API void dl__unused(int n, ...) { (void)n; }
   DL_HD DL__VAPI double FAM##_jvp_f64(double x0, double t0 PD) { return FAM##_dual64(dl_dual64_make(x0, t0) PA).d; } \
   DL_API dl__probe *FAM##_jvp_probe(dl__probe *x0, dl__probe *t0 PD) { dl__unused(0 PA); (void)t0; return x0; } \
   DL_API void TN##_jvp(dl_tensor *ty, const dl_tensor *x0_, const dl_tensor *tx0_ PD) { \
+    DL__GPU_EW(#TN "_jvp", FAM, DLG_JVP, ty, x0_, NULL, tx0_, NULL, DL__PV(0.0 PA))    \
     DL_ASSIGN(ty, DL__TAGSEL(FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, \
                              FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_probe)(DL__L(x0_), DL__L(tx0_) PA)); \
   }                                                                                    \
@@ -425,6 +520,7 @@ DL_API void dl__unused(int n, ...) { (void)n; }
     dl__bwalk w;                                                                       \
     int64_t i, n = gy->numel;                                                          \
     if (!gx0) return;                                                                  \
+    DL__GPU_EW(#TN "_backward", FAM, DLG_BWD, gy, x0_, NULL, gx0, NULL, DL__PV(0.0 PA)) \
     dl__bwalk_init(&w, #TN "_backward", gy, 1, x0_, NULL, gx0, NULL);                  \
     if (gy->dtype == DL_F32) {                                                         \
       const float *gp = (const float *)gy->data, *xp = (const float *)x0_->data;       \
@@ -462,8 +558,10 @@ DL_API void dl__unused(int n, ...) { (void)n; }
   DL_HD DL__VAPI dl_dual FAM##_dual(dl_dual x0, dl_dual x1) { DL_SCALAR(dl_dual); return (expr); } \
   DL_HD DL__VAPI dl_dual64 FAM##_dual64(dl_dual64 x0, dl_dual64 x1) { DL_SCALAR(dl_dual64); return (expr); } \
   DL_API dl__probe *FAM##_probe(dl__probe *x0, dl__probe *x1) { (void)x1; return x0; } \
+  DL__GPU_DECL(FAM)                                                                    \
   /* y = f(x0, x1), both broadcast to y */                                             \
   DL_API void TN##_into(dl_tensor *y, const dl_tensor *x0_, const dl_tensor *x1_) {    \
+    DL__GPU_EW(#TN, FAM, DLG_FWD, y, x0_, x1_, NULL, NULL, 0.0)                        \
     DL_ASSIGN(y, DL__TAGSEL(FAM##_f32, FAM##_f64, FAM##_dual, FAM##_dual64, FAM##_f32, \
                             FAM##_f64, FAM##_f32, FAM##_f64, FAM##_probe)(DL__L(x0_), DL__L(x1_))); \
   }                                                                                    \
@@ -479,6 +577,7 @@ DL_API void dl__unused(int n, ...) { (void)n; }
   }                                                                                    \
   DL_API void TN##_jvp(dl_tensor *ty, const dl_tensor *x0_, const dl_tensor *tx0_,      \
                        const dl_tensor *x1_, const dl_tensor *tx1_) {                  \
+    DL__GPU_EW(#TN "_jvp", FAM, DLG_JVP, ty, x0_, x1_, tx0_, tx1_, 0.0)                \
     DL_ASSIGN(ty, DL__TAGSEL(FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, \
                              FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_probe)( \
                       DL__L(x0_), DL__L(tx0_), DL__L(x1_), DL__L(tx1_)));              \
@@ -488,6 +587,7 @@ DL_API void dl__unused(int n, ...) { (void)n; }
                             const dl_tensor *x0_, const dl_tensor *x1_) {              \
     dl__bwalk w;                                                                       \
     int64_t i, n = gy->numel;                                                          \
+    DL__GPU_EW(#TN "_backward", FAM, DLG_BWD, gy, x0_, x1_, gx0, gx1, 0.0)             \
     dl__bwalk_init(&w, #TN "_backward", gy, 2, x0_, x1_, gx0, gx1);                    \
     if (gy->dtype == DL_F32) {                                                         \
       const float *gp = (const float *)gy->data, *ap = (const float *)x0_->data,       \

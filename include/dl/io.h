@@ -1976,6 +1976,20 @@ DL_API dl_status dl_model_load(dl_model *m, const char *path, dl_load_report *re
 
 /* >>checkpoints --------------------------------------------------------------- */
 
+/* Whether m's parameters or o's state are on a GPU (gpu.h): checkpoints
+ * read and write them on the host, so they refuse. */
+DL_API int dl__io_on_device(const dl_model *m, const dl_optim *o) {
+  int i;
+  for (i = 0; i < m->nparams; i++)
+    if (m->params[i]->t.device != DL_CPU) return 1;
+#ifdef DL_USE_CUDA
+  if (o && o->device != DL_CPU) return 1;
+#else
+  (void)o;
+#endif
+  return 0;
+}
+
 /* Save the whole training state (see the top of this file): m, o (may be
  * NULL: no optimizer), the rngs, and the caller's nvals named numbers.
  * desc: metadata and io hooks (cast must be 0: a checkpoint is exact).
@@ -1988,6 +2002,9 @@ DL_API dl_status dl_checkpoint_save(dl_model *m, dl_optim *o, const char *path, 
   dl_st_writer w;
   dl_status s;
   int i;
+  if (dl__io_on_device(m, o))
+    return dl_fail(m->ctx, DL_ERR_UNSUPPORTED, "dl_checkpoint_save %.200s: the model or optimizer is on the GPU; "
+                   "checkpoints of device training state are not implemented yet", path);
   if (desc && desc->cast != DL_ST_KEEP)
     return dl_fail(m->ctx, DL_ERR_ARG, "dl_checkpoint_save: a checkpoint stores tensors as they are (cast must be 0)");
   if (o) ours[5] = dl_optim_kind_name(o->kind);
@@ -2017,6 +2034,9 @@ DL_API dl_status dl_checkpoint_load(dl_model *m, dl_optim *o, const char *path, 
   dl__io_list l;
   dl_status s;
   if (rep) memset(rep, 0, sizeof *rep);
+  if (dl__io_on_device(m, o))
+    return dl_fail(m->ctx, DL_ERR_UNSUPPORTED, "dl_checkpoint_load %.200s: the model or optimizer is on the GPU; "
+                   "load on the host, then move the model (dl_model_to_device) and make the optimizer", path);
   memset(&l, 0, sizeof l);
   l.ctx = m->ctx;
   s = dl__io_list_checkpoint(&l, m, o, vals, nvals);

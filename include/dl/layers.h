@@ -396,6 +396,16 @@ DL_API void dl_model_free(dl_model *m) {
     dl_free(m->ctx, l);
   }
   dl_free(m->ctx, m->root.child);
+#ifdef DL_USE_CUDA
+  if (m->nparams && m->params[0]->t.device == DL_CUDA) { /* gpu.h's dl_model_to_device */
+    for (i = 0; i < m->nparams; i++)
+      if (m->params[i]->kind == DL_PARAM_BUFFER && m->params[i]->t.numel)
+        dl__gpu_release(m->ctx->gpu, m->params[i]->t.data);
+    dl__gpu_release(m->ctx->gpu, m->pbuf);
+    dl__gpu_release(m->ctx->gpu, m->gbuf);
+    m->pbuf = m->gbuf = NULL;
+  }
+#endif
   for (i = 0; i < m->nparams; i++) {
     dl_param *p = m->params[i];
     dl_sgrad_free((dl_sgrad *)p->t.sgrad);
@@ -481,6 +491,13 @@ DL_API dl_status dl_model_pack(dl_model *m) {
  * forget their rows). */
 DL_API void dl_model_zero_grad(dl_model *m) {
   int i;
+#ifdef DL_USE_CUDA
+  if (m->gbuf && m->nparams && m->params[0]->t.device == DL_CUDA)
+    dl__gpu_ok(&m->params[0]->t, "dl_model_zero_grad",
+               dlg_memset0(dl__gpu_h(&m->params[0]->t, "dl_model_zero_grad"), m->gbuf,
+                           (size_t)m->pnumel * dl_dtype_size(m->dtype)));
+  else
+#endif
   if (m->gbuf) memset(m->gbuf, 0, (size_t)m->pnumel * dl_dtype_size(m->dtype));
   for (i = 0; i < m->nparams; i++) {
     m->params[i]->t.flags &= ~(unsigned)DL_TENSOR_DENSE_GRAD;
@@ -1238,6 +1255,11 @@ DL_API dl_tensor *dl__lay_batchnorm_forward(dl_layer *l, dl_tape *tp, dl_tensor 
   dl__lay_batchnorm *B = (dl__lay_batchnorm *)l;
   int train = l->model->training || !B->rm;
   dl__check_input(l, x, B->nd_min, B->nd_max, 1, B->d.features);
+#ifdef DL_USE_CUDA
+  if (l->model->training && B->nbt && B->nbt->device == DL_CUDA) /* a model on the GPU (gpu.h) */
+    dl__gpu_ok(B->nbt, "BatchNorm", dlg_add_i64(dl__gpu_h(B->nbt, "BatchNorm"), (int64_t *)B->nbt->data, 1));
+  else
+#endif
   if (l->model->training && B->nbt) ((int64_t *)B->nbt->data)[0]++;
   return dl_t_batch_norm(tp, x, B->w, B->b, B->rm, B->rv, train, B->d.momentum, B->d.eps);
 }

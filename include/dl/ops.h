@@ -36,6 +36,10 @@
  *   ops/rnn.h        rnn (tanh / relu), lstm, gru: one layer, batch-first
  *   ops/attention.h  multi_head_attention (PyTorch layout, masks, causal)
  *   ops/norm.h       batch_norm (running statistics), layer_norm, rms_norm
+ *
+ * On the GPU (DL_USE_CUDA, dl/gpu.h): each op branches to its GPU path
+ * inside its own function, after its checks, when its tensors are on the
+ * device (the kernels: src_gpu/, their interface: dl/gpu/abi.h).
  */
 #ifndef DL_OPS_H
 #define DL_OPS_H
@@ -51,6 +55,25 @@ DL_API void dl__ops_same_float(const char *op, const dl_tensor *a, const dl_tens
   if ((a->dtype != DL_F32 && a->dtype != DL_F64) || (b && b->dtype != a->dtype))
     DL_PANIC(a->ctx, op, "dtype mismatch: %s and %s (both f32 or both f64, never converted)",
              DL_SHAPESTR(a), b ? DL_SHAPESTR(b) : "-");
+  if (b && b->device != a->device)
+    DL_PANIC(a->ctx, op, "device mismatch: %s on the %s, %s on the %s (move both to one device)", DL_SHAPESTR(a),
+             a->device == DL_CPU ? "host" : "GPU", DL_SHAPESTR(b), b->device == DL_CPU ? "host" : "GPU");
+}
+/* Panics naming op when a and b (b may be NULL) are on different devices. */
+DL_API void dl__ops_same_device(const char *op, const dl_tensor *a, const dl_tensor *b) {
+  if (b && b->device != a->device)
+    DL_PANIC(a->ctx, op, "device mismatch: %s on the %s, %s on the %s (move both to one device)", DL_SHAPESTR(a),
+             a->device == DL_CPU ? "host" : "GPU", DL_SHAPESTR(b), b->device == DL_CPU ? "host" : "GPU");
+}
+/* Panics naming op when t is on the GPU or tp is a device tape: guards code
+ * that runs on the host (an op's CPU path reached with host tensors on a
+ * device tape, whose outputs are device memory), so that it stops instead of
+ * touching device memory on the host. */
+DL_API void dl__ops_host_only(const dl_tape *tp, const char *op, const dl_tensor *t) {
+  if ((t && t->device != DL_CPU) || (tp && tp->gpu))
+    DL_PANIC(t ? t->ctx : tp->ctx, op, "%s %s: on a device tape every tensor must be on the device "
+             "(dl_tape_input), on a host tape on the host (dl_tape_host)",
+             t ? DL_SHAPESTR(t) : "input", t && t->device != DL_CPU ? "is on the GPU" : "is on the host, the tape on the GPU");
 }
 /* The broadcast shape of a and b (right-aligned, sizes equal or 1) into
  * shape/ndim; panics naming op and both shapes when they do not broadcast. */
@@ -76,6 +99,20 @@ DL_API void dl_sum_to_into(dl_tensor *gx, const dl_tensor *g) {
   for (d = 0; d < gx->ndim; d++)
     if (gx->shape[d] != 1 && gx->shape[d] != g->shape[d + off])
       DL_PANIC(g->ctx, "dl_sum_to_into", "%s cannot be summed to %s", DL_SHAPESTR(g), DL_SHAPESTR(gx));
+#ifdef DL_USE_CUDA
+  if (gx->device == DL_CUDA || g->device == DL_CUDA) {
+    int trailing = dl_tensor_is_contiguous(g) && dl_tensor_is_contiguous(gx) && gx->numel > 0;
+    dl__ops_same_device("dl_sum_to_into", gx, g);
+    for (d = 0; d < gx->ndim; d++) trailing &= gx->shape[d] == g->shape[d + off];
+    if (trailing) /* a bias: rows of g summed into gx, in a fixed order */
+      dl__gpu_ok(g, "dl_sum_to_into",
+                 dlg_sum_axis(dl__gpu_h(g, "dl_sum_to_into"), (int)g->dtype, gx->data, g->data, 1,
+                              g->numel / gx->numel, gx->numel, 1.0, 1));
+    else /* any other broadcast: gx += g through the list's backward of x * 1 (atomic adds) */
+      dl_mul_scalar_backward(gx, g, g, 1.0); /* x0 = g: any tensor of that shape (d(x * 1)/dx = 1) */
+    return;
+  }
+#endif
   if (dl_tensor_same_shape(gx, g)) {
     DL_ASSIGN(gx, dl_add(gx, g));
     return;
@@ -224,6 +261,15 @@ DL_OPS_BINARY(DL__T_LIB2)
 DL_API void dl__t_clamp_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *gx = dl_tape_grad(tp, n->in[0]), *x = n->in[0], *gy = n->out->grad;
   double lo = n->p[0], hi = n->p[1];
+#ifdef DL_USE_CUDA
+  if (gx && gy->device == DL_CUDA) {
+    dlg_ew e;
+    void *ptr[5];
+    if (dl__gpu_ew_prep("dl_t_clamp", DLG_BWD, gy, x, NULL, gx, NULL, &e, ptr))
+      dl__gpu_ok(gy, "dl_t_clamp", dlg_clamp_ew(dl__gpu_h(gy, "dl_t_clamp"), (int)gy->dtype, DLG_BWD, &e, ptr, lo, hi));
+    return;
+  }
+#endif
   if (gx) DL_ASSIGN(gx, dl_add(gx, dl_mul(gy, dl_mul(dl_ge(x, lo), dl_le(x, hi)))));
 }
 DL_API dl_tensor *dl_t_clamp(dl_tape *tp, dl_tensor *x, double lo, double hi) {
@@ -232,10 +278,26 @@ DL_API dl_tensor *dl_t_clamp(dl_tape *tp, dl_tensor *x, double lo, double hi) {
   dl__ops_same_float("dl_t_clamp", x, NULL);
   if (!(lo <= hi)) DL_PANIC(x->ctx, "dl_t_clamp", "lo %g > hi %g for %s", lo, hi, DL_SHAPESTR(x));
   y = dl_tape_out(tp, "dl_t_clamp", x->dtype, x->ndim, x->shape);
-  DL_ASSIGN(y, dl_clamp(x, lo, hi));
-  if (x->tangent) {
-    dl_tensor *ty = dl_tape_tangent(tp, y), *tx = x->tangent;
-    DL_ASSIGN(ty, dl_mul(tx, dl_mul(dl_ge(x, lo), dl_le(x, hi))));
+#ifdef DL_USE_CUDA
+  if (y->device == DL_CUDA || x->device == DL_CUDA) {
+    dlg_ew e;
+    void *ptr[5];
+    dlg_handle *h = dl__gpu_h(y, "dl_t_clamp");
+    if (dl__gpu_ew_prep("dl_t_clamp", DLG_FWD, y, x, NULL, NULL, NULL, &e, ptr))
+      dl__gpu_ok(y, "dl_t_clamp", dlg_clamp_ew(h, (int)y->dtype, DLG_FWD, &e, ptr, lo, hi));
+    if (x->tangent) {
+      dl_tensor *ty = dl_tape_tangent(tp, y);
+      if (dl__gpu_ew_prep("dl_t_clamp", DLG_JVP, ty, x, NULL, x->tangent, NULL, &e, ptr))
+        dl__gpu_ok(y, "dl_t_clamp", dlg_clamp_ew(h, (int)y->dtype, DLG_JVP, &e, ptr, lo, hi));
+    }
+  } else
+#endif
+  {
+    DL_ASSIGN(y, dl_clamp(x, lo, hi));
+    if (x->tangent) {
+      dl_tensor *ty = dl_tape_tangent(tp, y), *tx = x->tangent;
+      DL_ASSIGN(ty, dl_mul(tx, dl_mul(dl_ge(x, lo), dl_le(x, hi))));
+    }
   }
   if ((n = dl_tape_record(tp, "dl_t_clamp", dl__t_clamp_bw, y, x, NULL, NULL)) != NULL) {
     n->p[0] = lo;
@@ -250,6 +312,15 @@ DL_API void dl__t_where_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *c = n->in[0], *ga = dl_tape_grad(tp, n->in[1]), *gb = dl_tape_grad(tp, n->in[2]);
   dl_tensor *gy = n->out->grad, *tmp;
   if (!ga && !gb) return;
+#ifdef DL_USE_CUDA
+  if (gy->device == DL_CUDA) { /* both gradients in one pass, summed to their shapes by atomics */
+    dlg_ew e;
+    void *ptr[5];
+    if (dl__gpu_ew_prep("dl_t_where", DLG_BWD, gy, c, NULL, ga, gb, &e, ptr))
+      dl__gpu_ok(gy, "dl_t_where", dlg_where_ew(dl__gpu_h(gy, "dl_t_where"), (int)gy->dtype, DLG_BWD, &e, ptr));
+    return;
+  }
+#endif
   tmp = dl_tape_out(tp, "dl_t_where", gy->dtype, gy->ndim, gy->shape);
   if (ga) {
     DL_ASSIGN(tmp, dl_where(c, gy, 0.0));
@@ -273,11 +344,27 @@ DL_API dl_tensor *dl_t_where(dl_tape *tp, dl_tensor *cond, dl_tensor *a, dl_tens
   tmp.dtype = a->dtype;
   dl_broadcast_shape("dl_t_where", cond, &tmp, &nd2, shape2);
   y = dl_tape_out(tp, "dl_t_where", a->dtype, nd2, shape2);
-  DL_ASSIGN(y, dl_where(cond, a, b));
-  if (a->tangent || b->tangent) {
-    dl_tensor *ty = dl_tape_tangent(tp, y), *ta = dl_tangent_or_zero(tp, a),
-              *tb = dl_tangent_or_zero(tp, b);
-    DL_ASSIGN(ty, dl_where(cond, ta, tb));
+#ifdef DL_USE_CUDA
+  if (y->device == DL_CUDA || a->device == DL_CUDA) {
+    dlg_ew e;
+    void *ptr[5];
+    dlg_handle *h = dl__gpu_h(y, "dl_t_where");
+    if (dl__gpu_ew_prep("dl_t_where", DLG_FWD, y, cond, a, b, NULL, &e, ptr))
+      dl__gpu_ok(y, "dl_t_where", dlg_where_ew(h, (int)y->dtype, DLG_FWD, &e, ptr));
+    if (a->tangent || b->tangent) {
+      dl_tensor *ty = dl_tape_tangent(tp, y), *ta = dl_tangent_or_zero(tp, a), *tb = dl_tangent_or_zero(tp, b);
+      if (dl__gpu_ew_prep("dl_t_where", DLG_JVP, ty, cond, ta, tb, NULL, &e, ptr))
+        dl__gpu_ok(y, "dl_t_where", dlg_where_ew(h, (int)y->dtype, DLG_JVP, &e, ptr));
+    }
+  } else
+#endif
+  {
+    DL_ASSIGN(y, dl_where(cond, a, b));
+    if (a->tangent || b->tangent) {
+      dl_tensor *ty = dl_tape_tangent(tp, y), *ta = dl_tangent_or_zero(tp, a),
+                *tb = dl_tangent_or_zero(tp, b);
+      DL_ASSIGN(ty, dl_where(cond, ta, tb));
+    }
   }
   dl_tape_record(tp, "dl_t_where", dl__t_where_bw, y, cond, a, b);
   return y;
@@ -376,6 +463,10 @@ DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
   for (d = 0; d < x->ndim - 1; d++) shape[d] = x->shape[d];
   shape[x->ndim - 1] = w->shape[0];
   y = dl_tape_out(tp, "dl_t_linear", x->dtype, x->ndim, shape);
+#ifdef DL_USE_CUDA
+  if (b && y->device == DL_CUDA) dl_mul_scalar_into(y, b, 1.0); /* the bias broadcast over the rows */
+  else
+#endif
   if (b) DL_ASSIGN(y, dl_val(b));
   xc = dl__t_contig(tp, "dl_t_linear", x);
   /* GEMM reads a matrix with a unit stride in one of its dims; a weight
@@ -387,6 +478,10 @@ DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
   dl_matmul_into(&y2, &x2, &wt, 1.0, b ? 1.0 : 0.0);
   if (x->tangent || w->tangent || (b && b->tangent)) {
     dl_tensor *ty = dl_tape_tangent(tp, y), ty2 = dl_view_reshape(ty, DL_SHAPE(-1, w->shape[0]));
+#ifdef DL_USE_CUDA
+    if (b && b->tangent && ty->device == DL_CUDA) dl_mul_scalar_into(ty, b->tangent, 1.0);
+    else
+#endif
     if (b && b->tangent) DL_ASSIGN(ty, dl_val(b->tangent));
     if (x->tangent) {
       dl_tensor *tc = dl__t_contig(tp, "dl_t_linear", x->tangent);

@@ -39,6 +39,12 @@
  *                       base down to min_lr at total_steps, min_lr after it
  *   dl_lr_one_cycle     OneCycleLR(anneal_strategy='cos', three_phase=False)
  * The schedules (and the configs) are visible to C++ too; the updates are C.
+ *
+ * GPU (DL_USE_CUDA): an update of device tensors (contiguous) is one fused
+ * kernel (dl/gpu/kern.h) that gives the CPU's bits; an optimizer made for a
+ * model on the GPU keeps its state there (make it after dl_model_to_device:
+ * a step with state and model on different devices panics), and clipping
+ * and regularisation run on the device too.
  */
 #ifndef DL_OPTIM_H
 #define DL_OPTIM_H
@@ -180,6 +186,12 @@ DL_API void dl__optim_same(const char *fn, const dl_tensor *p, const dl_tensor *
   if (t->dtype != p->dtype || !dl_tensor_same_shape(p, t))
     DL_PANIC(p->ctx, fn, "%s %s does not match parameter %s (same shape and dtype required)",
              what, DL_SHAPESTR(t), DL_SHAPESTR(p));
+#ifdef DL_USE_CUDA
+  if (t->device != p->device)
+    DL_PANIC(p->ctx, fn, "%s %s is on the %s but parameter %s is on the %s (one device for both: an optimizer "
+             "made before dl_model_to_device keeps its state on the host)", what, DL_SHAPESTR(t),
+             t->device == DL_CUDA ? "GPU" : "host", DL_SHAPESTR(p), p->device == DL_CUDA ? "GPU" : "host");
+#endif
 }
 DL_API void dl__optim_param(const char *fn, const dl_tensor *p, const dl_tensor *g,
                             const void *cfg, int64_t step) {
@@ -190,6 +202,101 @@ DL_API void dl__optim_param(const char *fn, const dl_tensor *p, const dl_tensor 
   dl__optim_same(fn, p, g, "gradient");
   if (step < 1) DL_PANIC(p->ctx, fn, "step %lld: steps count from 1", (long long)step);
 }
+
+#ifdef DL_USE_CUDA
+/* >>updates on the GPU --------------------------------------------------------
+ * One fused kernel per update (dl/gpu/kern.h), bit-identical to the loops
+ * below: the same scalars, computed here as the CPU versions compute them,
+ * rounded to the dtype in the kernel, the same operations in the same order.
+ * g is the dense gradient (rows == NULL), or the values [nnz, width] of a
+ * row-sparse one whose row k belongs to parameter row rows[k] (host array):
+ * then only those rows of p and of the state change. */
+
+/* gpu.h, later in dl.h */
+DL_API dl_status dl_gpu_alloc(struct dl_gpu *g, void **p, size_t bytes);
+DL_API void dl_gpu_free(struct dl_gpu *g, void *p);
+
+/* Panics unless t is contiguous on the GPU with p's dtype; a state tensor
+ * (state != 0) must also be there (not NULL) and have p's shape. */
+DL_API void dl__optim_gpu_need(const char *fn, const dl_tensor *p, const dl_tensor *t, const char *what, int state) {
+  if (state) dl__optim_same(fn, p, t, what);
+  else if (!t) return;
+  if (t->dtype != p->dtype || t->device != DL_CUDA)
+    DL_PANIC(p->ctx, fn, "%s %s must be a %s tensor on the GPU, as parameter %s", what, DL_SHAPESTR(t),
+             dl_dtype_name(p->dtype), DL_SHAPESTR(p));
+  if (!dl_tensor_is_contiguous(t))
+    DL_PANIC(p->ctx, fn, "%s %s must be contiguous on the GPU (parameter %s)", what, DL_SHAPESTR(t), DL_SHAPESTR(p));
+}
+/* The row width of g for the kernels (0: dense). */
+DL_API int64_t dl__optim_gpu_width(const char *fn, const dl_tensor *p, const dl_tensor *g, const int64_t *rows) {
+  dl__optim_gpu_need(fn, p, p, "parameter", 0);
+  dl__optim_gpu_need(fn, p, g, "gradient", 0);
+  if (!rows) {
+    if (!dl_tensor_same_shape(p, g))
+      DL_PANIC(p->ctx, fn, "gradient %s does not match parameter %s", DL_SHAPESTR(g), DL_SHAPESTR(p));
+    return 0;
+  }
+  if (p->ndim != 2 || g->ndim != 2 || g->shape[1] != p->shape[1])
+    DL_PANIC(p->ctx, fn, "row-sparse gradient %s does not fit parameter %s", DL_SHAPESTR(g), DL_SHAPESTR(p));
+  return g->shape[1];
+}
+
+DL_API void dl__sgd_gpu(dl_tensor *p, const dl_tensor *g, dl_tensor *buf, int64_t step, const dl_sgd_cfg *c,
+                        const int64_t *rows) {
+  const char *fn = "dl_sgd_update";
+  const int64_t w = dl__optim_gpu_width(fn, p, g, rows);
+  if (c->momentum != 0) dl__optim_gpu_need(fn, p, buf, "momentum buffer", 1);
+  dl__gpu_ok(p, fn, dlg_sgd_update(dl__gpu_h(p, fn), (int)p->dtype, g->numel, w, rows, p->data, g->data,
+                                   c->momentum != 0 ? buf->data : NULL, c->maximize ? -1.0 : 1.0, c->weight_decay,
+                                   c->momentum, 1 - c->dampening, c->lr, step == 1, c->nesterov));
+}
+DL_API void dl__adam_gpu(dl_tensor *p, const dl_tensor *g, dl_tensor *m, dl_tensor *v, dl_tensor *vmax, int64_t step,
+                         const dl_adam_cfg *c, const int64_t *rows) {
+  const char *fn = "dl_adam_update";
+  const int64_t w = dl__optim_gpu_width(fn, p, g, rows);
+  const double b1 = c->beta1, b2 = c->beta2;
+  dl__optim_gpu_need(fn, p, m, "m (first moment)", 1);
+  dl__optim_gpu_need(fn, p, v, "v (second moment)", 1);
+  if (c->amsgrad) dl__optim_gpu_need(fn, p, vmax, "vmax (amsgrad)", 1);
+  dl__gpu_ok(p, fn, dlg_adam_update(dl__gpu_h(p, fn), (int)p->dtype, g->numel, w, rows, p->data, g->data, m->data,
+                                    v->data, c->amsgrad ? vmax->data : NULL, c->maximize ? -1.0 : 1.0,
+                                    c->decoupled ? 0.0 : c->weight_decay, b1, 1 - b1, b2, 1 - b2,
+                                    c->decoupled ? 1 - c->lr * c->weight_decay : 1.0,
+                                    c->lr / (1 - pow(b1, (double)step)), sqrt(1 - pow(b2, (double)step)), c->eps));
+}
+DL_API void dl__rmsprop_gpu(dl_tensor *p, const dl_tensor *g, dl_tensor *square_avg, dl_tensor *grad_avg,
+                            dl_tensor *momentum_buf, const dl_rmsprop_cfg *c, const int64_t *rows) {
+  const char *fn = "dl_rmsprop_update";
+  const int64_t w = dl__optim_gpu_width(fn, p, g, rows);
+  dl_tensor *ga = c->centered ? grad_avg : NULL, *mb = c->momentum > 0 ? momentum_buf : NULL;
+  dl__optim_gpu_need(fn, p, square_avg, "square_avg", 1);
+  if (ga) dl__optim_gpu_need(fn, p, ga, "grad_avg (centered)", 1);
+  if (mb) dl__optim_gpu_need(fn, p, mb, "momentum buffer", 1);
+  if ((c->centered && !ga) || (c->momentum > 0 && !mb))
+    dl__optim_same(fn, p, NULL, c->centered && !ga ? "grad_avg (centered)" : "momentum buffer"); /* panics */
+  dl__gpu_ok(p, fn, dlg_rmsprop_update(dl__gpu_h(p, fn), (int)p->dtype, g->numel, w, rows, p->data, g->data,
+                                       square_avg->data, ga ? ga->data : NULL, mb ? mb->data : NULL,
+                                       c->maximize ? -1.0 : 1.0, c->weight_decay, c->alpha, 1 - c->alpha, c->eps,
+                                       c->momentum, c->lr));
+}
+DL_API void dl__adagrad_gpu(dl_tensor *p, const dl_tensor *g, dl_tensor *sum, int64_t step, const dl_adagrad_cfg *c,
+                            const int64_t *rows) {
+  const char *fn = "dl_adagrad_update";
+  const int64_t w = dl__optim_gpu_width(fn, p, g, rows);
+  dl__optim_gpu_need(fn, p, sum, "sum", 1);
+  dl__gpu_ok(p, fn, dlg_adagrad_update(dl__gpu_h(p, fn), (int)p->dtype, g->numel, w, rows, p->data, g->data,
+                                       sum->data, c->maximize ? -1.0 : 1.0, c->weight_decay,
+                                       c->lr / (1 + (double)(step - 1) * c->lr_decay), c->eps));
+}
+DL_API void dl__lion_gpu(dl_tensor *p, const dl_tensor *g, dl_tensor *m, const dl_lion_cfg *c, const int64_t *rows) {
+  const char *fn = "dl_lion_update";
+  const int64_t w = dl__optim_gpu_width(fn, p, g, rows);
+  dl__optim_gpu_need(fn, p, m, "m", 1);
+  dl__gpu_ok(p, fn, dlg_lion_update(dl__gpu_h(p, fn), (int)p->dtype, g->numel, w, rows, p->data, g->data, m->data,
+                                    c->beta1, 1 - c->beta1, c->beta2, 1 - c->beta2, c->lr,
+                                    1 - c->lr * c->weight_decay));
+}
+#endif
 
 /* >>updates ---------------------------------------------------------------- */
 
@@ -208,6 +315,9 @@ DL_API void dl_sgd_update(dl_tensor *p, const dl_tensor *g, dl_tensor *buf, int6
   const double sg = c && c->maximize ? -1.0 : 1.0;
   double wd, mom, damp1, lr;
   dl__optim_param(fn, p, g, c, step);
+#ifdef DL_USE_CUDA
+  if (p->device == DL_CUDA) { dl__sgd_gpu(p, g, buf, step, c, NULL); return; }
+#endif
   wd = c->weight_decay; mom = c->momentum; damp1 = 1 - c->dampening; lr = c->lr;
 #define DL__D dl_add(dl_mul(sg, g), dl_mul(wd, p))
   if (mom == 0) {
@@ -327,6 +437,9 @@ DL_API void dl_adam_update(dl_tensor *p, const dl_tensor *g, dl_tensor *m, dl_te
   dl__optim_same(fn, p, m, "m (first moment)");
   dl__optim_same(fn, p, v, "v (second moment)");
   if (c->amsgrad) dl__optim_same(fn, p, vmax, "vmax (amsgrad)");
+#ifdef DL_USE_CUDA
+  if (p->device == DL_CUDA) { dl__adam_gpu(p, g, m, v, vmax, step, c, NULL); return; }
+#endif
   b1 = c->beta1; b2 = c->beta2; eps = c->eps;
   b1c = 1 - b1; b2c = 1 - b2;
   wd = c->decoupled ? 0.0 : c->weight_decay;
@@ -373,6 +486,9 @@ DL_API void dl_rmsprop_update(dl_tensor *p, const dl_tensor *g, dl_tensor *squar
   dl__optim_same(fn, p, square_avg, "square_avg");
   if (c->centered) dl__optim_same(fn, p, grad_avg, "grad_avg (centered)");
   if (c->momentum > 0) dl__optim_same(fn, p, momentum_buf, "momentum buffer");
+#ifdef DL_USE_CUDA
+  if (p->device == DL_CUDA) { dl__rmsprop_gpu(p, g, square_avg, grad_avg, momentum_buf, c, NULL); return; }
+#endif
   wd = c->weight_decay; al = c->alpha; al1 = 1 - c->alpha; eps = c->eps; mom = c->momentum;
   lr = c->lr;
 #define DL__D dl_add(dl_mul(sg, g), dl_mul(wd, p))
@@ -411,6 +527,9 @@ DL_API void dl_adagrad_update(dl_tensor *p, const dl_tensor *g, dl_tensor *sum, 
   double wd, clr, eps;
   dl__optim_param(fn, p, g, c, step);
   dl__optim_same(fn, p, sum, "sum");
+#ifdef DL_USE_CUDA
+  if (p->device == DL_CUDA) { dl__adagrad_gpu(p, g, sum, step, c, NULL); return; }
+#endif
   wd = c->weight_decay; eps = c->eps;
   clr = c->lr / (1 + (double)(step - 1) * c->lr_decay);
 #define DL__D dl_add(dl_mul(sg, g), dl_mul(wd, p))
@@ -426,6 +545,9 @@ DL_API void dl_lion_update(dl_tensor *p, const dl_tensor *g, dl_tensor *m, int64
   double b1, b1c, b2, b2c, lr, decay;
   dl__optim_param(fn, p, g, c, step);
   dl__optim_same(fn, p, m, "m");
+#ifdef DL_USE_CUDA
+  if (p->device == DL_CUDA) { dl__lion_gpu(p, g, m, c, NULL); return; }
+#endif
   b1 = c->beta1; b1c = 1 - c->beta1; b2 = c->beta2; b2c = 1 - c->beta2; lr = c->lr;
   decay = 1 - c->lr * c->weight_decay;
 #define DL__C dl_add(dl_mul(m, b1), dl_mul(b1c, g))
@@ -491,6 +613,7 @@ typedef struct dl_optim {
   dl_tensor *state;                          /* [model->nparams][DL_OPTIM_MAX_STATE] views (buffers: unused) */
   int64_t *steps;                            /* per parameter */
   int64_t nsteps;                            /* dl_optim_step calls */
+  dl_device device;                          /* where sbuf lives: the model's device when made */
 } dl_optim;
 
 DL_API dl_optim *dl__optim_make(dl_model *m, dl_optim_kind kind, dl__optim_update_fn update) {
@@ -524,21 +647,45 @@ DL_API dl_optim *dl__optim_state(dl_optim *o, int n, const char *const *names) {
   int i, k;
   o->nstate = n;
   for (k = 0; k < n; k++) o->state_name[k] = names[k];
-  o->sbuf = dl_alloc(m->ctx, (total ? total : 1) * es);
-  if (!o->sbuf) {
-    dl_free(m->ctx, o->state);
-    dl_free(m->ctx, o->steps);
-    dl_free(m->ctx, o);
-    return NULL;
+#ifdef DL_USE_CUDA
+  if (m->nparams && m->params[0]->t.device == DL_CUDA) { /* the model is on the GPU: so is the state */
+    struct dl_gpu *g = m->ctx->gpu;
+    o->device = DL_CUDA;
+    o->sbuf = NULL;
+    if (!g || dl_gpu_alloc(g, &o->sbuf, (total ? total : 1) * es) != DL_OK ||
+        dlg_memset0(dl__gpu_handle(g), o->sbuf, (total ? total : 1) * es) != DLG_OK) {
+      if (g && o->sbuf) {
+        dl_fail(m->ctx, DL_ERR_NO_DEVICE, "optimizer state: %s", dlg_message(dl__gpu_handle(g)));
+        dl_gpu_free(g, o->sbuf);
+      } else if (!g) {
+        dl_fail(m->ctx, DL_ERR_NO_DEVICE, "optimizer state: the model's ctx has no device open");
+      }
+      dl_free(m->ctx, o->state);
+      dl_free(m->ctx, o->steps);
+      dl_free(m->ctx, o);
+      return NULL;
+    }
+  } else
+#endif
+  {
+    o->sbuf = dl_alloc(m->ctx, (total ? total : 1) * es);
+    if (!o->sbuf) {
+      dl_free(m->ctx, o->state);
+      dl_free(m->ctx, o->steps);
+      dl_free(m->ctx, o);
+      return NULL;
+    }
+    memset(o->sbuf, 0, (total ? total : 1) * es);
   }
-  memset(o->sbuf, 0, (total ? total : 1) * es);
   for (i = 0; i < m->nparams; i++) {
     dl_param *p = m->params[i];
     if (p->kind == DL_PARAM_BUFFER) continue;
-    for (k = 0; k < n; k++)
+    for (k = 0; k < n; k++) {
       dl_tensor_wrap(&o->state[i * DL_OPTIM_MAX_STATE + k], m->ctx, m->dtype, p->t.ndim, p->t.shape,
                      p->t.numel ? (unsigned char *)o->sbuf + ((size_t)k * (size_t)m->pnumel + (size_t)p->offset) * es
                                 : NULL);
+      o->state[i * DL_OPTIM_MAX_STATE + k].device = o->device;
+    }
   }
   return o;
 }
@@ -546,6 +693,11 @@ DL_API dl_optim *dl__optim_state(dl_optim *o, int n, const char *const *names) {
 /* Optimizers over model m (packed by this call; no layer can be added
  * after). cfg: from dl_X_defaults(lr), fields changed as wanted. NULL when
  * out of memory (message in the model's ctx). Free with dl_optim_free. */
+#ifdef DL_USE_CUDA
+/* The touched rows (host) of a device parameter's row-sparse gradient: a
+ * GPU step updates them all in one kernel, g being the values [nnz, width]. */
+DL_API const int64_t *dl__sgrad_rows(const dl_param *pr) { return ((const dl_sgrad *)pr->t.sgrad)->rows; }
+#endif
 /* >>per-kind updates: the cfg with the parameter's multipliers applied */
 DL_API void dl__optim_update_sgd(dl_optim *o, const dl_param *pr, dl_tensor *p, const dl_tensor *g, dl_tensor *st,
                                  int64_t step, int sparse) {
@@ -553,6 +705,9 @@ DL_API void dl__optim_update_sgd(dl_optim *o, const dl_param *pr, dl_tensor *p, 
   (void)sparse;
   c.lr = o->lr * pr->lr_mult;
   c.weight_decay *= pr->wd_mult;
+#ifdef DL_USE_CUDA
+  if (sparse && p->device == DL_CUDA) { dl__sgd_gpu(p, g, o->nstate ? &st[0] : NULL, step, &c, dl__sgrad_rows(pr)); return; }
+#endif
   dl_sgd_update(p, g, o->nstate ? &st[0] : NULL, step, &c);
 }
 DL_API void dl__optim_update_adam(dl_optim *o, const dl_param *pr, dl_tensor *p, const dl_tensor *g, dl_tensor *st,
@@ -563,6 +718,12 @@ DL_API void dl__optim_update_adam(dl_optim *o, const dl_param *pr, dl_tensor *p,
   /* SparseAdam: p -= lr sqrt(bc2)/bc1 * m / (sqrt(v) + eps), i.e. Adam's
    * formula with eps / sqrt(bc2) */
   if (sparse) c.eps /= sqrt(1 - pow(c.beta2, (double)step));
+#ifdef DL_USE_CUDA
+  if (sparse && p->device == DL_CUDA) {
+    dl__adam_gpu(p, g, &st[0], &st[1], c.amsgrad ? &st[2] : NULL, step, &c, dl__sgrad_rows(pr));
+    return;
+  }
+#endif
   dl_adam_update(p, g, &st[0], &st[1], c.amsgrad ? &st[2] : NULL, step, &c);
 }
 DL_API void dl__optim_update_rmsprop(dl_optim *o, const dl_param *pr, dl_tensor *p, const dl_tensor *g,
@@ -575,6 +736,9 @@ DL_API void dl__optim_update_rmsprop(dl_optim *o, const dl_param *pr, dl_tensor 
   c.weight_decay *= pr->wd_mult;
   if (c.momentum > 0) mb = &st[k++];
   if (c.centered) ga = &st[k++];
+#ifdef DL_USE_CUDA
+  if (sparse && p->device == DL_CUDA) { dl__rmsprop_gpu(p, g, &st[0], ga, mb, &c, dl__sgrad_rows(pr)); return; }
+#endif
   dl_rmsprop_update(p, g, &st[0], ga, mb, step, &c);
 }
 DL_API void dl__optim_update_adagrad(dl_optim *o, const dl_param *pr, dl_tensor *p, const dl_tensor *g,
@@ -583,6 +747,9 @@ DL_API void dl__optim_update_adagrad(dl_optim *o, const dl_param *pr, dl_tensor 
   (void)sparse;
   c.lr = o->lr * pr->lr_mult;
   c.weight_decay *= pr->wd_mult;
+#ifdef DL_USE_CUDA
+  if (sparse && p->device == DL_CUDA) { dl__adagrad_gpu(p, g, &st[0], step, &c, dl__sgrad_rows(pr)); return; }
+#endif
   dl_adagrad_update(p, g, &st[0], step, &c);
 }
 DL_API void dl__optim_update_lion(dl_optim *o, const dl_param *pr, dl_tensor *p, const dl_tensor *g, dl_tensor *st,
@@ -591,6 +758,9 @@ DL_API void dl__optim_update_lion(dl_optim *o, const dl_param *pr, dl_tensor *p,
   (void)sparse;
   c.lr = o->lr * pr->lr_mult;
   c.weight_decay *= pr->wd_mult;
+#ifdef DL_USE_CUDA
+  if (sparse && p->device == DL_CUDA) { dl__lion_gpu(p, g, &st[0], &c, dl__sgrad_rows(pr)); return; }
+#endif
   dl_lion_update(p, g, &st[0], step, &c);
 }
 
@@ -651,6 +821,11 @@ DL_API void dl_optim_free(dl_optim *o) {
   dl_ctx *ctx;
   if (!o) return;
   ctx = o->model->ctx;
+#ifdef DL_USE_CUDA
+  if (o->device == DL_CUDA) {
+    if (ctx->gpu) dl_gpu_free(ctx->gpu, o->sbuf);
+  } else
+#endif
   dl_free(ctx, o->sbuf);
   dl_free(ctx, o->state);
   dl_free(ctx, o->steps);
@@ -700,7 +875,7 @@ DL_API int dl__param_sparse_now(dl_param *p) {
   if (!p->sparse) return 0;
   if (!(p->t.flags & DL_TENSOR_DENSE_GRAD)) return 1;
   if (s && s->nnz) {
-    dl_sgrad_add_to(s, &p->g);
+    dl_sgrad_add_to(s, &p->g); /* on the device too (tape.h) */
     dl_sgrad_clear(s);
   }
   return 0;
@@ -723,6 +898,31 @@ DL_API void dl_optim_step(dl_optim *o) {
     dl_param *pr = m->params[i];
     dl_tensor *st = &o->state[i * DL_OPTIM_MAX_STATE];
     if (pr->kind == DL_PARAM_BUFFER || pr->frozen || pr->lr_mult == 0) continue;
+#ifdef DL_USE_CUDA
+    if (pr->t.device != o->device)
+      DL_PANIC(m->ctx, "dl_optim_step", "parameter %s %s is on the %s but the optimizer's state is on the %s: make "
+               "the optimizer after moving the model (dl_model_to_device), or free it and make a new one",
+               pr->name, DL_SHAPESTR(&pr->t), pr->t.device == DL_CUDA ? "GPU" : "host",
+               o->device == DL_CUDA ? "GPU" : "host");
+    if (pr->t.device == DL_CUDA) {
+      if (dl__param_sparse_now(pr)) { /* all touched rows in one kernel: g is the values [nnz, width] */
+        const dl_sgrad *s = (const dl_sgrad *)pr->t.sgrad;
+        dl_tensor gv;
+        int64_t vshape[2];
+        if (!s || s->nnz == 0) continue;
+        o->steps[i]++;
+        vshape[0] = s->nnz;
+        vshape[1] = s->width;
+        dl_tensor_wrap(&gv, m->ctx, m->dtype, 2, vshape, s->values);
+        gv.device = DL_CUDA;
+        dl__optim_update(o, pr, &pr->t, &gv, st, o->steps[i], 1);
+        continue;
+      }
+      o->steps[i]++;
+      dl__optim_update(o, pr, &pr->t, &pr->g, st, o->steps[i], 0);
+      continue;
+    }
+#endif
     if (dl__param_sparse_now(pr)) {
       const dl_sgrad *s = (const dl_sgrad *)pr->t.sgrad;
       int64_t j, w;
@@ -823,6 +1023,70 @@ DL_API void *dl__grad_mem(dl_param *p, int64_t *n) {
   return p->g.data;
 }
 
+#ifdef DL_USE_CUDA
+/* dl_clip_grads for a model on the GPU: the same steps with kernels. Each
+ * parameter's sum of squares goes into a device double (read back at once
+ * only for a parameter with its own clip_norm); the sums are read back
+ * together and added in parameter order, in double, as on the CPU. The sum
+ * of one parameter's squares is taken in another order than the CPU's, so
+ * its last bits (and the norm's) may differ. */
+DL_API double dl__clip_grads_gpu(dl_model *m, const dl_step_desc *d) {
+  const char *op = "dl_clip_grads";
+  struct dl_gpu *gpu = m->ctx->gpu;
+  dlg_handle *h = dl__gpu_h(&m->params[0]->t, op);
+  const int dt = (int)m->dtype;
+  double total = 0, f, *dsum = NULL, *hsum;
+  void *dv = NULL;
+  int i;
+  hsum = (double *)dl_alloc(m->ctx, sizeof(double) * (size_t)m->nparams);
+  if (!hsum || dl_gpu_alloc(gpu, &dv, sizeof(double) * (size_t)m->nparams) != DL_OK)
+    DL_PANIC(m->ctx, op, "out of memory for %d sums: %s", m->nparams, dl_ctx_message(m->ctx));
+  dsum = (double *)dv;
+  for (i = 0; i < m->nparams; i++) {
+    dl_param *p = m->params[i];
+    double cv = p->clip_value > 0 ? p->clip_value : d ? d->clip_value : 0;
+    int64_t n;
+    void *g;
+    if (p->kind == DL_PARAM_BUFFER || p->frozen || !p->t.grad) continue;
+    g = dl__grad_mem(p, &n);
+    if (cv > 0) dl__gpu_ok(&p->t, op, dlg_clamp(h, dt, g, n, cv));
+    dl__gpu_ok(&p->t, op, dlg_sumsq(h, dt, g, n, dsum + i));
+    if (p->clip_norm > 0) {
+      double s, nn;
+      dl__gpu_ok(&p->t, op, dlg_copy(h, &s, dsum + i, sizeof s, DLG_D2H));
+      nn = sqrt(s);
+      f = p->clip_norm / (nn + 1e-6);
+      if (f < 1) {
+        dl__gpu_ok(&p->t, op, dlg_scale(h, dt, g, n, f));
+        dl__gpu_ok(&p->t, op, dlg_sumsq(h, dt, g, n, dsum + i));
+      }
+    }
+  }
+  if (m->nparams) dl__gpu_ok(&m->params[0]->t, op, dlg_copy(h, hsum, dsum, sizeof(double) * (size_t)m->nparams, DLG_D2H));
+  for (i = 0; i < m->nparams; i++) {
+    const dl_param *p = m->params[i];
+    if (p->kind == DL_PARAM_BUFFER || p->frozen || !p->t.grad) continue;
+    total += hsum[i];
+  }
+  dl_gpu_free(gpu, dv);
+  dl_free(m->ctx, hsum);
+  total = sqrt(total);
+  if (d && d->clip_norm > 0) {
+    f = d->clip_norm / (total + 1e-6);
+    if (!(f >= 1))
+      for (i = 0; i < m->nparams; i++) {
+        dl_param *p = m->params[i];
+        int64_t n;
+        void *g;
+        if (p->kind == DL_PARAM_BUFFER || p->frozen || !p->t.grad) continue;
+        g = dl__grad_mem(p, &n);
+        dl__gpu_ok(&p->t, op, dlg_scale(h, dt, g, n, f));
+      }
+  }
+  return total;
+}
+#endif
+
 /* Stage 3: clip the gradients as d says. Returns the global gradient L2
  * norm after value and per-parameter clipping, before global scaling (what
  * clip_grad_norm_ returns; computed even when clip_norm is 0, for logging).
@@ -831,6 +1095,9 @@ DL_API void *dl__grad_mem(dl_param *p, int64_t *n) {
 DL_API double dl_clip_grads(dl_model *m, const dl_step_desc *d) {
   double total = 0, f;
   int i;
+#ifdef DL_USE_CUDA
+  if (m->nparams && m->params[0]->t.device == DL_CUDA) return dl__clip_grads_gpu(m, d);
+#endif
   for (i = 0; i < m->nparams; i++) {
     dl_param *p = m->params[i];
     double cv = p->clip_value > 0 ? p->clip_value : d ? d->clip_value : 0, s;
@@ -877,6 +1144,21 @@ DL_API void dl_regularize(dl_model *m, const dl_step_desc *d) {
     if (p->kind == DL_PARAM_BUFFER || p->frozen || !p->t.grad || p->wd_mult == 0) continue;
     l1 = d->l1 * p->wd_mult;
     l2 = d->l2 * p->wd_mult;
+#ifdef DL_USE_CUDA
+    if (p->t.device == DL_CUDA) { /* one kernel: the touched rows of a row-sparse gradient, or all */
+      dlg_handle *h = dl__gpu_h(&p->t, "dl_regularize");
+      if (dl__param_sparse_now(p)) {
+        const dl_sgrad *s = (const dl_sgrad *)p->t.sgrad;
+        if (!s) continue;
+        dl__gpu_ok(&p->t, "dl_regularize", dlg_regularize(h, (int)m->dtype, s->nnz * s->width, s->width, s->rows,
+                                                          s->values, p->t.data, l1, l2));
+      } else {
+        dl__gpu_ok(&p->t, "dl_regularize", dlg_regularize(h, (int)m->dtype, p->g.numel, 0, NULL, p->g.data,
+                                                          p->t.data, l1, l2));
+      }
+      continue;
+    }
+#endif
     if (dl__param_sparse_now(p)) {
       const dl_sgrad *s = (const dl_sgrad *)p->t.sgrad;
       int64_t j, w;

@@ -73,9 +73,11 @@
 #include "data.h"
 #include "io.h"
 #include "dist.h"
+#include "gpu.h" /* --device: dl_train_device, models and batches on the GPU */
 
 #if !defined(__cplusplus) && !defined(DL_NO_STDIO)
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -237,10 +239,11 @@ typedef struct dl_train_opts {
   int64_t epochs, batch, seed, threads, subset, stop_after;
   double lr;
   const char *save, *load, *checkpoint, *resume, *csv, *chart, *data;
+  const char *device; /* "cpu" (NULL too) or "cuda" / "cuda:N": see dl_train_device */
   int eval, quiet, help;
 } dl_train_opts;
 
-#define DL_TRAIN_NFLAGS 17
+#define DL_TRAIN_NFLAGS 18
 
 /* Fill out[0..DL_TRAIN_NFLAGS) with the standard flags, pointing into o;
  * returns DL_TRAIN_NFLAGS. */
@@ -262,6 +265,8 @@ DL_API int dl_train_flags(dl_train_opts *o, dl_flag *out) {
   out[n++] = (dl_flag){"stop-after", DL_FLAG_I64, &o->stop_after, 0, 100000,
                        "end this process after N epochs, as if interrupted (resume with --resume; 0: never)", "N"};
   out[n++] = (dl_flag){"subset", DL_FLAG_I64, &o->subset, 0, 1e15, "train on the first N samples only (0: all)", "N"};
+  out[n++] = (dl_flag){"device", DL_FLAG_STR, (void *)&o->device, 0, 0,
+                       "cpu, or cuda[:N] to train on GPU N (a build with DL_USE_CUDA, see dl/gpu.h)", "DEV"};
   out[n++] = (dl_flag){"quiet", DL_FLAG_SWITCH, &o->quiet, 0, 0, "no progress line", NULL};
   out[n++] = (dl_flag){"help", DL_FLAG_SWITCH, &o->help, 0, 0, "this list", NULL};
   return n;
@@ -274,12 +279,42 @@ DL_API dl_status dl_train_opts_check(dl_ctx *ctx, const dl_train_opts *o) {
   if (o->eval && !o->load && !o->resume)
     return dl_fail(ctx, DL_ERR_ARG, "--eval evaluates a trained model: give it with --load FILE");
   if (o->eval && o->checkpoint) return dl_fail(ctx, DL_ERR_ARG, "--eval trains nothing: --checkpoint makes no sense");
+  if (o->device && strcmp(o->device, "cpu") != 0) {
+    if (strncmp(o->device, "cuda", 4) != 0 || (o->device[4] && (o->device[4] != ':' || !isdigit((unsigned char)o->device[5]))))
+      return dl_fail(ctx, DL_ERR_ARG, "--device %.100s: cpu, cuda or cuda:N", o->device);
+    if (o->load || o->resume || o->checkpoint)
+      return dl_fail(ctx, DL_ERR_UNSUPPORTED, "--device %.100s with --load, --resume or --checkpoint: "
+                     "reading and writing training state from the GPU is not implemented yet; train on the "
+                     "CPU for those (--save works: the weights come back to the host at the end)", o->device);
+  }
 #ifndef DL_USE_STB_IMAGE_WRITE
   if (o->chart)
     return dl_fail(ctx, DL_ERR_UNSUPPORTED, "--chart %.200s: this program was built without PNG output "
                    "(define DL_USE_STB_IMAGE_WRITE; Debian: apt-get install libstb-dev)", o->chart);
 #endif
   return DL_OK;
+}
+
+/* --device: NULL or "cpu": *gpu = NULL and nothing moves. "cuda" or
+ * "cuda:N": opens GPU N on ctx (gpu.h) and moves model m there; call it
+ * before making the optimizer (whose state is then made on the device) and
+ * give the tape to dl_tape_use_gpu. DL_OK, or DL_ERR_NO_DEVICE (no GPU, a
+ * build without DL_USE_CUDA) / DL_ERR_NOMEM with the message in ctx. */
+DL_API dl_status dl_train_device(dl_ctx *ctx, const dl_train_opts *o, dl_model *m, dl_gpu **gpu) {
+  dl_status s;
+  int dev = 0;
+  *gpu = NULL;
+  if (!o->device || strcmp(o->device, "cpu") == 0) return DL_OK;
+  if (strncmp(o->device, "cuda", 4) != 0 ||
+      (o->device[4] && (o->device[4] != ':' || !isdigit((unsigned char)o->device[5]))))
+    return dl_fail(ctx, DL_ERR_ARG, "--device %.100s: cpu, cuda or cuda:N", o->device);
+  if (o->device[4] == ':') dev = atoi(o->device + 5);
+  if ((s = dl_gpu_open(gpu, ctx, dev)) != DL_OK) return s;
+  if ((s = dl_model_to_device(m, *gpu)) != DL_OK) {
+    dl_gpu_close(*gpu);
+    *gpu = NULL;
+  }
+  return s;
 }
 
 /* >>run ------------------------------------------------------------------------------- */
@@ -592,7 +627,11 @@ DL_API dl_status dl_run_end_epoch(dl_run *r, double val_loss, double val_acc) {
 DL_API dl_status dl_run_finish(dl_run *r) {
   const dl_train_opts *o = r->desc.opts;
   dl_status s = DL_OK;
-  if (o->save && !o->eval && dl_dist_is_root(r->desc.dist)) s = dl_model_save(r->desc.model, o->save, NULL);
+  if (o->save && !o->eval && dl_dist_is_root(r->desc.dist)) {
+    /* a model on the GPU comes back to the host first (training is over) */
+    s = dl_model_to_host(r->desc.model);
+    if (s == DL_OK) s = dl_model_save(r->desc.model, o->save, NULL);
+  }
   return r->world > 1 ? dl_dist_agree(r->desc.dist, s) : s;
 }
 
@@ -637,11 +676,12 @@ DL_API void dl__evaluate_sums(dl_model *m, dl_tape *tp, dl_batcher *b, double *v
   dl_no_grad_begin(tp);
   dl_batcher_set_epoch(b, 0);
   while (dl_batcher_next(b, &bt)) {
-    dl_tensor *logits = dl_model_forward(m, tp, bt.x);
-    dl_tensor *l = dl_t_cross_entropy(tp, logits, bt.y, 0, DL_REDUCE_SUM);
-    v[0] += dl__get_at(l, 0);
-    v[2] += (double)dl_accuracy_count(logits, bt.y);
-    if (cm) dl_confusion_add(cm, logits, bt.y);
+    dl_tensor *logits = dl_model_forward(m, tp, dl_tape_input(tp, bt.x)), *hl;
+    dl_tensor *l = dl_t_cross_entropy(tp, logits, bt.y, 0, DL_REDUCE_SUM); /* host labels, any tape */
+    v[0] += dl_item(l);
+    hl = dl_tape_host(tp, logits); /* on a device tape: the logits, copied back */
+    v[2] += (double)dl_accuracy_count(hl, bt.y);
+    if (cm) dl_confusion_add(cm, hl, bt.y);
     v[1] += (double)bt.size;
     dl_tape_rewind(tp);
   }

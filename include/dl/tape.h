@@ -94,7 +94,19 @@ struct dl_tape {
    * bucket's all-reduce as soon as the bucket's parameters are final. */
   void (*on_node)(dl_tape *tp, dl_node *n, void *user);
   void *on_node_user;
+  /* A device tape (gpu.h's dl_tape_use_gpu): outputs, intermediate gradients
+   * and device scratch are device memory from `dev`, a bump arena over the
+   * device's caching allocator, rewound with the tape. NULL: the host. */
+  struct dl_gpu *gpu;
+  void *dev;
 };
+
+#ifdef DL_USE_CUDA
+/* gpu.h: the device arena behind a device tape. */
+DL_API void *dl__gpu_tape_alloc(dl_tape *tp, const char *op, size_t bytes);
+DL_API void dl__gpu_tape_rewind(dl_tape *tp);
+DL_API void dl__gpu_tape_free(dl_tape *tp);
+#endif
 
 /* >>tape ------------------------------------------------------------------- */
 
@@ -114,6 +126,9 @@ DL_API void dl_tape_init_buffer(dl_tape *tp, dl_ctx *ctx, void *buf, size_t size
   dl_arena_init_buffer(&tp->arena, ctx, buf, size);
 }
 DL_API void dl_tape_free(dl_tape *tp) {
+#ifdef DL_USE_CUDA
+  if (tp->gpu) dl__gpu_tape_free(tp);
+#endif
   dl_arena_free(&tp->arena);
   tp->last = NULL;
   tp->nodes = 0;
@@ -121,6 +136,9 @@ DL_API void dl_tape_free(dl_tape *tp) {
 /* Forget every node, output, intermediate gradient and tangent of the step:
  * all of them become invalid. Leaf gradients are untouched. */
 DL_API void dl_tape_rewind(dl_tape *tp) {
+#ifdef DL_USE_CUDA
+  if (tp->gpu) dl__gpu_tape_rewind(tp);
+#endif
   dl_arena_rewind(&tp->arena, 0);
   tp->last = NULL;
   tp->nodes = 0;
@@ -151,7 +169,12 @@ DL_API dl_status dl_requires_grad(dl_tensor *t) {
     DL_PANIC(t->ctx, "dl_requires_grad", "only f32 and f64 tensors have gradients, not %s",
              DL_SHAPESTR(t));
   if (!t->grad) {
+#ifdef DL_USE_CUDA
+    dl_tensor *g = t->device == DL_CUDA ? dl__gpu_tensor_make(t->ctx, t->dtype, t->ndim, t->shape)
+                                        : dl_tensor_make(t->ctx, t->dtype, t->ndim, t->shape);
+#else
     dl_tensor *g = dl_tensor_make(t->ctx, t->dtype, t->ndim, t->shape);
+#endif
     if (!g) return t->ctx ? t->ctx->status : DL_ERR_NOMEM;
     t->grad = g;
   }
@@ -189,7 +212,28 @@ DL_API void dl_keep_grad(dl_tensor *t) { t->flags |= DL_TENSOR_KEEP_GRAD; }
  * and the bytes the arena needs, when it cannot hold it. */
 DL_API dl_tensor *dl_tape_out(dl_tape *tp, const char *op, dl_dtype dtype, int ndim,
                               const int64_t *shape) {
-  dl_tensor *t = dl_tensor_new(&tp->arena, dtype, ndim, shape);
+  dl_tensor *t;
+#ifdef DL_USE_CUDA
+  if (tp->gpu) { /* the struct on the host, the data on the device */
+    size_t bytes;
+    dl_status st = dl_shape_size(dtype, ndim, shape, NULL, &bytes);
+    if (st != DL_OK) {
+      dl__shape_fail(tp->ctx, st, op, dtype, ndim, shape);
+      DL_PANIC(tp->ctx, op, "%s", dl_ctx_message(tp->ctx));
+    }
+    t = (dl_tensor *)dl_arena_alloc(&tp->arena, sizeof *t);
+    if (t) {
+      memset(t, 0, sizeof *t);
+      dl__set_shape(t, ndim, shape);
+      t->dtype = dtype;
+      t->device = DL_CUDA;
+      t->ctx = tp->ctx;
+      t->data = bytes ? dl__gpu_tape_alloc(tp, op, bytes) : NULL;
+      return t;
+    }
+  } else
+#endif
+  t = dl_tensor_new(&tp->arena, dtype, ndim, shape);
   if (!t)
     DL_PANIC(tp->ctx, op, "tape arena cannot hold the output (%zu bytes needed in all): %s",
              dl_arena_bytes_needed(&tp->arena), dl_ctx_message(tp->ctx));
@@ -199,9 +243,24 @@ DL_API dl_tensor *dl_tape_out(dl_tape *tp, const char *op, dl_dtype dtype, int n
 DL_API dl_tensor *dl_tape_zeros(dl_tape *tp, const char *op, dl_dtype dtype, int ndim,
                                 const int64_t *shape) {
   dl_tensor *t = dl_tape_out(tp, op, dtype, ndim, shape);
+#ifdef DL_USE_CUDA
+  if (t->device == DL_CUDA) {
+    if (t->data)
+      dl__gpu_ok(t, op, dlg_memset0(dl__gpu_h(t, op), t->data, (size_t)t->numel * dl_dtype_size(dtype)));
+    return t;
+  }
+#endif
   if (t->data) memset(t->data, 0, (size_t)t->numel * dl_dtype_size(dtype));
   return t;
 }
+#ifdef DL_USE_CUDA
+/* Device scratch bytes of a device tape (valid until the rewind); panics
+ * naming op when the device is full. */
+DL_API void *dl_tape_dev_scratch(dl_tape *tp, const char *op, size_t bytes) {
+  if (!tp->gpu) DL_PANIC(tp->ctx, op, "device scratch asked of a host tape");
+  return dl__gpu_tape_alloc(tp, op, bytes ? bytes : 1);
+}
+#endif
 /* Scratch bytes in the tape's arena (valid until the rewind); panics when full. */
 DL_API void *dl_tape_scratch(dl_tape *tp, const char *op, size_t bytes) {
   void *p = dl_arena_alloc(&tp->arena, bytes ? bytes : 1);
@@ -294,6 +353,7 @@ DL_API dl_sgrad *dl_sgrad_attach(dl_tensor *x) {
     memset(s, 0, sizeof *s);
     s->ctx = x->ctx;
     s->dtype = x->dtype;
+    s->device = x->device;
     s->nrows = x->shape[0];
     s->width = x->shape[1];
     s->slot = (int64_t *)dl_alloc(x->ctx, sizeof(int64_t) * (size_t)(s->nrows ? s->nrows : 1));
@@ -327,6 +387,8 @@ DL_API dl_sgrad *dl_tape_sgrad(dl_tape *tp, dl_tensor *x) {
 DL_API void *dl_sgrad_row(dl_sgrad *s, int64_t row) {
   size_t es = dl_dtype_size(s->dtype), rowb = es * (size_t)s->width;
   int64_t k = s->slot[row];
+  if (s->device != DL_CPU)
+    DL_PANIC(s->ctx, "dl_sgrad_row", "the sparse gradient's rows are on the GPU: no host pointer to a row");
   if (k < 0) {
     if (s->nnz == s->cap) {
       int64_t cap = s->cap ? 2 * s->cap : 16;
@@ -357,6 +419,18 @@ DL_API void *dl_sgrad_row(dl_sgrad *s, int64_t row) {
 /* dense += the sparse rows (dense [nrows, width], contiguous, same dtype). */
 DL_API void dl_sgrad_add_to(const dl_sgrad *s, dl_tensor *dense) {
   int64_t k, j;
+#ifdef DL_USE_CUDA
+  if (s->device == DL_CUDA || dense->device == DL_CUDA) {
+    if (s->device != dense->device || !dl_tensor_is_contiguous(dense))
+      DL_PANIC(s->ctx, "dl_sgrad_add_to", "the sparse gradient and %s must be on one device (and it contiguous)",
+               DL_SHAPESTR(dense));
+    if (s->nnz)
+      dl__gpu_ok(dense, "dl_sgrad_add_to", dlg_rows_scatter(dl__gpu_h(dense, "dl_sgrad_add_to"), (int)s->dtype,
+                                                            dense->data, s->nrows, s->width, s->rows, s->nnz,
+                                                            s->values));
+    return;
+  }
+#endif
   for (k = 0; k < s->nnz; k++) {
     if (s->dtype == DL_F32) {
       float *d = (float *)dense->data + s->rows[k] * s->width;
@@ -475,6 +549,9 @@ DL_API dl_tensor *dl_t_custom(dl_tape *tp, const dl_custom_op *op, void *user, i
   dl_tensor *out;
   dl_node *n;
   if (nin < 1 || !in[0]) DL_PANIC(tp->ctx, op->name, "a custom op needs at least one input");
+  if (tp->gpu || in[0]->device != DL_CPU) /* its callbacks are host code over host memory */
+    DL_PANIC(tp->ctx, op->name, "custom ops run on the host: %s %s", DL_SHAPESTR(in[0]),
+             tp->gpu ? "is on a device tape" : "is on the GPU");
   out = dl_tape_out(tp, op->name, in[0]->dtype, ndim, shape);
   op->forward(out, in, nin, user);
   if (dl_tangent_wants(nin, in)) {

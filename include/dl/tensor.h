@@ -28,6 +28,13 @@
 
 #include "core.h"
 
+#ifdef DL_USE_CUDA
+#include "gpu/abi.h"
+#ifndef __cplusplus
+#define DL__CUDA_C 1 /* the device glue below is C: gpu.h, which defines it, is C-only */
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -50,8 +57,9 @@ typedef struct dl_sgrad {
   int64_t nrows, width;              /* the dense shape */
   int64_t *rows;                     /* [cap] row indices */
   int64_t *slot;                     /* [nrows] row -> position in rows, or -1 */
-  void *values;                      /* [cap, width], the tensor's dtype */
+  void *values;                      /* [cap, width], the tensor's dtype; on the tensor's device */
   dl_dtype dtype;
+  dl_device device;                  /* where values lives (rows and slot are host memory) */
   dl_ctx *ctx;
 } dl_sgrad;
 
@@ -71,6 +79,29 @@ typedef struct dl_tensor {
   void *sgrad;                       /* row-sparse gradient (tape.h, embedding) */
   void *block;                       /* heap block to release (owned tensors) */
 } dl_tensor;
+
+/* >>device glue (DL_USE_CUDA) ----------------------------------------------
+ * What the ops need to run a tensor's work on its device; gpu.h defines the
+ * device itself (struct dl_gpu) and these forward declarations. */
+#ifdef DL__CUDA_C
+DL_API dlg_handle *dl__gpu_handle(struct dl_gpu *g);
+DL_API void dl__gpu_release(struct dl_gpu *g, void *p);
+/* A zeroed, owned tensor on ctx's device (NULL with the status in ctx). */
+DL_API dl_tensor *dl__gpu_tensor_make(dl_ctx *ctx, dl_dtype dtype, int ndim, const int64_t *shape);
+/* The device handle of t's context; panics naming op when it has none. */
+DL_API dlg_handle *dl__gpu_h(const dl_tensor *t, const char *op);
+/* Panics naming op with the device's message when rc is not DLG_OK. */
+DL_API void dl__gpu_ok(const dl_tensor *t, const char *op, int rc);
+/* Panics naming op when t's data is on the device (host-only accessors). */
+#define DL__HOST_ONLY(t, op)                                                              \
+  do {                                                                                   \
+    if (DL__UNLIKELY((t)->device != DL_CPU))                                             \
+      DL_PANIC((t)->ctx, op, "%s is on the GPU: copy it to the host first (dl_to_host)",   \
+               DL_SHAPESTR(t));                                                          \
+  } while (0)
+#else
+#define DL__HOST_ONLY(t, op) ((void)0)
+#endif
 
 #define DL__NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, N, ...) N
 #define DL__NARGS(...) DL__NARGS_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
@@ -195,6 +226,11 @@ DL_API void dl_sgrad_free(dl_sgrad *s) {
   if (!s) return;
   dl_free(s->ctx, s->rows);
   dl_free(s->ctx, s->slot);
+#ifdef DL__CUDA_C
+  if (s->device == DL_CUDA) {
+    if (s->values) dl__gpu_release(s->ctx ? s->ctx->gpu : NULL, s->values);
+  } else
+#endif
   dl_free(s->ctx, s->values);
   dl_free(s->ctx, s);
 }
@@ -205,6 +241,9 @@ DL_API void dl_tensor_free(dl_tensor *t) {
   if (!t || !(t->flags & DL_TENSOR_OWNED)) return;
   if (t->grad && t->grad != t) dl_tensor_free(t->grad);
   dl_sgrad_free((dl_sgrad *)t->sgrad);
+#ifdef DL__CUDA_C
+  if (t->device == DL_CUDA && t->data) dl__gpu_release(t->ctx ? t->ctx->gpu : NULL, t->data);
+#endif
   dl_free(t->ctx, t->block);
 }
 
@@ -280,6 +319,7 @@ DL_API int64_t dl_tensor_offset(const dl_tensor *t, const int64_t *idx) {
 }
 /* Element at linear offset `off` (from dl_tensor_offset) as a double. */
 DL_API double dl__get_at(const dl_tensor *t, int64_t off) {
+  DL__HOST_ONLY(t, "dl_tensor_get");
   const char *p = (const char *)t->data;
   switch (t->dtype) {
     case DL_F32: return ((const float *)(const void *)p)[off];
@@ -292,6 +332,7 @@ DL_API double dl__get_at(const dl_tensor *t, int64_t off) {
   }
 }
 DL_API void dl__set_at(dl_tensor *t, int64_t off, double v) {
+  DL__HOST_ONLY(t, "dl_tensor_set");
   char *p = (char *)t->data;
   switch (t->dtype) {
     case DL_F32: ((float *)(void *)p)[off] = (float)v; break;
@@ -470,6 +511,23 @@ DL_API void dl_tensor_copy(dl_tensor *dst, const dl_tensor *src) {
   int64_t i;
   dl__check_same(dst, src, "dl_tensor_copy", 1);
   if (dst->numel == 0) return;
+#ifdef DL__CUDA_C
+  if (dst->device == DL_CUDA || src->device == DL_CUDA) {
+    const dl_tensor *on = dst->device == DL_CUDA ? dst : src;
+    dlg_handle *h = dl__gpu_h(on, "dl_tensor_copy");
+    int kind = dst->device == src->device ? DLG_D2D : dst->device == DL_CUDA ? DLG_H2D : DLG_D2H;
+    if (dl_tensor_is_contiguous(dst) && dl_tensor_is_contiguous(src))
+      dl__gpu_ok(on, "dl_tensor_copy", dlg_copy(h, dst->data, src->data, (size_t)src->numel * es, kind));
+    else if (kind == DLG_D2D && dl_tensor_is_contiguous(dst))
+      dl__gpu_ok(on, "dl_tensor_copy", dlg_copy_strided(h, (int)es, dst->data, src->data, src->ndim, src->shape,
+                                                        src->strides));
+    else
+      DL_PANIC(on->ctx, "dl_tensor_copy",
+               "%s to %s: between devices both must be contiguous; on the device the destination must be",
+               DL_SHAPESTR(src), DL_SHAPESTR(dst));
+    return;
+  }
+#endif
   if (dl_tensor_is_contiguous(dst) && dl_tensor_is_contiguous(src)) {
     memmove(dst->data, src->data, (size_t)src->numel * es);
     return;
@@ -498,6 +556,14 @@ DL_API dl_tensor *dl_tensor_contiguous(dl_arena *a, const dl_tensor *t) {
 /* Every element set to v (converted to t's dtype). */
 DL_API void dl_tensor_fill(dl_tensor *t, double v) {
   int64_t i;
+#ifdef DL__CUDA_C
+  if (t->device == DL_CUDA) {
+    if (!dl_tensor_is_contiguous(t))
+      DL_PANIC(t->ctx, "dl_tensor_fill", "%s on the device must be contiguous", DL_SHAPESTR(t));
+    dl__gpu_ok(t, "dl_tensor_fill", dlg_fill(dl__gpu_h(t, "dl_tensor_fill"), (int)t->dtype, t->data, t->numel, v));
+    return;
+  }
+#endif
   if (dl_tensor_is_contiguous(t) && t->dtype == DL_F32) {
     float *p = (float *)t->data, f = (float)v;
     for (i = 0; i < t->numel; i++) p[i] = f;
@@ -521,6 +587,7 @@ DL_API double dl__rand_value(int normal, dl_dtype dt, uint64_t x, double a, doub
   return v;
 }
 DL_API void dl__rand_fill(dl_tensor *t, dl_rng *r, int normal, double a, double b, const char *op) {
+  DL__HOST_ONLY(t, op);
   int64_t i, n = t->numel;
   const uint64_t base = r->counter;
   const dl_rng rr = *r;

@@ -15,6 +15,9 @@
  * attention) collects the sum of its gradients. Self-attention (q, k and v
  * the same tensor) projects with one GEMM against the whole in_proj_weight;
  * k == v (encoder-decoder attention) with one GEMM against its last 2E rows.
+ * On a device tape (DL_USE_CUDA) every step runs on the GPU through those
+ * ops; only the additive mask [Tq, Tk] is built on the host and copied over
+ * (see dl__mha_mask).
  */
 #ifndef DL_OPS_ATTENTION_H
 #define DL_OPS_ATTENTION_H
@@ -36,11 +39,34 @@ DL_API void dl__mha_split(dl_tape *tp, dl_tensor *p, int n, int64_t nh, int64_t 
 }
 
 /* The additive mask [Tq, Tk] in q's dtype (tape arena): attn_mask's values
- * (float) or -inf where it is nonzero (u8), and -inf where causal and j > i. */
+ * (float) or -inf where it is nonzero (u8), and -inf where causal and j > i.
+ * On a device tape (DL_USE_CUDA) the mask is built on the host, in scratch of
+ * the tape's host arena, and copied to the device tensor returned; an
+ * attn_mask on the device is first copied to the host (both copies wait for
+ * the device: the mask is [Tq, Tk], made once per call). */
 DL_API dl_tensor *dl__mha_mask(dl_tape *tp, const char *op, const dl_tensor *q, const dl_tensor *attn_mask,
                                int causal, int64_t Tq, int64_t Tk) {
-  dl_tensor *m = dl_tape_out(tp, op, q->dtype, DL_SHAPE(Tq, Tk));
+  dl_tensor *m = dl_tape_out(tp, op, q->dtype, DL_SHAPE(Tq, Tk)), *mh = m;
   int64_t i, j;
+#ifdef DL_USE_CUDA
+  if (m->device == DL_CUDA && !(mh = dl_tensor_new(&tp->arena, q->dtype, 2, m->shape)))
+    DL_PANIC(tp->ctx, op, "the tape's arena cannot hold the mask [%lld, %lld]", (long long)Tq, (long long)Tk);
+  if (attn_mask && attn_mask->device == DL_CUDA) { /* its values on the host: contiguous on the device, then over */
+    const dl_tensor *ac = attn_mask;
+    dl_tensor *ah = dl_tensor_new(&tp->arena, attn_mask->dtype, 2, attn_mask->shape);
+    if (!ah)
+      DL_PANIC(tp->ctx, op, "the tape's arena cannot hold a host copy of attn_mask %s", DL_SHAPESTR(attn_mask));
+    if (!dl_tensor_is_contiguous(attn_mask)) {
+      dl_tensor *c = dl_tape_out(tp, op, attn_mask->dtype, 2, attn_mask->shape);
+      if (c->device != DL_CUDA)
+        DL_PANIC(tp->ctx, op, "attn_mask %s is a strided device tensor on a host tape", DL_SHAPESTR(attn_mask));
+      dl_tensor_copy(c, attn_mask);
+      ac = c;
+    }
+    dl_tensor_copy(ah, ac);
+    attn_mask = ah;
+  }
+#endif
   for (i = 0; i < Tq; i++)
     for (j = 0; j < Tk; j++) {
       double v = 0.0;
@@ -49,8 +75,11 @@ DL_API dl_tensor *dl__mha_mask(dl_tape *tp, const char *op, const dl_tensor *q, 
         v = attn_mask->dtype == DL_U8 ? (a != 0.0 ? -INFINITY : 0.0) : a;
       }
       if (causal && j > i) v = -INFINITY;
-      dl__set_at(m, i * Tk + j, v);
+      dl__set_at(mh, i * Tk + j, v);
     }
+#ifdef DL_USE_CUDA
+  if (mh != m) dl_tensor_copy(m, mh); /* host to device */
+#endif
   return m;
 }
 

@@ -443,6 +443,100 @@ DL_API void dl__conv_backward(dl_tape *tp, const char *op, const dl__conv_geom *
   }
 }
 
+/* >>device (DL_USE_CUDA) ------------------------------------------------------
+ * Convolution, pooling and the norms (ops/norm.h) on the GPU: src_gpu/dnn.cu
+ * through dl/gpu/dnn.h, the same results as the CPU code (pooling bit for
+ * bit; convolution is cuDNN's, f32 on FMA kernels, no TF32). */
+#ifdef DL_USE_CUDA
+/* The device handle for op on x: x must be on the GPU and tp a device tape
+ * (dl_tape_use_gpu), else outputs would land on the wrong side: panics
+ * naming op. */
+DL_API dlg_handle *dl__dnn_h(const dl_tape *tp, const char *op, const dl_tensor *x) {
+  if (x->device != DL_CUDA || !tp->gpu)
+    DL_PANIC(x->ctx, op, "x %s is on the %s but the tape is a %s tape: run device tensors on a device tape "
+             "(dl_tape_use_gpu) and host tensors on a host tape (dl_tape_input moves a batch)", DL_SHAPESTR(x),
+             x->device == DL_CUDA ? "GPU" : "host", tp->gpu ? "device" : "host");
+  return dl__gpu_h(x, op);
+}
+/* t's tangent, when it has one, on t's device. */
+DL_API void dl__dnn_tangent_dev(const char *op, const dl_tensor *t) {
+  if (t && t->tangent) dl__ops_same_device(op, t, t->tangent);
+}
+DL_API dlg_conv2d dl__conv_dlg(const dl__conv_geom *g) {
+  dlg_conv2d c;
+  c.N = g->N;
+  c.C = g->C;
+  c.H = g->H;
+  c.W = g->W;
+  c.O = g->O;
+  c.kh = g->kh;
+  c.kw = g->kw;
+  c.Ho = g->Ho;
+  c.Wo = g->Wo;
+  c.sh = g->sh;
+  c.sw = g->sw;
+  c.ph = g->ph;
+  c.pw = g->pw;
+  c.dh = g->dh;
+  c.dw = g->dw;
+  c.G = g->G;
+  return c;
+}
+/* dl__t_conv on the device: y = conv(x, w) + b through cuDNN, tangents as
+ * the CPU's (ty = conv(tx, w) + conv(x, tw) + tb), the node saves the
+ * contiguous x and w; dl__t_conv_bw branches to dlg_conv2d_bwd. */
+DL_API dl_tensor *dl__t_conv_gpu(dl_tape *tp, const char *op, dl_tensor *x, dl_tensor *w, dl_tensor *b,
+                                 const dl__conv_geom *g, const int64_t *i, dl_backward_fn bw) {
+  dlg_handle *h = dl__dnn_h(tp, op, x);
+  const dlg_conv2d c = dl__conv_dlg(g);
+  const int dt = (int)x->dtype;
+  dl_tensor *y, *xc, *wc, *bc;
+  dl_node *n;
+  int64_t shape[4];
+  int k;
+  dl__dnn_tangent_dev(op, x);
+  dl__dnn_tangent_dev(op, w);
+  dl__dnn_tangent_dev(op, b);
+  shape[0] = g->N;
+  shape[1] = g->O;
+  shape[2] = i[7] ? g->Wo : g->Ho;
+  shape[3] = g->Wo;
+  y = dl_tape_out(tp, op, x->dtype, i[7] ? 3 : 4, shape);
+  xc = dl__t_contig(tp, op, x);
+  wc = dl__t_contig(tp, op, w);
+  bc = b ? dl__t_contig(tp, op, b) : NULL;
+  /* C == 0 (no input channels) is handled there too: y = b, or zeros */
+  if (y->numel) dl__gpu_ok(x, op, dlg_conv2d_fwd(h, dt, &c, xc->data, wc->data, bc ? bc->data : NULL, y->data, 0));
+  if (x->tangent || w->tangent || (b && b->tangent)) {
+    dl_tensor *ty = dl_tape_tangent(tp, y); /* zeros */
+    dl_tensor *tb = b && b->tangent ? dl__t_contig(tp, op, b->tangent) : NULL;
+    if (y->numel && g->K) {
+      if (x->tangent) {
+        dl_tensor *tx = dl__t_contig(tp, op, x->tangent);
+        dl__gpu_ok(x, op, dlg_conv2d_fwd(h, dt, &c, tx->data, wc->data, tb ? tb->data : NULL, ty->data, 1));
+        tb = NULL;
+      }
+      if (w->tangent) {
+        dl_tensor *tw = dl__t_contig(tp, op, w->tangent);
+        dl__gpu_ok(x, op, dlg_conv2d_fwd(h, dt, &c, xc->data, tw->data, tb ? tb->data : NULL, ty->data, 1));
+        tb = NULL;
+      }
+    }
+    if (tb && y->numel) { /* ty += tb alone: a geometry without input channels adds just the bias */
+      dlg_conv2d c0 = c;
+      c0.C = 0;
+      dl__gpu_ok(x, op, dlg_conv2d_fwd(h, dt, &c0, NULL, NULL, tb->data, ty->data, 1));
+    }
+  }
+  if ((n = dl_tape_record(tp, op, bw, y, x, w, b)) != NULL) {
+    for (k = 0; k < 8; k++) n->i[k] = i[k];
+    n->saved[0] = xc;
+    n->saved[1] = wc;
+  }
+  return y;
+}
+#endif
+
 /* >>conv ops --------------------------------------------------------------- */
 
 /* The geometry of a recorded node: i[0..7) = sh, sw, ph, pw, dh, dw, groups;
@@ -479,6 +573,16 @@ DL_API void dl__t_conv_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *x = n->in[0], *w = n->in[1], *b = n->nin > 2 ? n->in[2] : NULL;
   dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, w), *gb = dl_tape_grad(tp, b);
   const dl__conv_geom g = dl__conv_geom_of(x, w, n->i);
+#ifdef DL_USE_CUDA
+  if (n->out->grad->device == DL_CUDA) {
+    const dlg_conv2d c = dl__conv_dlg(&g);
+    dl__gpu_ok(n->out->grad, n->op,
+               dlg_conv2d_bwd(dl__gpu_h(n->out->grad, n->op), (int)x->dtype, &c, n->saved[0]->data,
+                              n->saved[1]->data, n->out->grad->data, gx ? gx->data : NULL, gw ? gw->data : NULL,
+                              gb ? gb->data : NULL));
+    return;
+  }
+#endif
   dl__conv_backward(tp, n->op, &g, x->dtype, n->saved[0]->data, n->saved[1]->data,
                     n->out->grad->data, gx ? gx->data : NULL, gw ? gw->data : NULL,
                     gb ? gb->data : NULL);
@@ -541,6 +645,9 @@ DL_API dl_tensor *dl__t_conv(dl_tape *tp, const char *op, dl_tensor *x, dl_tenso
   dl_node *n;
   int64_t shape[4];
   int k;
+#ifdef DL_USE_CUDA
+  if (x->device == DL_CUDA || tp->gpu) return dl__t_conv_gpu(tp, op, x, w, b, g, i, dl__t_conv_bw);
+#endif
   shape[0] = g->N;
   shape[1] = g->O;
   if (i[7]) {
@@ -828,9 +935,72 @@ DL_API void dl__pool_save(dl_node *n, const dl__pool_geom *g) {
   n->i[6] = g->excl;
 }
 
+#ifdef DL_USE_CUDA
+DL_API dlg_pool2d dl__pool_dlg(const dl__pool_geom *g) {
+  dlg_pool2d p;
+  p.N = g->N;
+  p.C = g->C;
+  p.H = g->H;
+  p.W = g->W;
+  p.kh = g->kh;
+  p.kw = g->kw;
+  p.sh = g->sh;
+  p.sw = g->sw;
+  p.ph = g->ph;
+  p.pw = g->pw;
+  p.Ho = g->Ho;
+  p.Wo = g->Wo;
+  p.excl = g->excl;
+  return p;
+}
+/* max_pool2d (max != 0) or avg_pool2d on the device, recorded with rule bw;
+ * max pooling saves the argmax (int32 [N, C, Ho, Wo], device) as the CPU. */
+DL_API dl_tensor *dl__t_pool_gpu(dl_tape *tp, const char *op, int max, dl_tensor *x, const dl__pool_geom *g,
+                                 dl_backward_fn bw) {
+  dlg_handle *h = dl__dnn_h(tp, op, x);
+  const dlg_pool2d pg = dl__pool_dlg(g);
+  const int dt = (int)x->dtype;
+  dl_tensor *y, *xc, *idx = NULL;
+  dl_node *n;
+  dl__dnn_tangent_dev(op, x);
+  y = dl_tape_out(tp, op, x->dtype, DL_SHAPE(g->N, g->C, g->Ho, g->Wo));
+  xc = dl__t_contig(tp, op, x);
+  if (max && (dl_tape_wants(tp, 1, &x) || x->tangent)) idx = dl_tape_out(tp, op, DL_I32, 4, y->shape);
+  if (y->numel)
+    dl__gpu_ok(x, op, max ? dlg_max_pool2d_fwd(h, dt, &pg, xc->data, y->data, idx ? (int32_t *)idx->data : NULL)
+                          : dlg_avg_pool2d_fwd(h, dt, &pg, xc->data, y->data));
+  if (x->tangent) {
+    dl_tensor *ty = dl_tape_tangent(tp, y), *tx = dl__t_contig(tp, op, x->tangent);
+    if (y->numel)
+      dl__gpu_ok(x, op, max ? dlg_max_pool2d_tan(h, dt, &pg, tx->data, (const int32_t *)idx->data, ty->data)
+                            : dlg_avg_pool2d_fwd(h, dt, &pg, tx->data, ty->data));
+  }
+  if ((n = dl_tape_record(tp, op, bw, y, x, NULL, NULL)) != NULL) {
+    dl__pool_save(n, g);
+    n->saved[0] = idx;
+  }
+  return y;
+}
+/* The pooling rules' gradient on the device: gx += from gy (and idx). */
+DL_API void dl__pool_bw_gpu(dl_node *n, int max, const dl__pool_geom *g, dl_tensor *gx) {
+  const dl_tensor *gy = n->out->grad;
+  const dlg_pool2d pg = dl__pool_dlg(g);
+  dlg_handle *h = dl__gpu_h(gy, n->op);
+  dl__gpu_ok(gy, n->op, max ? dlg_max_pool2d_bwd(h, (int)gx->dtype, &pg, gy->data,
+                                                 (const int32_t *)n->saved[0]->data, gx->data)
+                            : dlg_avg_pool2d_bwd(h, (int)gx->dtype, &pg, gy->data, gx->data));
+}
+#endif
+
 DL_API void dl__t_max_pool2d_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
   const dl__pool_geom g = dl__pool_geom_of(n->in[0], n->i);
+#ifdef DL_USE_CUDA
+  if (gx && gx->device == DL_CUDA) {
+    dl__pool_bw_gpu(n, 1, &g, gx);
+    return;
+  }
+#endif
   if (gx)
     dl__pool_run(tp->ctx, &g, DL__MAXPOOL_BWD, gx->dtype, n->out->grad->data, gx->data,
                  (int32_t *)n->saved[0]->data);
@@ -845,6 +1015,9 @@ DL_API dl_tensor *dl_t_max_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_arg
   dl_tensor *y, *xc, *idx = NULL;
   dl_node *n;
   const int rec = dl_tape_wants(tp, 1, &x);
+#ifdef DL_USE_CUDA
+  if (x->device == DL_CUDA || tp->gpu) return dl__t_pool_gpu(tp, "dl_t_max_pool2d", 1, x, &g, dl__t_max_pool2d_bw);
+#endif
   y = dl_tape_out(tp, "dl_t_max_pool2d", x->dtype, DL_SHAPE(g.N, g.C, g.Ho, g.Wo));
   xc = dl__t_contig(tp, "dl_t_max_pool2d", x);
   if (rec || x->tangent) idx = dl_tape_out(tp, "dl_t_max_pool2d", DL_I32, 4, y->shape);
@@ -866,6 +1039,12 @@ DL_API dl_tensor *dl_t_max_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_arg
 DL_API void dl__t_avg_pool2d_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
   const dl__pool_geom g = dl__pool_geom_of(n->in[0], n->i);
+#ifdef DL_USE_CUDA
+  if (gx && gx->device == DL_CUDA) {
+    dl__pool_bw_gpu(n, 0, &g, gx);
+    return;
+  }
+#endif
   if (gx) dl__pool_run(tp->ctx, &g, DL__AVGPOOL_BWD, gx->dtype, n->out->grad->data, gx->data, NULL);
 }
 /* y = avg_pool2d(x), PyTorch's F.avg_pool2d(x, kernel, stride, padding,
@@ -876,6 +1055,9 @@ DL_API dl_tensor *dl_t_avg_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_arg
   const dl__pool_geom g = dl__pool_check("dl_t_avg_pool2d", x, a);
   dl_tensor *y, *xc;
   dl_node *n;
+#ifdef DL_USE_CUDA
+  if (x->device == DL_CUDA || tp->gpu) return dl__t_pool_gpu(tp, "dl_t_avg_pool2d", 0, x, &g, dl__t_avg_pool2d_bw);
+#endif
   y = dl_tape_out(tp, "dl_t_avg_pool2d", x->dtype, DL_SHAPE(g.N, g.C, g.Ho, g.Wo));
   xc = dl__t_contig(tp, "dl_t_avg_pool2d", x);
   if (y->numel) dl__pool_run(tp->ctx, &g, DL__AVGPOOL_FWD, x->dtype, xc->data, y->data, NULL);

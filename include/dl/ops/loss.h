@@ -21,6 +21,12 @@
  * dl_ctx_parallel_threshold. f32 element-wise losses are computed per
  * element in float, like PyTorch; cross_entropy's per-row sums (of e^z and
  * of z) are in double; every reduction over elements or rows is in double.
+ *
+ * GPU (DL_USE_CUDA, device tensors on a device tape): the same formulas in
+ * dl/gpu/kern.h's kernels, the sums in double in the kernels' fixed order.
+ * Labels are read and checked on the host, with the CPU's messages (a
+ * device label tensor is copied there first, which waits for the device);
+ * the kernels get the checked labels.
  */
 #ifndef DL_OPS_LOSS_H
 #define DL_OPS_LOSS_H
@@ -236,6 +242,15 @@ DL_API void dl__loss_ew_bw(dl_tape *tp, dl_node *n) {
   const dl_reduction r = (dl_reduction)n->i[0];
   dl__lew A;
   if (!ga && !gb) return;
+#ifdef DL_USE_CUDA
+  if (a->device == DL_CUDA) {
+    dl__gpu_ok(a, n->op, dlg_loss_ew_backward(dl__gpu_h(a, n->op), (int)a->dtype, (int)n->i[1], a->numel, a->data,
+                                              n->saved[1]->data, n->p[0], gy->data, r == DL_REDUCE_NONE ? 1 : 0,
+                                              r == DL_REDUCE_MEAN ? 1.0 / (double)a->numel : 1.0,
+                                              ga ? ga->data : NULL, gb ? gb->data : NULL));
+    return;
+  }
+#endif
   memset(&A, 0, sizeof A);
   A.kind = (int)n->i[1];
   A.mode = DL__LM_BWD;
@@ -251,6 +266,45 @@ DL_API void dl__loss_ew_bw(dl_tape *tp, dl_node *n) {
   dl__loss_run(tp, n->op, dl__lew_blk, &A, a->numel, DL__LOSS_BLOCK, a->numel, 0);
 }
 
+#ifdef DL_USE_CUDA
+/* The kernels' kinds are the CPU's (dl/gpu/kern.h). */
+_Static_assert((int)DL__LK_MSE == (int)DLG_LOSS_MSE && (int)DL__LK_BCE == (int)DLG_LOSS_BCE &&
+                   (int)DL__LK_HUBER == (int)DLG_LOSS_HUBER && (int)DL__LK_SL1 == (int)DLG_LOSS_SL1 &&
+                   (int)DL__LK_L1 == (int)DLG_LOSS_L1,
+               "dl: loss kinds differ between loss.h and gpu/kern.h");
+/* dl__loss_ew on the device (checks done): the same outputs and node. */
+DL_API dl_tensor *dl__loss_ew_gpu(dl_tape *tp, const char *op, int kind, dl_tensor *a, dl_tensor *b, double p,
+                                  dl_reduction r) {
+  dl_tensor *ac, *bc, *y;
+  dl_node *n;
+  const int64_t N = a->numel;
+  const int none = r == DL_REDUCE_NONE;
+  const double div = r == DL_REDUCE_MEAN ? (double)N : 1.0;
+  dlg_handle *h = dl__gpu_h(a, op);
+  y = dl__loss_out(tp, op, a->dtype, r, a->ndim, a->shape);
+  dl__ops_same_device(op, a, y); /* a device tensor on a host tape */
+  ac = dl__t_contig(tp, op, a);
+  bc = dl__t_contig(tp, op, b);
+  dl__gpu_ok(a, op, dlg_loss_ew(h, (int)a->dtype, kind, N, ac->data, bc->data, p, none ? y->data : NULL,
+                                none ? NULL : y->data, div));
+  if (a->tangent || b->tangent) {
+    dl_tensor *ty = dl_tape_tangent(tp, y), *ta = NULL, *tb = NULL;
+    if (a->tangent) { dl__ops_same_device(op, a, a->tangent); ta = dl__t_contig(tp, op, a->tangent); }
+    if (b->tangent) { dl__ops_same_device(op, a, b->tangent); tb = dl__t_contig(tp, op, b->tangent); }
+    dl__gpu_ok(a, op, dlg_loss_ew_tangent(h, (int)a->dtype, kind, N, ac->data, bc->data, p, ta ? ta->data : NULL,
+                                          tb ? tb->data : NULL, none ? ty->data : NULL, none ? NULL : ty->data, div));
+  }
+  if ((n = dl_tape_record(tp, op, dl__loss_ew_bw, y, a, b, NULL)) != NULL) {
+    n->i[0] = (int64_t)r;
+    n->i[1] = kind;
+    n->p[0] = p;
+    n->saved[0] = ac;
+    n->saved[1] = bc;
+  }
+  return y;
+}
+#endif
+
 /* The element-wise losses: a (prediction or logits) and b (target), same
  * shape and dtype; parameter p (delta, beta). */
 DL_API dl_tensor *dl__loss_ew(dl_tape *tp, const char *op, int kind, dl_tensor *a, dl_tensor *b,
@@ -265,6 +319,10 @@ DL_API dl_tensor *dl__loss_ew(dl_tape *tp, const char *op, int kind, dl_tensor *
     DL_PANIC(a->ctx, op, "shape mismatch: %s and %s (the shapes must be equal; no broadcasting)",
              DL_SHAPESTR(a), DL_SHAPESTR(b));
   dl__loss_check_red(op, a, r);
+#ifdef DL_USE_CUDA
+  if (a->device == DL_CUDA) return dl__loss_ew_gpu(tp, op, kind, a, b, p, r);
+#endif
+  dl__ops_host_only(tp, op, a); /* host tensors on a device tape */
   ac = dl__t_contig(tp, op, a);
   bc = dl__t_contig(tp, op, b);
   y = dl__loss_out(tp, op, a->dtype, r, a->ndim, a->shape);
@@ -365,6 +423,22 @@ DL_API dl_tensor *dl__loss_labels(dl_tape *tp, const char *op, const dl_tensor *
              DL_SHAPESTR(x), DL_SHAPESTR(labels));
   N = x->shape[0];
   C = x->shape[1];
+#ifdef DL_USE_CUDA
+  if (labels->device == DL_CUDA || x->device == DL_CUDA || tp->gpu) {
+    /* device labels are read on the host (one copy, which waits for the
+     * device); the checked labels stay in host memory (the tape's host
+     * arena): the kernels take them from there */
+    if (labels->device == DL_CUDA) {
+      const dl_tensor *lc = dl_tensor_is_contiguous(labels) ? labels : dl__t_contig(tp, op, (dl_tensor *)labels);
+      dl_tensor *hl = dl_tensor_new(&tp->arena, labels->dtype, 1, &N);
+      if (!hl) DL_PANIC(tp->ctx, op, "tape arena cannot hold the labels %s", DL_SHAPESTR(labels));
+      dl_tensor_copy(hl, lc);
+      labels = hl;
+    }
+    lab = dl_tensor_new(&tp->arena, DL_I64, 1, &N);
+    if (!lab) DL_PANIC(tp->ctx, op, "tape arena cannot hold the labels %s", DL_SHAPESTR(labels));
+  } else
+#endif
   lab = dl_tape_out(tp, op, DL_I64, 1, &N);
   l = (int64_t *)lab->data;
   for (i = 0; i < N; i++) {
@@ -501,6 +575,15 @@ DL_API void dl__t_cross_entropy_bw(dl_tape *tp, dl_node *n) {
   const int64_t N = prob->shape[0], C = prob->shape[1];
   dl__ce A;
   if (!gx) return;
+#ifdef DL_USE_CUDA
+  if (gx->device == DL_CUDA) { /* the labels are host memory (dl__loss_labels) */
+    dl__gpu_ok(gx, n->op, dlg_cross_entropy_backward(dl__gpu_h(gx, n->op), (int)gx->dtype, N, C, prob->data,
+                                                     (const int64_t *)n->saved[1]->data, n->p[0], gy->data,
+                                                     r == DL_REDUCE_NONE ? 1 : 0,
+                                                     r == DL_REDUCE_MEAN ? 1.0 / (double)N : 1.0, gx->data));
+    return;
+  }
+#endif
   memset(&A, 0, sizeof A);
   A.mode = DL__CE_BWD;
   A.dt = prob->dtype;
@@ -514,6 +597,41 @@ DL_API void dl__t_cross_entropy_bw(dl_tape *tp, dl_node *n) {
   A.gx = gx->data;
   dl__loss_run(tp, n->op, dl__ce_blk, &A, N, dl__ce_rows_per_block(C), N * C, 0);
 }
+
+#ifdef DL_USE_CUDA
+/* dl_t_cross_entropy on the device (checks done, lab the checked labels in
+ * host memory): the same outputs and node. */
+DL_API dl_tensor *dl__cross_entropy_gpu(dl_tape *tp, const char *op, dl_tensor *logits, dl_tensor *lab,
+                                        double eps, dl_reduction r) {
+  const int64_t N = logits->shape[0], C = logits->shape[1];
+  const int none = r == DL_REDUCE_NONE;
+  const double div = r == DL_REDUCE_MEAN ? (double)N : 1.0;
+  const int64_t *l = (const int64_t *)lab->data;
+  dlg_handle *h = dl__gpu_h(logits, op);
+  dl_tensor *xc, *prob, *y;
+  dl_node *n;
+  y = dl__loss_out(tp, op, logits->dtype, r, 1, &N);
+  dl__ops_same_device(op, logits, y); /* a device tensor on a host tape */
+  xc = dl__t_contig(tp, op, logits);
+  prob = dl_tape_out(tp, op, logits->dtype, 2, logits->shape);
+  dl__gpu_ok(logits, op, dlg_cross_entropy(h, (int)logits->dtype, N, C, xc->data, l, eps, prob->data,
+                                           none ? y->data : NULL, none ? NULL : y->data, div));
+  if (logits->tangent) {
+    dl_tensor *ty = dl_tape_tangent(tp, y), *tc;
+    dl__ops_same_device(op, logits, logits->tangent);
+    tc = dl__t_contig(tp, op, logits->tangent);
+    dl__gpu_ok(logits, op, dlg_cross_entropy_tangent(h, (int)logits->dtype, N, C, prob->data, l, eps, tc->data,
+                                                     none ? ty->data : NULL, none ? NULL : ty->data, div));
+  }
+  if ((n = dl_tape_record(tp, op, dl__t_cross_entropy_bw, y, logits, NULL, NULL)) != NULL) {
+    n->i[0] = (int64_t)r;
+    n->p[0] = eps;
+    n->saved[0] = prob;
+    n->saved[1] = lab;
+  }
+  return y;
+}
+#endif
 
 /* Cross-entropy of logits [N, C] against class labels [N] (i64 or i32, each
  * in [0, C): a label out of range panics naming it, its position and C), as
@@ -538,6 +656,10 @@ DL_API dl_tensor *dl_t_cross_entropy(dl_tape *tp, dl_tensor *logits, const dl_te
   if (!(label_smoothing >= 0 && label_smoothing <= 1))
     DL_PANIC(logits->ctx, op, "label_smoothing must be in [0, 1], not %g (logits %s, labels %s)",
              label_smoothing, DL_SHAPESTR(logits), DL_SHAPESTR(labels));
+#ifdef DL_USE_CUDA
+  if (logits->device == DL_CUDA) return dl__cross_entropy_gpu(tp, op, logits, lab, label_smoothing, r);
+#endif
+  dl__ops_host_only(tp, op, logits); /* host logits on a device tape */
   N = logits->shape[0];
   C = logits->shape[1];
   xc = dl__t_contig(tp, op, logits);
@@ -583,6 +705,12 @@ DL_API void dl__t_nll_bw(dl_tape *tp, dl_node *n) {
   const double sc = r == DL_REDUCE_MEAN ? 1.0 / (double)N : 1.0;
   int64_t i;
   if (!gx) return;
+#ifdef DL_USE_CUDA
+  if (gx->device == DL_CUDA) { /* l is host memory (dl__loss_labels) */
+    dl__gpu_ok(gx, n->op, dlg_nll_backward(dl__gpu_h(gx, n->op), (int)gx->dtype, N, C, l, gy->data, gs, sc, gx->data));
+    return;
+  }
+#endif
   if (gx->dtype == DL_F32) {
     const float *g = (const float *)gy->data, f = (float)sc;
     float *o = (float *)gx->data;
@@ -629,6 +757,28 @@ DL_API dl_tensor *dl_t_nll(dl_tape *tp, dl_tensor *logp, const dl_tensor *labels
   dl__loss_check_red(op, logp, r);
   N = logp->shape[0];
   y = dl__loss_out(tp, op, logp->dtype, r, 1, &N);
+#ifdef DL_USE_CUDA
+  dl__ops_same_device(op, logp, y); /* a device tensor on a host tape, or the reverse */
+  if (logp->device == DL_CUDA) { /* lab is host memory (dl__loss_labels) */
+    const int none = r == DL_REDUCE_NONE;
+    const double div = r == DL_REDUCE_MEAN ? (double)N : 1.0;
+    const int64_t C = logp->shape[1], *l = (const int64_t *)lab->data;
+    dlg_handle *h = dl__gpu_h(logp, op);
+    dl__gpu_ok(logp, op, dlg_nll(h, (int)logp->dtype, N, C, logp->data, logp->strides[0], logp->strides[1], l,
+                                 none ? y->data : NULL, none ? NULL : y->data, div));
+    if (logp->tangent) {
+      dl_tensor *ty = dl_tape_tangent(tp, y), *t = logp->tangent;
+      dl__ops_same_device(op, logp, t);
+      dl__gpu_ok(logp, op, dlg_nll(h, (int)logp->dtype, N, C, t->data, t->strides[0], t->strides[1], l,
+                                   none ? ty->data : NULL, none ? NULL : ty->data, div));
+    }
+    if ((n = dl_tape_record(tp, op, dl__t_nll_bw, y, logp, NULL, NULL)) != NULL) {
+      n->i[0] = (int64_t)r;
+      n->saved[0] = lab;
+    }
+    return y;
+  }
+#endif
   s = dl__nll_rows(logp, (const int64_t *)lab->data, r == DL_REDUCE_NONE ? y->data : NULL);
   if (r != DL_REDUCE_NONE) dl__set_at(y, 0, r == DL_REDUCE_MEAN ? s / (double)N : s);
   if (logp->tangent) {

@@ -24,6 +24,12 @@
  * dl_ctx_parallel_threshold, each tile on one thread, and per-tile partial
  * sums (per channel, or layer norm's weight and bias gradients) are added in
  * tile order: the results do not depend on the thread count, bit for bit.
+ *
+ * Device (DL_USE_CUDA): x on the GPU, on a device tape, runs the kernels of
+ * src_gpu/dnn.cu (dl/gpu/dnn.h): the same formulas, statistics and sums in
+ * double, one block per channel (batch norm) or row (layer / RMS norm); the
+ * statistics are saved in device memory, gradients are added in a fixed
+ * order (no atomics).
  */
 #ifndef DL_OPS_NORM_H
 #define DL_OPS_NORM_H
@@ -367,12 +373,45 @@ DL_API void dl__bn_sizes(const dl_tensor *x, int64_t *N, int64_t *C, int64_t *S)
   for (d = 2; d < x->ndim; d++) *S *= x->shape[d];
 }
 
+#ifdef DL_USE_CUDA
+/* The device form of batch norm (src_gpu/dnn.cu, one block per channel, the
+ * plane form's arithmetic in double): x's sizes, the parameters (x's dtype,
+ * any stride) and the running statistics read or updated in place. */
+DL_API dlg_bn dl__bn_dlg(const dl_tensor *x, const dl_tensor *w, const dl_tensor *b, int batch) {
+  dlg_bn p;
+  memset(&p, 0, sizeof p);
+  dl__bn_sizes(x, &p.N, &p.C, &p.S);
+  p.batch = batch;
+  p.w = w ? w->data : NULL;
+  p.ws = w ? w->strides[0] : 0;
+  p.b = b ? b->data : NULL;
+  p.bs = b ? b->strides[0] : 0;
+  return p;
+}
+/* Backward of a device batch norm: saved[0] x (contiguous), saved[1] the
+ * device statistics [2, C] (mean, istd); the weight is the node's input. */
+DL_API void dl__t_batch_norm_bw_gpu(dl_node *n, dl_tensor *gx, dl_tensor *gw, dl_tensor *gb) {
+  const dl_tensor *x = n->in[0], *gy = n->out->grad;
+  dlg_bn p = dl__bn_dlg(x, n->nin > 1 ? n->in[1] : NULL, NULL, (int)n->i[0]);
+  p.stats = (double *)n->saved[1]->data;
+  dl__gpu_ok(gy, n->op,
+             dlg_batch_norm_bwd(dl__gpu_h(gy, n->op), (int)x->dtype, &p, n->saved[0]->data, gy->data,
+                                gx ? gx->data : NULL, gw ? gw->data : NULL, gb ? gb->data : NULL));
+}
+#endif
+
 DL_API void dl__t_batch_norm_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *x = n->in[0], *w = n->nin > 1 ? n->in[1] : NULL, *b = n->nin > 2 ? n->in[2] : NULL;
   dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, w), *gb = dl_tape_grad(tp, b);
   dl_tensor *st = n->saved[1];
   dl__bn_args A;
   if (!gx && !gw && !gb) return;
+#ifdef DL_USE_CUDA
+  if (n->out->grad->device == DL_CUDA) {
+    dl__t_batch_norm_bw_gpu(n, gx, gw, gb);
+    return;
+  }
+#endif
   memset(&A, 0, sizeof A);
   A.mode = DL__NM_BWD;
   A.batch = (int)n->i[0];
@@ -388,6 +427,47 @@ DL_API void dl__t_batch_norm_bw(dl_tape *tp, dl_node *n) {
   A.gb = gb ? gb->data : NULL;
   dl__bn_run(tp, &A);
 }
+
+#ifdef DL_USE_CUDA
+/* dl_t_batch_norm on the device, after its checks (batch: batch statistics). */
+DL_API dl_tensor *dl__t_batch_norm_gpu(dl_tape *tp, const char *op, dl_tensor *x, dl_tensor *weight,
+                                       dl_tensor *bias, dl_tensor *running_mean, dl_tensor *running_var,
+                                       int training, double momentum, double eps, int batch) {
+  dlg_handle *h = dl__dnn_h(tp, op, x);
+  const int dt = (int)x->dtype;
+  dlg_bn p = dl__bn_dlg(x, weight, bias, batch);
+  dl_tensor *xc, *y, *st;
+  dl_node *nd;
+  dl__dnn_tangent_dev(op, x);
+  dl__dnn_tangent_dev(op, weight);
+  dl__dnn_tangent_dev(op, bias);
+  p.update = batch && training && running_mean;
+  p.eps = eps;
+  p.momentum = momentum;
+  p.rmean = running_mean ? running_mean->data : NULL;
+  p.rms = running_mean ? running_mean->strides[0] : 0;
+  p.rvar = running_var ? running_var->data : NULL;
+  p.rvs = running_var ? running_var->strides[0] : 0;
+  xc = dl__t_contig(tp, op, x);
+  y = dl_tape_out(tp, op, x->dtype, x->ndim, x->shape);
+  st = dl_tape_out(tp, op, DL_F64, DL_SHAPE(2, p.C));
+  p.stats = (double *)st->data;
+  dl__gpu_ok(x, op, dlg_batch_norm_fwd(h, dt, &p, xc->data, y->data));
+  if (x->tangent || (weight && weight->tangent) || (bias && bias->tangent)) {
+    dl_tensor *tx = x->tangent ? dl__t_contig(tp, op, x->tangent) : NULL;
+    dl_tensor *tw = weight && weight->tangent ? dl__t_contig(tp, op, weight->tangent) : NULL;
+    dl_tensor *tb = bias && bias->tangent ? dl__t_contig(tp, op, bias->tangent) : NULL;
+    dl__gpu_ok(x, op, dlg_batch_norm_tan(h, dt, &p, xc->data, tx ? tx->data : NULL, tw ? tw->data : NULL,
+                                         tb ? tb->data : NULL, dl_tape_tangent(tp, y)->data));
+  }
+  if ((nd = dl_tape_record(tp, op, dl__t_batch_norm_bw, y, x, weight, bias)) != NULL) {
+    nd->i[0] = batch;
+    nd->saved[0] = xc;
+    nd->saved[1] = st;
+  }
+  return y;
+}
+#endif
 
 /* Batch normalisation (torch.nn.functional.batch_norm). x [N, C, ...]
  * (ndim >= 2, channels in dimension 1: [N, C], [N, C, L], [N, C, H, W] ...);
@@ -454,6 +534,10 @@ DL_API dl_tensor *dl_t_batch_norm(dl_tape *tp, dl_tensor *x, dl_tensor *weight, 
   if (batch && A.N * A.S <= 1)
     DL_PANIC(x->ctx, op, "batch statistics need more than 1 value per channel, x %s has %lld",
              DL_SHAPESTR(x), (long long)(A.N * A.S));
+#ifdef DL_USE_CUDA
+  if (x->device == DL_CUDA || tp->gpu)
+    return dl__t_batch_norm_gpu(tp, op, x, weight, bias, running_mean, running_var, training, momentum, eps, batch);
+#endif
   xc = dl__t_contig(tp, op, x);
   y = dl_tape_out(tp, op, x->dtype, x->ndim, x->shape);
   st = dl_tape_out(tp, op, DL_F64, DL_SHAPE(2, C));
@@ -630,12 +714,35 @@ DL_API void dl__ln_sizes(const dl_tensor *x, int nnorm, int64_t *R, int64_t *D) 
   }
 }
 
+#ifdef DL_USE_CUDA
+/* Backward of a device layer / RMS norm: saved[0] x (contiguous), saved[1]
+ * the device statistics [2, R], saved[2] the contiguous weight or NULL. */
+DL_API void dl__t_layer_norm_bw_gpu(dl_node *n, dl_tensor *gx, dl_tensor *gw, dl_tensor *gb) {
+  const dl_tensor *x = n->in[0], *gy = n->out->grad;
+  dlg_ln p;
+  memset(&p, 0, sizeof p);
+  dl__ln_sizes(x, (int)n->i[0], &p.R, &p.D);
+  p.center = (int)n->i[1];
+  p.w = n->saved[2] ? n->saved[2]->data : NULL;
+  p.stats = (double *)n->saved[1]->data;
+  dl__gpu_ok(gy, n->op,
+             dlg_layer_norm_bwd(dl__gpu_h(gy, n->op), (int)x->dtype, &p, n->saved[0]->data, gy->data,
+                                gx ? gx->data : NULL, gw ? gw->data : NULL, gb ? gb->data : NULL));
+}
+#endif
+
 DL_API void dl__t_layer_norm_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *x = n->in[0], *w = n->nin > 1 ? n->in[1] : NULL, *b = n->nin > 2 ? n->in[2] : NULL;
   dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, w), *gb = dl_tape_grad(tp, b);
   dl__ln_args A;
   int64_t nt, t, j;
   if (!gx && !gw && !gb) return;
+#ifdef DL_USE_CUDA
+  if (n->out->grad->device == DL_CUDA) {
+    dl__t_layer_norm_bw_gpu(n, gx, gw, gb);
+    return;
+  }
+#endif
   memset(&A, 0, sizeof A);
   A.mode = DL__NM_BWD;
   A.center = (int)n->i[1];
@@ -673,6 +780,49 @@ DL_API void dl__t_layer_norm_bw(dl_tape *tp, dl_node *n) {
   }
 }
 
+#ifdef DL_USE_CUDA
+/* dl__t_row_norm on the device, after its checks. */
+DL_API dl_tensor *dl__t_row_norm_gpu(dl_tape *tp, const char *op, int center, dl_tensor *x, int nnorm,
+                                     dl_tensor *weight, dl_tensor *bias, double eps) {
+  dlg_handle *h = dl__dnn_h(tp, op, x);
+  const int dt = (int)x->dtype;
+  dl_tensor *xc, *y, *st, *wc, *bc;
+  dl_node *nd;
+  dlg_ln p;
+  dl__dnn_tangent_dev(op, x);
+  dl__dnn_tangent_dev(op, weight);
+  dl__dnn_tangent_dev(op, bias);
+  memset(&p, 0, sizeof p);
+  dl__ln_sizes(x, nnorm, &p.R, &p.D);
+  p.center = center;
+  p.eps = eps;
+  xc = dl__t_contig(tp, op, x);
+  y = dl_tape_out(tp, op, x->dtype, x->ndim, x->shape);
+  st = dl_tape_out(tp, op, DL_F64, DL_SHAPE(2, p.R));
+  wc = weight ? dl__t_contig(tp, op, weight) : NULL;
+  bc = bias ? dl__t_contig(tp, op, bias) : NULL;
+  p.w = wc ? wc->data : NULL;
+  p.b = bc ? bc->data : NULL;
+  p.stats = (double *)st->data;
+  dl__gpu_ok(x, op, dlg_layer_norm_fwd(h, dt, &p, xc->data, y->data));
+  if (x->tangent || (weight && weight->tangent) || (bias && bias->tangent)) {
+    dl_tensor *tx = x->tangent ? dl__t_contig(tp, op, x->tangent) : NULL;
+    dl_tensor *tw = weight && weight->tangent ? dl__t_contig(tp, op, weight->tangent) : NULL;
+    dl_tensor *tb = bias && bias->tangent ? dl__t_contig(tp, op, bias->tangent) : NULL;
+    dl__gpu_ok(x, op, dlg_layer_norm_tan(h, dt, &p, xc->data, tx ? tx->data : NULL, tw ? tw->data : NULL,
+                                         tb ? tb->data : NULL, dl_tape_tangent(tp, y)->data));
+  }
+  if ((nd = dl_tape_record(tp, op, dl__t_layer_norm_bw, y, x, weight, bias)) != NULL) {
+    nd->i[0] = nnorm;
+    nd->i[1] = center;
+    nd->saved[0] = xc;
+    nd->saved[1] = st;
+    nd->saved[2] = wc;
+  }
+  return y;
+}
+#endif
+
 /* Layer norm (center = 1) and RMS norm (center = 0, no bias). */
 DL_API dl_tensor *dl__t_row_norm(dl_tape *tp, const char *op, int center, dl_tensor *x, int nnorm,
                                  dl_tensor *weight, dl_tensor *bias, double eps) {
@@ -697,6 +847,9 @@ DL_API dl_tensor *dl__t_row_norm(dl_tape *tp, const char *op, int center, dl_ten
       DL_PANIC(x->ctx, op, "%s %s must be the last %d dimension(s) of x %s", names[j],
                DL_SHAPESTR(par[j]), nnorm, DL_SHAPESTR(x));
   }
+#ifdef DL_USE_CUDA
+  if (x->device == DL_CUDA || tp->gpu) return dl__t_row_norm_gpu(tp, op, center, x, nnorm, weight, bias, eps);
+#endif
   memset(&A, 0, sizeof A);
   A.mode = DL__NM_FWD;
   A.center = center;

@@ -28,6 +28,12 @@
  * and a chunk of its reduction) run on the ctx's OpenMP team above the
  * parallel threshold, each tile on one thread; chunks combine in a fixed
  * order. Softmax over contiguous rows (the last axis) has its own row loop.
+ *
+ * GPU (DL_USE_CUDA, device tensors on a device tape): the same formulas in
+ * dl/gpu/kern.h's kernels (dlg_reduce, dlg_softmax and their backward),
+ * also accumulating in double; a sum's order is the kernel's (fixed, so
+ * results repeat) rather than the CPU's, so the last bits may differ, while
+ * max / min and their tie rule are exact.
  */
 #ifndef DL_OPS_REDUCE_H
 #define DL_OPS_REDUCE_H
@@ -642,6 +648,20 @@ DL_API int dl__red_out_shape(const dl_tensor *x, unsigned mask, int keepdim, int
 
 enum { DL__RK_SUM, DL__RK_MEAN, DL__RK_MAX, DL__RK_MIN, DL__RK_VAR, DL__RK_LSE };
 
+#ifdef DL_USE_CUDA
+/* The kernel's kind (dl/gpu/kern.h) of a reduction kind; mean is a scaled sum. */
+DL_API int dl__red_gpu_kind(int kind) {
+  switch (kind) {
+    case DL__RK_SUM:
+    case DL__RK_MEAN: return DLG_RED_SUM;
+    case DL__RK_MAX: return DLG_RED_MAX;
+    case DL__RK_MIN: return DLG_RED_MIN;
+    case DL__RK_VAR: return DLG_RED_VAR;
+    default: return DLG_RED_LSE;
+  }
+}
+#endif
+
 /* Backward of every reduction: gx += d/dx of sum(y * gy). Node: i[0] the
  * mask, i[1] the kind; p[0] the scale (sum, mean) or 2 / (n - correction)
  * (var); saved[0] contiguous x (max, min, var, logsumexp), saved[1] the
@@ -654,6 +674,14 @@ DL_API void dl__t_reduce_bw(dl_tape *tp, dl_node *n) {
   double *c, *s = NULL;
   int64_t o;
   if (!gx || x->numel == 0) return;
+#ifdef DL_USE_CUDA
+  if (gx->device == DL_CUDA) {
+    dl__gpu_ok(gx, op, dlg_reduce_backward(dl__gpu_h(gx, op), (int)gx->dtype, dl__red_gpu_kind(kind), x->ndim,
+                                           x->shape, (unsigned)n->i[0], gx->data, xc->data, y->data, y->grad->data,
+                                           n->saved[1] ? (const double *)n->saved[1]->data : NULL, n->p[0]));
+    return;
+  }
+#endif
   dl__rplan_make(tp, op, x->ndim, x->shape, (unsigned)n->i[0], &p);
   c = (double *)dl_tape_scratch(tp, op, sizeof(double) * (size_t)p.M);
   dl__red_load(y->grad, c);
@@ -685,6 +713,42 @@ DL_API void dl__t_reduce_bw(dl_tape *tp, dl_node *n) {
   }
 }
 
+#ifdef DL_USE_CUDA
+/* The forward on the device (x->numel > 0, y and ty made): one dlg_reduce
+ * call, forward and tangent; the node as the CPU records it, its means on
+ * the device. */
+DL_API dl_tensor *dl__t_reduce_gpu(dl_tape *tp, const char *op, int kind, dl_tensor *x, dl_tensor *y,
+                                   dl_tensor *ty, unsigned mask, double correction) {
+  dl_tensor *xc = dl__t_contig(tp, op, x), *tc = NULL, *means = NULL;
+  const int64_t M = y->numel, K = x->numel / y->numel;
+  double scale = 1.0, tscale = 1.0, denom = 0.0;
+  dl_node *n;
+  if (ty) {
+    dl__ops_same_device(op, x, x->tangent);
+    tc = dl__t_contig(tp, op, x->tangent);
+  }
+  if (kind == DL__RK_MEAN) scale = tscale = 1.0 / (double)K;
+  if (kind == DL__RK_VAR) {
+    means = dl_tape_out(tp, op, DL_F64, 1, &M);
+    denom = (double)K - correction;
+    if (denom < 0) denom = 0; /* K <= correction: inf or NaN, like torch */
+    scale = 1.0 / denom;
+    tscale = 2.0 / denom;
+  }
+  dl__gpu_ok(x, op, dlg_reduce(dl__gpu_h(x, op), (int)x->dtype, dl__red_gpu_kind(kind), x->ndim, x->shape, mask,
+                               xc->data, y->data, means ? (double *)means->data : NULL, scale,
+                               tc ? tc->data : NULL, ty ? ty->data : NULL, tscale));
+  if ((n = dl_tape_record(tp, op, dl__t_reduce_bw, y, x, NULL, NULL)) != NULL) {
+    n->i[0] = (int64_t)mask;
+    n->i[1] = kind;
+    n->p[0] = kind == DL__RK_VAR ? 2.0 / denom : scale;
+    n->saved[0] = xc;
+    n->saved[1] = means;
+  }
+  return y;
+}
+#endif
+
 DL_API dl_tensor *dl__t_reduce(dl_tape *tp, const char *op, int kind, dl_tensor *x, int naxes,
                                const int *axes, double correction, int keepdim) {
   int64_t oshape[DL_MAX_DIMS], o;
@@ -698,6 +762,9 @@ DL_API dl_tensor *dl__t_reduce(dl_tape *tp, const char *op, int kind, dl_tensor 
   mask = dl__red_mask(op, x, naxes, axes);
   ond = dl__red_out_shape(x, mask, keepdim, oshape);
   y = dl_tape_out(tp, op, x->dtype, ond, oshape);
+#ifdef DL_USE_CUDA
+  dl__ops_same_device(op, x, y); /* a device tensor on a host tape, or the reverse */
+#endif
   if (x->tangent) ty = dl_tape_tangent(tp, y);
   if (x->numel == 0) { /* nothing to reduce: the reduction's value on an empty set */
     double v = 0.0;
@@ -711,6 +778,9 @@ DL_API dl_tensor *dl__t_reduce(dl_tape *tp, const char *op, int kind, dl_tensor 
     dl_tape_record(tp, op, dl__t_reduce_bw, y, x, NULL, NULL);
     return y;
   }
+#ifdef DL_USE_CUDA
+  if (x->device == DL_CUDA) return dl__t_reduce_gpu(tp, op, kind, x, y, ty, mask, correction);
+#endif
   xc = dl__t_contig(tp, op, x);
   if (ty) tc = dl__t_contig(tp, op, x->tangent);
   dl__rplan_make(tp, op, x->ndim, x->shape, mask, &p);
@@ -1009,6 +1079,16 @@ DL_API dl__smplan dl__smplan_make(const dl_tensor *x, int axis) {
 DL_API void dl__sm_back(dl_ctx *ctx, const dl__smplan *q, int kind, const dl_tensor *y,
                         const dl_tensor *a, dl_tensor *g) {
   const dl__smplan qq = *q;
+#ifdef DL_USE_CUDA
+  if (g->device == DL_CUDA) {
+    dl__ops_same_device("dl_t_softmax", g, y);
+    dl__ops_same_device("dl_t_softmax", g, a);
+    if (g->numel)
+      dl__gpu_ok(g, "dl_t_softmax", dlg_softmax_backward(dl__gpu_h(g, "dl_t_softmax"), (int)g->dtype, qq.outer, qq.K,
+                                                          qq.inner, kind, y->data, a->data, g->data));
+    return;
+  }
+#endif
   if (y->dtype == DL_F32) {
     const float *yd = (const float *)y->data, *ad = (const float *)a->data;
     float *gd = (float *)g->data;
@@ -1051,8 +1131,17 @@ DL_API dl_tensor *dl__t_softmax(dl_tape *tp, const char *op, dl_tensor *x, int a
   if (axis < 0) axis += nd;
   if (x->ndim == 0) axis = 0;
   y = dl_tape_out(tp, op, x->dtype, x->ndim, x->shape);
+#ifdef DL_USE_CUDA
+  dl__ops_same_device(op, x, y); /* a device tensor on a host tape, or the reverse */
+#endif
   xc = dl__t_contig(tp, op, x);
   q = dl__smplan_make(x, axis);
+#ifdef DL_USE_CUDA
+  if (x->device == DL_CUDA) {
+    if (x->numel)
+      dl__gpu_ok(x, op, dlg_softmax(dl__gpu_h(x, op), (int)x->dtype, q.outer, q.K, q.inner, xc->data, y->data, logsm));
+  } else
+#endif
   {
     const dl__smplan qq = q;
     if (x->dtype == DL_F32) {

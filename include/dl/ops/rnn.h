@@ -50,6 +50,14 @@
  *
  * Memory: outputs, saved activations and scratch come from the tape's arena;
  * no allocation besides the GEMM's packing cache (blas.h, grow-only).
+ *
+ * Device (DL_USE_CUDA): x on the GPU, on a device tape (every other tensor
+ * and tangent on the GPU too), runs the same steps with device buffers from
+ * the tape's device arena: the GEMMs through cuBLAS (dlg_gemm), each step's
+ * gates and gate derivatives as one kernel over B x H (src_gpu/rnn.cu,
+ * dl/gpu/rnn.h: the formulas above, operation for operation), grad_b_hh's
+ * column sums in double (dlg_sum_axis). Per step: one GEMM and one launch
+ * forward (three more GEMMs with tangents), one launch and one GEMM backward.
  */
 #ifndef DL_OPS_RNN_H
 #define DL_OPS_RNN_H
@@ -315,6 +323,119 @@ DL_API void dl__rnn_rows_copy(dl_dtype dt, void *dst, const void *src, int64_t B
   }
 }
 
+#ifdef DL_USE_CUDA
+/* >>device ------------------------------------------------------------------
+ * On a device tape the same recurrence runs with every buffer in device
+ * memory: the GEMMs through dlg_gemm (cuBLAS), each step's gates through
+ * dlg_rnn_fwd / dlg_rnn_bwd (src_gpu/rnn.cu: DL__RNN_KERNELS' formulas, one
+ * thread per batch row and hidden unit), copies through dlg_move, the bias
+ * gradient's column sums through dlg_sum_axis (in double). */
+
+_Static_assert((int)DL__RNN_TANH == (int)DLG_RNN_TANH && (int)DL__RNN_RELU == (int)DLG_RNN_RELU &&
+                   (int)DL__RNN_LSTM == (int)DLG_RNN_LSTM && (int)DL__RNN_GRU == (int)DLG_RNN_GRU,
+               "dl: ops/rnn.h's DL__RNN_* and dl/gpu/rnn.h's DLG_RNN_* must agree");
+
+/* r's buffers as the device kernels take them. */
+DL_API dlg_rnn dl__rnn_dlg(const dl__rnn *r) {
+  dlg_rnn d;
+  memset(&d, 0, sizeof d);
+  d.kind = r->kind;
+  d.B = r->B;
+  d.T = r->T;
+  d.H = r->H;
+  d.xp = r->xp;
+  d.s = r->s;
+  d.bhh = r->bhh;
+  d.h0 = r->h0;
+  d.c0 = r->c0;
+  d.h0_ld = r->h0_ld;
+  d.c0_ld = r->c0_ld;
+  d.y = r->y;
+  d.c = r->c;
+  d.g = r->g;
+  d.c_lb = r->c_lb;
+  d.c_lt = r->c_lt;
+  d.g_lb = r->g_lb;
+  d.g_lt = r->g_lt;
+  d.txp = r->txp;
+  d.tbhh = r->tbhh;
+  d.th0 = r->th0;
+  d.ts = r->ts;
+  d.txp_lb = r->txp_lb;
+  d.txp_lt = r->txp_lt;
+  d.th0_ld = r->th0_ld;
+  d.ty = r->ty;
+  d.tc = r->tc;
+  return d;
+}
+/* C = op(A) op(B) + beta C on the device (row-major, dlg_gemm); `on` (a
+ * device tensor of the op) names the device and the op's shapes in a panic. */
+DL_API void dl__rnn_gemm_dev(const dl_tensor *on, const char *op, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                             const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C,
+                             int64_t ldc) {
+  dl__gpu_ok(on, op, dlg_gemm(dl__gpu_h(on, op), (int)on->dtype, ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc));
+}
+/* dst (+)= src over [R, W] on the device: row r of dst at dst + r dld, of
+ * src at src + r sld (elements), add 0 copies, 1 adds. */
+DL_API void dl__rnn_move_dev(const dl_tensor *on, const char *op, void *dst, int64_t dld, const void *src,
+                             int64_t sld, int64_t R, int64_t W, int add) {
+  int64_t shape[2], ys[2], xs[2];
+  shape[0] = R;
+  shape[1] = W;
+  ys[0] = dld;
+  ys[1] = 1;
+  xs[0] = sld;
+  xs[1] = 1;
+  dl__gpu_ok(on, op, dlg_move(dl__gpu_h(on, op), (int)on->dtype, (int)dl_dtype_size(on->dtype), add, 2, shape, dst, ys,
+                              src, xs));
+}
+/* bytes of zeroed device scratch of tp (valid until the rewind). */
+DL_API void *dl__rnn_zeros_dev(dl_tape *tp, const dl_tensor *on, const char *op, size_t bytes) {
+  void *p = dl_tape_dev_scratch(tp, op, bytes);
+  dl__gpu_ok(on, op, dlg_memset0(dl__gpu_h(on, op), p, bytes));
+  return p;
+}
+
+/* dl__rnn_bw on the device: the same walk, step by step from the last. */
+DL_API void dl__rnn_bw_gpu(dl_tape *tp, dl_node *n) {
+  dl__rnn *r = (dl__rnn *)n->user;
+  const int64_t B = r->B, T = r->T, H = r->H, GH = (int64_t)r->G * H;
+  const size_t es = dl_dtype_size(r->dtype);
+  const dl_tensor *on = n->out->grad;
+  const char *op = r->op;
+  dlg_handle *h = dl__gpu_h(on, op);
+  dl_tensor *gxp = dl_tape_grad(tp, n->in[0]), *gw = dl_tape_grad(tp, n->in[1]);
+  dl_tensor *gb = dl_tape_grad(tp, n->in[2]), *gh0 = dl_tape_grad(tp, n->in[3]);
+  dl_tensor *gc0 = dl_tape_grad(tp, n->in[4]);
+  const dlg_rnn d = dl__rnn_dlg(r);
+  dlg_rnn_bw w;
+  int64_t t;
+  w.gy = on->data;
+  w.dx = gxp ? gxp->data : dl_tape_dev_scratch(tp, op, (size_t)(B * T * GH) * es);
+  w.dhs = r->kind == DL__RNN_GRU ? dl_tape_dev_scratch(tp, op, (size_t)(B * T * GH) * es) : w.dx;
+  w.dh = dl__rnn_zeros_dev(tp, on, op, (size_t)(B * H) * es);
+  w.dc = dl__rnn_zeros_dev(tp, on, op, (size_t)(B * H) * es);
+  if (r->kind == DL__RNN_LSTM && r->cn && r->gcn_set && r->gcn_walk == tp->backwards && r->cn->grad)
+    dl__gpu_ok(on, op, dlg_copy(h, w.dc, r->cn->grad->data, (size_t)(B * H) * es, DLG_D2D));
+  for (t = T - 1; t >= 0; t--) {
+    dl__gpu_ok(on, op, dlg_rnn_bwd(h, (int)r->dtype, &d, &w, t));
+    if (t > 0 || gh0) /* dh_{t-1} = da_t w_hh (GRU: + the direct z h term already in dh) */
+      dl__rnn_gemm_dev(on, op, 0, 0, B, H, GH, (const char *)w.dhs + (size_t)(t * GH) * es, T * GH, r->whh, H,
+                       r->kind == DL__RNN_GRU ? 1.0 : 0.0, w.dh, H);
+  }
+  if (gh0) dl__rnn_move_dev(on, op, gh0->data, H, w.dh, H, B, H, 1);
+  if (gc0) dl__rnn_move_dev(on, op, gc0->data, H, w.dc, H, B, H, 1);
+  if (gw) { /* grad_w_hh += da^T [h_{-1}, ..., h_{T-2}] over all B*T rows */
+    char *hp = (char *)dl_tape_dev_scratch(tp, op, (size_t)(B * T * H) * es);
+    if (r->has_h0) dl__rnn_move_dev(on, op, hp, T * H, r->h0, r->h0_ld, B, H, 0);
+    else dl__gpu_ok(on, op, dlg_memset0(h, hp, (size_t)(B * T * H) * es));
+    if (T > 1) dl__rnn_move_dev(on, op, hp + (size_t)H * es, T * H, r->y, T * H, B, (T - 1) * H, 0);
+    dl__rnn_gemm_dev(on, op, 1, 0, GH, H, B * T, w.dhs, GH, hp, H, 1.0, gw->data, H);
+  }
+  if (gb) dl__gpu_ok(on, op, dlg_sum_axis(h, (int)r->dtype, gb->data, w.dhs, 1, B * T, GH, 1.0, 1));
+}
+#endif
+
 /* Backward of the recurrence: in = {xp, w_hh, b_hh, h0, c0}; n->user the dl__rnn. */
 DL_API void dl__rnn_bw(dl_tape *tp, dl_node *n) {
   dl__rnn *r = (dl__rnn *)n->user;
@@ -326,6 +447,12 @@ DL_API void dl__rnn_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *gc0 = dl_tape_grad(tp, n->in[4]);
   dl__rnn_bwbuf w;
   int64_t t;
+#ifdef DL_USE_CUDA
+  if (n->out->grad->device == DL_CUDA) {
+    dl__rnn_bw_gpu(tp, n);
+    return;
+  }
+#endif
   /* xp is this op's private input (made by dl__rnn_run for this node only),
    * so its fresh gradient is where the pre-activation gradients go */
   w.gy = n->out->grad->data;
@@ -368,6 +495,12 @@ DL_API void dl__rnn_hn_bw(dl_tape *tp, dl_node *n) {
   const size_t es = dl_dtype_size(y->dtype);
   int64_t b, j;
   if (!gy) return;
+#ifdef DL_USE_CUDA
+  if (gy->device == DL_CUDA) {
+    dl__rnn_move_dev(gy, n->op, (char *)gy->data + (size_t)((T - 1) * H) * es, T * H, n->out->grad->data, H, B, H, 1);
+    return;
+  }
+#endif
   for (b = 0; b < B; b++) {
     char *d = (char *)gy->data + (size_t)((b * T + T - 1) * H) * es;
     const char *s = (const char *)n->out->grad->data + (size_t)(b * H) * es;
@@ -451,6 +584,168 @@ DL_API const void *dl__rnn_tan(dl_tape *tp, const char *op, const dl_tensor *t) 
   return dl__t_contig(tp, op, t->tangent)->data;
 }
 
+#ifdef DL_USE_CUDA
+/* Panics naming op unless every tensor given (and its tangent) is on x's device. */
+DL_API void dl__rnn_devices(const char *op, int kind, const dl_tensor *x, const dl_tensor *h0, const dl_tensor *c0,
+                            const dl_tensor *w_ih, const dl_tensor *w_hh, const dl_tensor *b_ih,
+                            const dl_tensor *b_hh) {
+  const dl_tensor *ts[7];
+  int k;
+  ts[0] = x;
+  ts[1] = w_ih;
+  ts[2] = w_hh;
+  ts[3] = b_ih;
+  ts[4] = b_hh;
+  ts[5] = h0;
+  ts[6] = kind == DL__RNN_LSTM ? c0 : NULL;
+  for (k = 0; k < 7; k++)
+    if (ts[k]) {
+      dl__ops_same_device(op, x, ts[k]);
+      if (ts[k]->tangent) dl__ops_same_device(op, x, ts[k]->tangent);
+    }
+}
+/* dl__rnn_run on a device tape, after the argument checks: every tensor on
+ * the device; the same buffers in device memory, the same steps. */
+DL_API dl_tensor *dl__rnn_run_gpu(dl_tape *tp, const char *op, int kind, dl_tensor *x, dl_tensor *h0,
+                                  dl_tensor *c0, dl_tensor *w_ih, dl_tensor *w_hh, dl_tensor *b_ih,
+                                  dl_tensor *b_hh, dl_tensor **h_n, dl_tensor **c_n) {
+  const int G = kind == DL__RNN_LSTM ? 4 : kind == DL__RNN_GRU ? 3 : 1;
+  dlg_handle *h = dl__dnn_h(tp, op, x); /* x on the device, tp a device tape */
+  dl_tensor *xp, *y, *in[5];
+  dl__rnn *r;
+  dlg_rnn d;
+  int64_t B, T, H, GH, t;
+  size_t es;
+  int jvp, full;
+  B = x->shape[0];
+  T = x->shape[1];
+  H = w_hh->shape[1];
+  GH = G * H;
+  es = dl_dtype_size(x->dtype);
+
+  /* the input projection of every step: one GEMM */
+  xp = dl_t_linear(tp, x, dl_t_contiguous(tp, w_ih), b_ih);
+  in[0] = xp;
+  in[1] = w_hh;
+  in[2] = b_hh;
+  in[3] = h0;
+  in[4] = kind == DL__RNN_LSTM ? c0 : NULL;
+  jvp = dl_tangent_wants(5, in);
+  full = dl_tape_wants(tp, 5, in) || jvp;
+
+  r = (dl__rnn *)dl_tape_scratch(tp, op, sizeof *r); /* host: read by the rule, pointing at device memory */
+  memset(r, 0, sizeof *r);
+  r->kind = kind;
+  r->G = G;
+  r->S = kind == DL__RNN_LSTM || kind == DL__RNN_GRU ? 4 : 0;
+  r->B = B;
+  r->T = T;
+  r->H = H;
+  r->ctx = tp->ctx;
+  r->dtype = x->dtype;
+  r->op = op;
+  r->zero = dl__rnn_zeros_dev(tp, x, op, (size_t)GH * es);
+  r->xp = xp->data;
+  r->whh = dl__t_contig(tp, op, w_hh)->data;
+  r->bhh = b_hh ? dl__t_contig(tp, op, b_hh)->data : r->zero;
+  r->has_h0 = h0 != NULL;
+  r->h0 = h0 ? dl__t_contig(tp, op, h0)->data : r->zero;
+  r->h0_ld = h0 ? H : 0;
+  r->c0 = c0 && kind == DL__RNN_LSTM ? dl__t_contig(tp, op, c0)->data : r->zero;
+  r->c0_ld = c0 && kind == DL__RNN_LSTM ? H : 0;
+  y = dl_tape_out(tp, op, x->dtype, DL_SHAPE(B, T, H));
+  r->y = y->data;
+  if (kind == DL__RNN_LSTM) {
+    r->c_lb = full ? T * H : H;
+    r->c_lt = full ? H : 0;
+    r->c = dl_tape_dev_scratch(tp, op, (size_t)(full ? B * T * H : B * H) * es);
+  } else {
+    r->c = (void *)(uintptr_t)r->zero; /* never written: only the LSTM has cells */
+  }
+  if (r->S) {
+    r->g_lb = full ? T * r->S * H : r->S * H;
+    r->g_lt = full ? r->S * H : 0;
+    r->g = dl_tape_dev_scratch(tp, op, (size_t)((full ? B * T : B) * r->S * H) * es);
+  } else {
+    r->g = (void *)(uintptr_t)r->zero;
+  }
+  r->s = dl_tape_dev_scratch(tp, op, (size_t)(B * GH) * es);
+  if (jvp) {
+    dl_tensor *ty = dl_tape_tangent(tp, y);
+    const void *v;
+    r->ty = ty->data;
+    r->ts = dl_tape_dev_scratch(tp, op, (size_t)(B * GH) * es);
+    v = dl__rnn_tan(tp, op, xp);
+    r->txp = v ? v : r->zero;
+    r->txp_lb = v ? T * GH : 0;
+    r->txp_lt = v ? GH : 0;
+    r->twhh = dl__rnn_tan(tp, op, w_hh);
+    v = dl__rnn_tan(tp, op, b_hh);
+    r->tbhh = v ? v : r->zero;
+    v = dl__rnn_tan(tp, op, h0);
+    r->has_th0 = v != NULL;
+    r->th0 = v ? v : r->zero;
+    r->th0_ld = v ? H : 0;
+    v = kind == DL__RNN_LSTM ? dl__rnn_tan(tp, op, c0) : NULL;
+    r->tc0 = v ? v : r->zero;
+    r->tc0_ld = v ? H : 0;
+    if (kind == DL__RNN_LSTM) {
+      r->tc = dl_tape_dev_scratch(tp, op, (size_t)(B * H) * es);
+      if (v) dl__gpu_ok(x, op, dlg_copy(h, r->tc, v, (size_t)(B * H) * es, DLG_D2D));
+      else dl__gpu_ok(x, op, dlg_memset0(h, r->tc, (size_t)(B * H) * es));
+    }
+  }
+  d = dl__rnn_dlg(r);
+
+  for (t = 0; t < T; t++) {
+    const void *hp = t ? (const char *)r->y + (size_t)((t - 1) * H) * es : h0 ? r->h0 : NULL;
+    const int64_t ld = t ? T * H : H;
+    if (hp) dl__rnn_gemm_dev(x, op, 0, 1, B, GH, H, hp, ld, r->whh, H, 0.0, r->s, GH);
+    else dl__gpu_ok(x, op, dlg_memset0(h, r->s, (size_t)(B * GH) * es));
+    if (jvp) { /* ts = th_{t-1} w_hh^T + h_{t-1} tw_hh^T */
+      const void *thp = t ? (const char *)r->ty + (size_t)((t - 1) * H) * es : r->has_th0 ? r->th0 : NULL;
+      double beta = 0.0;
+      if (thp) {
+        dl__rnn_gemm_dev(x, op, 0, 1, B, GH, H, thp, ld, r->whh, H, 0.0, r->ts, GH);
+        beta = 1.0;
+      }
+      if (r->twhh && hp) {
+        dl__rnn_gemm_dev(x, op, 0, 1, B, GH, H, hp, ld, r->twhh, H, beta, r->ts, GH);
+        beta = 1.0;
+      }
+      if (beta == 0.0) dl__gpu_ok(x, op, dlg_memset0(h, r->ts, (size_t)(B * GH) * es));
+    }
+    dl__gpu_ok(x, op, dlg_rnn_fwd(h, (int)r->dtype, &d, t));
+  }
+  {
+    dl_node *nd = dl_tape_record_n(tp, op, dl__rnn_bw, y, 5, in);
+    if (nd) nd->user = r;
+  }
+  if (h_n) {
+    dl_tensor *hn = dl_tape_out(tp, op, x->dtype, DL_SHAPE(B, H));
+    dl__rnn_move_dev(x, op, hn->data, H, (const char *)r->y + (size_t)((T - 1) * H) * es, T * H, B, H, 0);
+    if (jvp)
+      dl__rnn_move_dev(x, op, dl_tape_tangent(tp, hn)->data, H, (const char *)r->ty + (size_t)((T - 1) * H) * es,
+                       T * H, B, H, 0);
+    dl_tape_record(tp, op, dl__rnn_hn_bw, hn, y, NULL, NULL);
+    *h_n = hn;
+  }
+  if (c_n && kind == DL__RNN_LSTM) {
+    dl_tensor *cn = dl_tape_out(tp, op, x->dtype, DL_SHAPE(B, H));
+    dl_node *nd;
+    dl__rnn_move_dev(x, op, cn->data, H, (const char *)r->c + (size_t)((T - 1) * r->c_lt) * es, r->c_lb, B, H, 0);
+    if (jvp) dl__gpu_ok(x, op, dlg_copy(h, dl_tape_tangent(tp, cn)->data, r->tc, (size_t)(B * H) * es, DLG_D2D));
+    nd = dl_tape_record(tp, op, dl__rnn_cn_bw, cn, y, NULL, NULL);
+    if (nd) {
+      nd->user = r;
+      r->cn = cn;
+    }
+    *c_n = cn;
+  }
+  return y;
+}
+#endif
+
 DL_API dl_tensor *dl__rnn_run(dl_tape *tp, const char *op, int kind, dl_tensor *x, dl_tensor *h0,
                               dl_tensor *c0, dl_tensor *w_ih, dl_tensor *w_hh, dl_tensor *b_ih,
                               dl_tensor *b_hh, dl_tensor **h_n, dl_tensor **c_n) {
@@ -461,6 +756,10 @@ DL_API dl_tensor *dl__rnn_run(dl_tape *tp, const char *op, int kind, dl_tensor *
   size_t es;
   int jvp, full;
   dl__rnn_validate(tp, op, kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh);
+#ifdef DL_USE_CUDA
+  dl__rnn_devices(op, kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh);
+  if (x->device == DL_CUDA || tp->gpu) return dl__rnn_run_gpu(tp, op, kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh, h_n, c_n);
+#endif
   B = x->shape[0];
   T = x->shape[1];
   H = w_hh->shape[1];

@@ -163,6 +163,16 @@ DL_API void dl__shape_move(dl_tensor *dst, const dl_tensor *src, int add) {
   size_t es = dl_dtype_size(dst->dtype);
   int par;
   if (dst->numel == 0) return;
+#ifdef DL_USE_CUDA
+  if (dst->device == DL_CUDA || src->device == DL_CUDA) {
+    dl__ops_same_device("dl_shape (copy)", dst, src);
+    dl__check_same(dst, src, "dl_shape (copy)", 1);
+    dl__gpu_ok(dst, "dl_shape (copy)",
+               dlg_move(dl__gpu_h(dst, "dl_shape (copy)"), (int)dst->dtype, (int)es, add, dst->ndim, dst->shape,
+                        dst->data, dst->strides, src->data, src->strides));
+    return;
+  }
+#endif
   dl__shape_it_init(&it, dst, src);
   if (it.inner >= DL__SHAPE_CHUNK) {
     rb = 1;
@@ -441,8 +451,39 @@ DL_API dl_tensor *dl_t_slice(dl_tape *tp, dl_tensor *x, int dim, int64_t start, 
 
 /* >>index_select, gather --------------------------------------------------- */
 
+#ifdef DL_USE_CUDA
+/* index_select, gather and pad on the GPU (src_gpu/shape.cu through
+ * dl/gpu/shape.h): the same helpers branch to kernels that copy and add
+ * exactly as the CPU loops do, so results are bit-identical (repeated
+ * indices added in index order there too). The index lists and pads stay on
+ * the host: the kernels get them from there. */
+
+/* Whether op on x runs on the GPU: x on the device goes with a device tape
+ * (whose outputs are device memory), a host x with a host tape; a mix
+ * panics naming op, as does a tangent on the other device. */
+DL_API int dl__shape_on_gpu(const dl_tape *tp, const char *op, const dl_tensor *x) {
+  if ((x->device == DL_CUDA) != (tp->gpu != NULL))
+    DL_PANIC(x->ctx, op, "x %s is on the %s but the tape is a %s tape: run device tensors on a device tape "
+             "(dl_tape_use_gpu) and host tensors on a host tape", DL_SHAPESTR(x),
+             x->device == DL_CUDA ? "GPU" : "host", tp->gpu ? "device" : "host");
+  if (x->tangent) dl__ops_same_device(op, x, x->tangent);
+  return x->device == DL_CUDA;
+}
+/* A tensor in the tape's arena in HOST memory, on a device tape too (where
+ * dl_tape_out gives device memory): for what the host reads (indices,
+ * pads). Uninitialised; panics naming op when the arena is full. */
+DL_API dl_tensor *dl__shape_host_out(dl_tape *tp, const char *op, dl_dtype dtype, int ndim, const int64_t *shape) {
+  dl_tensor *t = dl_tensor_new(&tp->arena, dtype, ndim, shape);
+  if (!t)
+    DL_PANIC(tp->ctx, op, "tape arena cannot hold %s scratch (%zu bytes needed in all): %s", dl_dtype_name(dtype),
+             dl_arena_bytes_needed(&tp->arena), dl_ctx_message(tp->ctx));
+  return t;
+}
+#endif
+
 /* idx (i64 or i32, any strides) as a contiguous i64 tensor in the arena,
- * every entry checked to lie in [0, bound) (the size of dimension dim of x). */
+ * every entry checked to lie in [0, bound) (the size of dimension dim of x).
+ * Host memory always: indices on the device are copied to the host first. */
 DL_API dl_tensor *dl__shape_idx64(dl_tape *tp, const char *op, const dl_tensor *x,
                                   const dl_tensor *idx, int dim, int64_t bound) {
   dl_tensor *c;
@@ -450,7 +491,17 @@ DL_API dl_tensor *dl__shape_idx64(dl_tape *tp, const char *op, const dl_tensor *
   if (!idx || (idx->dtype != DL_I64 && idx->dtype != DL_I32))
     DL_PANIC(x->ctx, op, "indices %s must be i64 or i32 (indexing %s)", idx ? DL_SHAPESTR(idx) : "(null)",
              DL_SHAPESTR(x));
+#ifdef DL_USE_CUDA
+  if (idx->device == DL_CUDA) { /* read on the host: one copy, which waits for the device */
+    const dl_tensor *ic = dl_tensor_is_contiguous(idx) ? idx : dl__t_contig(tp, op, (dl_tensor *)(uintptr_t)idx);
+    dl_tensor *hi = dl__shape_host_out(tp, op, idx->dtype, idx->ndim, idx->shape);
+    dl_tensor_copy(hi, ic);
+    idx = hi;
+  }
+  c = dl__shape_host_out(tp, op, DL_I64, idx->ndim, idx->shape);
+#else
   c = dl_tape_out(tp, op, DL_I64, idx->ndim, idx->shape);
+#endif
   p = (int64_t *)c->data;
   for (i = 0; i < idx->numel; i++) {
     int64_t off = dl__offset_of_linear(idx, i), v;
@@ -472,6 +523,14 @@ DL_API void dl__index_select_fwd(dl_tensor *y, const dl_tensor *x, const int64_t
   if (y->numel == 0) return;
   for (d = 0; d < dim; d++) outer *= x->shape[d];
   for (d = dim + 1; d < x->ndim; d++) inner *= x->shape[d];
+#ifdef DL_USE_CUDA
+  if (y->device == DL_CUDA || x->device == DL_CUDA) {
+    dl__ops_same_device("dl_t_index_select", y, x);
+    dl__gpu_ok(y, "dl_t_index_select", dlg_index_select(dl__gpu_h(y, "dl_t_index_select"), (int)es, y->data,
+                                                        x->data, outer, n, inner, ix, m));
+    return;
+  }
+#endif
   rows = outer * m;
   par = rows > 1 && y->numel >= dl_ctx_parallel_threshold(y->ctx) && dl_ctx_threads(y->ctx) > 1;
   (void)par;
@@ -492,6 +551,15 @@ DL_API void dl__index_select_bwd(dl_tensor *gx, const dl_tensor *gy, const int64
   if (gy->numel == 0) return;
   for (d = 0; d < dim; d++) outer *= gx->shape[d];
   for (d = dim + 1; d < gx->ndim; d++) inner *= gx->shape[d];
+#ifdef DL_USE_CUDA
+  if (gx->device == DL_CUDA || gy->device == DL_CUDA) {
+    dl__ops_same_device("dl_t_index_select", gx, gy);
+    dl__gpu_ok(gx, "dl_t_index_select",
+               dlg_index_select_backward(dl__gpu_h(gx, "dl_t_index_select"), (int)gx->dtype, gx->data, gy->data,
+                                         outer, n, inner, ix, m));
+    return;
+  }
+#endif
   chunks = (inner + DL__SHAPE_CHUNK - 1) / DL__SHAPE_CHUNK;
   tiles = outer * chunks;
   par = tiles > 1 && gy->numel >= dl_ctx_parallel_threshold(gx->ctx) && dl_ctx_threads(gx->ctx) > 1;
@@ -522,6 +590,9 @@ DL_API dl_tensor *dl_t_index_select(dl_tape *tp, dl_tensor *x, int dim, const dl
   if (!idx || idx->ndim != 1)
     DL_PANIC(x->ctx, "dl_t_index_select", "indices %s must be 1-d (selecting from %s)",
              idx ? DL_SHAPESTR(idx) : "(null)", DL_SHAPESTR(x));
+#ifdef DL_USE_CUDA
+  (void)dl__shape_on_gpu(tp, "dl_t_index_select", x);
+#endif
   ix = dl__shape_idx64(tp, "dl_t_index_select", x, idx, d, x->shape[d]);
   memcpy(sh, x->shape, sizeof sh);
   sh[d] = idx->numel;
@@ -557,6 +628,14 @@ DL_API void dl__gather_fwd(dl_tape *tp, dl_tensor *y, const dl_tensor *x, const 
   size_t es = dl_dtype_size(x->dtype);
   int d, par;
   if (y->numel == 0) return;
+#ifdef DL_USE_CUDA
+  if (y->device == DL_CUDA || x->device == DL_CUDA) {
+    dl__ops_same_device("dl_t_gather", y, x);
+    dl__gpu_ok(y, "dl_t_gather", dlg_gather(dl__gpu_h(y, "dl_t_gather"), (int)es, y->ndim, y->shape, dim, y->data,
+                                            x->data, x->strides, x->shape[dim], ix));
+    return;
+  }
+#endif
   for (d = 0; d < dim; d++) outer *= y->shape[d];
   for (d = dim + 1; d < y->ndim; d++) inner *= y->shape[d];
   ioff = dl__shape_offsets(tp, "dl_t_gather", inner, dim + 1, y->ndim, y->shape, x->strides);
@@ -589,6 +668,15 @@ DL_API void dl__gather_bwd(dl_tape *tp, dl_tensor *gx, const dl_tensor *gy, cons
   int64_t outer = 1, inner = 1, K = gy->shape[dim], chunks, tiles, t, *ioff, sd = gx->strides[dim];
   int d, par;
   if (gy->numel == 0) return;
+#ifdef DL_USE_CUDA
+  if (gx->device == DL_CUDA || gy->device == DL_CUDA) {
+    dl__ops_same_device("dl_t_gather", gx, gy);
+    dl__gpu_ok(gx, "dl_t_gather", dlg_gather_backward(dl__gpu_h(gx, "dl_t_gather"), (int)gx->dtype, gy->ndim,
+                                                      gy->shape, dim, gx->data, gx->strides, gx->shape[dim],
+                                                      gy->data, ix));
+    return;
+  }
+#endif
   for (d = 0; d < dim; d++) outer *= gy->shape[d];
   for (d = dim + 1; d < gy->ndim; d++) inner *= gy->shape[d];
   ioff = dl__shape_offsets(tp, "dl_t_gather", inner, dim + 1, gy->ndim, gy->shape, gx->strides);
@@ -635,6 +723,9 @@ DL_API dl_tensor *dl_t_gather(dl_tape *tp, dl_tensor *x, int dim, const dl_tenso
     if (e != d && idx->shape[e] > x->shape[e])
       DL_PANIC(x->ctx, "dl_t_gather", "indices %s larger than %s at dimension %d (gathering along %d)",
                DL_SHAPESTR(idx), DL_SHAPESTR(x), e, d);
+#ifdef DL_USE_CUDA
+  (void)dl__shape_on_gpu(tp, "dl_t_gather", x);
+#endif
   ix = dl__shape_idx64(tp, "dl_t_gather", x, idx, d, x->shape[d]);
   y = dl_tape_out(tp, "dl_t_gather", x->dtype, idx->ndim, idx->shape);
   dl__gather_fwd(tp, y, x, (const int64_t *)ix->data, d);
@@ -776,8 +867,46 @@ DL_API void dl__pad_region(dl_tensor *a, dl_tensor *b, const int64_t *lr) {
     *b = dl_view_slice(b, d, ys, ys + len, 1);
   }
 }
+#ifdef DL_USE_CUDA
+/* The left pads lo[d] of lr's (left, right) pairs. */
+DL_API void dl__pad_lo(int ndim, const int64_t *lr, int64_t *lo) {
+  int d;
+  for (d = 0; d < ndim; d++) lo[d] = lr[2 * d];
+}
+/* dl_t_pad's forward on the device: y (and y's tangent when x has one) in
+ * one pass each: x's part, the rest the value (the tangent: zero). */
+DL_API void dl__t_pad_gpu(dl_tape *tp, dl_tensor *x, dl_tensor *y, const int64_t *lr, double value) {
+  dlg_handle *h = dl__gpu_h(y, "dl_t_pad");
+  dl_tensor *v = dl__shape_host_out(tp, "dl_t_pad", x->dtype, 0, NULL);
+  int64_t lo[DL_MAX_DIMS], zero = 0;
+  int es = (int)dl_dtype_size(x->dtype);
+  dl__pad_lo(x->ndim, lr, lo);
+  dl_tensor_fill(v, value); /* the value in x's dtype, as the CPU's fill writes it */
+  dl__gpu_ok(y, "dl_t_pad", dlg_pad(h, es, x->ndim, y->shape, y->data, x->data, x->shape, x->strides, lo, v->data));
+  if (x->tangent) {
+    y->tangent = dl_tape_out(tp, "forward mode", y->dtype, y->ndim, y->shape);
+    dl__gpu_ok(y, "dl_t_pad", dlg_pad(h, es, x->ndim, y->shape, y->tangent->data, x->tangent->data,
+                                      x->tangent->shape, x->tangent->strides, lo, &zero));
+  }
+}
+/* dl_t_pad's backward on the device: gx += the part of gy that came from x. */
+DL_API void dl__t_pad_bw_gpu(dl_tensor *gx, const dl_tensor *gy, const int64_t *lr) {
+  int64_t lo[DL_MAX_DIMS];
+  dl__ops_same_device("dl_t_pad", gx, gy);
+  if (!gx->numel || !gy->numel) return;
+  dl__pad_lo(gx->ndim, lr, lo);
+  dl__gpu_ok(gx, "dl_t_pad", dlg_pad_backward(dl__gpu_h(gx, "dl_t_pad"), (int)gx->dtype, gx->ndim, gx->shape, gx->data,
+                                              gx->strides, gy->shape, gy->data, gy->strides, lo));
+}
+#endif
 DL_API void dl__t_pad_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
+#ifdef DL_USE_CUDA
+  if (gx && (gx->device == DL_CUDA || n->out->grad->device == DL_CUDA)) {
+    dl__t_pad_bw_gpu(gx, n->out->grad, (const int64_t *)n->saved[0]->data);
+    return;
+  }
+#endif
   if (gx && gx->numel && n->out->numel) {
     dl_tensor a = dl__view_base(gx), b = dl__view_base(n->out->grad);
     dl__pad_region(&a, &b, (const int64_t *)n->saved[0]->data);
@@ -798,6 +927,12 @@ DL_API dl_tensor *dl_t_pad(dl_tape *tp, dl_tensor *x, int npairs, const int64_t 
   if (npairs < 0 || npairs > x->ndim || (npairs > 0 && !pads))
     DL_PANIC(x->ctx, "dl_t_pad", "%d (left, right) pairs for %s (at most one per dimension)", npairs,
              DL_SHAPESTR(x));
+#ifdef DL_USE_CUDA
+  if (dl__shape_on_gpu(tp, "dl_t_pad", x)) { /* the pads are read on the host: host memory */
+    lrt = dl__shape_host_out(tp, "dl_t_pad", DL_I64, DL_SHAPE(2 * (x->ndim ? x->ndim : 1)));
+    memset(lrt->data, 0, (size_t)lrt->numel * sizeof(int64_t));
+  } else
+#endif
   lrt = dl_tape_zeros(tp, "dl_t_pad", DL_I64, DL_SHAPE(2 * (x->ndim ? x->ndim : 1)));
   lr = (int64_t *)lrt->data;
   memcpy(sh, x->shape, sizeof sh);
@@ -811,6 +946,13 @@ DL_API dl_tensor *dl_t_pad(dl_tape *tp, dl_tensor *x, int npairs, const int64_t 
                dl__shape_list(2 * npairs, pads).s, d, DL_SHAPESTR(x), (long long)sh[d]);
   }
   y = dl_tape_out(tp, "dl_t_pad", x->dtype, x->ndim, sh);
+#ifdef DL_USE_CUDA
+  if (y->device == DL_CUDA) {
+    dl__t_pad_gpu(tp, x, y, lr, value);
+    if ((n = dl_tape_record(tp, "dl_t_pad", dl__t_pad_bw, y, x, NULL, NULL)) != NULL) n->saved[0] = lrt;
+    return y;
+  }
+#endif
   dl_tensor_fill(y, value);
   if (x->numel && y->numel) {
     dl_tensor a = dl__view_base(x), b = dl__view_base(y);

@@ -12,6 +12,22 @@
  * projection) plus the sparse rows (dl_sgrad_add_to densifies them);
  * dl_zero_grad clears both. When the weight is an op's output, its gradient
  * is dense, like any other op's.
+ *
+ * On the GPU (weight and output device tensors; the indices may be on
+ * either side). The indices are read on the host (a device index tensor is
+ * copied there first, which waits for the device) and checked with the
+ * CPU's message; the checked rows go to the kernels (dl/gpu/kern.h), which
+ * cannot read outside the weight. Backward adds rows with dlg_rows_scatter:
+ * grouped by destination row on the host, each row summed in index order
+ * by one thread, so the result is the CPU's, bit for bit, with no atomics.
+ * A leaf weight's row-sparse gradient keeps its bookkeeping on the host
+ * (rows in first-touch order, slot per row, as tape.h's dl_sgrad) and its
+ * values [cap, D] in device memory of the weight's device: new rows are
+ * appended on the host, zeroed on the device with one memset of the new
+ * tail, and the capacity doubles as on the CPU (a device copy of the old
+ * rows). Dropout draws its mask on the device from the same counter-based
+ * hash as the CPU (core.h's dl_rng_at), so element i's mask is the CPU's;
+ * the mask stays in device scratch for backward.
  */
 #ifndef DL_OPS_SPARSE_H
 #define DL_OPS_SPARSE_H
@@ -19,6 +35,58 @@
 #ifndef __cplusplus
 
 /* >>embedding -------------------------------------------------------------- */
+
+#ifdef DL_USE_CUDA
+/* gpu.h, later in dl.h */
+DL_API dl_status dl_gpu_alloc(struct dl_gpu *g, void **p, size_t bytes);
+DL_API void dl_gpu_free(struct dl_gpu *g, void *p);
+
+/* The row-sparse gradient s of device weight w: adds the rows of
+ * rows[0..n) it does not hold yet, in first-touch order (their values zeroed
+ * on the device), and sets slots[i] to the slot of rows[i]. s->values is
+ * device memory of w's device (grown by doubling, as dl_sgrad_row does on
+ * the host). */
+DL_API void dl__sgrad_touch_gpu(dl_sgrad *s, const dl_tensor *w, const int64_t *rows, int64_t n, int64_t *slots) {
+  static const char *op = "dl_t_embedding";
+  dlg_handle *h = dl__gpu_h(w, op);
+  const size_t rowb = dl_dtype_size(s->dtype) * (size_t)s->width;
+  const int64_t k0 = s->nnz;
+  int64_t i, fresh = 0;
+  for (i = 0; i < n; i++) /* mark the rows not held yet */
+    if (s->slot[rows[i]] == -1) {
+      s->slot[rows[i]] = -2;
+      fresh++;
+    }
+  if (s->nnz + fresh > s->cap) { /* grow: rows on the host, values on the device */
+    int64_t cap = s->cap ? s->cap : 16, *nr;
+    void *nv = NULL;
+    while (cap < s->nnz + fresh) cap *= 2;
+    if (cap > s->nrows) cap = s->nrows;
+    nr = (int64_t *)dl_alloc(s->ctx, sizeof(int64_t) * (size_t)cap);
+    if (!nr || dl_gpu_alloc(w->ctx->gpu, &nv, rowb * (size_t)cap + 1) != DL_OK)
+      DL_PANIC(w->ctx, op, "cannot grow the sparse gradient of %s to %lld rows", DL_SHAPESTR(w), (long long)cap);
+    if (s->nnz) {
+      memcpy(nr, s->rows, sizeof(int64_t) * (size_t)s->nnz);
+      dl__gpu_ok(w, op, dlg_copy(h, nv, s->values, rowb * (size_t)s->nnz, DLG_D2D));
+    }
+    dl_free(s->ctx, s->rows);
+    if (s->values) dl_gpu_free(w->ctx->gpu, s->values);
+    s->rows = nr;
+    s->values = nv;
+    s->cap = cap;
+  }
+  for (i = 0; i < n; i++) {
+    const int64_t r = rows[i];
+    if (s->slot[r] == -2) {
+      s->slot[r] = s->nnz;
+      s->rows[s->nnz++] = r;
+    }
+    slots[i] = s->slot[r];
+  }
+  if (s->nnz > k0 && rowb)
+    dl__gpu_ok(w, op, dlg_memset0(h, (char *)s->values + rowb * (size_t)k0, rowb * (size_t)(s->nnz - k0)));
+}
+#endif
 
 /* What the embedding's custom-op callbacks share (tape arena, one per call). */
 typedef struct dl__embedding_info {
@@ -36,6 +104,14 @@ DL_API void dl__embedding_gather(dl_tensor *dst, const dl_tensor *src, const dl_
   int64_t i;
   (void)par;
   if (n == 0 || D == 0) return;
+#ifdef DL_USE_CUDA
+  if (dst->device == DL_CUDA || src->device == DL_CUDA) {
+    dl__ops_same_device("dl_t_embedding", dst, src);
+    dl__gpu_ok(dst, "dl_t_embedding", dlg_embedding_forward(dl__gpu_h(dst, "dl_t_embedding"), (int)dst->dtype,
+                                                            dst->data, src->data, s0, s1, src->shape[0], D, e->rows, n));
+    return;
+  }
+#endif
   if (dst->dtype == DL_F32) {
     float *y = (float *)dst->data;
     const float *w = (const float *)src->data;
@@ -119,6 +195,26 @@ DL_API void dl__embedding_backward(dl_tape *tp, const dl_tensor *gy, const dl_te
   (void)out;
   (void)nin;
   if (!(w->flags & DL_TENSOR_REQUIRES_GRAD)) return;
+#ifdef DL_USE_CUDA
+  if (gy->device == DL_CUDA) {
+    dlg_handle *h = dl__gpu_h(gy, "dl_t_embedding");
+    dl__ops_same_device("dl_t_embedding", gy, w);
+    g = dl__t_contig(tp, "dl_t_embedding", (dl_tensor *)(uintptr_t)gy);
+    if (w->node) { /* an op's output: dense gradient */
+      dl_tensor *gw = dl_tape_grad(tp, w);
+      dl__gpu_ok(gy, "dl_t_embedding", dlg_rows_scatter(h, (int)gy->dtype, gw->data, gw->shape[0], e->width, e->rows,
+                                                        e->n, g->data));
+    } else { /* a leaf: only the touched rows, in first-touch order */
+      dl_sgrad *s = dl_tape_sgrad(tp, w);
+      if (e->n == 0) return;
+      if (!e->slots) e->slots = (int64_t *)dl_tape_scratch(tp, "dl_t_embedding", sizeof(int64_t) * (size_t)e->n);
+      dl__sgrad_touch_gpu(s, w, e->rows, e->n, e->slots);
+      dl__gpu_ok(gy, "dl_t_embedding", dlg_rows_scatter(h, (int)gy->dtype, s->values, s->nnz, e->width, e->slots,
+                                                        e->n, g->data));
+    }
+    return;
+  }
+#endif
   if (!dl_tensor_is_contiguous(g)) g = dl_tensor_contiguous(dl_tape_arena(tp), gy);
   if (!g) DL_PANIC(tp->ctx, "dl_t_embedding", "tape arena cannot hold the gradient %s", DL_SHAPESTR(gy));
   if (w->node) { /* an op's output: dense gradient */
@@ -152,6 +248,7 @@ static const dl_custom_op dl__embedding_op = {"dl_t_embedding", dl__embedding_fo
 DL_API dl_tensor *dl_t_embedding(dl_tape *tp, dl_tensor *weight, const dl_tensor *idx) {
   static const char *op = "dl_t_embedding";
   dl__embedding_info *e;
+  const dl_tensor *ix;
   int64_t shape[DL_MAX_DIMS], *rows, i, V;
   dl_tensor *in[2];
   int d, contig;
@@ -167,11 +264,21 @@ DL_API dl_tensor *dl_t_embedding(dl_tape *tp, dl_tensor *weight, const dl_tensor
   /* the indices, row-major, as int64, each checked */
   e = (dl__embedding_info *)dl_tape_scratch(tp, op, sizeof *e);
   rows = (int64_t *)dl_tape_scratch(tp, op, sizeof(int64_t) * (size_t)idx->numel);
-  contig = dl_tensor_is_contiguous(idx);
+  ix = idx;
+#ifdef DL_USE_CUDA
+  if (idx->device == DL_CUDA && idx->numel) { /* read on the host: one copy, which waits for the device */
+    const dl_tensor *ic = dl_tensor_is_contiguous(idx) ? idx : dl__t_contig(tp, op, (dl_tensor *)(uintptr_t)idx);
+    dl_tensor *hi = dl_tensor_new(&tp->arena, idx->dtype, idx->ndim, idx->shape);
+    if (!hi) DL_PANIC(tp->ctx, op, "tape arena cannot hold the indices %s", DL_SHAPESTR(idx));
+    dl_tensor_copy(hi, ic);
+    ix = hi;
+  }
+#endif
+  contig = dl_tensor_is_contiguous(ix);
   for (i = 0; i < idx->numel; i++) {
-    int64_t off = contig ? i : dl__offset_of_linear(idx, i);
-    int64_t r = idx->dtype == DL_I64 ? ((const int64_t *)idx->data)[off]
-                                     : (int64_t)((const int32_t *)idx->data)[off];
+    int64_t off = contig ? i : dl__offset_of_linear(ix, i);
+    int64_t r = ix->dtype == DL_I64 ? ((const int64_t *)ix->data)[off]
+                                    : (int64_t)((const int32_t *)ix->data)[off];
     if (r < 0 || r >= V) {
       char pos[160];
       size_t at = 0;
@@ -212,6 +319,13 @@ DL_API void dl__t_dropout_bw(dl_tape *tp, dl_node *n) {
   int par;
   if (!gx) return;
   if (!dl_tensor_is_contiguous(gy)) gy = dl__t_contig(tp, "dl_t_dropout", gy);
+#ifdef DL_USE_CUDA
+  if (gx->device == DL_CUDA) { /* the mask is device scratch (dl_t_dropout) */
+    dl__gpu_ok(gx, "dl_t_dropout", dlg_dropout_apply(dl__gpu_h(gx, "dl_t_dropout"), (int)gx->dtype, N, gx->data,
+                                                     gy->data, m, n->p[0], 1));
+    return;
+  }
+#endif
   par = N >= dl_ctx_parallel_threshold(gy->ctx) && dl_ctx_threads(gy->ctx) > 1;
   (void)par;
   if (gx->dtype == DL_F32) {
@@ -274,6 +388,28 @@ DL_API dl_tensor *dl_t_dropout(dl_tape *tp, dl_tensor *x, double p, dl_rng *rng,
   N = x->numel;
   s = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
   y = dl_tape_out(tp, op, x->dtype, x->ndim, x->shape);
+#ifdef DL_USE_CUDA
+  dl__ops_same_device(op, x, y); /* a device tensor on a host tape, or the reverse */
+  if (x->device == DL_CUDA) { /* the same mask, drawn on the device; kept there for backward */
+    dlg_handle *h = dl__gpu_h(x, op);
+    m = (uint8_t *)dl_tape_dev_scratch(tp, op, (size_t)N);
+    xc = dl__t_contig(tp, op, x);
+    dl__gpu_ok(x, op, dlg_dropout(h, (int)x->dtype, N, xc->data, y->data, m, rng->key, rng->counter,
+                                  (uint64_t)ceil(p * 9007199254740992.0), s));
+    rng->counter += (uint64_t)N;
+    if (x->tangent) {
+      dl_tensor *ty = dl_tape_tangent(tp, y);
+      dl__ops_same_device(op, x, x->tangent);
+      dl__gpu_ok(x, op, dlg_dropout_apply(h, (int)x->dtype, N, ty->data, dl__t_contig(tp, op, x->tangent)->data, m, s, 0));
+    }
+    if ((nd = dl_tape_record(tp, op, dl__t_dropout_bw, y, x, NULL, NULL)) != NULL) {
+      nd->p[0] = s;
+      nd->p[1] = p;
+      nd->user = m;
+    }
+    return y;
+  }
+#endif
   m = (uint8_t *)dl_tape_scratch(tp, op, (size_t)N);
   base = rng->counter;
   par = N >= dl_ctx_parallel_threshold(x->ctx) && dl_ctx_threads(x->ctx) > 1;

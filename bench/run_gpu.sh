@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# bench/run_gpu.sh - training on the GPU: examples/fashion_mlp.c and
+# examples/fashion_cnn.c built with DL_USE_CUDA (`make gpu`) and run with
+# --device cuda, against the same training in PyTorch on the same GPU
+# (bench/torch_train.py ... cuda) in the same run. Samples/s of training
+# (evaluation and file loading excluded, as in run_train.sh), ROUNDS rounds,
+# the order reversed every other round; medians and their ratio. Goals at
+# batch 64: MLP >= 2x PyTorch (launch overhead dominates; fused kernels and
+# no interpreter win), CNN >= 1x.
+#
+# Without nvcc, or without a GPU (the example then refuses --device cuda
+# with "no CUDA device"), it prints SKIP and exits 0.
+# Env: ROUNDS (3), MLP_SUBSET (60000), CNN_SUBSET (20000), BATCH (64),
+# DATA (Debian's dataset-fashion-mnist directory), CC (gcc), PY (python3:
+# the one with a CUDA build of torch), CUDA (/usr/local/cuda).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+B=build/bench
+mkdir -p "$B"
+CC=${CC:-gcc}
+PY=${PY:-python3}
+ROUNDS=${ROUNDS:-3}; MLP_SUBSET=${MLP_SUBSET:-60000}; CNN_SUBSET=${CNN_SUBSET:-20000}; BATCH=${BATCH:-64}
+DATA=${DATA:-/usr/share/datasets/fashion-mnist}
+CUDA=${CUDA:-/usr/local/cuda}
+NVCC=$(command -v nvcc || echo "$CUDA/bin/nvcc")
+[ -x "$NVCC" ] || { echo "SKIP run_gpu: nvcc not found (the CUDA toolkit is not installed here)"; exit 0; }
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+RES=$B/gpu.txt
+: > "$RES"
+
+make -s gpu-lib CUDA="$CUDA" NVCC="$NVCC" || { echo "run_gpu: make gpu-lib failed"; exit 1; }
+for ex in fashion_mlp fashion_cnn; do
+  $CC -std=c11 -O3 -march=native -DDL_USE_CUDA -I"$CUDA/include" -Iinclude examples/$ex.c -o "$B/${ex}_cuda" \
+    build/libdlgpu.a -L"$CUDA/lib64" -lcudnn -lcublas -lcudart -lstdc++ -lz -lm || { echo "run_gpu: building $ex failed"; exit 1; }
+done
+export LD_LIBRARY_PATH="$CUDA/lib64:${LD_LIBRARY_PATH:-}"
+
+# Is there a GPU? The example says so itself.
+if ! "$B/fashion_mlp_cuda" --device cuda --epochs 1 --subset 640 --quiet --data "$DATA" --save "$T/w.st" \
+     --csv "$T/l.csv" > "$T/probe.txt" 2>&1; then
+  if grep -q 'no CUDA device' "$T/probe.txt"; then echo "SKIP run_gpu: $(tail -1 "$T/probe.txt")"; exit 0; fi
+  echo "run_gpu: the probe run failed:"; tail -5 "$T/probe.txt"; exit 1
+fi
+echo "device: $(sed -n 's/^device: //p' "$T/probe.txt" | head -1)"
+
+one() { # MODEL WHO(dl|torch)
+  local model=$1 who=$2 subset out=$T/out.txt sps
+  if [ "$model" = mlp ]; then subset=$MLP_SUBSET; else subset=$CNN_SUBSET; fi
+  if [ "$who" = torch ]; then
+    "$PY" bench/torch_train.py "$model" "$subset" 1 1 "$BATCH" "$DATA" cuda > "$out" 2>&1
+    if grep -q '^SKIP' "$out"; then echo "$model torch SKIP"; head -1 "$out"; return 0; fi
+    sps=$(sed -n 's/^torch_train .*samples_per_s=\([0-9.]*\).*/\1/p' "$out")
+  else
+    "$B/fashion_${model}_cuda" --device cuda --epochs 1 --subset "$subset" --batch "$BATCH" --quiet --data "$DATA" \
+      --save "$T/w.safetensors" --csv "$T/log.csv" > "$out" 2>&1
+    sps=$(sed -n 's/^result: .*train_samples_per_s=\([0-9.]*\).*/\1/p' "$out")
+  fi
+  if [ -z "$sps" ]; then echo "run_gpu: $model $who run failed:"; tail -5 "$out"; return 1; fi
+  echo "$model $who sps=$sps $(grep -o 'test_acc=[0-9.]*' "$out" | head -1)" | tee -a "$RES"
+}
+median() { sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)}'; }
+
+status=0
+for model in mlp cnn; do
+  echo "== $model on the GPU, batch $BATCH: $ROUNDS rounds of dl.h and torch =="
+  for r in $(seq 1 "$ROUNDS"); do
+    if [ $((r % 2)) = 1 ]; then order="dl torch"; else order="torch dl"; fi
+    for who in $order; do one "$model" "$who" || status=1; done
+  done
+  d=$(sed -n "s/^$model dl sps=\([0-9.]*\).*/\1/p" "$RES" | median)
+  t=$(sed -n "s/^$model torch sps=\([0-9.]*\).*/\1/p" "$RES" | median)
+  goal=1; [ "$model" = mlp ] && goal=2
+  if [ -n "$d" ] && [ -n "$t" ]; then
+    awk -v m="$model" -v d="$d" -v t="$t" -v g="$goal" 'BEGIN {
+      r = d / t; printf "%s: dl.h %.0f samples/s, torch %.0f samples/s: %.2fx (goal >= %gx: %s)\n",
+      m, d, t, r, g, r >= g ? "met" : "NOT met" }'
+  fi
+done
+exit $status

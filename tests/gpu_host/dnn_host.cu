@@ -1,0 +1,442 @@
+// tests/gpu_host/dnn_host.cu - src_gpu/dnn.cu's own kernels (pooling, batch
+// norm, layer / RMS norm, the conv bias gradient), run on the HOST against
+// the CPU ops (no GPU needed).
+//
+// Why: there is no GPU in CI, so tests/test_gpu.c skips there and nothing
+// would ever execute these kernels. dnn.cu writes each kernel's work for one
+// element / channel / row as a __host__ __device__ function (maxpool_fwd_at,
+// bn_chan_at, ln_row_at, ...), templated over a reduction policy for the
+// per-channel and per-row sums. This file #includes dnn.cu, calls those
+// bodies in plain host loops over every element / channel / row, with
+// HostRed (one "thread" that does the whole sum, and is the lead) in place
+// of the kernels' BlockRed, and compares the results with dl.h's CPU ops,
+// which dnn_ref.c runs on the same inputs (forward, dl_backward, tangent).
+//
+// What it checks, at f32 and at f64:
+//   - max and avg pool2d: y, the tangent ty (max: through the forward's
+//     idx), the gradient gx; bit for bit, over inputs with ties, NaN and
+//     -inf, for 10 geometries (stride != kernel, padding, exclude_pad,
+//     1x1, overlapping windows) on two shapes each;
+//   - batch norm on [N, C, S]: y, ty, gx, gw, gb and the running mean and
+//     variance, in training, eval with running statistics and eval without
+//     them (batch statistics), with / without weight and bias, eps 0 once;
+//   - layer norm and RMS norm over the last dimension of [R, D]: y, ty, gx,
+//     and gw, gb through the chunked column sums (ln_chunks, ln_colpart_at,
+//     ln_colsum_at), with / without weight and bias, R up to 300;
+//   - conv2d's bias gradient (conv_bias_grad_at).
+// Outputs the bodies assign start at a value no op gives (an element left
+// unwritten fails); gradients they add to (gx, gw, gb) start at random
+// values, and want is the CPU's gradient plus those (for the pools, a second
+// backward pass checked so). These and the norms compare |got - want| /
+// (1 + |want|) <= 1e-6 (f32) or 1e-12 (f64); the worst seen is 8 times
+// below that (f32 pool gx +=), the norms' 100 times (both sum in double).
+//
+// What it does NOT check: the cuDNN convolution calls (descriptors, algorithm
+// choice, workspace) and everything else that needs a device: the
+// multi-thread reductions (block_sum2's shared-memory tree, BlockRed's
+// tid/lead), the kernels' launch configurations and grid-stride loops, the
+// workspace, and the dlg_* entry points' argument checks. tests/test_gpu.c
+// covers those where a GPU exists.
+//
+// Build and run from the repository root:
+//   gcc -std=c11 -Wall -Wextra -Wpedantic -Werror -O1 -Iinclude -c tests/gpu_host/dnn_ref.c -o B/dnn_ref.o
+//   nvcc -std=c++17 -Werror all-warnings -O1 -Iinclude -Isrc_gpu tests/gpu_host/dnn_host.cu B/dnn_ref.o \
+//        -o B/dnn_host -lm
+//   B/dnn_host
+// (B: any build directory; clang works for dnn_ref.c too.) The program only
+// runs host code: it calls no CUDA runtime or cuDNN function, and the CUDA
+// runtime that nvcc links statically is only told about the file's kernels
+// at start-up, which needs no device or driver. The last line is the
+// harness's "HARNESS <passed> <failed> <skipped>"; a test is one op at one
+// dtype.
+#include "dnn.cu" // src_gpu/dnn.cu (-Isrc_gpu), with its includes
+#include "../harness.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+// dnn.cu's convolution entry points call cuDNN, which this program does not
+// link (nothing here reaches them). Weak references let it link without
+// libcudnn; a call would jump to address 0. A new cuDNN call in dnn.cu shows
+// up as an undefined reference at link time: add its name here.
+#pragma weak cudnnConvolutionBackwardData
+#pragma weak cudnnConvolutionBackwardFilter
+#pragma weak cudnnConvolutionForward
+#pragma weak cudnnCreateConvolutionDescriptor
+#pragma weak cudnnCreateFilterDescriptor
+#pragma weak cudnnCreateTensorDescriptor
+#pragma weak cudnnDestroyConvolutionDescriptor
+#pragma weak cudnnDestroyFilterDescriptor
+#pragma weak cudnnDestroyTensorDescriptor
+#pragma weak cudnnGetConvolution2dForwardOutputDim
+#pragma weak cudnnGetConvolutionBackwardDataAlgorithm_v7
+#pragma weak cudnnGetConvolutionBackwardDataWorkspaceSize
+#pragma weak cudnnGetConvolutionBackwardFilterAlgorithm_v7
+#pragma weak cudnnGetConvolutionBackwardFilterWorkspaceSize
+#pragma weak cudnnGetConvolutionForwardAlgorithm_v7
+#pragma weak cudnnGetConvolutionForwardWorkspaceSize
+#pragma weak cudnnGetErrorString
+#pragma weak cudnnSetConvolution2dDescriptor
+#pragma weak cudnnSetConvolutionGroupCount
+#pragma weak cudnnSetConvolutionMathType
+#pragma weak cudnnSetFilter4dDescriptor
+#pragma weak cudnnSetStream
+#pragma weak cudnnSetTensor4dDescriptor
+
+// dnn_ref.c: dl.h's CPU ops on plain arrays (dt 0: f32, 1: f64).
+extern "C" {
+void dnn_ref_pool(int kind, int dt, int64_t N, int64_t C, int64_t H, int64_t W, int kh, int kw, int sh, int sw,
+                  int ph, int pw, int excl, const void *x, const void *gy, const void *tx, void *y, void *gx,
+                  void *ty);
+void dnn_ref_bn(int dt, int64_t N, int64_t C, int64_t S, int training, double momentum, double eps, const void *x,
+                const void *w, const void *b, void *rm, void *rv, const void *gy, const void *tx, const void *tw,
+                const void *tb, void *y, void *gx, void *gw, void *gb, void *ty);
+void dnn_ref_ln(int dt, int center, int64_t R, int64_t D, double eps, const void *x, const void *w, const void *b,
+                const void *gy, const void *tx, const void *tw, const void *tb, void *y, void *gx, void *gw,
+                void *gb, void *ty);
+void dnn_ref_conv_gb(int dt, int64_t N, int64_t O, int64_t Hh, int64_t Ww, const void *gy, void *gb);
+}
+
+// The reduction policy of one thread: it visits every item (tid 0 of nt 1),
+// so its partial sums are the totals and sum2 has nothing to add; it is the
+// lead that writes the item's results. BlockRed's interface.
+struct HostRed {
+  __host__ __device__ int64_t tid() const { return 0; }
+  static constexpr int64_t nt = 1;
+  __host__ __device__ bool lead() const { return true; }
+  __host__ __device__ void sum2(double &, double &) const {}
+};
+
+// xorshift64, fixed seed: the same inputs every run.
+static uint64_t dh_state = 88172645463325252ull;
+static double dh_urand() {
+  dh_state ^= dh_state << 13;
+  dh_state ^= dh_state >> 7;
+  dh_state ^= dh_state << 17;
+  return (double)(dh_state >> 11) / 9007199254740992.0;
+}
+template <class T> static void dh_fill(std::vector<T> &v, double lo, double hi) {
+  for (auto &e : v) e = (T)(lo + (hi - lo) * dh_urand());
+}
+
+// One check: the worst |got - want| / (1 + |want|) over the elements is at
+// most tol (NaN in both places agrees; NaN or inf in one fails).
+template <class T>
+static void dh_close(const std::string &what, const std::vector<T> &got, const std::vector<T> &want, double tol) {
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); i++) {
+    const double g = (double)got[i], w = (double)want[i];
+    if ((std::isnan(g) && std::isnan(w)) || g == w) continue;
+    const double e = std::fabs(g - w) / (1 + std::fabs(w));
+    if (!(e <= worst)) {
+      worst = e;
+      at = i;
+    }
+  }
+  CHECK_MSG(got.size() == want.size() && worst <= tol,
+            "%s: %zu vs %zu elements, worst relative error %g at %zu (got %.17g, want %.17g)", what.c_str(),
+            got.size(), want.size(), worst, at, at < got.size() ? (double)got[at] : 0.0,
+            at < want.size() ? (double)want[at] : 0.0);
+}
+// One check: got and want are the same bits, element by element.
+template <class T>
+static void dh_bits(const std::string &what, const std::vector<T> &got, const std::vector<T> &want) {
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && std::memcmp(&got[i], &want[i], sizeof(T)) == 0) i++;
+  CHECK_MSG(got.size() == want.size() && i == got.size(),
+            "%s: %zu vs %zu elements, element %zu differs (got %.17g, want %.17g)", what.c_str(), got.size(), want.size(), i, i < got.size() ? (double)got[i] : 0.0,
+            i < want.size() ? (double)want[i] : 0.0);
+}
+static const char *dh_dt(int dt) { return dt ? "f64" : "f32"; }
+// What outputs that the bodies assign hold before the call: no op here
+// yields it, so an element left unwritten fails its check.
+constexpr float kUnset = 777.0f;
+// Random starting values for outputs that the bodies add to (gx, gw, gb),
+// and want = ref + those values.
+template <class T> static std::vector<T> dh_base(size_t n) {
+  std::vector<T> v(n);
+  dh_fill(v, -1, 1);
+  return v;
+}
+template <class T> static std::vector<T> dh_plus(const std::vector<T> &a, const std::vector<T> &b) {
+  std::vector<T> v(a.size());
+  for (size_t i = 0; i < a.size() && i < b.size(); i++) v[i] = a[i] + b[i];
+  return v;
+}
+
+// >>pooling -------------------------------------------------------------------
+
+// NaN and -inf outputs seen by the max pool cases (so that the bit checks
+// cover them).
+static int dh_nan_out, dh_ninf_out;
+
+// One pooling case on x [N, C, H, W] (kind 0 max, 1 avg; stride 0 means the
+// kernel, as dl_pool2d_args): x holds ties (values in {-1, 0, 1, 2}), NaN
+// and -inf. The bodies run as pool_k would: forward over y, then (max) the
+// tangent over y through idx, then the backward over gx.
+template <class T>
+static void pool_case(int kind, int64_t N, int64_t C, int64_t H, int64_t W, int kh, int kw, int sh, int sw, int ph,
+                      int pw, int excl) {
+  const int dt = sizeof(T) == 8;
+  dlg_pool2d g;
+  g.N = N; g.C = C; g.H = H; g.W = W; g.kh = kh; g.kw = kw;
+  g.sh = sh ? sh : kh; g.sw = sw ? sw : kw; g.ph = ph; g.pw = pw; g.excl = excl;
+  g.Ho = (H + 2 * ph - kh) / g.sh + 1;
+  g.Wo = (W + 2 * pw - kw) / g.sw + 1;
+  const int64_t nx = N * C * H * W, ny = N * C * g.Ho * g.Wo;
+  std::vector<T> x(nx), tx(nx), gy(ny), y(ny, kUnset), ty(ny, kUnset), gx(nx, (T)0), ry(ny), rty(ny), rgx(nx);
+  std::vector<int32_t> idx(ny);
+  for (auto &e : x) {
+    const double u = dh_urand();
+    e = u < 0.03 ? (T)NAN : u < 0.08 ? -(T)INFINITY : (T)std::floor(dh_urand() * 4) - 1;
+  }
+  dh_fill(tx, -1, 1);
+  dh_fill(gy, -1, 1);
+  dnn_ref_pool(kind, dt, N, C, H, W, kh, kw, sh, sw, ph, pw, excl, x.data(), gy.data(), tx.data(), ry.data(),
+               rgx.data(), rty.data());
+  for (int64_t e = 0; e < ny; e++) {
+    if (kind == 0) {
+      maxpool_fwd_at(g, x.data(), y.data(), idx.data(), e);
+    } else {
+      avgpool_fwd_at(g, x.data(), y.data(), e);
+      avgpool_fwd_at(g, tx.data(), ty.data(), e); // avg pool is linear: its tangent is the pool of tx
+    }
+  }
+  if (kind == 0)
+    for (int64_t e = 0; e < ny; e++) maxpool_tan_at(g, tx.data(), idx.data(), ty.data(), e);
+  for (int64_t e = 0; e < nx; e++) {
+    if (kind == 0) maxpool_bwd_at(g, gy.data(), idx.data(), gx.data(), e);
+    else avgpool_bwd_at(g, gy.data(), gx.data(), e);
+  }
+  if (kind == 0)
+    for (const T v : ry) {
+      dh_nan_out += std::isnan(v);
+      dh_ninf_out += std::isinf(v) && v < 0;
+    }
+  char name[200];
+  snprintf(name, sizeof name, "%s pool %s [%lld, %lld, %lld, %lld] kernel %dx%d stride %dx%d pad %dx%d excl %d",
+           kind ? "avg" : "max", dh_dt(dt), (long long)N, (long long)C, (long long)H, (long long)W, kh, kw, sh, sw,
+           ph, pw, excl);
+  const std::string n(name);
+  dh_bits(n + " y", y, ry);
+  dh_bits(n + " ty", ty, rty);
+  dh_bits(n + " gx", gx, rgx);
+  // the backward adds to gx: again onto random values
+  std::vector<T> gxa(nx), want(nx);
+  dh_fill(gxa, -1, 1);
+  for (int64_t e = 0; e < nx; e++) want[e] = gxa[e] + rgx[e];
+  for (int64_t e = 0; e < nx; e++) {
+    if (kind == 0) maxpool_bwd_at(g, gy.data(), idx.data(), gxa.data(), e);
+    else avgpool_bwd_at(g, gy.data(), gxa.data(), e);
+  }
+  dh_close(n + " gx +=", gxa, want, dt ? 1e-12 : 1e-6);
+}
+
+template <class T> static void pool_cases(int kind) {
+  // kernel h, w; stride h, w (0: the kernel); padding h, w (<= kernel / 2); exclude_pad
+  static const int geo[][7] = {{2, 2, 0, 0, 0, 0, 0}, {3, 3, 1, 1, 1, 1, 0}, {3, 3, 2, 2, 1, 1, 0},
+                               {3, 3, 2, 2, 1, 1, 1}, {3, 2, 1, 2, 1, 1, 1}, {4, 4, 3, 1, 2, 2, 0},
+                               {4, 4, 3, 1, 2, 2, 1}, {1, 1, 1, 1, 0, 0, 0}, {5, 3, 2, 3, 2, 1, 0},
+                               {2, 3, 1, 1, 1, 1, 1}};
+  for (const auto &q : geo) {
+    pool_case<T>(kind, 2, 3, 7, 9, q[0], q[1], q[2], q[3], q[4], q[5], q[6]);
+    pool_case<T>(kind, 1, 2, 5, 5, q[0], q[1], q[2], q[3], q[4], q[5], q[6]);
+  }
+}
+template <class T> static void max_pools() {
+  dh_nan_out = dh_ninf_out = 0;
+  pool_cases<T>(0);
+  CHECK_MSG(dh_nan_out > 0 && dh_ninf_out > 0, "the cases gave %d NaN and %d -inf outputs: the NaN / -inf paths "
+            "went unchecked", dh_nan_out, dh_ninf_out);
+}
+static void max_pool_f32(void) { max_pools<float>(); }
+static void max_pool_f64(void) { max_pools<double>(); }
+static void avg_pool_f32(void) { pool_cases<float>(1); }
+static void avg_pool_f64(void) { pool_cases<double>(1); }
+
+// >>batch norm ----------------------------------------------------------------
+
+// One batch norm case on x [N, C, S]: training (batch statistics, running
+// update when track), eval with running statistics (track), or eval without
+// them (!track: batch statistics, no update); hw, hb: weight, bias. The
+// bodies run as bn_run would: per channel bn_chan_at, then bn_map_at over
+// the elements, for FWD, TAN (tx, tw, tb) and BWD (gy; gx += ).
+template <class T>
+static void bn_case(int64_t N, int64_t C, int64_t S, int training, int track, int hw, int hb, double mom,
+                    double eps) {
+  const int dt = sizeof(T) == 8;
+  const double tol = dt ? 1e-12 : 1e-6;
+  const int64_t n = N * C * S;
+  std::vector<T> x(n), gy(n), tx(n), w(C), b(C), tw(C), tb(C), rm(C), rv(C);
+  dh_fill(x, 1, 4);
+  dh_fill(gy, -1, 1);
+  dh_fill(tx, -1, 1);
+  dh_fill(w, 0.5, 1.5);
+  dh_fill(b, -1, 1);
+  dh_fill(tw, -1, 1);
+  dh_fill(tb, -1, 1);
+  dh_fill(rm, 1, 3);
+  dh_fill(rv, 1, 3);
+  std::vector<T> ry(n), rgx(n), rty(n), rgw(C), rgb(C), rrm = rm, rrv = rv;
+  dnn_ref_bn(dt, N, C, S, training, mom, eps, x.data(), hw ? w.data() : nullptr, hb ? b.data() : nullptr,
+             track ? rrm.data() : nullptr, track ? rrv.data() : nullptr, gy.data(), tx.data(), tw.data(), tb.data(),
+             ry.data(), rgx.data(), rgw.data(), rgb.data(), rty.data());
+  // y, ty assigned; gx, gw, gb added to (from random values)
+  std::vector<T> y(n, kUnset), ty(n, kUnset), gx = dh_base<T>(n), gw = dh_base<T>(C), gb = dh_base<T>(C);
+  const std::vector<T> gx0 = gx, gw0 = gw, gb0 = gb;
+  std::vector<double> stats(2 * C), k(3 * C);
+  dlg_bn p;
+  std::memset(&p, 0, sizeof p);
+  p.N = N; p.C = C; p.S = S;
+  p.batch = training || !track;
+  p.update = p.batch && training && track;
+  p.eps = eps; p.momentum = mom;
+  p.w = hw ? w.data() : nullptr; p.ws = 1;
+  p.b = hb ? b.data() : nullptr; p.bs = 1;
+  p.rmean = track ? rm.data() : nullptr; p.rvar = track ? rv.data() : nullptr; p.rms = 1; p.rvs = 1;
+  p.stats = stats.data();
+  const HostRed rd;
+  for (int64_t c = 0; c < C; c++)
+    bn_chan_at<T>(rd, kFwd, p, x.data(), nullptr, nullptr, nullptr, nullptr, nullptr, k.data(), c);
+  for (int64_t e = 0; e < n; e++) bn_map_at(0, C, S, x.data(), x.data(), stats.data(), k.data(), y.data(), e);
+  for (int64_t c = 0; c < C; c++)
+    bn_chan_at<T>(rd, kTan, p, x.data(), tx.data(), hw ? tw.data() : nullptr, hb ? tb.data() : nullptr, nullptr,
+                  nullptr, k.data(), c);
+  for (int64_t e = 0; e < n; e++) bn_map_at(0, C, S, x.data(), tx.data(), stats.data(), k.data(), ty.data(), e);
+  for (int64_t c = 0; c < C; c++)
+    bn_chan_at<T>(rd, kBwd, p, x.data(), gy.data(), nullptr, nullptr, hw ? gw.data() : nullptr,
+                  hb ? gb.data() : nullptr, k.data(), c);
+  for (int64_t e = 0; e < n; e++) bn_map_at(1, C, S, x.data(), gy.data(), stats.data(), k.data(), gx.data(), e);
+  char name[200];
+  snprintf(name, sizeof name, "batch norm %s [%lld, %lld, %lld] %s weight %d bias %d momentum %g eps %g",
+           dh_dt(dt), (long long)N, (long long)C, (long long)S,
+           training ? "training" : track ? "eval" : "eval without running stats", hw, hb, mom, eps);
+  const std::string nm(name);
+  dh_close(nm + " y", y, ry, tol);
+  dh_close(nm + " ty", ty, rty, tol);
+  dh_close(nm + " gx", gx, dh_plus(gx0, rgx), tol);
+  if (hw) dh_close(nm + " gw", gw, dh_plus(gw0, rgw), tol);
+  if (hb) dh_close(nm + " gb", gb, dh_plus(gb0, rgb), tol);
+  if (track) {
+    dh_close(nm + " running mean", rm, rrm, tol);
+    dh_close(nm + " running var", rv, rrv, tol);
+  }
+}
+
+template <class T> static void bn_cases() {
+  static const int64_t shapes[][3] = {{4, 3, 1}, {2, 5, 7}, {3, 4, 20}, {5, 2, 70}, {1, 3, 9}};
+  for (const auto &s : shapes)
+    for (int mode = 0; mode < 3; mode++)  // training, eval, eval without running stats
+      for (int aff = 0; aff < 3; aff++)   // weight and bias, bias only, weight only
+        bn_case<T>(s[0], s[1], s[2], mode == 0, mode != 2, aff != 1, aff != 2, 0.1, 1e-5);
+  bn_case<T>(6, 3, 4, 1, 1, 1, 1, 0.3, 0.0);
+}
+static void batch_norm_f32(void) { bn_cases<float>(); }
+static void batch_norm_f64(void) { bn_cases<double>(); }
+
+// >>layer norm, rms norm ------------------------------------------------------
+
+// One layer norm (center) or RMS norm case on x [R, D]. The bodies run as
+// ln_run would: ln_row_at per row for FWD, TAN, BWD (gx +=), then the
+// weight / bias gradient as column sums over ln_chunks' row chunks.
+template <class T> static void ln_case(int center, int64_t R, int64_t D, int hw, int hb, double eps) {
+  const int dt = sizeof(T) == 8;
+  const double tol = dt ? 1e-12 : 1e-6;
+  const int64_t n = R * D;
+  if (!center) hb = 0; // RMS norm has no bias
+  std::vector<T> x(n), gy(n), tx(n), w(D), b(D), tw(D), tb(D);
+  dh_fill(x, 1, 4);
+  dh_fill(gy, -1, 1);
+  dh_fill(tx, -1, 1);
+  dh_fill(w, 0.5, 1.5);
+  dh_fill(b, -1, 1);
+  dh_fill(tw, -1, 1);
+  dh_fill(tb, -1, 1);
+  std::vector<T> ry(n), rgx(n), rty(n), rgw(D), rgb(D);
+  dnn_ref_ln(dt, center, R, D, eps, x.data(), hw ? w.data() : nullptr, hb ? b.data() : nullptr, gy.data(),
+             tx.data(), tw.data(), tb.data(), ry.data(), rgx.data(), rgw.data(), rgb.data(), rty.data());
+  // y, ty assigned; gx, gw, gb added to (from random values)
+  std::vector<T> y(n, kUnset), ty(n, kUnset), gx = dh_base<T>(n), gw = dh_base<T>(D), gb = dh_base<T>(D);
+  const std::vector<T> gx0 = gx, gw0 = gw, gb0 = gb;
+  std::vector<double> stats(2 * R);
+  dlg_ln p;
+  std::memset(&p, 0, sizeof p);
+  p.R = R; p.D = D; p.center = center; p.eps = eps;
+  p.w = hw ? w.data() : nullptr;
+  p.b = hb ? b.data() : nullptr;
+  p.stats = stats.data();
+  const HostRed rd;
+  for (int64_t r = 0; r < R; r++) ln_row_at<T>(rd, kFwd, p, x.data(), nullptr, nullptr, nullptr, y.data(), r);
+  for (int64_t r = 0; r < R; r++)
+    ln_row_at<T>(rd, kTan, p, x.data(), tx.data(), hw ? tw.data() : nullptr, hb ? tb.data() : nullptr, ty.data(), r);
+  for (int64_t r = 0; r < R; r++) ln_row_at<T>(rd, kBwd, p, x.data(), gy.data(), nullptr, nullptr, gx.data(), r);
+  int64_t nch, rpc;
+  ln_chunks(R, &nch, &rpc);
+  std::vector<double> part(2 * D * nch);
+  for (int64_t ch = 0; ch < nch; ch++)
+    for (int64_t j = 0; j < D; j++) ln_colpart_at(p, x.data(), gy.data(), rpc, part.data(), ch, j);
+  for (int64_t j = 0; j < D; j++)
+    ln_colsum_at(D, nch, part.data(), hw ? gw.data() : (T *)nullptr, hb ? gb.data() : (T *)nullptr, j);
+  char name[200];
+  snprintf(name, sizeof name, "%s %s [%lld, %lld] weight %d bias %d", center ? "layer norm" : "rms norm", dh_dt(dt),
+           (long long)R, (long long)D, hw, hb);
+  const std::string nm(name);
+  dh_close(nm + " y", y, ry, tol);
+  dh_close(nm + " ty", ty, rty, tol);
+  dh_close(nm + " gx", gx, dh_plus(gx0, rgx), tol);
+  if (hw) dh_close(nm + " gw", gw, dh_plus(gw0, rgw), tol);
+  if (hb) dh_close(nm + " gb", gb, dh_plus(gb0, rgb), tol);
+}
+
+template <class T> static void ln_cases(int center) {
+  static const int64_t shapes[][2] = {{3, 5}, {7, 64}, {40, 33}, {300, 12}, {1, 1000}};
+  for (const auto &s : shapes)
+    for (int aff = 0; aff < 3; aff++) // weight and bias, bias only, weight only (RMS: no bias)
+      ln_case<T>(center, s[0], s[1], aff != 1, aff != 2, 1e-5);
+}
+static void layer_norm_f32(void) { ln_cases<float>(1); }
+static void layer_norm_f64(void) { ln_cases<double>(1); }
+static void rms_norm_f32(void) { ln_cases<float>(0); }
+static void rms_norm_f64(void) { ln_cases<double>(0); }
+
+// >>conv bias gradient --------------------------------------------------------
+
+// gb [O] += the sums of gy [N, O, Hh, Ww] over n and the plane, per o.
+template <class T> static void conv_gb_case(int64_t N, int64_t O, int64_t Hh, int64_t Ww) {
+  const int dt = sizeof(T) == 8;
+  std::vector<T> gy(N * O * Hh * Ww), gb = dh_base<T>(O), rgb(O);
+  const std::vector<T> gb0 = gb;
+  dh_fill(gy, -1, 1);
+  dnn_ref_conv_gb(dt, N, O, Hh, Ww, gy.data(), rgb.data());
+  const HostRed rd;
+  for (int64_t o = 0; o < O; o++) conv_bias_grad_at<T>(rd, N, O, Hh * Ww, gy.data(), gb.data(), o);
+  char name[120];
+  snprintf(name, sizeof name, "conv bias grad %s gy [%lld, %lld, %lld, %lld]", dh_dt(dt), (long long)N,
+           (long long)O, (long long)Hh, (long long)Ww);
+  dh_close(name, gb, dh_plus(gb0, rgb), dt ? 1e-13 : 1e-7); // added to gb's random values
+}
+template <class T> static void conv_gb_cases() {
+  conv_gb_case<T>(3, 4, 5, 6);
+  conv_gb_case<T>(1, 2, 1, 1);
+}
+static void conv_bias_grad_f32(void) { conv_gb_cases<float>(); }
+static void conv_bias_grad_f64(void) { conv_gb_cases<double>(); }
+
+int main(void) {
+  RUN(max_pool_f32);
+  RUN(max_pool_f64);
+  RUN(avg_pool_f32);
+  RUN(avg_pool_f64);
+  RUN(batch_norm_f32);
+  RUN(batch_norm_f64);
+  RUN(layer_norm_f32);
+  RUN(layer_norm_f64);
+  RUN(rms_norm_f32);
+  RUN(rms_norm_f64);
+  RUN(conv_bias_grad_f32);
+  RUN(conv_bias_grad_f64);
+  return harness_finish();
+}
