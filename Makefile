@@ -9,12 +9,14 @@
 #   make quick   the test suite without the sanitizer pass
 #   make gpu     the CUDA library build/libdlgpu.a from src_gpu/ (nvcc; see dl/gpu.h),
 #                and the examples built for --device cuda (build/*_cuda)
+#   make gpu-fake  build/libdlgpu_fake.a: the same src_gpu/ on a fake device on the
+#                host (g++, no CUDA needed; see src_gpu/fake/cuda_fake.h)
 
 CC = gcc
 WARN = -std=c11 -Wall -Wextra -Wpedantic -Werror
 BUILD = build
 
-.PHONY: all run examples test quick bench clean deps-run deps-test deps-bench gpu gpu-lib
+.PHONY: all run examples test quick bench clean deps-run deps-test deps-bench gpu gpu-lib gpu-fake
 
 all: test
 
@@ -82,3 +84,28 @@ gpu-lib: $(BUILD)/libdlgpu.a
 gpu: gpu-lib
 	$(CC) $(WARN) $(FAST) $(GPU_CFLAGS) -Iinclude examples/fashion_mlp.c -o $(BUILD)/fashion_mlp_cuda $(GPU_LIBS) -lopenblas -lz -lm
 	$(CC) $(WARN) $(FAST) $(GPU_CFLAGS) -Iinclude examples/fashion_cnn.c -o $(BUILD)/fashion_cnn_cuda $(GPU_LIBS) -lopenblas -lz -lm
+
+# The fake device (src_gpu/fake/cuda_fake.h): the same src_gpu/*.cu compiled
+# by g++ as C++ with DLG_FAKE (-O1 -g: debuggable; the fake's own loops -O2), plus the fake runtime, cuBLAS and cuDNN, into
+# build/libdlgpu_fake.a. A program built with -DL_USE_CUDA links it with
+# $(GPU_FAKE_LIBS) instead of $(GPU_LIBS) and runs its GPU path on the host,
+# with device memory unreadable from host code. A user's op kernels
+# (dl/gpu/ew.cuh) compile the same way: $(CXX) $(GPU_FAKE_FLAGS) -c ops.cu.
+CXX ?= g++
+GPU_FAKE_FLAGS = -std=c++17 -O1 -g -DDLG_FAKE -Iinclude -Isrc_gpu -Wall -Wextra -Werror -x c++
+GPU_FAKE_OBJ = $(patsubst src_gpu/%.cu,$(BUILD)/gpu_fake/%.o,$(GPU_SRC)) $(BUILD)/gpu_fake/fake.o
+GPU_FAKE_LIBS = $(BUILD)/libdlgpu_fake.a -lstdc++
+
+$(BUILD)/gpu_fake/%.o: src_gpu/%.cu $(GPU_DEPS) src_gpu/fake/cuda_fake.h
+	@mkdir -p $(BUILD)/gpu_fake
+	$(CXX) $(GPU_FAKE_FLAGS) -c $< -o $@
+
+$(BUILD)/gpu_fake/fake.o: src_gpu/fake/fake.cpp src_gpu/fake/cuda_fake.h
+	@mkdir -p $(BUILD)/gpu_fake
+	$(CXX) $(GPU_FAKE_FLAGS) -O2 -c $< -o $@
+
+$(BUILD)/libdlgpu_fake.a: $(GPU_FAKE_OBJ)
+	rm -f $@
+	ar rcs $@ $(GPU_FAKE_OBJ)
+
+gpu-fake: $(BUILD)/libdlgpu_fake.a

@@ -62,7 +62,7 @@ __device__ void block_sum2(double &a, double &b, double *sh) {
 struct BlockRed {
   double *sh;
   __host__ __device__ int64_t tid() const {
-#ifdef __CUDA_ARCH__
+#if defined(__CUDA_ARCH__) || defined(DLG_FAKE) // the fake device runs the block (fake/cuda_fake.h)
     return threadIdx.x;
 #else
     return 0;
@@ -71,7 +71,7 @@ struct BlockRed {
   static constexpr int64_t nt = kThreads;
   __host__ __device__ bool lead() const { return tid() == 0; }
   __host__ __device__ void sum2(double &a, double &b) const {
-#ifdef __CUDA_ARCH__
+#if defined(__CUDA_ARCH__) || defined(DLG_FAKE)
     block_sum2(a, b, sh);
 #else
     (void)a;
@@ -255,7 +255,7 @@ int conv_fwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv,
   if (ny <= 0) return DLG_OK;
   if (g->C == 0) { // no input channels: y is the bias (or zero)
     if (b) {
-      conv_bias_k<T><<<dlg_blocks(h, ny, kThreads), kThreads, 0, h->stream>>>(ny, g->O, g->Ho * g->Wo, b, y, acc);
+      DLG_LAUNCH(dlg_blocks(h, ny, kThreads), kThreads, 0, h->stream, conv_bias_k<T>)(ny, g->O, g->Ho * g->Wo, b, y, acc);
       return dlg_launched(h, op);
     }
     return acc ? DLG_OK : dlg_cuda(h, cudaMemsetAsync(y, 0, (size_t)ny * sizeof(T), h->stream), op);
@@ -280,7 +280,7 @@ int conv_fwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv,
     if (rc != DLG_OK) return rc;
   }
   if (b) {
-    conv_bias_k<T><<<dlg_blocks(h, ny, kThreads), kThreads, 0, h->stream>>>(ny, g->O, g->Ho * g->Wo, b, y, 1);
+    DLG_LAUNCH(dlg_blocks(h, ny, kThreads), kThreads, 0, h->stream, conv_bias_k<T>)(ny, g->O, g->Ho * g->Wo, b, y, 1);
     return dlg_launched(h, op);
   }
   return DLG_OK;
@@ -293,7 +293,7 @@ int conv_bwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv,
   const int64_t P = g->Ho * g->Wo;
   int rc;
   if (gbv && g->O > 0) { // before cuDNN's passes: the same order as the CPU
-    conv_bias_grad_k<T><<<item_blocks(g->O), kThreads, 0, h->stream>>>(g->N, g->O, P, (const T *)gyv, (T *)gbv);
+    DLG_LAUNCH(item_blocks(g->O), kThreads, 0, h->stream, conv_bias_grad_k<T>)(g->N, g->O, P, (const T *)gyv, (T *)gbv);
     if ((rc = dlg_launched(h, op)) != DLG_OK) return rc;
   }
   // nothing flows when x, w or gy is empty
@@ -485,7 +485,7 @@ template <class T> int pool_run(dlg_handle *h, const char *op, int kind, const d
   int rc;
   if ((rc = pool_check(h, op, g)) != DLG_OK) return rc;
   if (total <= 0 || g->Ho * g->Wo <= 0) return DLG_OK;
-  pool_k<T><<<nb, kThreads, 0, h->stream>>>(kind, *g, (const T *)in, (T *)out, cidx, idx, total);
+  DLG_LAUNCH(nb, kThreads, 0, h->stream, pool_k<T>)(kind, *g, (const T *)in, (T *)out, cidx, idx, total);
   return dlg_launched(h, op);
 }
 
@@ -621,11 +621,11 @@ int bn_run(dlg_handle *h, const char *op, int mode, const dlg_bn *p, const void 
                     (long long)p->N, (long long)p->C, (long long)p->S);
   if ((rc = dlg_ws(h, sizeof(double) * 3 * (size_t)p->C)) != DLG_OK) return rc;
   k = (double *)h->ws;
-  bn_chan_k<T><<<item_blocks(p->C), kThreads, 0, h->stream>>>(mode, *p, (const T *)xv, (const T *)vv,
+  DLG_LAUNCH(item_blocks(p->C), kThreads, 0, h->stream, bn_chan_k<T>)(mode, *p, (const T *)xv, (const T *)vv,
                                                               (const T *)tw, (const T *)tb, (T *)gw, (T *)gb, k);
   if ((rc = dlg_launched(h, op)) != DLG_OK) return rc;
   if (!outv || total <= 0) return DLG_OK;
-  bn_map_k<T><<<dlg_blocks(h, total, kThreads), kThreads, 0, h->stream>>>(
+  DLG_LAUNCH(dlg_blocks(h, total, kThreads), kThreads, 0, h->stream, bn_map_k<T>)(
       mode == kBwd, total, p->C, p->S, (const T *)xv, (const T *)(vv ? vv : xv), p->stats, k, (T *)outv);
   return dlg_launched(h, op);
 }
@@ -759,7 +759,7 @@ int ln_run(dlg_handle *h, const char *op, int mode, const dlg_ln *p, const void 
   if (p->R == 0) return DLG_OK;
   if (!p->stats) return dlg_fail(h, DLG_ERR, "%s: no stats (x [%lld, %lld])", op, (long long)p->R, (long long)p->D);
   if (outv) {
-    ln_row_k<T><<<item_blocks(p->R), kThreads, 0, h->stream>>>(mode, *p, (const T *)xv, (const T *)vv,
+    DLG_LAUNCH(item_blocks(p->R), kThreads, 0, h->stream, ln_row_k<T>)(mode, *p, (const T *)xv, (const T *)vv,
                                                                (const T *)tw, (const T *)tb, (T *)outv);
     if ((rc = dlg_launched(h, op)) != DLG_OK) return rc;
   }
@@ -772,10 +772,10 @@ int ln_run(dlg_handle *h, const char *op, int mode, const dlg_ln *p, const void 
     {
       const int64_t bx = (p->D + kThreads - 1) / kThreads;
       const dim3 grid((unsigned)(bx < 65535 ? bx : 65535), (unsigned)nch);
-      ln_colpart_k<T><<<grid, kThreads, 0, h->stream>>>(*p, (const T *)xv, (const T *)vv, rpc, part);
+      DLG_LAUNCH(grid, kThreads, 0, h->stream, ln_colpart_k<T>)(*p, (const T *)xv, (const T *)vv, rpc, part);
       if ((rc = dlg_launched(h, op)) != DLG_OK) return rc;
     }
-    ln_colsum_k<T><<<dlg_blocks(h, p->D, kThreads), kThreads, 0, h->stream>>>(p->D, nch, part, (T *)gw, (T *)gb);
+    DLG_LAUNCH(dlg_blocks(h, p->D, kThreads), kThreads, 0, h->stream, ln_colsum_k<T>)(p->D, nch, part, (T *)gw, (T *)gb);
     if ((rc = dlg_launched(h, op)) != DLG_OK) return rc;
   }
   return DLG_OK;

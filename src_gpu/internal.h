@@ -4,9 +4,13 @@
 #ifndef DLG_INTERNAL_H
 #define DLG_INTERNAL_H
 
+#ifdef DLG_FAKE // the fake device on the host (make gpu-fake; see fake/cuda_fake.h)
+#include "fake/cuda_fake.h"
+#else
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#endif
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -68,6 +72,13 @@ static inline int dlg_ws(dlg_handle *h, size_t bytes) {
   h->ws_bytes = bytes;
   return DLG_OK;
 }
+
+// Every launch: DLG_LAUNCH(grid, block, shmem, stream, kernel)(args), which
+// is kernel<<<grid, block, shmem, stream>>>(args) under nvcc and a run on
+// the host under DLG_FAKE (the kernel last: a template-id may hold commas).
+#ifndef DLG_LAUNCH
+#define DLG_LAUNCH(grid, block, shmem, stream, ...) __VA_ARGS__<<<grid, block, shmem, stream>>>
+#endif
 
 // Grid for a grid-stride loop over n items with `threads` per block.
 static inline unsigned dlg_blocks(const dlg_handle *h, int64_t n, int threads) {

@@ -203,7 +203,7 @@ struct EngRed {
   __host__ __device__ int64_t step() const { return by; }
   __host__ __device__ bool lead() const { return ty == 0; }
   template <class C> __host__ __device__ double comb(double v, C c) const {
-#ifdef __CUDA_ARCH__
+#if defined(__CUDA_ARCH__) || defined(DLG_FAKE) // the fake device runs the block (fake/cuda_fake.h)
     return bcomb(v, sh, bx, by, tx, ty, c);
 #else
     (void)c;
@@ -925,9 +925,9 @@ int64_t psum_blocks(const dlg_handle *h, int64_t n) { return (int64_t)dlg_blocks
 template <typename T, class F>
 int psum(dlg_handle *h, const char *op, F f, int64_t n, double *part, T *y, double div) {
   const unsigned nb = dlg_blocks(h, n, TPB);
-  k_psum<F><<<nb, TPB, 0, h->stream>>>(f, n, part);
+  DLG_LAUNCH(nb, TPB, 0, h->stream, k_psum<F>)(f, n, part);
   DLG_TRY(dlg_launched(h, op));
-  k_pfinal<T><<<1, TPB, 0, h->stream>>>(part, (int64_t)nb, y, div);
+  DLG_LAUNCH(1, TPB, 0, h->stream, k_pfinal<T>)(part, (int64_t)nb, y, div);
   return dlg_launched(h, op);
 }
 
@@ -937,7 +937,7 @@ int loss_ew_run(dlg_handle *h, const char *op, int kind, int64_t n, const void *
   LossArgs<T> A = {kind, (const T *)a, (const T *)b, (const T *)ta, (const T *)tb, (T)p};
   if (out) {
     if (n == 0) return DLG_OK;
-    k_loss_none<T><<<dlg_blocks(h, n, TPB), TPB, 0, h->stream>>>(A, tangent, n, (T *)out);
+    DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_loss_none<T>)(A, tangent, n, (T *)out);
     return dlg_launched(h, op);
   }
   const Carve c = carve(sizeof(double) * (size_t)psum_blocks(h, n));
@@ -963,9 +963,9 @@ int ce_run(dlg_handle *h, const char *op, int tangent, int64_t N, int64_t C, con
   DLG_TRY(stage(h, lab, labels, sizeof(int64_t) * (size_t)N, op));
   if (N > 0) {
     if (!tangent)
-      k_ce<T><<<geo_blocks(h, g), TPB, 0, h->stream>>>(g, C, (const T *)x, lab, eps, (T *)prob, (T *)out, rowv);
+      DLG_LAUNCH(geo_blocks(h, g), TPB, 0, h->stream, k_ce<T>)(g, C, (const T *)x, lab, eps, (T *)prob, (T *)out, rowv);
     else
-      k_ce_tan<T><<<geo_blocks(h, g), TPB, 0, h->stream>>>(g, C, (const T *)prob, lab, eps, (const T *)t, (T *)out,
+      DLG_LAUNCH(geo_blocks(h, g), TPB, 0, h->stream, k_ce_tan<T>)(g, C, (const T *)prob, lab, eps, (const T *)t, (T *)out,
                                                             rowv);
     DLG_TRY(dlg_launched(h, op));
   }
@@ -1007,9 +1007,9 @@ int dlg_sum_axis(dlg_handle *h, int dtype, void *y, const void *x, int64_t outer
     return dlg_cuda(h, cudaMemsetAsync(y, 0, (size_t)(outer * inner) * (dtype == DLG_F32 ? 4 : 8), h->stream), op);
   }
   if (dtype == DLG_F32)
-    k_sum_axis<float><<<geo_blocks(h, g), TPB, 0, h->stream>>>(g, (float *)y, (const float *)x, scale, accumulate);
+    DLG_LAUNCH(geo_blocks(h, g), TPB, 0, h->stream, k_sum_axis<float>)(g, (float *)y, (const float *)x, scale, accumulate);
   else
-    k_sum_axis<double><<<geo_blocks(h, g), TPB, 0, h->stream>>>(g, (double *)y, (const double *)x, scale, accumulate);
+    DLG_LAUNCH(geo_blocks(h, g), TPB, 0, h->stream, k_sum_axis<double>)(g, (double *)y, (const double *)x, scale, accumulate);
   return dlg_launched(h, op);
 }
 
@@ -1022,10 +1022,10 @@ int dlg_reduce(dlg_handle *h, int dtype, int kind, int ndim, const int64_t *shap
   DLG_TRY(geo_make(h, op, ndim, shape, mask, &g));
   if (g.M == 0 || g.K == 0) return DLG_OK; // empty: the caller fills the outputs
   if (dtype == DLG_F32)
-    k_reduce<float><<<geo_blocks(h, g), TPB, 0, h->stream>>>(g, kind, (const float *)x, (float *)y, mean, scale,
+    DLG_LAUNCH(geo_blocks(h, g), TPB, 0, h->stream, k_reduce<float>)(g, kind, (const float *)x, (float *)y, mean, scale,
                                                                (const float *)tx, (float *)ty, tscale);
   else
-    k_reduce<double><<<geo_blocks(h, g), TPB, 0, h->stream>>>(g, kind, (const double *)x, (double *)y, mean, scale,
+    DLG_LAUNCH(geo_blocks(h, g), TPB, 0, h->stream, k_reduce<double>)(g, kind, (const double *)x, (double *)y, mean, scale,
                                                                 (const double *)tx, (double *)ty, tscale);
   return dlg_launched(h, op);
 }
@@ -1040,10 +1040,10 @@ int dlg_reduce_backward(dlg_handle *h, int dtype, int kind, int ndim, const int6
   DLG_TRY(geo_make(h, op, ndim, shape, mask, &g));
   if (g.M == 0 || g.K == 0) return DLG_OK;
   if (dtype == DLG_F32)
-    k_reduce_bw<float><<<geo_blocks(h, g), TPB, 0, h->stream>>>(g, kind, (float *)gx, (const float *)x,
+    DLG_LAUNCH(geo_blocks(h, g), TPB, 0, h->stream, k_reduce_bw<float>)(g, kind, (float *)gx, (const float *)x,
                                                                   (const float *)y, (const float *)gy, mean, scale);
   else
-    k_reduce_bw<double><<<geo_blocks(h, g), TPB, 0, h->stream>>>(g, kind, (double *)gx, (const double *)x,
+    DLG_LAUNCH(geo_blocks(h, g), TPB, 0, h->stream, k_reduce_bw<double>)(g, kind, (double *)gx, (const double *)x,
                                                                    (const double *)y, (const double *)gy, mean, scale);
   return dlg_launched(h, op);
 }
@@ -1056,9 +1056,9 @@ int dlg_softmax(dlg_handle *h, int dtype, int64_t outer, int64_t n, int64_t inne
   DLG_TRY(geo_3(h, op, outer, n, inner, &g));
   if (g.M == 0 || g.K == 0) return DLG_OK;
   if (dtype == DLG_F32)
-    k_softmax<float><<<geo_blocks(h, g), TPB, 0, h->stream>>>(g, (const float *)x, (float *)y, logsm);
+    DLG_LAUNCH(geo_blocks(h, g), TPB, 0, h->stream, k_softmax<float>)(g, (const float *)x, (float *)y, logsm);
   else
-    k_softmax<double><<<geo_blocks(h, g), TPB, 0, h->stream>>>(g, (const double *)x, (double *)y, logsm);
+    DLG_LAUNCH(geo_blocks(h, g), TPB, 0, h->stream, k_softmax<double>)(g, (const double *)x, (double *)y, logsm);
   return dlg_launched(h, op);
 }
 
@@ -1071,10 +1071,10 @@ int dlg_softmax_backward(dlg_handle *h, int dtype, int64_t outer, int64_t n, int
   DLG_TRY(geo_3(h, op, outer, n, inner, &g));
   if (g.M == 0 || g.K == 0) return DLG_OK;
   if (dtype == DLG_F32)
-    k_softmax_bw<float><<<geo_blocks(h, g), TPB, 0, h->stream>>>(g, kind, (const float *)y, (const float *)a,
+    DLG_LAUNCH(geo_blocks(h, g), TPB, 0, h->stream, k_softmax_bw<float>)(g, kind, (const float *)y, (const float *)a,
                                                                    (float *)gr);
   else
-    k_softmax_bw<double><<<geo_blocks(h, g), TPB, 0, h->stream>>>(g, kind, (const double *)y, (const double *)a,
+    DLG_LAUNCH(geo_blocks(h, g), TPB, 0, h->stream, k_softmax_bw<double>)(g, kind, (const double *)y, (const double *)a,
                                                                     (double *)gr);
   return dlg_launched(h, op);
 }
@@ -1102,11 +1102,11 @@ int dlg_loss_ew_backward(dlg_handle *h, int dtype, int kind, int64_t n, const vo
   if (n == 0 || (!ga && !gb)) return DLG_OK;
   if (dtype == DLG_F32) {
     const LossArgs<float> A = {kind, (const float *)a, (const float *)b, NULL, NULL, (float)p};
-    k_loss_bw<float><<<dlg_blocks(h, n, TPB), TPB, 0, h->stream>>>(A, n, (const float *)gy, gstride, (float)gscale,
+    DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_loss_bw<float>)(A, n, (const float *)gy, gstride, (float)gscale,
                                                                       (float *)ga, (float *)gb);
   } else {
     const LossArgs<double> A = {kind, (const double *)a, (const double *)b, NULL, NULL, p};
-    k_loss_bw<double><<<dlg_blocks(h, n, TPB), TPB, 0, h->stream>>>(A, n, (const double *)gy, gstride, gscale,
+    DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_loss_bw<double>)(A, n, (const double *)gy, gstride, gscale,
                                                                        (double *)ga, (double *)gb);
   }
   return dlg_launched(h, op);
@@ -1141,11 +1141,11 @@ int dlg_cross_entropy_backward(dlg_handle *h, int dtype, int64_t N, int64_t C, c
   DLG_TRY(stage(h, lab, labels, sizeof(int64_t) * (size_t)N, op));
   const unsigned nb = dlg_blocks(h, N * C, TPB);
   if (dtype == DLG_F32)
-    k_ce_bw<float><<<nb, TPB, 0, h->stream>>>(N, C, (const float *)prob, lab, (float)(1.0 - eps),
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_ce_bw<float>)(N, C, (const float *)prob, lab, (float)(1.0 - eps),
                                               (float)(eps / (double)C), (const float *)gy, gstride, (float)gscale,
                                               (float *)gx);
   else
-    k_ce_bw<double><<<nb, TPB, 0, h->stream>>>(N, C, (const double *)prob, lab, 1.0 - eps, eps / (double)C,
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_ce_bw<double>)(N, C, (const double *)prob, lab, 1.0 - eps, eps / (double)C,
                                                (const double *)gy, gstride, gscale, (double *)gx);
   return dlg_launched(h, op);
 }
@@ -1162,10 +1162,10 @@ int dlg_nll(dlg_handle *h, int dtype, int64_t N, int64_t C, const void *x, int64
   DLG_TRY(stage(h, lab, labels, sizeof(int64_t) * (size_t)N, op));
   if (N > 0) {
     if (dtype == DLG_F32)
-      k_nll<float><<<dlg_blocks(h, N, TPB), TPB, 0, h->stream>>>(N, C, (const float *)x, s0, s1, lab, (float *)out,
+      DLG_LAUNCH(dlg_blocks(h, N, TPB), TPB, 0, h->stream, k_nll<float>)(N, C, (const float *)x, s0, s1, lab, (float *)out,
                                                                   rowv);
     else
-      k_nll<double><<<dlg_blocks(h, N, TPB), TPB, 0, h->stream>>>(N, C, (const double *)x, s0, s1, lab,
+      DLG_LAUNCH(dlg_blocks(h, N, TPB), TPB, 0, h->stream, k_nll<double>)(N, C, (const double *)x, s0, s1, lab,
                                                                    (double *)out, rowv);
     DLG_TRY(dlg_launched(h, op));
   }
@@ -1185,10 +1185,10 @@ int dlg_nll_backward(dlg_handle *h, int dtype, int64_t N, int64_t C, const int64
   int64_t *lab = piece<int64_t>(h, c, 0);
   DLG_TRY(stage(h, lab, labels, sizeof(int64_t) * (size_t)N, op));
   if (dtype == DLG_F32)
-    k_nll_bw<float><<<dlg_blocks(h, N, TPB), TPB, 0, h->stream>>>(N, C, lab, (const float *)gy, gstride,
+    DLG_LAUNCH(dlg_blocks(h, N, TPB), TPB, 0, h->stream, k_nll_bw<float>)(N, C, lab, (const float *)gy, gstride,
                                                                    (float)gscale, (float *)gx);
   else
-    k_nll_bw<double><<<dlg_blocks(h, N, TPB), TPB, 0, h->stream>>>(N, C, lab, (const double *)gy, gstride, gscale,
+    DLG_LAUNCH(dlg_blocks(h, N, TPB), TPB, 0, h->stream, k_nll_bw<double>)(N, C, lab, (const double *)gy, gstride, gscale,
                                                                     (double *)gx);
   return dlg_launched(h, op);
 }
@@ -1204,9 +1204,9 @@ int dlg_embedding_forward(dlg_handle *h, int dtype, void *y, const void *w, int6
   DLG_TRY(stage(h, r, rows, sizeof(int64_t) * (size_t)n, op));
   const unsigned nb = dlg_blocks(h, n * D, TPB);
   if (dtype == DLG_F32)
-    k_gather<float><<<nb, TPB, 0, h->stream>>>((float *)y, (const float *)w, s0, s1, V, D, r, n);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_gather<float>)((float *)y, (const float *)w, s0, s1, V, D, r, n);
   else
-    k_gather<double><<<nb, TPB, 0, h->stream>>>((double *)y, (const double *)w, s0, s1, V, D, r, n);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_gather<double>)((double *)y, (const double *)w, s0, s1, V, D, r, n);
   return dlg_launched(h, op);
 }
 
@@ -1224,9 +1224,9 @@ int dlg_rows_scatter(dlg_handle *h, int dtype, void *dst, int64_t nrows, int64_t
   DLG_TRY(stage(h, d, all.data(), sizeof(int64_t) * all.size(), op));
   const unsigned nb = dlg_blocks(h, ng * D, TPB);
   if (dtype == DLG_F32)
-    k_scatter<float><<<nb, TPB, 0, h->stream>>>((float *)dst, D, d, d + ng, d + 2 * ng + 1, ng, (const float *)src);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_scatter<float>)((float *)dst, D, d, d + ng, d + 2 * ng + 1, ng, (const float *)src);
   else
-    k_scatter<double><<<nb, TPB, 0, h->stream>>>((double *)dst, D, d, d + ng, d + 2 * ng + 1, ng,
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_scatter<double>)((double *)dst, D, d, d + ng, d + 2 * ng + 1, ng,
                                                  (const double *)src);
   return dlg_launched(h, op);
 }
@@ -1237,10 +1237,10 @@ int dlg_dropout(dlg_handle *h, int dtype, int64_t n, const void *x, void *y, uns
   DLG_CHECK_DTYPE(op, dtype);
   if (n == 0) return DLG_OK;
   if (dtype == DLG_F32)
-    k_dropout<float><<<dlg_blocks(h, n, TPB), TPB, 0, h->stream>>>(n, (const float *)x, (float *)y, mask, key, base,
+    DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_dropout<float>)(n, (const float *)x, (float *)y, mask, key, base,
                                                                     thr, (float)scale);
   else
-    k_dropout<double><<<dlg_blocks(h, n, TPB), TPB, 0, h->stream>>>(n, (const double *)x, (double *)y, mask, key,
+    DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_dropout<double>)(n, (const double *)x, (double *)y, mask, key,
                                                                      base, thr, scale);
   return dlg_launched(h, op);
 }
@@ -1251,10 +1251,10 @@ int dlg_dropout_apply(dlg_handle *h, int dtype, int64_t n, void *y, const void *
   DLG_CHECK_DTYPE(op, dtype);
   if (n == 0) return DLG_OK;
   if (dtype == DLG_F32)
-    k_dropout_apply<float><<<dlg_blocks(h, n, TPB), TPB, 0, h->stream>>>(n, (float *)y, (const float *)x, mask,
+    DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_dropout_apply<float>)(n, (float *)y, (const float *)x, mask,
                                                                           (float)scale, accumulate);
   else
-    k_dropout_apply<double><<<dlg_blocks(h, n, TPB), TPB, 0, h->stream>>>(n, (double *)y, (const double *)x, mask,
+    DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_dropout_apply<double>)(n, (double *)y, (const double *)x, mask,
                                                                            scale, accumulate);
   return dlg_launched(h, op);
 }
@@ -1271,11 +1271,11 @@ int dlg_sgd_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const int
   DLG_TRY(stage_rows(h, op, n, width, rows, &r));
   const unsigned nb = dlg_blocks(h, n, TPB);
   if (dtype == DLG_F32)
-    k_sgd<float><<<nb, TPB, 0, h->stream>>>(n, width, r, (float *)p, (const float *)g, (float *)buf, (float)sg,
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_sgd<float>)(n, width, r, (float *)p, (const float *)g, (float *)buf, (float)sg,
                                             (float)wd, (float)momentum, (float)damp1, (float)lr, use_buf, first,
                                             nesterov);
   else
-    k_sgd<double><<<nb, TPB, 0, h->stream>>>(n, width, r, (double *)p, (const double *)g, (double *)buf, sg, wd,
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_sgd<double>)(n, width, r, (double *)p, (const double *)g, (double *)buf, sg, wd,
                                              momentum, damp1, lr, use_buf, first, nesterov);
   return dlg_launched(h, op);
 }
@@ -1290,12 +1290,12 @@ int dlg_adam_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const in
   DLG_TRY(stage_rows(h, op, n, width, rows, &r));
   const unsigned nb = dlg_blocks(h, n, TPB);
   if (dtype == DLG_F32)
-    k_adam<float><<<nb, TPB, 0, h->stream>>>(n, width, r, (float *)p, (const float *)g, (float *)m, (float *)v,
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_adam<float>)(n, width, r, (float *)p, (const float *)g, (float *)m, (float *)v,
                                              (float *)vmax, (float)sg, (float)wd, (float)b1, (float)b1c, (float)b2,
                                              (float)b2c, (float)decay, (float)step_size, (float)bc2_sqrt,
                                              (float)eps);
   else
-    k_adam<double><<<nb, TPB, 0, h->stream>>>(n, width, r, (double *)p, (const double *)g, (double *)m, (double *)v,
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_adam<double>)(n, width, r, (double *)p, (const double *)g, (double *)m, (double *)v,
                                               (double *)vmax, sg, wd, b1, b1c, b2, b2c, decay, step_size, bc2_sqrt,
                                               eps);
   return dlg_launched(h, op);
@@ -1311,11 +1311,11 @@ int dlg_rmsprop_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const
   DLG_TRY(stage_rows(h, op, n, width, rows, &r));
   const unsigned nb = dlg_blocks(h, n, TPB);
   if (dtype == DLG_F32)
-    k_rmsprop<float><<<nb, TPB, 0, h->stream>>>(n, width, r, (float *)p, (const float *)g, (float *)sq, (float *)ga,
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_rmsprop<float>)(n, width, r, (float *)p, (const float *)g, (float *)sq, (float *)ga,
                                                 (float *)mb, (float)sg, (float)wd, (float)alpha, (float)alpha1,
                                                 (float)eps, (float)momentum, (float)lr);
   else
-    k_rmsprop<double><<<nb, TPB, 0, h->stream>>>(n, width, r, (double *)p, (const double *)g, (double *)sq,
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_rmsprop<double>)(n, width, r, (double *)p, (const double *)g, (double *)sq,
                                                  (double *)ga, (double *)mb, sg, wd, alpha, alpha1, eps, momentum,
                                                  lr);
   return dlg_launched(h, op);
@@ -1330,10 +1330,10 @@ int dlg_adagrad_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const
   DLG_TRY(stage_rows(h, op, n, width, rows, &r));
   const unsigned nb = dlg_blocks(h, n, TPB);
   if (dtype == DLG_F32)
-    k_adagrad<float><<<nb, TPB, 0, h->stream>>>(n, width, r, (float *)p, (const float *)g, (float *)sum, (float)sg,
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_adagrad<float>)(n, width, r, (float *)p, (const float *)g, (float *)sum, (float)sg,
                                                 (float)wd, (float)clr, (float)eps);
   else
-    k_adagrad<double><<<nb, TPB, 0, h->stream>>>(n, width, r, (double *)p, (const double *)g, (double *)sum, sg, wd,
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_adagrad<double>)(n, width, r, (double *)p, (const double *)g, (double *)sum, sg, wd,
                                                  clr, eps);
   return dlg_launched(h, op);
 }
@@ -1347,10 +1347,10 @@ int dlg_lion_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const in
   DLG_TRY(stage_rows(h, op, n, width, rows, &r));
   const unsigned nb = dlg_blocks(h, n, TPB);
   if (dtype == DLG_F32)
-    k_lion<float><<<nb, TPB, 0, h->stream>>>(n, width, r, (float *)p, (const float *)g, (float *)m, (float)b1,
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_lion<float>)(n, width, r, (float *)p, (const float *)g, (float *)m, (float)b1,
                                              (float)b1c, (float)b2, (float)b2c, (float)lr, (float)decay);
   else
-    k_lion<double><<<nb, TPB, 0, h->stream>>>(n, width, r, (double *)p, (const double *)g, (double *)m, b1, b1c, b2,
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_lion<double>)(n, width, r, (double *)p, (const double *)g, (double *)m, b1, b1c, b2,
                                               b2c, lr, decay);
   return dlg_launched(h, op);
 }
@@ -1360,9 +1360,9 @@ int dlg_clamp(dlg_handle *h, int dtype, void *x, int64_t n, double v) {
   DLG_CHECK_DTYPE(op, dtype);
   if (n == 0) return DLG_OK;
   if (dtype == DLG_F32)
-    k_clamp<float><<<dlg_blocks(h, n, TPB), TPB, 0, h->stream>>>((float *)x, n, (float)-v, (float)v);
+    DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_clamp<float>)((float *)x, n, (float)-v, (float)v);
   else
-    k_clamp<double><<<dlg_blocks(h, n, TPB), TPB, 0, h->stream>>>((double *)x, n, -v, v);
+    DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_clamp<double>)((double *)x, n, -v, v);
   return dlg_launched(h, op);
 }
 
@@ -1383,8 +1383,8 @@ int dlg_scale(dlg_handle *h, int dtype, void *x, int64_t n, double f) {
   static const char *op = "dlg_scale";
   DLG_CHECK_DTYPE(op, dtype);
   if (n == 0) return DLG_OK;
-  if (dtype == DLG_F32) k_scale<float><<<dlg_blocks(h, n, TPB), TPB, 0, h->stream>>>((float *)x, n, (float)f);
-  else k_scale<double><<<dlg_blocks(h, n, TPB), TPB, 0, h->stream>>>((double *)x, n, f);
+  if (dtype == DLG_F32) DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_scale<float>)((float *)x, n, (float)f);
+  else DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_scale<double>)((double *)x, n, f);
   return dlg_launched(h, op);
 }
 
@@ -1397,9 +1397,9 @@ int dlg_regularize(dlg_handle *h, int dtype, int64_t n, int64_t width, const int
   DLG_TRY(stage_rows(h, op, n, width, rows, &r));
   const unsigned nb = dlg_blocks(h, n, TPB);
   if (dtype == DLG_F32)
-    k_regularize<float><<<nb, TPB, 0, h->stream>>>(n, width, r, (float *)g, (const float *)p, (float)l1, (float)l2);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_regularize<float>)(n, width, r, (float *)g, (const float *)p, (float)l1, (float)l2);
   else
-    k_regularize<double><<<nb, TPB, 0, h->stream>>>(n, width, r, (double *)g, (const double *)p, l1, l2);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_regularize<double>)(n, width, r, (double *)g, (const double *)p, l1, l2);
   return dlg_launched(h, op);
 }
 

@@ -48,8 +48,8 @@ extern "C" int dlg_clamp_ew(dlg_handle *h, int dtype, int mode, const dlg_ew *e,
   dlg_ptrs P;
   if (!dlg_ew_ptrs(e, ptr, &P)) return DLG_OK;
   unsigned g = dlg_blocks(h, e->n, 256);
-  if (dtype == DLG_F32) dlg_clamp_k<float><<<g, 256, 0, h->stream>>>(mode, *e, P, (float)lo, (float)hi);
-  else if (dtype == DLG_F64) dlg_clamp_k<double><<<g, 256, 0, h->stream>>>(mode, *e, P, lo, hi);
+  if (dtype == DLG_F32) DLG_LAUNCH(g, 256, 0, h->stream, dlg_clamp_k<float>)(mode, *e, P, (float)lo, (float)hi);
+  else if (dtype == DLG_F64) DLG_LAUNCH(g, 256, 0, h->stream, dlg_clamp_k<double>)(mode, *e, P, lo, hi);
   else return dlg_fail(h, DLG_ERR, "dlg_clamp_ew: bad dtype %d", dtype);
   return dlg_launched(h, "dlg_clamp_ew");
 }
@@ -58,8 +58,8 @@ extern "C" int dlg_where_ew(dlg_handle *h, int dtype, int mode, const dlg_ew *e,
   dlg_ptrs P;
   if (!dlg_ew_ptrs(e, ptr, &P)) return DLG_OK;
   unsigned g = dlg_blocks(h, e->n, 256);
-  if (dtype == DLG_F32) dlg_where_k<float><<<g, 256, 0, h->stream>>>(mode, *e, P);
-  else if (dtype == DLG_F64) dlg_where_k<double><<<g, 256, 0, h->stream>>>(mode, *e, P);
+  if (dtype == DLG_F32) DLG_LAUNCH(g, 256, 0, h->stream, dlg_where_k<float>)(mode, *e, P);
+  else if (dtype == DLG_F64) DLG_LAUNCH(g, 256, 0, h->stream, dlg_where_k<double>)(mode, *e, P);
   else return dlg_fail(h, DLG_ERR, "dlg_where_ew: bad dtype %d", dtype);
   return dlg_launched(h, "dlg_where_ew");
 }

@@ -182,8 +182,8 @@ extern "C" int dlg_rnn_fwd(dlg_handle *h, int dtype, const dlg_rnn *r, int64_t t
   if (r->ty && (!r->txp || !r->ts || !r->tbhh || !r->th0 || (r->kind == DLG_RNN_LSTM && !r->tc)))
     return dlg_fail(h, DLG_ERR, "dlg_rnn_fwd: a tangent buffer is NULL");
   const unsigned blocks = dlg_blocks(h, r->B * r->H, kThreads);
-  if (dtype == DLG_F32) rnn_fwd_k<float><<<blocks, kThreads, 0, h->stream>>>(*r, t);
-  else rnn_fwd_k<double><<<blocks, kThreads, 0, h->stream>>>(*r, t);
+  if (dtype == DLG_F32) DLG_LAUNCH(blocks, kThreads, 0, h->stream, rnn_fwd_k<float>)(*r, t);
+  else DLG_LAUNCH(blocks, kThreads, 0, h->stream, rnn_fwd_k<double>)(*r, t);
   return dlg_launched(h, "dlg_rnn_fwd");
 }
 
@@ -193,7 +193,7 @@ extern "C" int dlg_rnn_bwd(dlg_handle *h, int dtype, const dlg_rnn *r, const dlg
   if (!w || !w->gy || !w->dx || !w->dh || (r->kind == DLG_RNN_LSTM && !w->dc) || (r->kind == DLG_RNN_GRU && !w->dhs))
     return dlg_fail(h, DLG_ERR, "dlg_rnn_bwd: a gradient buffer is NULL");
   const unsigned blocks = dlg_blocks(h, r->B * r->H, kThreads);
-  if (dtype == DLG_F32) rnn_bwd_k<float><<<blocks, kThreads, 0, h->stream>>>(*r, *w, t);
-  else rnn_bwd_k<double><<<blocks, kThreads, 0, h->stream>>>(*r, *w, t);
+  if (dtype == DLG_F32) DLG_LAUNCH(blocks, kThreads, 0, h->stream, rnn_bwd_k<float>)(*r, *w, t);
+  else DLG_LAUNCH(blocks, kThreads, 0, h->stream, rnn_bwd_k<double>)(*r, *w, t);
   return dlg_launched(h, "dlg_rnn_bwd");
 }

@@ -135,10 +135,10 @@ extern "C" int dlg_fill(dlg_handle *h, int dtype, void *y, int64_t n, double v) 
   if (n <= 0) return DLG_OK;
   unsigned g = dlg_blocks(h, n, 256);
   switch (dtype) {
-    case DLG_F32: dlg_fill_k<float><<<g, 256, 0, h->stream>>>((float *)y, n, (float)v); break;
-    case DLG_F64: dlg_fill_k<double><<<g, 256, 0, h->stream>>>((double *)y, n, v); break;
-    case DLG_I32: dlg_fill_k<int32_t><<<g, 256, 0, h->stream>>>((int32_t *)y, n, (int32_t)v); break;
-    case DLG_I64: dlg_fill_k<int64_t><<<g, 256, 0, h->stream>>>((int64_t *)y, n, (int64_t)v); break;
+    case DLG_F32: DLG_LAUNCH(g, 256, 0, h->stream, dlg_fill_k<float>)((float *)y, n, (float)v); break;
+    case DLG_F64: DLG_LAUNCH(g, 256, 0, h->stream, dlg_fill_k<double>)((double *)y, n, v); break;
+    case DLG_I32: DLG_LAUNCH(g, 256, 0, h->stream, dlg_fill_k<int32_t>)((int32_t *)y, n, (int32_t)v); break;
+    case DLG_I64: DLG_LAUNCH(g, 256, 0, h->stream, dlg_fill_k<int64_t>)((int64_t *)y, n, (int64_t)v); break;
     default: return dlg_fail(h, DLG_ERR, "dlg_fill: bad dtype %d", dtype);
   }
   return dlg_launched(h, "dlg_fill");
@@ -174,10 +174,10 @@ extern "C" int dlg_copy_strided(dlg_handle *h, int elem_size, void *y, const voi
   if (n == 0) return DLG_OK;
   unsigned g = dlg_blocks(h, n, 256);
   switch (elem_size) {
-    case 1: dlg_gather_k<uint8_t><<<g, 256, 0, h->stream>>>((uint8_t *)y, (const uint8_t *)x, n, s); break;
-    case 2: dlg_gather_k<uint16_t><<<g, 256, 0, h->stream>>>((uint16_t *)y, (const uint16_t *)x, n, s); break;
-    case 4: dlg_gather_k<uint32_t><<<g, 256, 0, h->stream>>>((uint32_t *)y, (const uint32_t *)x, n, s); break;
-    case 8: dlg_gather_k<uint64_t><<<g, 256, 0, h->stream>>>((uint64_t *)y, (const uint64_t *)x, n, s); break;
+    case 1: DLG_LAUNCH(g, 256, 0, h->stream, dlg_gather_k<uint8_t>)((uint8_t *)y, (const uint8_t *)x, n, s); break;
+    case 2: DLG_LAUNCH(g, 256, 0, h->stream, dlg_gather_k<uint16_t>)((uint16_t *)y, (const uint16_t *)x, n, s); break;
+    case 4: DLG_LAUNCH(g, 256, 0, h->stream, dlg_gather_k<uint32_t>)((uint32_t *)y, (const uint32_t *)x, n, s); break;
+    case 8: DLG_LAUNCH(g, 256, 0, h->stream, dlg_gather_k<uint64_t>)((uint64_t *)y, (const uint64_t *)x, n, s); break;
     default: return dlg_fail(h, DLG_ERR, "dlg_copy_strided: element size %d", elem_size);
   }
   return dlg_launched(h, "dlg_copy_strided");
@@ -285,15 +285,15 @@ extern "C" int dlg_move(dlg_handle *h, int dtype, int elem_size, int add, int nd
   if (n == 0) return DLG_OK;
   unsigned g = dlg_blocks(h, n, 256);
   if (add) {
-    if (dtype == DLG_F32) dlg_move_k<float, 1><<<g, 256, 0, h->stream>>>((float *)y, (const float *)x, n, m);
-    else if (dtype == DLG_F64) dlg_move_k<double, 1><<<g, 256, 0, h->stream>>>((double *)y, (const double *)x, n, m);
+    if (dtype == DLG_F32) DLG_LAUNCH(g, 256, 0, h->stream, dlg_move_k<float, 1>)((float *)y, (const float *)x, n, m);
+    else if (dtype == DLG_F64) DLG_LAUNCH(g, 256, 0, h->stream, dlg_move_k<double, 1>)((double *)y, (const double *)x, n, m);
     else return dlg_fail(h, DLG_ERR, "dlg_move: adding needs f32 or f64");
   } else {
     switch (elem_size) {
-      case 1: dlg_move_k<uint8_t, 0><<<g, 256, 0, h->stream>>>((uint8_t *)y, (const uint8_t *)x, n, m); break;
-      case 2: dlg_move_k<uint16_t, 0><<<g, 256, 0, h->stream>>>((uint16_t *)y, (const uint16_t *)x, n, m); break;
-      case 4: dlg_move_k<uint32_t, 0><<<g, 256, 0, h->stream>>>((uint32_t *)y, (const uint32_t *)x, n, m); break;
-      case 8: dlg_move_k<uint64_t, 0><<<g, 256, 0, h->stream>>>((uint64_t *)y, (const uint64_t *)x, n, m); break;
+      case 1: DLG_LAUNCH(g, 256, 0, h->stream, dlg_move_k<uint8_t, 0>)((uint8_t *)y, (const uint8_t *)x, n, m); break;
+      case 2: DLG_LAUNCH(g, 256, 0, h->stream, dlg_move_k<uint16_t, 0>)((uint16_t *)y, (const uint16_t *)x, n, m); break;
+      case 4: DLG_LAUNCH(g, 256, 0, h->stream, dlg_move_k<uint32_t, 0>)((uint32_t *)y, (const uint32_t *)x, n, m); break;
+      case 8: DLG_LAUNCH(g, 256, 0, h->stream, dlg_move_k<uint64_t, 0>)((uint64_t *)y, (const uint64_t *)x, n, m); break;
       default: return dlg_fail(h, DLG_ERR, "dlg_move: element size %d", elem_size);
     }
   }
@@ -303,6 +303,6 @@ extern "C" int dlg_move(dlg_handle *h, int dtype, int elem_size, int add, int nd
 __global__ void dlg_add_i64_k(int64_t *p, int64_t d) { *p += d; }
 
 extern "C" int dlg_add_i64(dlg_handle *h, int64_t *p, int64_t delta) {
-  dlg_add_i64_k<<<1, 1, 0, h->stream>>>(p, delta);
+  DLG_LAUNCH(1, 1, 0, h->stream, dlg_add_i64_k)(p, delta);
   return dlg_launched(h, "dlg_add_i64");
 }

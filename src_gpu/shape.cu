@@ -266,19 +266,19 @@ template <int ES>
 void isel_launch(dlg_handle *h, void *y, const void *x, int64_t total, int64_t n, int64_t m, int64_t inner,
                  const int64_t *ix) {
   typedef typename Bits<ES>::T T;
-  k_isel<T><<<dlg_blocks(h, total, TPB), TPB, 0, h->stream>>>((T *)y, (const T *)x, total, n, m, inner, ix);
+  DLG_LAUNCH(dlg_blocks(h, total, TPB), TPB, 0, h->stream, k_isel<T>)((T *)y, (const T *)x, total, n, m, inner, ix);
 }
 template <int ES>
 void gather_launch(dlg_handle *h, const GatherGeo &g, void *y, const void *x, const int64_t *ix, int64_t total) {
   typedef typename Bits<ES>::T T;
-  k_gather<T><<<dlg_blocks(h, total, TPB), TPB, 0, h->stream>>>(g, (T *)y, (const T *)x, ix, total);
+  DLG_LAUNCH(dlg_blocks(h, total, TPB), TPB, 0, h->stream, k_gather<T>)(g, (T *)y, (const T *)x, ix, total);
 }
 template <int ES>
 void pad_launch(dlg_handle *h, const PadGeo &g, void *y, const void *x, const void *fill, int64_t total) {
   typedef typename Bits<ES>::T T;
   T f;
   memcpy(&f, fill, sizeof f);
-  k_pad<T><<<dlg_blocks(h, total, TPB), TPB, 0, h->stream>>>(g, (T *)y, (const T *)x, f, total);
+  DLG_LAUNCH(dlg_blocks(h, total, TPB), TPB, 0, h->stream, k_pad<T>)(g, (T *)y, (const T *)x, f, total);
 }
 
 } // namespace
@@ -315,10 +315,10 @@ extern "C" int dlg_index_select_backward(dlg_handle *h, int dtype, void *gx, con
   const int64_t total = outer * ng * inner;
   const unsigned nb = dlg_blocks(h, total, TPB);
   if (dtype == DLG_F32)
-    k_isel_bwd<float><<<nb, TPB, 0, h->stream>>>((float *)gx, (const float *)gy, total, n, m, inner, ng, d, d + ng,
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_isel_bwd<float>)((float *)gx, (const float *)gy, total, n, m, inner, ng, d, d + ng,
                                                  d + 2 * ng + 1);
   else
-    k_isel_bwd<double><<<nb, TPB, 0, h->stream>>>((double *)gx, (const double *)gy, total, n, m, inner, ng, d, d + ng,
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_isel_bwd<double>)((double *)gx, (const double *)gy, total, n, m, inner, ng, d, d + ng,
                                                   d + 2 * ng + 1);
   return dlg_launched(h, op);
 }
@@ -389,9 +389,9 @@ extern "C" int dlg_gather_backward(dlg_handle *h, int dtype, int ndim, const int
   const int64_t cols = n / g.K; // the positions outside dim (K > 0 since n > 0)
   const unsigned nb = dlg_blocks(h, cols, TPB);
   if (dtype == DLG_F32)
-    k_gather_bwd<float><<<nb, TPB, 0, h->stream>>>(g, (float *)gx, (const float *)gy, dix, cols);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_gather_bwd<float>)(g, (float *)gx, (const float *)gy, dix, cols);
   else
-    k_gather_bwd<double><<<nb, TPB, 0, h->stream>>>(g, (double *)gx, (const double *)gy, dix, cols);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_gather_bwd<double>)(g, (double *)gx, (const double *)gy, dix, cols);
   return dlg_launched(h, op);
 }
 
@@ -423,8 +423,8 @@ extern "C" int dlg_pad_backward(dlg_handle *h, int dtype, int ndim, const int64_
   if (total <= 0 || prod(ndim, yshape) <= 0) return DLG_OK;
   const unsigned nb = dlg_blocks(h, total, TPB);
   if (dtype == DLG_F32)
-    k_pad_bwd<float><<<nb, TPB, 0, h->stream>>>(g, (float *)gx, (const float *)gy, total);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_pad_bwd<float>)(g, (float *)gx, (const float *)gy, total);
   else
-    k_pad_bwd<double><<<nb, TPB, 0, h->stream>>>(g, (double *)gx, (const double *)gy, total);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_pad_bwd<double>)(g, (double *)gx, (const double *)gy, total);
   return dlg_launched(h, op);
 }

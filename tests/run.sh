@@ -12,6 +12,9 @@
 #      DL_USE_CUDA (skips without a GPU), the op list's kernel functions and
 #      the kernels' bodies of src_gpu/ run on the host against the CPU
 #      (tests/gpu_host/), the examples linked with CUDA (--device cuda)
+#   2d. the GPU path on a fake device on the host (make gpu-fake, no GPU or
+#      CUDA needed): tests/test_gpu*.c's GPU checks run, and the Fashion
+#      examples train with --device cuda to the CPU's accuracy and loss
 #   2b. with Open MPI: tests/mpi/ (dist.h across 2 ranks, failing ranks,
 #      the Fashion-MNIST examples under mpirun)
 #   3. tests/compile_fail/*.c must fail to compile, with the message the file's
@@ -158,6 +161,47 @@ if command -v nvcc >/dev/null; then
   done
 else
   echo "SKIP GPU build: nvcc not found (the CUDA toolkit is not installed here)"; skip=$((skip + 1))
+fi
+
+# --- 2d. the GPU path on the fake device (src_gpu/fake/) -----------------------
+# No GPU here: `make gpu-fake` compiles the same src_gpu/*.cu with g++ for a
+# fake device on the host (threads as fibers, device memory unreadable by
+# host code outside device calls, cuBLAS / cuDNN as loops), so the GPU
+# checks of tests/test_gpu*.c really run, and both Fashion examples train
+# with --device cuda and must report the CPU run's test accuracy and loss.
+CXX=${CXX:-g++}
+if command -v "$CXX" >/dev/null && make -s gpu-fake CXX="$CXX" >"$B/fake.log" 2>&1; then
+  ok
+  if $CXX -std=c++17 -O1 -DDLG_FAKE -Iinclude -Isrc_gpu -Itests -Wall -Wextra -Werror -x c++ -c tests/gpu_user_ops.cu \
+      -o "$B/gpu_user_ops_fake.o" 2>"$B/fake.log"; then
+    for t in tests/test_gpu*.c; do
+      n=$(basename "$t" .c)_fake
+      if $CC $WARN -O2 -DDL_USE_CUDA -Iinclude -Itests "$t" -o "$B/$n" "$B/gpu_user_ops_fake.o" \
+          build/libdlgpu_fake.a -lstdc++ -lm 2>"$B/fake.log"; then
+        out=$(timeout 600 "$B/$n" 2>&1)
+        if echo "$out" | grep -q '^SKIP test_gpu.*no CUDA device' && [ "$n" != test_gpu_alloc_fake ]; then
+          bad "$n: the fake device was not found"; echo "$out" | tail -5
+        else run_test "$n" timeout 600 "$B/$n"; fi
+      else bad "$n (build against the fake device)"; head -30 "$B/fake.log"; fi
+    done
+  else bad "tests/gpu_user_ops.cu (build for the fake device)"; head -20 "$B/fake.log"; fi
+  for ex in fashion_mlp fashion_cnn; do
+    extra=""; [ $ex = fashion_cnn ] && extra="--subset 256 --test-subset 256"
+    [ $ex = fashion_mlp ] && extra="--subset 2000"
+    if $CC $WARN -O2 -DDL_USE_CUDA -Iinclude examples/$ex.c -o "$B/${ex}_fake" build/libdlgpu_fake.a -lstdc++ -lz -lm \
+        2>"$B/fake.log" && $CC $WARN -O2 -Iinclude examples/$ex.c -o "$B/${ex}_host" -lz -lm 2>>"$B/fake.log"; then
+      gpu_out=$(cd "$B" && timeout 900 ./${ex}_fake --device cuda --epochs 1 $extra --quiet --threads 1 \
+                --save ${ex}_fake.safetensors --csv ${ex}_fake.csv 2>&1 | tail -n 1)
+      cpu_out=$(cd "$B" && timeout 900 ./${ex}_host --epochs 1 $extra --quiet --threads 1 \
+                --save ${ex}_host.safetensors --csv ${ex}_host.csv 2>&1 | tail -n 1)
+      g=$(echo "$gpu_out" | grep -o 'test_acc=[0-9.]*.*test_loss=[0-9.]*' | sed 's/ epochs.*test_loss/ test_loss/')
+      c=$(echo "$cpu_out" | grep -o 'test_acc=[0-9.]*.*test_loss=[0-9.]*' | sed 's/ epochs.*test_loss/ test_loss/')
+      if [ -n "$g" ] && [ "$g" = "$c" ]; then ok; echo "$ex --device cuda on the fake device: $g (the CPU: $c)"
+      else bad "$ex --device cuda on the fake device: '$gpu_out' vs the CPU '$cpu_out'"; fi
+    else bad "$ex against the fake device (build)"; head -30 "$B/fake.log"; fi
+  done
+else
+  bad "make gpu-fake (the fake device)"; grep -v '^$' "$B/fake.log" | head -40
 fi
 
 # --- 2b. across MPI ranks (dist.h) ---------------------------------------------

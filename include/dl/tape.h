@@ -543,15 +543,13 @@ DL_API void dl__custom_backward(dl_tape *tp, dl_node *n) {
   const dl_custom_op *op = (const dl_custom_op *)n->cfn;
   op->backward(tp, n->out->grad, n->out, n->in, n->nin, n->user);
 }
-/* out = op(in[0..nin)) with out of the given shape; recorded for backward. */
-DL_API dl_tensor *dl_t_custom(dl_tape *tp, const dl_custom_op *op, void *user, int nin,
-                              dl_tensor *const *in, int ndim, const int64_t *shape) {
+/* dl_t_custom without its host-only check: for the library's own ops whose
+ * callbacks have device branches (dl_t_embedding). */
+DL_API dl_tensor *dl__t_custom(dl_tape *tp, const dl_custom_op *op, void *user, int nin,
+                               dl_tensor *const *in, int ndim, const int64_t *shape) {
   dl_tensor *out;
   dl_node *n;
   if (nin < 1 || !in[0]) DL_PANIC(tp->ctx, op->name, "a custom op needs at least one input");
-  if (tp->gpu || in[0]->device != DL_CPU) /* its callbacks are host code over host memory */
-    DL_PANIC(tp->ctx, op->name, "custom ops run on the host: %s %s", DL_SHAPESTR(in[0]),
-             tp->gpu ? "is on a device tape" : "is on the GPU");
   out = dl_tape_out(tp, op->name, in[0]->dtype, ndim, shape);
   op->forward(out, in, nin, user);
   if (dl_tangent_wants(nin, in)) {
@@ -569,6 +567,14 @@ DL_API dl_tensor *dl_t_custom(dl_tape *tp, const dl_custom_op *op, void *user, i
     n->user = user;
   }
   return out;
+}
+/* out = op(in[0..nin)) with out of the given shape; recorded for backward. */
+DL_API dl_tensor *dl_t_custom(dl_tape *tp, const dl_custom_op *op, void *user, int nin,
+                              dl_tensor *const *in, int ndim, const int64_t *shape) {
+  if (nin >= 1 && in[0] && (tp->gpu || in[0]->device != DL_CPU)) /* its callbacks are host code over host memory */
+    DL_PANIC(tp->ctx, op->name, "custom ops run on the host: %s %s", DL_SHAPESTR(in[0]),
+             tp->gpu ? "is on a device tape" : "is on the GPU");
+  return dl__t_custom(tp, op, user, nin, in, ndim, shape);
 }
 
 /* >>gradcheck -------------------------------------------------------------- */

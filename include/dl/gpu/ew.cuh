@@ -25,6 +25,17 @@
 #include "../../dl.h"
 #include "abi.h"
 
+// The launch (the same macro as src_gpu/internal.h's): DLG_LAUNCH(grid,
+// block, shmem, stream, kernel)(args) is kernel<<<grid, block, shmem,
+// stream>>>(args) under nvcc; under DLG_FAKE (tests only: built with -Isrc_gpu, see
+// src_gpu/fake/cuda_fake.h) a run on the host.
+#ifdef DLG_FAKE
+#include "fake/cuda_fake.h"
+#endif
+#ifndef DLG_LAUNCH
+#define DLG_LAUNCH(grid, block, shmem, stream, ...) __VA_ARGS__<<<grid, block, shmem, stream>>>
+#endif
+
 template <typename T> struct dlg__dual_of;
 template <> struct dlg__dual_of<float> {
   typedef dl_dual type;
@@ -86,8 +97,8 @@ static int dlg__ew_launch(dlg_handle *h, int dtype, int mode, const dlg_ew *e, v
   int64_t blocks = (e->n + 255) / 256, cap = (int64_t)(dlg_sm_count(h) > 0 ? dlg_sm_count(h) : 80) * 32;
   unsigned g = (unsigned)(blocks < cap ? blocks : cap);
   cudaStream_t s = (cudaStream_t)dlg_stream(h);
-  if (dtype == DLG_F32) dlg__ew_kernel<float, NIN, Op><<<g, 256, 0, s>>>(mode, *e, P, (float)p0);
-  else if (dtype == DLG_F64) dlg__ew_kernel<double, NIN, Op><<<g, 256, 0, s>>>(mode, *e, P, p0);
+  if (dtype == DLG_F32) DLG_LAUNCH(g, 256, 0, s, dlg__ew_kernel<float, NIN, Op>)(mode, *e, P, (float)p0);
+  else if (dtype == DLG_F64) DLG_LAUNCH(g, 256, 0, s, dlg__ew_kernel<double, NIN, Op>)(mode, *e, P, p0);
   else return dlg_error(h, name, "only f32 and f64 tensors");
   return dlg_launch_status(h, name);
 }

@@ -306,7 +306,7 @@ DL_API dl_tensor *dl_t_embedding(dl_tape *tp, dl_tensor *weight, const dl_tensor
   in[1] = (dl_tensor *)(uintptr_t)idx; /* read only */
   if (dl_tape_wants(tp, 1, in) && !weight->node)
     e->slots = (int64_t *)dl_tape_scratch(tp, op, sizeof(int64_t) * (size_t)idx->numel);
-  return dl_t_custom(tp, &dl__embedding_op, e, 2, in, idx->ndim + 1, shape);
+  return dl__t_custom(tp, &dl__embedding_op, e, 2, in, idx->ndim + 1, shape); /* device branches inside */
 }
 
 /* >>dropout ---------------------------------------------------------------- */
