@@ -916,6 +916,13 @@ int stage(dlg_handle *h, void *dst, const void *src, size_t bytes, const char *o
   if (bytes == 0) return DLG_OK;
   return dlg_cuda(h, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, h->stream), op);
 }
+// The workspace taken as carved by c, whose piece 0 is n int64_t, and the
+// host index array idx (n entries) staged into that piece: *dev.
+int stage_index(dlg_handle *h, const char *op, const Carve &c, const int64_t *idx, size_t n, int64_t **dev) {
+  DLG_TRY(dlg_ws(h, c.total));
+  *dev = piece<int64_t>(h, c, 0);
+  return stage(h, *dev, idx, sizeof(int64_t) * n, op);
+}
 
 unsigned geo_blocks(const dlg_handle *h, const Geo &g) { return dlg_blocks(h, geo_tiles(g) * TPB, TPB); }
 
@@ -957,10 +964,9 @@ int ce_run(dlg_handle *h, const char *op, int tangent, int64_t N, int64_t C, con
   if (C == 0 && N > 0) return dlg_fail(h, DLG_ERR, "%s: %lld rows of 0 classes", op, (long long)N);
   const Carve c = carve(sizeof(int64_t) * (size_t)N, sizeof(double) * (size_t)N,
                         sizeof(double) * (size_t)psum_blocks(h, N));
-  DLG_TRY(dlg_ws(h, c.total));
-  int64_t *lab = piece<int64_t>(h, c, 0);
+  int64_t *lab = NULL;
+  DLG_TRY(stage_index(h, op, c, labels, (size_t)N, &lab));
   double *rowv = piece<double>(h, c, 1);
-  DLG_TRY(stage(h, lab, labels, sizeof(int64_t) * (size_t)N, op));
   if (N > 0) {
     if (!tangent)
       DLG_LAUNCH(geo_blocks(h, g), TPB, 0, h->stream, k_ce<T>)(g, C, (const T *)x, lab, eps, (T *)prob, (T *)out, rowv);
@@ -1136,9 +1142,8 @@ int dlg_cross_entropy_backward(dlg_handle *h, int dtype, int64_t N, int64_t C, c
   DLG_CHECK_DTYPE(op, dtype);
   if (N == 0 || C == 0) return DLG_OK;
   const Carve c = carve(sizeof(int64_t) * (size_t)N);
-  DLG_TRY(dlg_ws(h, c.total));
-  int64_t *lab = piece<int64_t>(h, c, 0);
-  DLG_TRY(stage(h, lab, labels, sizeof(int64_t) * (size_t)N, op));
+  int64_t *lab = NULL;
+  DLG_TRY(stage_index(h, op, c, labels, (size_t)N, &lab));
   const unsigned nb = dlg_blocks(h, N * C, TPB);
   if (dtype == DLG_F32)
     DLG_LAUNCH(nb, TPB, 0, h->stream, k_ce_bw<float>)(N, C, (const float *)prob, lab, (float)(1.0 - eps),
@@ -1156,10 +1161,9 @@ int dlg_nll(dlg_handle *h, int dtype, int64_t N, int64_t C, const void *x, int64
   DLG_CHECK_DTYPE(op, dtype);
   const Carve c = carve(sizeof(int64_t) * (size_t)N, sizeof(double) * (size_t)N,
                         sizeof(double) * (size_t)psum_blocks(h, N));
-  DLG_TRY(dlg_ws(h, c.total));
-  int64_t *lab = piece<int64_t>(h, c, 0);
+  int64_t *lab = NULL;
+  DLG_TRY(stage_index(h, op, c, labels, (size_t)N, &lab));
   double *rowv = piece<double>(h, c, 1);
-  DLG_TRY(stage(h, lab, labels, sizeof(int64_t) * (size_t)N, op));
   if (N > 0) {
     if (dtype == DLG_F32)
       DLG_LAUNCH(dlg_blocks(h, N, TPB), TPB, 0, h->stream, k_nll<float>)(N, C, (const float *)x, s0, s1, lab, (float *)out,
@@ -1181,9 +1185,8 @@ int dlg_nll_backward(dlg_handle *h, int dtype, int64_t N, int64_t C, const int64
   DLG_CHECK_DTYPE(op, dtype);
   if (N == 0) return DLG_OK;
   const Carve c = carve(sizeof(int64_t) * (size_t)N);
-  DLG_TRY(dlg_ws(h, c.total));
-  int64_t *lab = piece<int64_t>(h, c, 0);
-  DLG_TRY(stage(h, lab, labels, sizeof(int64_t) * (size_t)N, op));
+  int64_t *lab = NULL;
+  DLG_TRY(stage_index(h, op, c, labels, (size_t)N, &lab));
   if (dtype == DLG_F32)
     DLG_LAUNCH(dlg_blocks(h, N, TPB), TPB, 0, h->stream, k_nll_bw<float>)(N, C, lab, (const float *)gy, gstride,
                                                                    (float)gscale, (float *)gx);
@@ -1199,9 +1202,8 @@ int dlg_embedding_forward(dlg_handle *h, int dtype, void *y, const void *w, int6
   DLG_CHECK_DTYPE(op, dtype);
   if (n == 0 || D == 0) return DLG_OK;
   const Carve c = carve(sizeof(int64_t) * (size_t)n);
-  DLG_TRY(dlg_ws(h, c.total));
-  int64_t *r = piece<int64_t>(h, c, 0);
-  DLG_TRY(stage(h, r, rows, sizeof(int64_t) * (size_t)n, op));
+  int64_t *r = NULL;
+  DLG_TRY(stage_index(h, op, c, rows, (size_t)n, &r));
   const unsigned nb = dlg_blocks(h, n * D, TPB);
   if (dtype == DLG_F32)
     DLG_LAUNCH(nb, TPB, 0, h->stream, k_gather<float>)((float *)y, (const float *)w, s0, s1, V, D, r, n);
@@ -1219,9 +1221,8 @@ int dlg_rows_scatter(dlg_handle *h, int dtype, void *dst, int64_t nrows, int64_t
   const int64_t ng = scatter_plan(key, n, nrows, all);
   if (ng == 0) return DLG_OK;
   const Carve c = carve(sizeof(int64_t) * all.size());
-  DLG_TRY(dlg_ws(h, c.total));
-  int64_t *d = piece<int64_t>(h, c, 0);
-  DLG_TRY(stage(h, d, all.data(), sizeof(int64_t) * all.size(), op));
+  int64_t *d = NULL;
+  DLG_TRY(stage_index(h, op, c, all.data(), all.size(), &d));
   const unsigned nb = dlg_blocks(h, ng * D, TPB);
   if (dtype == DLG_F32)
     DLG_LAUNCH(nb, TPB, 0, h->stream, k_scatter<float>)((float *)dst, D, d, d + ng, d + 2 * ng + 1, ng, (const float *)src);

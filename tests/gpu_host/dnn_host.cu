@@ -51,6 +51,7 @@
 // dtype.
 #include "dnn.cu" // src_gpu/dnn.cu (-Isrc_gpu), with its includes
 #include "../harness.h"
+#include "host_check.h"
 
 #include <cmath>
 #include <cstring>
@@ -85,20 +86,6 @@
 #pragma weak cudnnSetStream
 #pragma weak cudnnSetTensor4dDescriptor
 
-// dnn_ref.c: dl.h's CPU ops on plain arrays (dt 0: f32, 1: f64).
-extern "C" {
-void dnn_ref_pool(int kind, int dt, int64_t N, int64_t C, int64_t H, int64_t W, int kh, int kw, int sh, int sw,
-                  int ph, int pw, int excl, const void *x, const void *gy, const void *tx, void *y, void *gx,
-                  void *ty);
-void dnn_ref_bn(int dt, int64_t N, int64_t C, int64_t S, int training, double momentum, double eps, const void *x,
-                const void *w, const void *b, void *rm, void *rv, const void *gy, const void *tx, const void *tw,
-                const void *tb, void *y, void *gx, void *gw, void *gb, void *ty);
-void dnn_ref_ln(int dt, int center, int64_t R, int64_t D, double eps, const void *x, const void *w, const void *b,
-                const void *gy, const void *tx, const void *tw, const void *tb, void *y, void *gx, void *gw,
-                void *gb, void *ty);
-void dnn_ref_conv_gb(int dt, int64_t N, int64_t O, int64_t Hh, int64_t Ww, const void *gy, void *gb);
-}
-
 // The reduction policy of one thread: it visits every item (tid 0 of nt 1),
 // so its partial sums are the totals and sum2 has nothing to add; it is the
 // lead that writes the item's results. BlockRed's interface.
@@ -109,56 +96,11 @@ struct HostRed {
   __host__ __device__ void sum2(double &, double &) const {}
 };
 
-// xorshift64, fixed seed: the same inputs every run.
-static uint64_t dh_state = 88172645463325252ull;
-static double dh_urand() {
-  dh_state ^= dh_state << 13;
-  dh_state ^= dh_state >> 7;
-  dh_state ^= dh_state << 17;
-  return (double)(dh_state >> 11) / 9007199254740992.0;
-}
-template <class T> static void dh_fill(std::vector<T> &v, double lo, double hi) {
-  for (auto &e : v) e = (T)(lo + (hi - lo) * dh_urand());
-}
-
-// One check: the worst |got - want| / (1 + |want|) over the elements is at
-// most tol (NaN in both places agrees; NaN or inf in one fails).
-template <class T>
-static void dh_close(const std::string &what, const std::vector<T> &got, const std::vector<T> &want, double tol) {
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < got.size() && i < want.size(); i++) {
-    const double g = (double)got[i], w = (double)want[i];
-    if ((std::isnan(g) && std::isnan(w)) || g == w) continue;
-    const double e = std::fabs(g - w) / (1 + std::fabs(w));
-    if (!(e <= worst)) {
-      worst = e;
-      at = i;
-    }
-  }
-  CHECK_MSG(got.size() == want.size() && worst <= tol,
-            "%s: %zu vs %zu elements, worst relative error %g at %zu (got %.17g, want %.17g)", what.c_str(),
-            got.size(), want.size(), worst, at, at < got.size() ? (double)got[at] : 0.0,
-            at < want.size() ? (double)want[at] : 0.0);
-}
-// One check: got and want are the same bits, element by element.
-template <class T>
-static void dh_bits(const std::string &what, const std::vector<T> &got, const std::vector<T> &want) {
-  size_t i = 0;
-  while (i < got.size() && i < want.size() && std::memcmp(&got[i], &want[i], sizeof(T)) == 0) i++;
-  CHECK_MSG(got.size() == want.size() && i == got.size(),
-            "%s: %zu vs %zu elements, element %zu differs (got %.17g, want %.17g)", what.c_str(), got.size(), want.size(), i, i < got.size() ? (double)got[i] : 0.0,
-            i < want.size() ? (double)want[i] : 0.0);
-}
-static const char *dh_dt(int dt) { return dt ? "f64" : "f32"; }
-// What outputs that the bodies assign hold before the call: no op here
-// yields it, so an element left unwritten fails its check.
-constexpr float kUnset = 777.0f;
 // Random starting values for outputs that the bodies add to (gx, gw, gb),
 // and want = ref + those values.
 template <class T> static std::vector<T> dh_base(size_t n) {
   std::vector<T> v(n);
-  dh_fill(v, -1, 1);
+  hc_fill(v, -1, 1);
   return v;
 }
 template <class T> static std::vector<T> dh_plus(const std::vector<T> &a, const std::vector<T> &b) {
@@ -190,11 +132,11 @@ static void pool_case(int kind, int64_t N, int64_t C, int64_t H, int64_t W, int 
   std::vector<T> x(nx), tx(nx), gy(ny), y(ny, kUnset), ty(ny, kUnset), gx(nx, (T)0), ry(ny), rty(ny), rgx(nx);
   std::vector<int32_t> idx(ny);
   for (auto &e : x) {
-    const double u = dh_urand();
-    e = u < 0.03 ? (T)NAN : u < 0.08 ? -(T)INFINITY : (T)std::floor(dh_urand() * 4) - 1;
+    const double u = hc_urand();
+    e = u < 0.03 ? (T)NAN : u < 0.08 ? -(T)INFINITY : (T)std::floor(hc_urand() * 4) - 1;
   }
-  dh_fill(tx, -1, 1);
-  dh_fill(gy, -1, 1);
+  hc_fill(tx, -1, 1);
+  hc_fill(gy, -1, 1);
   dnn_ref_pool(kind, dt, N, C, H, W, kh, kw, sh, sw, ph, pw, excl, x.data(), gy.data(), tx.data(), ry.data(),
                rgx.data(), rty.data());
   for (int64_t e = 0; e < ny; e++) {
@@ -218,21 +160,21 @@ static void pool_case(int kind, int64_t N, int64_t C, int64_t H, int64_t W, int 
     }
   char name[200];
   snprintf(name, sizeof name, "%s pool %s [%lld, %lld, %lld, %lld] kernel %dx%d stride %dx%d pad %dx%d excl %d",
-           kind ? "avg" : "max", dh_dt(dt), (long long)N, (long long)C, (long long)H, (long long)W, kh, kw, sh, sw,
+           kind ? "avg" : "max", hc_dt(dt), (long long)N, (long long)C, (long long)H, (long long)W, kh, kw, sh, sw,
            ph, pw, excl);
   const std::string n(name);
-  dh_bits(n + " y", y, ry);
-  dh_bits(n + " ty", ty, rty);
-  dh_bits(n + " gx", gx, rgx);
+  hc_bits(n + " y", y, ry);
+  hc_bits(n + " ty", ty, rty);
+  hc_bits(n + " gx", gx, rgx);
   // the backward adds to gx: again onto random values
   std::vector<T> gxa(nx), want(nx);
-  dh_fill(gxa, -1, 1);
+  hc_fill(gxa, -1, 1);
   for (int64_t e = 0; e < nx; e++) want[e] = gxa[e] + rgx[e];
   for (int64_t e = 0; e < nx; e++) {
     if (kind == 0) maxpool_bwd_at(g, gy.data(), idx.data(), gxa.data(), e);
     else avgpool_bwd_at(g, gy.data(), gxa.data(), e);
   }
-  dh_close(n + " gx +=", gxa, want, dt ? 1e-12 : 1e-6);
+  hc_close(n + " gx +=", gxa, want, dt ? 1e-12 : 1e-6);
 }
 
 template <class T> static void pool_cases(int kind) {
@@ -271,15 +213,15 @@ static void bn_case(int64_t N, int64_t C, int64_t S, int training, int track, in
   const double tol = dt ? 1e-12 : 1e-6;
   const int64_t n = N * C * S;
   std::vector<T> x(n), gy(n), tx(n), w(C), b(C), tw(C), tb(C), rm(C), rv(C);
-  dh_fill(x, 1, 4);
-  dh_fill(gy, -1, 1);
-  dh_fill(tx, -1, 1);
-  dh_fill(w, 0.5, 1.5);
-  dh_fill(b, -1, 1);
-  dh_fill(tw, -1, 1);
-  dh_fill(tb, -1, 1);
-  dh_fill(rm, 1, 3);
-  dh_fill(rv, 1, 3);
+  hc_fill(x, 1, 4);
+  hc_fill(gy, -1, 1);
+  hc_fill(tx, -1, 1);
+  hc_fill(w, 0.5, 1.5);
+  hc_fill(b, -1, 1);
+  hc_fill(tw, -1, 1);
+  hc_fill(tb, -1, 1);
+  hc_fill(rm, 1, 3);
+  hc_fill(rv, 1, 3);
   std::vector<T> ry(n), rgx(n), rty(n), rgw(C), rgb(C), rrm = rm, rrv = rv;
   dnn_ref_bn(dt, N, C, S, training, mom, eps, x.data(), hw ? w.data() : nullptr, hb ? b.data() : nullptr,
              track ? rrm.data() : nullptr, track ? rrv.data() : nullptr, gy.data(), tx.data(), tw.data(), tb.data(),
@@ -312,17 +254,17 @@ static void bn_case(int64_t N, int64_t C, int64_t S, int training, int track, in
   for (int64_t e = 0; e < n; e++) bn_map_at(1, C, S, x.data(), gy.data(), stats.data(), k.data(), gx.data(), e);
   char name[200];
   snprintf(name, sizeof name, "batch norm %s [%lld, %lld, %lld] %s weight %d bias %d momentum %g eps %g",
-           dh_dt(dt), (long long)N, (long long)C, (long long)S,
+           hc_dt(dt), (long long)N, (long long)C, (long long)S,
            training ? "training" : track ? "eval" : "eval without running stats", hw, hb, mom, eps);
   const std::string nm(name);
-  dh_close(nm + " y", y, ry, tol);
-  dh_close(nm + " ty", ty, rty, tol);
-  dh_close(nm + " gx", gx, dh_plus(gx0, rgx), tol);
-  if (hw) dh_close(nm + " gw", gw, dh_plus(gw0, rgw), tol);
-  if (hb) dh_close(nm + " gb", gb, dh_plus(gb0, rgb), tol);
+  hc_close(nm + " y", y, ry, tol);
+  hc_close(nm + " ty", ty, rty, tol);
+  hc_close(nm + " gx", gx, dh_plus(gx0, rgx), tol);
+  if (hw) hc_close(nm + " gw", gw, dh_plus(gw0, rgw), tol);
+  if (hb) hc_close(nm + " gb", gb, dh_plus(gb0, rgb), tol);
   if (track) {
-    dh_close(nm + " running mean", rm, rrm, tol);
-    dh_close(nm + " running var", rv, rrv, tol);
+    hc_close(nm + " running mean", rm, rrm, tol);
+    hc_close(nm + " running var", rv, rrv, tol);
   }
 }
 
@@ -348,13 +290,13 @@ template <class T> static void ln_case(int center, int64_t R, int64_t D, int hw,
   const int64_t n = R * D;
   if (!center) hb = 0; // RMS norm has no bias
   std::vector<T> x(n), gy(n), tx(n), w(D), b(D), tw(D), tb(D);
-  dh_fill(x, 1, 4);
-  dh_fill(gy, -1, 1);
-  dh_fill(tx, -1, 1);
-  dh_fill(w, 0.5, 1.5);
-  dh_fill(b, -1, 1);
-  dh_fill(tw, -1, 1);
-  dh_fill(tb, -1, 1);
+  hc_fill(x, 1, 4);
+  hc_fill(gy, -1, 1);
+  hc_fill(tx, -1, 1);
+  hc_fill(w, 0.5, 1.5);
+  hc_fill(b, -1, 1);
+  hc_fill(tw, -1, 1);
+  hc_fill(tb, -1, 1);
   std::vector<T> ry(n), rgx(n), rty(n), rgw(D), rgb(D);
   dnn_ref_ln(dt, center, R, D, eps, x.data(), hw ? w.data() : nullptr, hb ? b.data() : nullptr, gy.data(),
              tx.data(), tw.data(), tb.data(), ry.data(), rgx.data(), rgw.data(), rgb.data(), rty.data());
@@ -381,14 +323,14 @@ template <class T> static void ln_case(int center, int64_t R, int64_t D, int hw,
   for (int64_t j = 0; j < D; j++)
     ln_colsum_at(D, nch, part.data(), hw ? gw.data() : (T *)nullptr, hb ? gb.data() : (T *)nullptr, j);
   char name[200];
-  snprintf(name, sizeof name, "%s %s [%lld, %lld] weight %d bias %d", center ? "layer norm" : "rms norm", dh_dt(dt),
+  snprintf(name, sizeof name, "%s %s [%lld, %lld] weight %d bias %d", center ? "layer norm" : "rms norm", hc_dt(dt),
            (long long)R, (long long)D, hw, hb);
   const std::string nm(name);
-  dh_close(nm + " y", y, ry, tol);
-  dh_close(nm + " ty", ty, rty, tol);
-  dh_close(nm + " gx", gx, dh_plus(gx0, rgx), tol);
-  if (hw) dh_close(nm + " gw", gw, dh_plus(gw0, rgw), tol);
-  if (hb) dh_close(nm + " gb", gb, dh_plus(gb0, rgb), tol);
+  hc_close(nm + " y", y, ry, tol);
+  hc_close(nm + " ty", ty, rty, tol);
+  hc_close(nm + " gx", gx, dh_plus(gx0, rgx), tol);
+  if (hw) hc_close(nm + " gw", gw, dh_plus(gw0, rgw), tol);
+  if (hb) hc_close(nm + " gb", gb, dh_plus(gb0, rgb), tol);
 }
 
 template <class T> static void ln_cases(int center) {
@@ -409,14 +351,14 @@ template <class T> static void conv_gb_case(int64_t N, int64_t O, int64_t Hh, in
   const int dt = sizeof(T) == 8;
   std::vector<T> gy(N * O * Hh * Ww), gb = dh_base<T>(O), rgb(O);
   const std::vector<T> gb0 = gb;
-  dh_fill(gy, -1, 1);
+  hc_fill(gy, -1, 1);
   dnn_ref_conv_gb(dt, N, O, Hh, Ww, gy.data(), rgb.data());
   const HostRed rd;
   for (int64_t o = 0; o < O; o++) conv_bias_grad_at<T>(rd, N, O, Hh * Ww, gy.data(), gb.data(), o);
   char name[120];
-  snprintf(name, sizeof name, "conv bias grad %s gy [%lld, %lld, %lld, %lld]", dh_dt(dt), (long long)N,
+  snprintf(name, sizeof name, "conv bias grad %s gy [%lld, %lld, %lld, %lld]", hc_dt(dt), (long long)N,
            (long long)O, (long long)Hh, (long long)Ww);
-  dh_close(name, gb, dh_plus(gb0, rgb), dt ? 1e-13 : 1e-7); // added to gb's random values
+  hc_close(name, gb, dh_plus(gb0, rgb), dt ? 1e-13 : 1e-7); // added to gb's random values
 }
 template <class T> static void conv_gb_cases() {
   conv_gb_case<T>(3, 4, 5, 6);

@@ -7,37 +7,7 @@
  *
  * Arrays are contiguous, of f32 (dt 0) or f64 (dt 1) elements; an output
  * pointer may be NULL (not wanted). Each call makes and frees its tensors. */
-#include "dl.h"
-
-void dnn_ref_pool(int kind, int dt, int64_t N, int64_t C, int64_t H, int64_t W, int kh, int kw, int sh, int sw,
-                  int ph, int pw, int excl, const void *x, const void *gy, const void *tx, void *y, void *gx,
-                  void *ty);
-void dnn_ref_bn(int dt, int64_t N, int64_t C, int64_t S, int training, double momentum, double eps, const void *x,
-                const void *w, const void *b, void *rm, void *rv, const void *gy, const void *tx, const void *tw,
-                const void *tb, void *y, void *gx, void *gw, void *gb, void *ty);
-void dnn_ref_ln(int dt, int center, int64_t R, int64_t D, double eps, const void *x, const void *w, const void *b,
-                const void *gy, const void *tx, const void *tw, const void *tb, void *y, void *gx, void *gw,
-                void *gb, void *ty);
-void dnn_ref_conv_gb(int dt, int64_t N, int64_t O, int64_t Hh, int64_t Ww, const void *gy, void *gb);
-
-static dl_ctx ref_ctx;
-static int ref_inited;
-
-static void ref_init(void) {
-  if (!ref_inited) {
-    dl_ctx_init(&ref_ctx, NULL);
-    ref_inited = 1;
-  }
-}
-/* An owned tensor of dtype dt and the given shape, filled from src (NULL: zeros). */
-static dl_tensor *ref_make(int dt, int nd, const int64_t *shape, const void *src) {
-  dl_tensor *t = dl_tensor_make(&ref_ctx, dt ? DL_F64 : DL_F32, nd, shape);
-  if (src) memcpy(t->data, src, (size_t)t->numel * dl_dtype_size(t->dtype));
-  return t;
-}
-static void ref_out(void *dst, const dl_tensor *t) {
-  if (dst && t) memcpy(dst, t->data, (size_t)t->numel * dl_dtype_size(t->dtype));
-}
+#include "host_check.h" /* the functions' declarations, dl.h, ref_init, ref_make, ref_out */
 
 /* Pooling on x [N, C, H, W]: kind 0 max, 1 avg; geometry as dl_pool2d_args
  * (stride 0: the kernel). y = pool(x), gx = its gradient for upstream gy,

@@ -77,47 +77,13 @@
 #define DLG_HOST_TEST
 #include "kern.cu" // src_gpu/kern.cu (-Isrc_gpu), with its includes
 #include "../harness.h"
+#include "host_check.h"
 
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
-
-// kern_ref.c: dl.h's CPU ops on plain arrays (dt 0: f32, 1: f64); the
-// contracts are at the definitions.
-extern "C" {
-void kref_sum_to(int dt, int64_t rows, int64_t n, const void *g, void *gx);
-void kref_reduce(int dt, int kind, int ndim, const int64_t *shape, unsigned mask, double correction, const void *x,
-                 const void *tx, const void *gy, void *y, void *ty, void *gx);
-void kref_softmax(int dt, int logsm, int64_t outer, int64_t n, int64_t inner, const void *x, const void *tx,
-                  const void *gy, void *y, void *ty, void *gx);
-void kref_loss_ew(int dt, int kind, double p, int r, int64_t n, const void *a, const void *b, const void *ta,
-                  const void *tb, const void *gy, void *y, void *ty, void *ga, void *gb);
-void kref_ce(int dt, int64_t N, int64_t C, const void *x, const int64_t *lab, double eps, int r, const void *tx,
-             const void *gy, void *prob, void *y, void *ty, void *gx);
-void kref_nll(int dt, int64_t N, int64_t C, int transposed, const void *x, const int64_t *lab, int r, const void *tx,
-              const void *gy, void *y, void *ty, void *gx);
-void kref_embedding(int dt, int64_t V, int64_t D, int layout, const void *w, const void *tw, const int64_t *idx,
-                    int64_t n, void *y, void *ty);
-int64_t kref_embedding_sparse(int dt, int64_t V, int64_t D, const int64_t *idx1, int64_t n1, const void *gy1,
-                              const int64_t *idx2, int64_t n2, const void *gy2, int64_t *rows, void *values,
-                              void *dense);
-void kref_embedding_dense(int dt, int64_t V, int64_t D, const int64_t *idx, int64_t n, const void *gy, void *gw);
-void kref_dropout(int dt, int64_t n, double p, uint64_t seed, uint64_t skip, const void *x, const void *tx,
-                  const void *gy, unsigned char *mask, void *y, void *ty, void *gx, uint64_t *key, uint64_t *base,
-                  uint64_t *thr, double *scale);
-void kref_optim(int dt, int opt, const double *hp, int64_t step, int64_t n, void *p, const void *g, void *s0,
-                void *s1, void *s2, double *kargs);
-void kref_optim_sparse(int dt, int opt, const double *hp, int64_t step, int64_t V, int64_t w, const int64_t *rows,
-                       int64_t k, void *p, const void *g, void *s0, void *s1, void *s2, double *kargs);
-void kref_clamp(int dt, void *x, int64_t n, double v);
-double kref_sumsq(int dt, const void *x, int64_t n);
-void kref_scale(int dt, void *x, int64_t n, double f);
-int64_t kref_regularize(int dt, double l1, double l2, int64_t V, int64_t D, int64_t in, int64_t out,
-                        const void *p0, const void *p1, const void *p2, void *g1, void *g2, const int64_t *idx,
-                        int64_t n, const void *gy, int64_t *rows, void *vals_before, void *vals_after);
-}
 
 // The engine's lane policy for one lane per output: it visits every element
 // (first 0, step 1), so its partial values are the totals and comb has
@@ -133,63 +99,15 @@ static const HostEng kh_rd = {};
 // geo_make reports errors into a handle's message: a host one, never a device.
 static dlg_handle kh_h;
 
-// xorshift64, fixed seed: the same inputs every run.
-static uint64_t kh_state = 88172645463325252ull;
-static double kh_urand() {
-  kh_state ^= kh_state << 13;
-  kh_state ^= kh_state >> 7;
-  kh_state ^= kh_state << 17;
-  return (double)(kh_state >> 11) / 9007199254740992.0;
-}
-template <class T> static void kh_fill(std::vector<T> &v, double lo, double hi) {
-  for (auto &e : v) e = (T)(lo + (hi - lo) * kh_urand());
-}
-template <class T> static std::vector<T> kh_rand(size_t n, double lo, double hi) {
-  std::vector<T> v(n);
-  kh_fill(v, lo, hi);
-  return v;
-}
 // Values on a grid of 0.25 in [-2, 2] (exact differences, ties, zeros).
 template <class T> static std::vector<T> kh_grid(size_t n) {
   std::vector<T> v(n);
-  for (auto &e : v) e = (T)(std::floor(kh_urand() * 17) * 0.25 - 2);
+  for (auto &e : v) e = (T)(std::floor(hc_urand() * 17) * 0.25 - 2);
   return v;
 }
 
-// One check: the worst |got - want| / (1 + |want|) over the elements is at
-// most tol (NaN in both places agrees; NaN or inf in one fails).
-template <class T>
-static void kh_close(const std::string &what, const std::vector<T> &got, const std::vector<T> &want, double tol) {
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < got.size() && i < want.size(); i++) {
-    const double g = (double)got[i], w = (double)want[i];
-    if ((std::isnan(g) && std::isnan(w)) || g == w) continue;
-    const double e = std::fabs(g - w) / (1 + std::fabs(w));
-    if (!(e <= worst)) {
-      worst = e;
-      at = i;
-    }
-  }
-  CHECK_MSG(got.size() == want.size() && worst <= tol,
-            "%s: %zu vs %zu elements, worst relative error %g at %zu (got %.17g, want %.17g)", what.c_str(),
-            got.size(), want.size(), worst, at, at < got.size() ? (double)got[at] : 0.0,
-            at < want.size() ? (double)want[at] : 0.0);
-}
-// One check: got and want are the same bits, element by element.
-template <class T>
-static void kh_bits(const std::string &what, const std::vector<T> &got, const std::vector<T> &want) {
-  size_t i = 0;
-  while (i < got.size() && i < want.size() && std::memcmp(&got[i], &want[i], sizeof(T)) == 0) i++;
-  CHECK_MSG(got.size() == want.size() && i == got.size(),
-            "%s: %zu vs %zu elements, element %zu differs (got %.17g, want %.17g)", what.c_str(), got.size(),
-            want.size(), i, i < got.size() ? (double)got[i] : 0.0, i < want.size() ? (double)want[i] : 0.0);
-}
-static const char *kh_dt(int dt) { return dt ? "f64" : "f32"; }
 template <class T> static double kh_tol() { return sizeof(T) == 8 ? 1e-14 : 5e-7; }
-// What outputs that the bodies assign hold before the call: no op here
-// yields it, so an element left unwritten fails its check.
-constexpr float kUnset = 777.0f;
+// Outputs the bodies assign, at kUnset (host_check.h).
 template <class T> static std::vector<T> kh_unset(size_t n) { return std::vector<T>(n, (T)kUnset); }
 
 // The engine's bodies run two ways. lanes 0: HostEng, one lane per output.
@@ -313,35 +231,35 @@ static bool kh_geo_is(const Geo &g, int64_t M, int64_t K, const char *what) {
 // tolerance does.
 template <class T> static void sum_to_case(int64_t rows, int64_t n, int lanes) {
   const int dt = sizeof(T) == 8;
-  const std::vector<T> g = kh_rand<T>((size_t)(rows * n), -1, 1), gx0 = kh_rand<T>((size_t)n, -1, 1);
+  const std::vector<T> g = hc_rand<T>((size_t)(rows * n), -1, 1), gx0 = hc_rand<T>((size_t)n, -1, 1);
   std::vector<T> want = gx0, got = gx0;
   kref_sum_to(dt, rows, n, g.data(), want.data());
   char name[120];
-  snprintf(name, sizeof name, "sum_to %s [%lld, %lld] lanes %d gx +=", kh_dt(dt), (long long)rows, (long long)n,
+  snprintf(name, sizeof name, "sum_to %s [%lld, %lld] lanes %d gx +=", hc_dt(dt), (long long)rows, (long long)n,
            lanes);
   const Geo geo = kh_geo3(1, rows, n);
   if (!kh_geo_is(geo, n, rows, name)) return;
   kh_engine(geo, lanes, {kh_mut(got)}, name, [&](const auto &rd, const Geo &gg, int64_t o) {
     sum_axis_out<T>(rd, gg, o, got.data(), g.data(), 1.0, 1);
   });
-  kh_close(name, got, want, dt ? 1e-14 : 1e-7 * (double)(rows + 8));
+  hc_close(name, got, want, dt ? 1e-14 : 1e-7 * (double)(rows + 8));
 }
 // dlg_sum_axis(outer, n, inner, scale 1/n, assign) against dl_t_mean over axis 1.
 template <class T> static void sum_axis_mean_case(int64_t outer, int64_t n, int64_t inner, int lanes) {
   const int dt = sizeof(T) == 8;
   const int64_t shape[3] = {outer, n, inner}, M = outer * inner;
-  const std::vector<T> x = kh_rand<T>((size_t)(outer * n * inner), -1, 1), tx(x.size()), gy((size_t)M);
+  const std::vector<T> x = hc_rand<T>((size_t)(outer * n * inner), -1, 1), tx(x.size()), gy((size_t)M);
   std::vector<T> want((size_t)M), got = kh_unset<T>((size_t)M), gx(x.size());
   kref_reduce(dt, 1, 3, shape, 2u, 0, x.data(), tx.data(), gy.data(), want.data(), nullptr, gx.data());
   char name[120];
-  snprintf(name, sizeof name, "sum_axis %s [%lld, %lld, %lld] lanes %d mean", kh_dt(dt), (long long)outer,
+  snprintf(name, sizeof name, "sum_axis %s [%lld, %lld, %lld] lanes %d mean", hc_dt(dt), (long long)outer,
            (long long)n, (long long)inner, lanes);
   const Geo geo = kh_geo3(outer, n, inner);
   if (!kh_geo_is(geo, M, n, name)) return;
   kh_engine(geo, lanes, {kh_mut(got)}, name, [&](const auto &rd, const Geo &gg, int64_t o) {
     sum_axis_out<T>(rd, gg, o, got.data(), x.data(), 1.0 / (double)n, 0);
   });
-  kh_close(name, got, want, kh_tol<T>());
+  hc_close(name, got, want, kh_tol<T>());
 }
 template <class T> static void sum_axis_cases() {
   for (int lanes = 0; lanes <= 4; lanes += 4) {
@@ -373,8 +291,8 @@ static void reduce_case(int kind, int ndim, const int64_t *shape, unsigned mask,
     if (!((mask >> d) & 1u)) M *= shape[d];
   }
   const int64_t K = N / M;
-  const std::vector<T> tx = kh_rand<T>((size_t)N, -1, 1), gy = kh_rand<T>((size_t)M, -1, 1),
-                       gx0 = kh_rand<T>((size_t)N, -1, 1);
+  const std::vector<T> tx = hc_rand<T>((size_t)N, -1, 1), gy = hc_rand<T>((size_t)M, -1, 1),
+                       gx0 = hc_rand<T>((size_t)N, -1, 1);
   std::vector<T> ry((size_t)M), rty((size_t)M), rgx = gx0;
   kref_reduce(dt, kind, ndim, shape, mask, corr, x.data(), tx.data(), gy.data(), ry.data(), rty.data(), rgx.data());
   // the kernel's kind and scales, as dl__t_reduce_gpu computes them
@@ -391,7 +309,7 @@ static void reduce_case(int kind, int ndim, const int64_t *shape, unsigned mask,
   const double bscale = kind == 4 ? 2.0 / denom : scale;
   std::vector<T> y = kh_unset<T>((size_t)M), ty = kh_unset<T>((size_t)M), gx = gx0;
   std::vector<double> mean((size_t)M, 777.0);
-  std::string nm = std::string(kh_red_names[kind]) + " " + kh_dt(dt) + " shape [";
+  std::string nm = std::string(kh_red_names[kind]) + " " + hc_dt(dt) + " shape [";
   for (int d = 0; d < ndim; d++) nm += (d ? ", " : "") + std::to_string(shape[d]);
   nm += "] mask " + std::to_string(mask) + " " + data;
   if (kind == 4) nm += " correction " + std::to_string(corr);
@@ -406,10 +324,10 @@ static void reduce_case(int kind, int ndim, const int64_t *shape, unsigned mask,
     reduce_bw_out<T>(rd, gg, o, gk, gx.data(), x.data(), y.data(), gy.data(),
                      gk == DLG_RED_VAR ? mean.data() : nullptr, bscale);
   });
-  if (kind == 2 || kind == 3) kh_bits(nm + " y", y, ry); // the maximum is an element: exact
-  else kh_close(nm + " y", y, ry, kh_tol<T>());
-  kh_close(nm + " ty", ty, rty, kh_tol<T>());
-  kh_close(nm + " gx +=", gx, rgx, kh_tol<T>());
+  if (kind == 2 || kind == 3) hc_bits(nm + " y", y, ry); // the maximum is an element: exact
+  else hc_close(nm + " y", y, ry, kh_tol<T>());
+  hc_close(nm + " ty", ty, rty, kh_tol<T>());
+  hc_close(nm + " gx +=", gx, rgx, kh_tol<T>());
 }
 
 template <class T> static void reduce_kind(int kind, int lanes) {
@@ -431,13 +349,13 @@ template <class T> static void reduce_kind(int kind, int lanes) {
     const char *data;
     if (kind == 2 || kind == 3) { // ties
       x = std::vector<T>((size_t)N);
-      for (auto &e : x) e = (T)std::floor(kh_urand() * 4) - 1;
+      for (auto &e : x) e = (T)std::floor(hc_urand() * 4) - 1;
       data = "ties";
     } else if (kind == 4) {
-      x = kh_rand<T>((size_t)N, 2, 4);
+      x = hc_rand<T>((size_t)N, 2, 4);
       data = "[2, 4)";
     } else {
-      x = kh_rand<T>((size_t)N, -2, 2);
+      x = hc_rand<T>((size_t)N, -2, 2);
       data = "[-2, 2)";
     }
     if (kind == 4) {
@@ -450,17 +368,17 @@ template <class T> static void reduce_kind(int kind, int lanes) {
   const int64_t sh[2] = {6, 40};
   if (kind == 2 || kind == 3) { // NaN propagates; a NaN output's tangent and gradient
     std::vector<T> x((size_t)240);
-    for (auto &e : x) e = kh_urand() < 0.03 ? (T)NAN : (T)std::floor(kh_urand() * 4) - 1;
+    for (auto &e : x) e = hc_urand() < 0.03 ? (T)NAN : (T)std::floor(hc_urand() * 4) - 1;
     reduce_case<T>(kind, 2, sh, 2u, 0, x, "ties and NaN", lanes);
     reduce_case<T>(kind, 2, sh, 1u, 0, x, "ties and NaN", lanes);
   }
   if (kind == 5) { // rows of -inf (m taken as 0), +inf, large values
-    std::vector<T> x = kh_rand<T>(240, -3, 3);
+    std::vector<T> x = hc_rand<T>(240, -3, 3);
     for (int j = 0; j < 40; j++) x[(size_t)(40 + j)] = -(T)INFINITY;
     x[(size_t)(2 * 40 + 7)] = (T)INFINITY;
-    for (int j = 0; j < 40; j++) x[(size_t)(3 * 40 + j)] = (T)(1e4 * (kh_urand() - 0.5));
+    for (int j = 0; j < 40; j++) x[(size_t)(3 * 40 + j)] = (T)(1e4 * (hc_urand() - 0.5));
     for (int j = 0; j < 40; j++)
-      if (kh_urand() < 0.3) x[(size_t)(4 * 40 + j)] = -(T)INFINITY;
+      if (hc_urand() < 0.3) x[(size_t)(4 * 40 + j)] = -(T)INFINITY;
     reduce_case<T>(kind, 2, sh, 2u, 0, x, "-inf, inf, +-5e3", lanes);
   }
 }
@@ -482,14 +400,14 @@ static void softmax_case(int logsm, int64_t outer, int64_t n, int64_t inner, con
                          const char *data, int lanes) {
   const int dt = sizeof(T) == 8;
   const int64_t N = outer * n * inner;
-  const std::vector<T> tx = kh_rand<T>((size_t)N, -1, 1), gy = kh_rand<T>((size_t)N, -1, 1),
-                       gx0 = kh_rand<T>((size_t)N, -1, 1);
+  const std::vector<T> tx = hc_rand<T>((size_t)N, -1, 1), gy = hc_rand<T>((size_t)N, -1, 1),
+                       gx0 = hc_rand<T>((size_t)N, -1, 1);
   std::vector<T> ry((size_t)N), rty((size_t)N), rgx = gx0;
   kref_softmax(dt, logsm, outer, n, inner, x.data(), tx.data(), gy.data(), ry.data(), rty.data(), rgx.data());
   std::vector<T> y = kh_unset<T>((size_t)N), ty((size_t)N, (T)0), gx = gx0;
   char name[160];
   snprintf(name, sizeof name, "%s %s [%lld, %lld, %lld] %s lanes %d", logsm ? "log_softmax" : "softmax",
-           kh_dt(dt), (long long)outer, (long long)n, (long long)inner, data, lanes);
+           hc_dt(dt), (long long)outer, (long long)n, (long long)inner, data, lanes);
   const std::string nm(name);
   const Geo g = kh_geo3(outer, n, inner);
   if (!kh_geo_is(g, outer * inner, n, name)) return;
@@ -501,18 +419,18 @@ static void softmax_case(int logsm, int64_t outer, int64_t n, int64_t inner, con
   kh_engine(g, lanes, {kh_mut(gx)}, nm, [&](const auto &rd, const Geo &gg, int64_t o) {
     softmax_bw_out<T>(rd, gg, o, logsm ? 1 : 0, y.data(), gy.data(), gx.data());
   });
-  kh_close(nm + " y", y, ry, kh_tol<T>());
-  kh_close(nm + " ty", ty, rty, kh_tol<T>());
-  kh_close(nm + " gx +=", gx, rgx, kh_tol<T>());
+  hc_close(nm + " y", y, ry, kh_tol<T>());
+  hc_close(nm + " ty", ty, rty, kh_tol<T>());
+  hc_close(nm + " gx +=", gx, rgx, kh_tol<T>());
 }
 template <class T> static void softmaxes(int logsm, int lanes) {
   static const int64_t shapes[][3] = {{4, 10, 1}, {3, 7, 5}, {2, 100, 1}, {1, 1, 1}, {2, 3, 40}, {1, 65, 3}};
   for (const auto &s : shapes)
-    softmax_case<T>(logsm, s[0], s[1], s[2], kh_rand<T>((size_t)(s[0] * s[1] * s[2]), -4, 4), "[-4, 4)", lanes);
+    softmax_case<T>(logsm, s[0], s[1], s[2], hc_rand<T>((size_t)(s[0] * s[1] * s[2]), -4, 4), "[-4, 4)", lanes);
   // rows of +-1e4, some -inf entries, one row all -inf (NaN), in the long-row and the column form
-  std::vector<T> x = kh_rand<T>(5 * 70, -1e4, 1e4);
+  std::vector<T> x = hc_rand<T>(5 * 70, -1e4, 1e4);
   for (auto &e : x)
-    if (kh_urand() < 0.05) e = -(T)INFINITY;
+    if (hc_urand() < 0.05) e = -(T)INFINITY;
   for (int j = 0; j < 70; j++) x[(size_t)(2 * 70 + j)] = -(T)INFINITY;
   softmax_case<T>(logsm, 5, 70, 1, x, "+-1e4, -inf", lanes);
   softmax_case<T>(logsm, 1, 70, 5, x, "+-1e4, -inf", lanes);
@@ -542,21 +460,21 @@ template <class T> static void loss_case(int kind, double p, int r, int64_t n, i
   const double div = r == 0 ? (double)n : 1.0;
   std::vector<T> a, b;
   if (kind == 1) { // logits (some large), targets in [0, 1]
-    a = kh_rand<T>((size_t)n, -6, 6);
+    a = hc_rand<T>((size_t)n, -6, 6);
     for (auto &e : a)
-      if (kh_urand() < 0.1) e = (T)(60 * (kh_urand() - 0.5));
-    b = kh_rand<T>((size_t)n, 0, 1);
+      if (hc_urand() < 0.1) e = (T)(60 * (hc_urand() - 0.5));
+    b = hc_rand<T>((size_t)n, 0, 1);
   } else { // half on a grid (|d| == p, d == 0 happen), half uniform
     a = kh_grid<T>((size_t)n);
     b = kh_grid<T>((size_t)n);
     for (int64_t i = 0; i < n; i += 2) {
-      a[(size_t)i] = (T)(6 * kh_urand() - 3);
-      b[(size_t)i] = (T)(6 * kh_urand() - 3);
+      a[(size_t)i] = (T)(6 * hc_urand() - 3);
+      b[(size_t)i] = (T)(6 * hc_urand() - 3);
     }
   }
-  const std::vector<T> ta = kh_rand<T>((size_t)n, -1, 1), tb = kh_rand<T>((size_t)n, -1, 1),
-                       gy = kh_rand<T>((size_t)ny, -1, 1), ga0 = kh_rand<T>((size_t)n, -1, 1),
-                       gb0 = kh_rand<T>((size_t)n, -1, 1);
+  const std::vector<T> ta = hc_rand<T>((size_t)n, -1, 1), tb = hc_rand<T>((size_t)n, -1, 1),
+                       gy = hc_rand<T>((size_t)ny, -1, 1), ga0 = hc_rand<T>((size_t)n, -1, 1),
+                       gb0 = hc_rand<T>((size_t)n, -1, 1);
   const bool wa = variant != 2, wb = variant != 1;
   std::vector<T> ry((size_t)ny), rty((size_t)ny), rga = ga0, rgb = gb0;
   kref_loss_ew(dt, kind, p, r, n, a.data(), b.data(), wa ? ta.data() : nullptr, wb ? tb.data() : nullptr,
@@ -578,13 +496,13 @@ template <class T> static void loss_case(int kind, double p, int r, int64_t n, i
   });
   static const char *const names[] = {"mse", "bce_with_logits", "huber", "smooth_l1"};
   char name[160];
-  snprintf(name, sizeof name, "%s %s p %g %s n %lld variant %d", gk == DLG_LOSS_L1 ? "l1" : names[kind], kh_dt(dt),
+  snprintf(name, sizeof name, "%s %s p %g %s n %lld variant %d", gk == DLG_LOSS_L1 ? "l1" : names[kind], hc_dt(dt),
            p, kh_red_r[r], (long long)n, variant);
   const std::string nm(name);
-  kh_close(nm + " y", y, ry, kh_tol<T>());
-  kh_close(nm + " ty", ty, rty, kh_tol<T>());
-  if (wa) kh_close(nm + " ga +=", ga, rga, kh_tol<T>());
-  if (wb) kh_close(nm + " gb +=", gb, rgb, kh_tol<T>());
+  hc_close(nm + " y", y, ry, kh_tol<T>());
+  hc_close(nm + " ty", ty, rty, kh_tol<T>());
+  if (wa) hc_close(nm + " ga +=", ga, rga, kh_tol<T>());
+  if (wb) hc_close(nm + " gb +=", gb, rgb, kh_tol<T>());
 }
 template <class T> static void losses() {
   static const struct {
@@ -608,10 +526,10 @@ template <class T> static void ce_case(int64_t N, int64_t C, double eps, int r, 
   const int none = r == 2;
   const int64_t ny = none ? N : 1;
   const double div = r == 0 ? (double)N : 1.0;
-  const std::vector<T> x = kh_rand<T>((size_t)(N * C), -span, span), tx = kh_rand<T>((size_t)(N * C), -1, 1),
-                       gy = kh_rand<T>((size_t)ny, -1, 1), gx0 = kh_rand<T>((size_t)(N * C), -1, 1);
+  const std::vector<T> x = hc_rand<T>((size_t)(N * C), -span, span), tx = hc_rand<T>((size_t)(N * C), -1, 1),
+                       gy = hc_rand<T>((size_t)ny, -1, 1), gx0 = hc_rand<T>((size_t)(N * C), -1, 1);
   std::vector<int64_t> lab((size_t)N);
-  for (auto &l : lab) l = (int64_t)(kh_urand() * (double)C);
+  for (auto &l : lab) l = (int64_t)(hc_urand() * (double)C);
   std::vector<T> rprob((size_t)(N * C)), ry((size_t)ny), rty((size_t)ny), rgx = gx0;
   kref_ce(dt, N, C, x.data(), lab.data(), eps, r, tx.data(), gy.data(), rprob.data(), ry.data(), rty.data(),
           rgx.data());
@@ -619,7 +537,7 @@ template <class T> static void ce_case(int64_t N, int64_t C, double eps, int r, 
                  gx = gx0;
   std::vector<double> rowv((size_t)N, 777.0);
   char name[160];
-  snprintf(name, sizeof name, "cross_entropy %s [%lld, %lld] eps %g %s logits +-%g lanes %d", kh_dt(dt),
+  snprintf(name, sizeof name, "cross_entropy %s [%lld, %lld] eps %g %s logits +-%g lanes %d", hc_dt(dt),
            (long long)N, (long long)C, eps, kh_red_r[r], span, lanes);
   const std::string nm(name);
   const int64_t shape[2] = {N, C};
@@ -638,12 +556,12 @@ template <class T> static void ce_case(int64_t N, int64_t C, double eps, int r, 
   kh_elems(N * C, [&](int64_t k) {
     ce_bw_at(C, prob.data(), lab.data(), keep, eoc, gy.data(), none ? 1 : 0, gsc, gx.data(), k);
   });
-  kh_close(nm + " prob", prob, rprob, kh_tol<T>());
-  kh_close(nm + " y", y, ry, kh_tol<T>());
+  hc_close(nm + " prob", prob, rprob, kh_tol<T>());
+  hc_close(nm + " y", y, ry, kh_tol<T>());
   // the CPU sums a row's tangent in the dtype (the kernel in double): at f32
   // its error grows with C
-  kh_close(nm + " ty", ty, rty, dt ? 1e-14 : 1e-7 * (double)(C + 8));
-  kh_close(nm + " gx +=", gx, rgx, kh_tol<T>());
+  hc_close(nm + " ty", ty, rty, dt ? 1e-14 : 1e-7 * (double)(C + 8));
+  hc_close(nm + " gx +=", gx, rgx, kh_tol<T>());
 }
 template <class T> static void cross_entropy() {
   static const struct {
@@ -665,10 +583,10 @@ template <class T> static void nll_case(int64_t N, int64_t C, int transposed, in
   const int none = r == 2;
   const int64_t ny = none ? N : 1, s0 = transposed ? 1 : C, s1 = transposed ? N : 1;
   const double div = r == 0 ? (double)N : 1.0;
-  const std::vector<T> x = kh_rand<T>((size_t)(N * C), -5, 0), tx = kh_rand<T>((size_t)(N * C), -1, 1),
-                       gy = kh_rand<T>((size_t)ny, -1, 1), gx0 = kh_rand<T>((size_t)(N * C), -1, 1);
+  const std::vector<T> x = hc_rand<T>((size_t)(N * C), -5, 0), tx = hc_rand<T>((size_t)(N * C), -1, 1),
+                       gy = hc_rand<T>((size_t)ny, -1, 1), gx0 = hc_rand<T>((size_t)(N * C), -1, 1);
   std::vector<int64_t> lab((size_t)N);
-  for (auto &l : lab) l = (int64_t)(kh_urand() * (double)C);
+  for (auto &l : lab) l = (int64_t)(hc_urand() * (double)C);
   std::vector<T> ry((size_t)ny), rty((size_t)ny), rgx = gx0;
   kref_nll(dt, N, C, transposed, x.data(), lab.data(), r, tx.data(), gy.data(), ry.data(), rty.data(),
            transposed ? nullptr : rgx.data());
@@ -679,20 +597,20 @@ template <class T> static void nll_case(int64_t N, int64_t C, int transposed, in
   kh_elems(N, [&](int64_t i) { nll_at(C, tx.data(), s0, s1, lab.data(), none ? ty.data() : nullptr, rowv.data(), i); });
   if (!none) ty[0] = kh_psum<T>(FRead{rowv.data()}, N, div);
   char name[160];
-  snprintf(name, sizeof name, "nll %s [%lld, %lld]%s %s", kh_dt(dt), (long long)N, (long long)C,
+  snprintf(name, sizeof name, "nll %s [%lld, %lld]%s %s", hc_dt(dt), (long long)N, (long long)C,
            transposed ? " transposed" : "", kh_red_r[r]);
   const std::string nm(name);
   if (none) {
-    kh_bits(nm + " y", y, ry);
-    kh_bits(nm + " ty", ty, rty);
+    hc_bits(nm + " y", y, ry);
+    hc_bits(nm + " ty", ty, rty);
   } else {
-    kh_close(nm + " y", y, ry, kh_tol<T>());
-    kh_close(nm + " ty", ty, rty, kh_tol<T>());
+    hc_close(nm + " y", y, ry, kh_tol<T>());
+    hc_close(nm + " ty", ty, rty, kh_tol<T>());
   }
   if (!transposed) {
     const T f = (T)(r == 0 ? 1.0 / (double)N : 1.0);
     kh_elems(N, [&](int64_t i) { nll_bw_at(C, lab.data(), gy.data(), none ? 1 : 0, f, gx.data(), i); });
-    kh_bits(nm + " gx +=", gx, rgx);
+    hc_bits(nm + " gx +=", gx, rgx);
   }
 }
 template <class T> static void nlls() {
@@ -726,9 +644,9 @@ template <class T> static void embedding_fwd_case(int layout) {
   const int dt = sizeof(T) == 8;
   const int64_t V = 11, D = 6, n = 17, nw = layout == 1 ? V * (D + 3) : V * D;
   const int64_t s0 = layout == 0 ? D : layout == 1 ? D + 3 : 1, s1 = layout == 2 ? V : 1;
-  const std::vector<T> w = kh_rand<T>((size_t)nw, -1, 1), tw = kh_rand<T>((size_t)nw, -1, 1);
+  const std::vector<T> w = hc_rand<T>((size_t)nw, -1, 1), tw = hc_rand<T>((size_t)nw, -1, 1);
   std::vector<int64_t> idx((size_t)n);
-  for (auto &r : idx) r = (int64_t)(kh_urand() * (double)V);
+  for (auto &r : idx) r = (int64_t)(hc_urand() * (double)V);
   idx[3] = idx[9] = V - 1;
   idx[4] = 0;
   std::vector<T> ry((size_t)(n * D)), rty((size_t)(n * D));
@@ -736,14 +654,14 @@ template <class T> static void embedding_fwd_case(int layout) {
   std::vector<T> y = kh_unset<T>((size_t)(n * D)), ty = kh_unset<T>((size_t)(n * D));
   kh_elems(n * D, [&](int64_t k) { gather_at(y.data(), w.data(), s0, s1, V, D, idx.data(), k); });
   kh_elems(n * D, [&](int64_t k) { gather_at(ty.data(), tw.data(), s0, s1, V, D, idx.data(), k); });
-  const std::string nm = std::string("embedding ") + kh_dt(dt) + " layout " + std::to_string(layout);
-  kh_bits(nm + " y", y, ry);
-  kh_bits(nm + " ty", ty, rty);
+  const std::string nm = std::string("embedding ") + hc_dt(dt) + " layout " + std::to_string(layout);
+  hc_bits(nm + " y", y, ry);
+  hc_bits(nm + " ty", ty, rty);
   // an index out of range gives zeros (kern.h: the kernel stays inside w)
   int64_t bad[2] = {-1, V};
   std::vector<T> z = kh_unset<T>((size_t)(2 * D));
   kh_elems(2 * D, [&](int64_t k) { gather_at(z.data(), w.data(), s0, s1, V, D, bad, k); });
-  kh_bits(nm + " rows out of range", z, std::vector<T>((size_t)(2 * D), (T)0));
+  hc_bits(nm + " rows out of range", z, std::vector<T>((size_t)(2 * D), (T)0));
 }
 
 // The embedding's backward through dlg_rows_scatter, as sparse.h's GPU
@@ -756,10 +674,10 @@ template <class T> static void scatter_cases() {
   const int dt = sizeof(T) == 8;
   const int64_t V = 13, D = 5, n1 = 40, n2 = 25;
   std::vector<int64_t> i1((size_t)n1), i2((size_t)n2);
-  for (auto &r : i1) r = (int64_t)(kh_urand() * 6) * 2; // even rows, many repeats
-  for (auto &r : i2) r = (int64_t)(kh_urand() * (double)V);
-  const std::vector<T> gy1 = kh_rand<T>((size_t)(n1 * D), -1, 1), gy2 = kh_rand<T>((size_t)(n2 * D), -1, 1),
-                       base = kh_rand<T>((size_t)(V * D), -1, 1);
+  for (auto &r : i1) r = (int64_t)(hc_urand() * 6) * 2; // even rows, many repeats
+  for (auto &r : i2) r = (int64_t)(hc_urand() * (double)V);
+  const std::vector<T> gy1 = hc_rand<T>((size_t)(n1 * D), -1, 1), gy2 = hc_rand<T>((size_t)(n2 * D), -1, 1),
+                       base = hc_rand<T>((size_t)(V * D), -1, 1);
   std::vector<int64_t> rrows((size_t)V);
   std::vector<T> rvals((size_t)(V * D)), rdense = base;
   const int64_t rnnz = kref_embedding_sparse(dt, V, D, i1.data(), n1, gy1.data(), i2.data(), n2, gy2.data(),
@@ -782,13 +700,13 @@ template <class T> static void scatter_cases() {
     }
     kh_scatter(vals.data(), (int64_t)rows.size(), D, slots.data(), (int64_t)ix.size(), (pass ? gy2 : gy1).data());
   }
-  const std::string nm = std::string("rows scatter ") + kh_dt(dt);
+  const std::string nm = std::string("rows scatter ") + hc_dt(dt);
   CHECK_MSG(rows == rrows, "%s: the touched rows differ from the CPU's (%zu vs %zu)", nm.c_str(), rows.size(),
             rrows.size());
-  kh_bits(nm + " sparse values (two passes)", vals, rvals);
+  hc_bits(nm + " sparse values (two passes)", vals, rvals);
   std::vector<T> dense = base;
   kh_scatter(dense.data(), V, D, rrows.data(), rnnz, rvals.data());
-  kh_bits(nm + " dl_sgrad_add_to", dense, rdense);
+  hc_bits(nm + " dl_sgrad_add_to", dense, rdense);
   // keys outside [0, nrows) are skipped
   std::vector<int64_t> k2 = rrows;
   std::vector<T> v2 = rvals;
@@ -798,12 +716,12 @@ template <class T> static void scatter_cases() {
   v2.insert(v2.end(), (size_t)D, (T)100);
   dense = base;
   kh_scatter(dense.data(), V, D, k2.data(), (int64_t)k2.size(), v2.data());
-  kh_bits(nm + " keys out of range skipped", dense, rdense);
+  hc_bits(nm + " keys out of range skipped", dense, rdense);
   // a weight that is an op's output: dense gradient, from zero
   std::vector<T> rgw((size_t)(V * D)), gw((size_t)(V * D), (T)0);
   kref_embedding_dense(dt, V, D, i2.data(), n2, gy2.data(), rgw.data());
   kh_scatter(gw.data(), V, D, i2.data(), n2, gy2.data());
-  kh_bits(nm + " dense gradient", gw, rgw);
+  hc_bits(nm + " dense gradient", gw, rgw);
 }
 template <class T> static void embeddings() {
   for (int layout = 0; layout < 3; layout++) embedding_fwd_case<T>(layout);
@@ -820,11 +738,11 @@ static void embedding_f64(void) { embeddings<double>(); }
 template <class T> static void dropout_case(double p, uint64_t seed, uint64_t skip) {
   const int dt = sizeof(T) == 8;
   const int64_t n = 1000;
-  std::vector<T> x = kh_rand<T>((size_t)n, -2, 2);
+  std::vector<T> x = hc_rand<T>((size_t)n, -2, 2);
   x[5] = (T)INFINITY; // a dropped inf gives NaN, as the CPU
   x[6] = -(T)INFINITY;
-  const std::vector<T> tx = kh_rand<T>((size_t)n, -1, 1), gy = kh_rand<T>((size_t)n, -1, 1),
-                       gx0 = kh_rand<T>((size_t)n, -1, 1);
+  const std::vector<T> tx = hc_rand<T>((size_t)n, -1, 1), gy = hc_rand<T>((size_t)n, -1, 1),
+                       gx0 = hc_rand<T>((size_t)n, -1, 1);
   std::vector<unsigned char> rmask((size_t)n);
   std::vector<T> ry((size_t)n), rty((size_t)n), rgx = gx0;
   uint64_t key, base, thr;
@@ -838,17 +756,17 @@ template <class T> static void dropout_case(double p, uint64_t seed, uint64_t sk
   kh_elems(n, [&](int64_t i) { dropout_apply_at(ty.data(), tx.data(), mask.data(), s, 0, i); });
   kh_elems(n, [&](int64_t i) { dropout_apply_at(gx.data(), gy.data(), mask.data(), s, 1, i); });
   char name[120];
-  snprintf(name, sizeof name, "dropout %s p %g seed %llu skip %llu", kh_dt(dt), p, (unsigned long long)seed,
+  snprintf(name, sizeof name, "dropout %s p %g seed %llu skip %llu", hc_dt(dt), p, (unsigned long long)seed,
            (unsigned long long)skip);
   const std::string nm(name);
   int kept = 0;
   for (const unsigned char k : rmask) kept += k;
   CHECK_MSG(p == 1.0 ? kept == 0 : kept > 0 && kept < n, "%s: the CPU kept %d of %lld", nm.c_str(), kept,
             (long long)n);
-  kh_bits(nm + " mask", mask, rmask);
-  kh_bits(nm + " y", y, ry);
-  kh_bits(nm + " ty", ty, rty);
-  kh_bits(nm + " gx +=", gx, rgx);
+  hc_bits(nm + " mask", mask, rmask);
+  hc_bits(nm + " y", y, ry);
+  hc_bits(nm + " ty", ty, rty);
+  hc_bits(nm + " gx +=", gx, rgx);
 }
 template <class T> static void dropouts() {
   dropout_case<T>(0.1, 1, 0);
@@ -947,12 +865,12 @@ template <class T> static void optim_case(const OptCase &c, bool sparse) {
   static const int64_t steprows[3][4] = {{3, 0, 7, -1}, {7, 8, 1, 3}, {2, 5, -1, -1}};
   bool use[3];
   kh_opt_state(c, use);
-  std::vector<T> p = kh_rand<T>((size_t)n, -1, 1), st[3];
+  std::vector<T> p = hc_rand<T>((size_t)n, -1, 1), st[3];
   for (int q = 0; q < 3; q++)
     st[q] = use[q] ? std::vector<T>((size_t)n, (T)(c.opt == 3 ? 0.1 : 0.0)) : std::vector<T>();
   std::vector<T> rp = p, rst[3] = {st[0], st[1], st[2]};
   char name[200];
-  snprintf(name, sizeof name, "%s %s%s hp {%g, %g, %g, %g, %g, %g, %g, %g}", kh_opt_names[c.opt], kh_dt(dt),
+  snprintf(name, sizeof name, "%s %s%s hp {%g, %g, %g, %g, %g, %g, %g, %g}", kh_opt_names[c.opt], hc_dt(dt),
            sparse ? " row-sparse" : "", c.hp[0], c.hp[1], c.hp[2], c.hp[3], c.hp[4], c.hp[5], c.hp[6], c.hp[7]);
   for (int64_t step = 1; step <= 3; step++) {
     std::vector<int64_t> rows;
@@ -960,7 +878,7 @@ template <class T> static void optim_case(const OptCase &c, bool sparse) {
       for (int j = 0; j < 4; j++)
         if (steprows[step - 1][j] >= 0) rows.push_back(steprows[step - 1][j]);
     const int64_t ng = sparse ? (int64_t)rows.size() * w : n;
-    std::vector<T> g = kh_rand<T>((size_t)ng, -1, 1);
+    std::vector<T> g = hc_rand<T>((size_t)ng, -1, 1);
     if (step == 2 && ng > 2) g[1] = (T)0; // a zero gradient (Lion's sign 0)
     double k[10];
     auto sp = [](std::vector<T> &v) { return v.empty() ? (T *)nullptr : v.data(); };
@@ -972,9 +890,9 @@ template <class T> static void optim_case(const OptCase &c, bool sparse) {
     kh_opt_apply<T>(c, k, ng, sparse ? w : 0, sparse ? rows.data() : nullptr, p.data(), g.data(), sp(st[0]),
                     sp(st[1]), sp(st[2]));
     const std::string nm = std::string(name) + " step " + std::to_string(step);
-    kh_bits(nm + " p", p, rp);
+    hc_bits(nm + " p", p, rp);
     for (int q = 0; q < 3; q++)
-      if (use[q]) kh_bits(nm + " state " + std::to_string(q), st[q], rst[q]);
+      if (use[q]) hc_bits(nm + " state " + std::to_string(q), st[q], rst[q]);
   }
 }
 template <class T> static void optimizers() {
@@ -993,29 +911,29 @@ static void optimizers_f64(void) { optimizers<double>(); }
 template <class T> static void clip_cases() {
   const int dt = sizeof(T) == 8;
   const int64_t n = 103;
-  std::vector<T> x = kh_rand<T>((size_t)n, -3, 3);
+  std::vector<T> x = hc_rand<T>((size_t)n, -3, 3);
   x[4] = (T)NAN;
   x[9] = (T)INFINITY;
   x[10] = -(T)INFINITY;
   x[11] = (T)1.5;
   x[12] = (T)-1.5;
-  const std::string nm = std::string("clip ") + kh_dt(dt);
+  const std::string nm = std::string("clip ") + hc_dt(dt);
   std::vector<T> rx = x, cx = x;
   kref_clamp(dt, rx.data(), n, 1.5);
   kh_elems(n, [&](int64_t i) { clamp_at(cx.data(), (T)-1.5, (T)1.5, i); });
-  kh_bits(nm + " clamp 1.5", cx, rx);
+  hc_bits(nm + " clamp 1.5", cx, rx);
   rx = x;
   cx = x;
   kref_clamp(dt, rx.data(), n, 0.1);
   kh_elems(n, [&](int64_t i) { clamp_at(cx.data(), (T)-0.1, (T)0.1, i); });
-  kh_bits(nm + " clamp 0.1", cx, rx);
-  const std::vector<T> y = kh_rand<T>((size_t)n, -3, 3);
+  hc_bits(nm + " clamp 0.1", cx, rx);
+  const std::vector<T> y = hc_rand<T>((size_t)n, -3, 3);
   const double want = kref_sumsq(dt, y.data(), n), got = kh_psum<double>(FSq<T>{y.data()}, n, 1.0);
   CHECK_MSG(std::fabs(got - want) <= 1e-13 * want, "%s sumsq: got %.17g, want %.17g", nm.c_str(), got, want);
   std::vector<T> ry = y, cy = y;
   kref_scale(dt, ry.data(), n, 0.3);
   kh_elems(n, [&](int64_t i) { scale_at(cy.data(), (T)0.3, i); });
-  kh_bits(nm + " scale 0.3", cy, ry);
+  hc_bits(nm + " scale 0.3", cy, ry);
 }
 static void clip_f32(void) { clip_cases<float>(); }
 static void clip_f64(void) { clip_cases<double>(); }
@@ -1028,10 +946,10 @@ template <class T> static void regularize_case(double l1, double l2) {
   const int64_t V = 8, D = 4, in = 5, out = 3, n = 11;
   std::vector<T> p0 = kh_grid<T>((size_t)(V * D)), p1 = kh_grid<T>((size_t)(in * out)), p2 = kh_grid<T>((size_t)out);
   p1[0] = p0[0] = (T)0;
-  const std::vector<T> g1_0 = kh_rand<T>((size_t)(in * out), -1, 1), g2_0 = kh_rand<T>((size_t)out, -1, 1),
-                       gy = kh_rand<T>((size_t)(n * D), -1, 1);
+  const std::vector<T> g1_0 = hc_rand<T>((size_t)(in * out), -1, 1), g2_0 = hc_rand<T>((size_t)out, -1, 1),
+                       gy = hc_rand<T>((size_t)(n * D), -1, 1);
   std::vector<int64_t> idx((size_t)n);
-  for (auto &r : idx) r = (int64_t)(kh_urand() * (double)V);
+  for (auto &r : idx) r = (int64_t)(hc_urand() * (double)V);
   std::vector<T> rg1 = g1_0, rg2 = g2_0, vb((size_t)(V * D)), va((size_t)(V * D));
   std::vector<int64_t> rows((size_t)V);
   const int64_t nnz = kref_regularize(dt, l1, l2, V, D, in, out, p0.data(), p1.data(), p2.data(), rg1.data(),
@@ -1044,11 +962,11 @@ template <class T> static void regularize_case(double l1, double l2) {
   kh_elems(out, [&](int64_t i) { regularize_at(0, dense, g2.data(), p2.data(), (T)l1, (T)l2, i); });
   kh_elems(nnz * D, [&](int64_t i) { regularize_at(D, rows.data(), v.data(), p0.data(), (T)l1, (T)l2, i); });
   char name[120];
-  snprintf(name, sizeof name, "regularize %s l1 %g l2 %g", kh_dt(dt), l1, l2);
+  snprintf(name, sizeof name, "regularize %s l1 %g l2 %g", hc_dt(dt), l1, l2);
   const std::string nm(name);
-  kh_bits(nm + " linear weight", g1, rg1);
-  kh_bits(nm + " linear bias", g2, rg2);
-  kh_bits(nm + " embedding rows", v, va);
+  hc_bits(nm + " linear weight", g1, rg1);
+  hc_bits(nm + " linear bias", g2, rg2);
+  hc_bits(nm + " embedding rows", v, va);
 }
 template <class T> static void regularizes() {
   regularize_case<T>(0.01, 0.1);

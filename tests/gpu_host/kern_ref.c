@@ -15,63 +15,15 @@
  * adds to it) and receives the result. Each call makes and frees its
  * tensors. The context keeps denormals (no flush to zero), as the device
  * does by default. */
-#include "dl.h"
+#include "host_check.h" /* the functions' declarations, dl.h, ref_make, ref_out */
 
-/* The functions, in the order of kern_host.cu's extern "C" block. */
-void kref_sum_to(int dt, int64_t rows, int64_t n, const void *g, void *gx);
-void kref_reduce(int dt, int kind, int ndim, const int64_t *shape, unsigned mask, double correction, const void *x,
-                 const void *tx, const void *gy, void *y, void *ty, void *gx);
-void kref_softmax(int dt, int logsm, int64_t outer, int64_t n, int64_t inner, const void *x, const void *tx,
-                  const void *gy, void *y, void *ty, void *gx);
-void kref_loss_ew(int dt, int kind, double p, int r, int64_t n, const void *a, const void *b, const void *ta,
-                  const void *tb, const void *gy, void *y, void *ty, void *ga, void *gb);
-void kref_ce(int dt, int64_t N, int64_t C, const void *x, const int64_t *lab, double eps, int r, const void *tx,
-             const void *gy, void *prob, void *y, void *ty, void *gx);
-void kref_nll(int dt, int64_t N, int64_t C, int transposed, const void *x, const int64_t *lab, int r, const void *tx,
-              const void *gy, void *y, void *ty, void *gx);
-void kref_embedding(int dt, int64_t V, int64_t D, int layout, const void *w, const void *tw, const int64_t *idx,
-                    int64_t n, void *y, void *ty);
-int64_t kref_embedding_sparse(int dt, int64_t V, int64_t D, const int64_t *idx1, int64_t n1, const void *gy1,
-                              const int64_t *idx2, int64_t n2, const void *gy2, int64_t *rows, void *values,
-                              void *dense);
-void kref_embedding_dense(int dt, int64_t V, int64_t D, const int64_t *idx, int64_t n, const void *gy, void *gw);
-void kref_dropout(int dt, int64_t n, double p, uint64_t seed, uint64_t skip, const void *x, const void *tx,
-                  const void *gy, unsigned char *mask, void *y, void *ty, void *gx, uint64_t *key, uint64_t *base,
-                  uint64_t *thr, double *scale);
-void kref_optim(int dt, int opt, const double *hp, int64_t step, int64_t n, void *p, const void *g, void *s0,
-                void *s1, void *s2, double *kargs);
-void kref_optim_sparse(int dt, int opt, const double *hp, int64_t step, int64_t V, int64_t w, const int64_t *rows,
-                       int64_t k, void *p, const void *g, void *s0, void *s1, void *s2, double *kargs);
-void kref_clamp(int dt, void *x, int64_t n, double v);
-double kref_sumsq(int dt, const void *x, int64_t n);
-void kref_scale(int dt, void *x, int64_t n, double f);
-int64_t kref_regularize(int dt, double l1, double l2, int64_t V, int64_t D, int64_t in, int64_t out,
-                        const void *p0, const void *p1, const void *p2, void *g1, void *g2, const int64_t *idx,
-                        int64_t n, const void *gy, int64_t *rows, void *vals_before, void *vals_after);
-
-static dl_ctx ref_ctx;
-static int ref_inited;
-
-static void ref_init(void) {
-  if (!ref_inited) {
-    dl_ctx_desc d;
-    memset(&d, 0, sizeof d);
-    d.keep_denormals = 1;
-    dl_ctx_init(&ref_ctx, &d);
-    ref_inited = 1;
-  }
+static void kref_init(void) {
+  dl_ctx_desc d;
+  memset(&d, 0, sizeof d);
+  d.keep_denormals = 1;
+  ref_init_desc(&d);
 }
 static size_t ref_es(int dt) { return dt ? sizeof(double) : sizeof(float); }
-/* An owned tensor of dtype dt and the given shape, filled from src (NULL: zeros). */
-static dl_tensor *ref_make(int dt, int nd, const int64_t *shape, const void *src) {
-  dl_tensor *t = dl_tensor_make(&ref_ctx, dt ? DL_F64 : DL_F32, nd, shape);
-  if (src) memcpy(t->data, src, (size_t)t->numel * dl_dtype_size(t->dtype));
-  return t;
-}
-/* t's elements (contiguous t) into dst. */
-static void ref_out(void *dst, const dl_tensor *t) {
-  if (dst && t) memcpy(dst, t->data, (size_t)t->numel * dl_dtype_size(t->dtype));
-}
 /* A leaf needing a gradient that starts at g0 (NULL: zeros). */
 static void ref_grad_from(dl_tensor *t, const void *g0) {
   dl_requires_grad(t);
@@ -90,7 +42,7 @@ void kref_sum_to(int dt, int64_t rows, int64_t n, const void *g, void *gx) {
   int64_t sg[2], sx[1];
   dl_tensor *G, *GX;
   sg[0] = rows; sg[1] = n; sx[0] = n;
-  ref_init();
+  kref_init();
   G = ref_make(dt, 2, sg, g);
   GX = ref_make(dt, 1, sx, gx);
   dl_sum_to_into(GX, G);
@@ -108,7 +60,7 @@ void kref_reduce(int dt, int kind, int ndim, const int64_t *shape, unsigned mask
   int axes[DL_MAX_DIMS], na = 0, d;
   dl_tensor *X, *TX, *G, *Y = NULL;
   dl_tape tp;
-  ref_init();
+  kref_init();
   for (d = 0; d < ndim; d++)
     if ((mask >> d) & 1u) axes[na++] = d;
   X = ref_make(dt, ndim, shape, x);
@@ -144,7 +96,7 @@ void kref_softmax(int dt, int logsm, int64_t outer, int64_t n, int64_t inner, co
   dl_tensor *X, *TX, *G, *Y;
   dl_tape tp;
   s[0] = outer; s[1] = n; s[2] = inner;
-  ref_init();
+  kref_init();
   X = ref_make(dt, 3, s, x);
   TX = ref_make(dt, 3, s, tx);
   ref_grad_from(X, gx);
@@ -178,7 +130,7 @@ void kref_loss_ew(int dt, int kind, double p, int r, int64_t n, const void *a, c
   dl_tape tp;
   const dl_reduction red = (dl_reduction)r;
   s[0] = n;
-  ref_init();
+  kref_init();
   A = ref_make(dt, 1, s, a);
   B = ref_make(dt, 1, s, b);
   if (ga) ref_grad_from(A, ga);
@@ -219,7 +171,7 @@ void kref_ce(int dt, int64_t N, int64_t C, const void *x, const int64_t *lab, do
   dl_tensor *X, *TX, *L, *G, *Y;
   dl_tape tp;
   s[0] = N; s[1] = C;
-  ref_init();
+  kref_init();
   X = ref_make(dt, 2, s, x);
   TX = ref_make(dt, 2, s, tx);
   L = ref_labels(N, lab);
@@ -252,7 +204,7 @@ void kref_nll(int dt, int64_t N, int64_t C, int transposed, const void *x, const
   dl_tape tp;
   s[0] = transposed ? C : N;
   s[1] = transposed ? N : C;
-  ref_init();
+  kref_init();
   X = ref_make(dt, 2, s, x);
   TX = ref_make(dt, 2, s, tx);
   L = ref_labels(N, lab);
@@ -296,7 +248,7 @@ void kref_embedding(int dt, int64_t V, int64_t D, int layout, const void *w, con
   dl_tape tp;
   s[0] = layout == 2 ? D : V;
   s[1] = layout == 0 ? D : layout == 1 ? D + 3 : V;
-  ref_init();
+  kref_init();
   W = ref_make(dt, 2, s, w);
   TW = ref_make(dt, 2, s, tw);
   I = ref_labels(n, idx);
@@ -335,7 +287,7 @@ int64_t kref_embedding_sparse(int dt, int64_t V, int64_t D, const int64_t *idx1,
   dl_tape tp;
   int pass;
   s[0] = V; s[1] = D;
-  ref_init();
+  kref_init();
   W = ref_make(dt, 2, s, NULL);
   dl_tensor_fill(W, 0.5);
   dl_requires_grad(W);
@@ -371,7 +323,7 @@ void kref_embedding_dense(int dt, int64_t V, int64_t D, const int64_t *idx, int6
   dl_tensor *W, *W1, *I, *G, *Y;
   dl_tape tp;
   s[0] = V; s[1] = D;
-  ref_init();
+  kref_init();
   W = ref_make(dt, 2, s, NULL);
   dl_tensor_fill(W, 0.5);
   dl_requires_grad(W);
@@ -407,7 +359,7 @@ void kref_dropout(int dt, int64_t n, double p, uint64_t seed, uint64_t skip, con
   *base = rng.counter;
   *thr = (uint64_t)ceil(p * 9007199254740992.0);
   *scale = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
-  ref_init();
+  kref_init();
   X = ref_make(dt, 1, s, x);
   TX = ref_make(dt, 1, s, tx);
   ref_grad_from(X, gx);
@@ -515,7 +467,7 @@ void kref_optim(int dt, int opt, const double *hp, int64_t step, int64_t n, void
   dl_tensor *P, *G, *S0 = NULL, *S1 = NULL, *S2 = NULL;
   ref_cfgs c;
   s[0] = n;
-  ref_init();
+  kref_init();
   ref_cfg(opt, hp, &c);
   P = ref_make(dt, 1, s, p);
   G = ref_make(dt, 1, s, g);
@@ -556,7 +508,7 @@ void kref_optim_sparse(int dt, int opt, const double *hp, int64_t step, int64_t 
   int q, ns = 0, order[3];
   s[0] = V; s[1] = w; sg[0] = k; sg[1] = w;
   sv[0] = s0; sv[1] = s1; sv[2] = s2;
-  ref_init();
+  kref_init();
   ref_cfg(opt, hp, &c);
   memset(&o, 0, sizeof o);
   memset(&pr, 0, sizeof pr);
@@ -611,12 +563,12 @@ void kref_optim_sparse(int dt, int opt, const double *hp, int64_t step, int64_t 
 void kref_clamp(int dt, void *x, int64_t n, double v) { dl__clamp_buf(x, n, dt ? DL_F64 : DL_F32, v); }
 /* sum of x[i]^2 in double (dl__sumsq). */
 double kref_sumsq(int dt, const void *x, int64_t n) {
-  ref_init();
+  kref_init();
   return dl__sumsq(&ref_ctx, x, n, dt ? DL_F64 : DL_F32);
 }
 /* x[i] *= f (dl__scale). */
 void kref_scale(int dt, void *x, int64_t n, double f) {
-  ref_init();
+  kref_init();
   dl__scale(&ref_ctx, x, n, dt ? DL_F64 : DL_F32, f);
 }
 
@@ -640,7 +592,7 @@ int64_t kref_regularize(int dt, double l1, double l2, int64_t V, int64_t D, int6
   const size_t es = ref_es(dt);
   int64_t nnz;
   int i;
-  ref_init();
+  kref_init();
   memset(&md, 0, sizeof md);
   md.dtype = dt ? DL_F64 : DL_F32;
   md.seed = 7;

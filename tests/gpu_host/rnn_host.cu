@@ -41,62 +41,13 @@
 // dtype.
 #include "rnn.cu" // src_gpu/rnn.cu (-Isrc_gpu), with its includes
 #include "../harness.h"
+#include "host_check.h"
 
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
-// rnn_ref.c: dl.h's CPU recurrent ops on plain arrays (dt 0: f32, 1: f64).
-extern "C" {
-typedef struct rnn_ref_io {
-  int kind;
-  int dt;
-  int64_t B, T, I, H;
-  const void *x, *h0, *c0, *wih, *whh, *bih, *bhh;
-  const void *tx, *th0, *tc0, *twih, *twhh, *tbih, *tbhh;
-  const void *gy, *ghn, *gcn;
-  void *y, *hn, *cn;
-  void *gx, *gh0, *gc0, *gwih, *gwhh, *gbih, *gbhh;
-  void *ty, *thn, *tcn;
-} rnn_ref_io;
-void rnn_ref(const rnn_ref_io *io);
-}
-
-// xorshift64, fixed seed: the same inputs every run.
-static uint64_t rh_state = 88172645463325252ull;
-static double rh_urand() {
-  rh_state ^= rh_state << 13;
-  rh_state ^= rh_state >> 7;
-  rh_state ^= rh_state << 17;
-  return (double)(rh_state >> 11) / 9007199254740992.0;
-}
-template <class T> static std::vector<T> rh_rand(size_t n, double lo, double hi) {
-  std::vector<T> v(n);
-  for (auto &e : v) e = (T)(lo + (hi - lo) * rh_urand());
-  return v;
-}
-
-// One check: the worst |got - want| / (1 + |want|) is at most tol (NaN fails).
-template <class T>
-static void rh_close(const std::string &what, const std::vector<T> &got, const std::vector<T> &want, double tol) {
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < got.size() && i < want.size(); i++) {
-    const double g = (double)got[i], w = (double)want[i];
-    const double e = std::fabs(g - w) / (1 + std::fabs(w));
-    if (!(e <= worst)) {
-      worst = e;
-      at = i;
-    }
-  }
-  CHECK_MSG(got.size() == want.size() && worst <= tol,
-            "%s: %zu vs %zu elements, worst relative error %g at %zu (got %.17g, want %.17g)", what.c_str(),
-            got.size(), want.size(), worst, at, at < got.size() ? (double)got[at] : 0.0,
-            at < want.size() ? (double)want[at] : 0.0);
-}
-// What outputs that the bodies assign hold before the run: no cell gives it.
-constexpr double kUnset = 777.0;
 
 // C [M, N] = op(A) op(B) + beta C, row-major, leading dimensions in elements
 // (dlg_gemm's contract), summed in double.
@@ -138,13 +89,13 @@ template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, 
   const int64_t S = kind == DLG_RNN_LSTM || kind == DLG_RNN_GRU ? 4 : 0;
   const bool lstm = kind == DLG_RNN_LSTM, has_c0 = lstm && has_h0;
   // inputs, their tangents, the upstream gradients
-  auto x = rh_rand<T>(B * Tn * I, -1, 1), h0 = rh_rand<T>(B * H, -1, 1), c0 = rh_rand<T>(B * H, -1, 1);
-  auto wih = rh_rand<T>(GH * I, -0.6, 0.6), whh = rh_rand<T>(GH * H, -0.6, 0.6);
-  auto bih = rh_rand<T>(GH, -0.5, 0.5), bhh = rh_rand<T>(GH, -0.5, 0.5);
-  auto tx = rh_rand<T>(B * Tn * I, -1, 1), th0 = rh_rand<T>(B * H, -1, 1), tc0 = rh_rand<T>(B * H, -1, 1);
-  auto twih = rh_rand<T>(GH * I, -1, 1), twhh = rh_rand<T>(GH * H, -1, 1);
-  auto tbih = rh_rand<T>(GH, -1, 1), tbhh = rh_rand<T>(GH, -1, 1);
-  auto gy = rh_rand<T>(B * Tn * H, -1, 1), ghn = rh_rand<T>(B * H, -1, 1), gcn = rh_rand<T>(B * H, -1, 1);
+  auto x = hc_rand<T>(B * Tn * I, -1, 1), h0 = hc_rand<T>(B * H, -1, 1), c0 = hc_rand<T>(B * H, -1, 1);
+  auto wih = hc_rand<T>(GH * I, -0.6, 0.6), whh = hc_rand<T>(GH * H, -0.6, 0.6);
+  auto bih = hc_rand<T>(GH, -0.5, 0.5), bhh = hc_rand<T>(GH, -0.5, 0.5);
+  auto tx = hc_rand<T>(B * Tn * I, -1, 1), th0 = hc_rand<T>(B * H, -1, 1), tc0 = hc_rand<T>(B * H, -1, 1);
+  auto twih = hc_rand<T>(GH * I, -1, 1), twhh = hc_rand<T>(GH * H, -1, 1);
+  auto tbih = hc_rand<T>(GH, -1, 1), tbhh = hc_rand<T>(GH, -1, 1);
+  auto gy = hc_rand<T>(B * Tn * H, -1, 1), ghn = hc_rand<T>(B * H, -1, 1), gcn = hc_rand<T>(B * H, -1, 1);
 
   // the CPU's results
   std::vector<T> ry(B * Tn * H), rhn(B * H), rcn(B * H), rty(B * Tn * H), rthn(B * H), rtcn(B * H);
@@ -254,14 +205,14 @@ template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, 
     move<T>(hn.data(), H, y.data() + (Tn - 1) * H, Tn * H, B, H, 0);
     if (lstm) move<T>(cn.data(), H, c.data() + (Tn - 1) * r.c_lt, r.c_lb, B, H, 0);
     const std::string nm = name + (full ? "" : " (no grad)");
-    rh_close(nm + " y", y, ry, tol);
-    rh_close(nm + " h_n", hn, rhn, tol);
-    if (lstm) rh_close(nm + " c_n", cn, rcn, tol);
+    hc_close(nm + " y", y, ry, tol, false);
+    hc_close(nm + " h_n", hn, rhn, tol, false);
+    if (lstm) hc_close(nm + " c_n", cn, rcn, tol, false);
     if (!full) break;
     move<T>(thn.data(), H, ty.data() + (Tn - 1) * H, Tn * H, B, H, 0);
-    rh_close(nm + " ty", ty, rty, tol);
-    rh_close(nm + " th_n", thn, rthn, tol);
-    if (lstm) rh_close(nm + " tc_n", tc, rtcn, tol);
+    hc_close(nm + " ty", ty, rty, tol, false);
+    hc_close(nm + " th_n", thn, rthn, tol, false);
+    if (lstm) hc_close(nm + " tc_n", tc, rtcn, tol, false);
 
     // backward: h_n's rule, then the recurrence's (dl__rnn_bw_gpu), then linear's
     std::vector<T> gyt = gy;
@@ -293,15 +244,15 @@ template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, 
     gemm<T>(0, 0, B * Tn, I, GH, dx.data(), GH, wih.data(), I, 0.0, gx.data(), I);
     gemm<T>(1, 0, GH, I, B * Tn, dx.data(), GH, x.data(), I, 0.0, gwih.data(), I);
     colsum_add<T>(gbih.data(), dx.data(), B * Tn, GH);
-    rh_close(nm + " grad x", gx, rgx, tol);
-    rh_close(nm + " grad w_ih", gwih, rgwih, tol);
-    rh_close(nm + " grad w_hh", gwhh, rgwhh, tol);
+    hc_close(nm + " grad x", gx, rgx, tol, false);
+    hc_close(nm + " grad w_ih", gwih, rgwih, tol, false);
+    hc_close(nm + " grad w_hh", gwhh, rgwhh, tol, false);
     if (has_bias) {
-      rh_close(nm + " grad b_ih", gbih, rgbih, tol);
-      rh_close(nm + " grad b_hh", gbhh, rgbhh, tol);
+      hc_close(nm + " grad b_ih", gbih, rgbih, tol, false);
+      hc_close(nm + " grad b_hh", gbhh, rgbhh, tol, false);
     }
-    if (has_h0) rh_close(nm + " grad h0", dh, rgh0, tol);
-    if (has_c0) rh_close(nm + " grad c0", dc, rgc0, tol);
+    if (has_h0) hc_close(nm + " grad h0", dh, rgh0, tol, false);
+    if (has_c0) hc_close(nm + " grad c0", dc, rgc0, tol, false);
   }
 }
 

@@ -6,36 +6,13 @@
  * the nvcc-built test; see the top of rnn_host.cu for the commands.
  *
  * Arrays are contiguous, of f32 (dt 0) or f64 (dt 1) elements. */
-#include "dl.h"
-
-/* Which arrays of one call: inputs (x [B, T, I], h0, c0 [B, H], w_ih
- * [G H, I], w_hh [G H, H], b_ih, b_hh [G H]; h0, c0, b_ih, b_hh NULL: left
- * out), their tangents (same shapes; NULL: none, or no forward mode at all
- * when every one is NULL), the upstream gradients gy [B, T, H], ghn, gcn
- * [B, H] of y, h_n, c_n (the loss is sum(y gy) + sum(h_n ghn) + sum(c_n gcn);
- * gy NULL: no backward), and the results (NULL: not wanted). */
-typedef struct rnn_ref_io {
-  int kind; /* 0 tanh, 1 relu, 2 LSTM, 3 GRU */
-  int dt;
-  int64_t B, T, I, H;
-  const void *x, *h0, *c0, *wih, *whh, *bih, *bhh;
-  const void *tx, *th0, *tc0, *twih, *twhh, *tbih, *tbhh;
-  const void *gy, *ghn, *gcn;
-  void *y, *hn, *cn;
-  void *gx, *gh0, *gc0, *gwih, *gwhh, *gbih, *gbhh;
-  void *ty, *thn, *tcn;
-} rnn_ref_io;
-
-void rnn_ref(const rnn_ref_io *io);
-
-static dl_ctx ref_ctx;
-static int ref_inited;
+#include "host_check.h" /* rnn_ref_io, rnn_ref, dl.h, ref_init, ref_out */
 
 enum { REF_MAX = 32 };
 
 /* An owned tensor of io's dtype, filled from src (NULL src: no tensor). */
-static dl_tensor *ref_make(const rnn_ref_io *io, int nd, int64_t d0, int64_t d1, int64_t d2, const void *src,
-                           dl_tensor **made, int *nmade) {
+static dl_tensor *ref_make_io(const rnn_ref_io *io, int nd, int64_t d0, int64_t d1, int64_t d2, const void *src,
+                              dl_tensor **made, int *nmade) {
   int64_t shape[3];
   dl_tensor *t;
   if (!src) return NULL;
@@ -47,9 +24,6 @@ static dl_tensor *ref_make(const rnn_ref_io *io, int nd, int64_t d0, int64_t d1,
   made[(*nmade)++] = t;
   return t;
 }
-static void ref_out(void *dst, const dl_tensor *t) {
-  if (dst && t) memcpy(dst, t->data, (size_t)t->numel * dl_dtype_size(t->dtype));
-}
 
 void rnn_ref(const rnn_ref_io *io) {
   const int64_t G = io->kind == 2 ? 4 : io->kind == 3 ? 3 : 1, B = io->B, T = io->T, I = io->I, H = io->H;
@@ -57,10 +31,7 @@ void rnn_ref(const rnn_ref_io *io) {
   const void *src[7], *tsrc[7];
   int nmade = 0, k, back = io->gy != NULL;
   dl_tape tp;
-  if (!ref_inited) {
-    dl_ctx_init(&ref_ctx, NULL);
-    ref_inited = 1;
-  }
+  ref_init();
   src[0] = io->x; src[1] = io->h0; src[2] = io->c0; src[3] = io->wih; src[4] = io->whh; src[5] = io->bih;
   src[6] = io->bhh;
   tsrc[0] = io->tx; tsrc[1] = io->th0; tsrc[2] = io->tc0; tsrc[3] = io->twih; tsrc[4] = io->twhh;
@@ -69,8 +40,8 @@ void rnn_ref(const rnn_ref_io *io) {
     const int nd[7] = {3, 2, 2, 2, 2, 1, 1};
     const int64_t d0[7] = {B, B, B, G * H, G * H, G * H, G * H}, d1[7] = {T, H, H, I, H, 0, 0};
     for (k = 0; k < 7; k++) {
-      in[k] = ref_make(io, nd[k], d0[k], d1[k], I, src[k], made, &nmade);
-      tin[k] = in[k] ? ref_make(io, nd[k], d0[k], d1[k], I, tsrc[k], made, &nmade) : NULL;
+      in[k] = ref_make_io(io, nd[k], d0[k], d1[k], I, src[k], made, &nmade);
+      tin[k] = in[k] ? ref_make_io(io, nd[k], d0[k], d1[k], I, tsrc[k], made, &nmade) : NULL;
       if (in[k] && back) dl_requires_grad(in[k]);
       if (tin[k]) dl_set_tangent(in[k], tin[k]);
     }
@@ -91,12 +62,12 @@ void rnn_ref(const rnn_ref_io *io) {
   ref_out(io->thn, hn->tangent);
   if (cn) ref_out(io->tcn, cn->tangent);
   if (back) {
-    dl_tensor *gy = ref_make(io, 3, B, T, H, io->gy, made, &nmade);
-    dl_tensor *ghn = ref_make(io, 2, B, H, 0, io->ghn, made, &nmade);
+    dl_tensor *gy = ref_make_io(io, 3, B, T, H, io->gy, made, &nmade);
+    dl_tensor *ghn = ref_make_io(io, 2, B, H, 0, io->ghn, made, &nmade);
     dl_tensor *loss = dl_t_sum_all(&tp, dl_t_mul(&tp, y, gy));
     loss = dl_t_add(&tp, loss, dl_t_sum_all(&tp, dl_t_mul(&tp, hn, ghn)));
     if (cn) {
-      dl_tensor *gcn = ref_make(io, 2, B, H, 0, io->gcn, made, &nmade);
+      dl_tensor *gcn = ref_make_io(io, 2, B, H, 0, io->gcn, made, &nmade);
       loss = dl_t_add(&tp, loss, dl_t_sum_all(&tp, dl_t_mul(&tp, cn, gcn)));
     }
     dl_backward(&tp, loss, NULL);

@@ -47,22 +47,12 @@
 // is one op at one dtype.
 #include "shape.cu" // src_gpu/shape.cu (-Isrc_gpu), with its includes
 #include "../harness.h"
+#include "host_check.h"
 
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
-
-// shape_ref.c: dl.h's CPU ops on plain arrays; the contracts are there.
-extern "C" {
-void sref_index_select(int dt, int ndim, const int64_t *shape, int dim, const int64_t *idx, int64_t m, const void *x,
-                       const void *tx, const void *gy, void *y, void *ty, void *gx);
-void sref_gather(int dt, int ndim, const int64_t *xshape, int tr, int dim, const int64_t *ishape, const int64_t *idx,
-                 const void *x, const void *tx, const void *gy, void *y, void *ty, void *gx);
-void sref_pad(int dt, int ndim, const int64_t *xshape, int tr, int npairs, const int64_t *pads, double value,
-              const void *x, const void *tx, const void *gy, const int64_t **yshape_out, void *y, void *ty, void *gx);
-void sref_fill_bits(int dt, double value, void *out);
-}
 
 // dl_dtype's values (core.h): f32, f64, i32, i64 are DLG_F32 .. DLG_I64.
 enum { SH_U8 = 4, SH_I8 = 5, SH_F16 = 6 };
@@ -82,15 +72,6 @@ static const char *dt_name(int dt) {
   }
 }
 
-// xorshift64, fixed seed: the same inputs every run.
-static uint64_t sh_state = 88172645463325252ull;
-static uint64_t sh_next() {
-  sh_state ^= sh_state << 13;
-  sh_state ^= sh_state >> 7;
-  sh_state ^= sh_state << 17;
-  return sh_state;
-}
-static double sh_urand() { return (double)(sh_next() >> 11) / 9007199254740992.0; }
 
 typedef std::vector<unsigned char> Bytes;
 // n elements of dtype dt: f32 / f64 uniform in [-1, 1), other dtypes random bytes.
@@ -98,13 +79,13 @@ static Bytes rnd(int dt, int64_t n) {
   Bytes b((size_t)(n * es_of(dt)) + 1); // + 1: data() valid for n = 0 too
   for (int64_t i = 0; i < n; i++) {
     if (dt == DLG_F32) {
-      const float v = (float)(2 * sh_urand() - 1);
+      const float v = (float)(2 * hc_urand() - 1);
       memcpy(&b[(size_t)i * 4], &v, 4);
     } else if (dt == DLG_F64) {
-      const double v = 2 * sh_urand() - 1;
+      const double v = 2 * hc_urand() - 1;
       memcpy(&b[(size_t)i * 8], &v, 8);
     } else {
-      for (int k = 0; k < es_of(dt); k++) b[(size_t)(i * es_of(dt) + k)] = (unsigned char)sh_next();
+      for (int k = 0; k < es_of(dt); k++) b[(size_t)(i * es_of(dt) + k)] = (unsigned char)hc_next();
     }
   }
   return b;
@@ -234,7 +215,7 @@ static void gather_case(int dt, const std::vector<int64_t> &xshape, int tr, int 
   }
   const int64_t nx = prod(xshape), ny = prod(ishape), bound = vs[(size_t)dim];
   std::vector<int64_t> idx((size_t)ny);
-  for (auto &e : idx) e = (int64_t)(sh_urand() * (double)bound);
+  for (auto &e : idx) e = (int64_t)(hc_urand() * (double)bound);
   const Bytes x = rnd(dt, nx), tx = rnd(dt, nx), gy = rnd(dt, ny), gx0 = tr ? zeros(dt, nx) : rnd(dt, nx);
   Bytes ry = unset(dt, ny), rty = unset(dt, ny), rgx = gx0;
   sref_gather(dt, nd, xshape.data(), tr, dim, ishape.data(), idx.data(), x.data(), fl ? tx.data() : nullptr,

@@ -14,37 +14,9 @@
  * on dl_t_transpose(x, 0, ndim - 1), a strided view of x's storage (shape
  * the storage's with the first and last sizes swapped). Each call makes and
  * frees its tensors. */
-#include "dl.h"
+#include "host_check.h" /* the functions' declarations, dl.h, ref_init, ref_make, ref_out */
 
-/* The functions, in the order of shape_host.cu's extern "C" block. */
-void sref_index_select(int dt, int ndim, const int64_t *shape, int dim, const int64_t *idx, int64_t m, const void *x,
-                       const void *tx, const void *gy, void *y, void *ty, void *gx);
-void sref_gather(int dt, int ndim, const int64_t *xshape, int tr, int dim, const int64_t *ishape, const int64_t *idx,
-                 const void *x, const void *tx, const void *gy, void *y, void *ty, void *gx);
-void sref_pad(int dt, int ndim, const int64_t *xshape, int tr, int npairs, const int64_t *pads, double value,
-              const void *x, const void *tx, const void *gy, const int64_t **yshape_out, void *y, void *ty, void *gx);
-void sref_fill_bits(int dt, double value, void *out);
-
-static dl_ctx ref_ctx;
-static int ref_inited;
 static int64_t ref_yshape[DL_MAX_DIMS];
-
-static void ref_init(void) {
-  if (!ref_inited) {
-    dl_ctx_init(&ref_ctx, NULL);
-    ref_inited = 1;
-  }
-}
-/* An owned tensor of dtype dt and the given shape, filled from src (NULL: zeros). */
-static dl_tensor *ref_make(int dt, int nd, const int64_t *shape, const void *src) {
-  dl_tensor *t = dl_tensor_make(&ref_ctx, (dl_dtype)dt, nd, shape);
-  if (!t) DL_PANIC(&ref_ctx, "shape_ref", "out of memory");
-  if (src && t->numel) memcpy(t->data, src, (size_t)t->numel * dl_dtype_size(t->dtype));
-  return t;
-}
-static void ref_out(void *dst, const dl_tensor *t) {
-  if (dst && t && t->numel) memcpy(dst, t->data, (size_t)t->numel * dl_dtype_size(t->dtype));
-}
 static int ref_float(int dt) { return dt == DL_F32 || dt == DL_F64; }
 
 /* The op's part common to the three: X (with tangent and gradient when

@@ -584,6 +584,125 @@ DL_API const void *dl__rnn_tan(dl_tape *tp, const char *op, const dl_tensor *t) 
   return dl__t_contig(tp, op, t->tangent)->data;
 }
 
+/* Scratch bytes of tp for the recurrence of x: device memory when dev (a
+ * device tape), zeroed when zero. */
+DL_API void *dl__rnn_scratch(dl_tape *tp, const char *op, const dl_tensor *x, int dev, size_t bytes, int zero) {
+  void *p;
+#ifdef DL_USE_CUDA
+  if (dev) {
+    p = dl_tape_dev_scratch(tp, op, bytes);
+    if (zero) dl__gpu_ok(x, op, dlg_memset0(dl__gpu_h(x, op), p, bytes));
+    return p;
+  }
+#endif
+  (void)x;
+  (void)dev;
+  p = dl_tape_scratch(tp, op, bytes);
+  if (zero) memset(p, 0, bytes);
+  return p;
+}
+/* The start of dl__rnn_run and dl__rnn_run_gpu (dev: every buffer in device
+ * memory): the input projection xp of every step, the recurrence's state r
+ * (returned) with its buffers, the output *y [B, T, H] and its tangent. in
+ * [5] receives the backward's inputs (xp, w_hh, b_hh, h0, c0), *jvp whether
+ * tangents flow. */
+DL_API dl__rnn *dl__rnn_start(dl_tape *tp, const char *op, int kind, int dev, dl_tensor *x, dl_tensor *h0,
+                              dl_tensor *c0, dl_tensor *w_ih, dl_tensor *w_hh, dl_tensor *b_ih, dl_tensor *b_hh,
+                              dl_tensor **in, dl_tensor **y_out, int *jvp_out) {
+  const int G = kind == DL__RNN_LSTM ? 4 : kind == DL__RNN_GRU ? 3 : 1;
+  dl_tensor *xp, *y;
+  dl__rnn *r;
+  int64_t B, T, H, GH;
+  size_t es;
+  int jvp, full;
+  B = x->shape[0];
+  T = x->shape[1];
+  H = w_hh->shape[1];
+  GH = G * H;
+  es = dl_dtype_size(x->dtype);
+
+  /* the input projection of every step: one GEMM */
+  xp = dl_t_linear(tp, x, dl_t_contiguous(tp, w_ih), b_ih); /* (linear reads w in place) */
+  in[0] = xp;
+  in[1] = w_hh;
+  in[2] = b_hh;
+  in[3] = h0;
+  in[4] = kind == DL__RNN_LSTM ? c0 : NULL;
+  jvp = dl_tangent_wants(5, in);
+  full = dl_tape_wants(tp, 5, in) || jvp; /* keep every step's gates and cells */
+
+  r = (dl__rnn *)dl_tape_scratch(tp, op, sizeof *r); /* host: read by the rule (dev: pointing at device memory) */
+  memset(r, 0, sizeof *r);
+  r->kind = kind;
+  r->G = G;
+  r->S = kind == DL__RNN_LSTM || kind == DL__RNN_GRU ? 4 : 0;
+  r->B = B;
+  r->T = T;
+  r->H = H;
+  r->ctx = tp->ctx;
+  r->dtype = x->dtype;
+  r->op = op;
+  r->zero = dl__rnn_scratch(tp, op, x, dev, (size_t)GH * es, 1);
+  r->xp = xp->data;
+  r->whh = dl__t_contig(tp, op, w_hh)->data;
+  r->bhh = b_hh ? dl__t_contig(tp, op, b_hh)->data : r->zero;
+  r->has_h0 = h0 != NULL;
+  r->h0 = h0 ? dl__t_contig(tp, op, h0)->data : r->zero;
+  r->h0_ld = h0 ? H : 0;
+  r->c0 = c0 && kind == DL__RNN_LSTM ? dl__t_contig(tp, op, c0)->data : r->zero;
+  r->c0_ld = c0 && kind == DL__RNN_LSTM ? H : 0;
+  y = dl_tape_out(tp, op, x->dtype, DL_SHAPE(B, T, H));
+  r->y = y->data;
+  if (kind == DL__RNN_LSTM) {
+    r->c_lb = full ? T * H : H;
+    r->c_lt = full ? H : 0;
+    r->c = dl__rnn_scratch(tp, op, x, dev, (size_t)(full ? B * T * H : B * H) * es, 0);
+  } else {
+    r->c = (void *)(uintptr_t)r->zero; /* never written: only the LSTM has cells */
+  }
+  if (r->S) {
+    r->g_lb = full ? T * r->S * H : r->S * H;
+    r->g_lt = full ? r->S * H : 0;
+    r->g = dl__rnn_scratch(tp, op, x, dev, (size_t)((full ? B * T : B) * r->S * H) * es, 0);
+  } else {
+    r->g = (void *)(uintptr_t)r->zero;
+  }
+  r->s = dl__rnn_scratch(tp, op, x, dev, (size_t)(B * GH) * es, 0);
+  if (jvp) {
+    dl_tensor *ty = dl_tape_tangent(tp, y);
+    const void *v;
+    r->ty = ty->data;
+    r->ts = dl__rnn_scratch(tp, op, x, dev, (size_t)(B * GH) * es, 0);
+    v = dl__rnn_tan(tp, op, xp);
+    r->txp = v ? v : r->zero;
+    r->txp_lb = v ? T * GH : 0;
+    r->txp_lt = v ? GH : 0;
+    r->twhh = dl__rnn_tan(tp, op, w_hh);
+    v = dl__rnn_tan(tp, op, b_hh);
+    r->tbhh = v ? v : r->zero;
+    v = dl__rnn_tan(tp, op, h0);
+    r->has_th0 = v != NULL;
+    r->th0 = v ? v : r->zero;
+    r->th0_ld = v ? H : 0;
+    v = kind == DL__RNN_LSTM ? dl__rnn_tan(tp, op, c0) : NULL;
+    r->tc0 = v ? v : r->zero;
+    r->tc0_ld = v ? H : 0;
+    if (kind == DL__RNN_LSTM) { /* the cell's tangent, from c0's (zeros without) */
+      r->tc = dl__rnn_scratch(tp, op, x, dev, (size_t)(B * H) * es, !v);
+      if (v) {
+#ifdef DL_USE_CUDA
+        if (dev) dl__gpu_ok(x, op, dlg_copy(dl__gpu_h(x, op), r->tc, v, (size_t)(B * H) * es, DLG_D2D));
+        else
+#endif
+          memcpy(r->tc, v, (size_t)(B * H) * es);
+      }
+    }
+  }
+  *y_out = y;
+  *jvp_out = jvp;
+  return r;
+}
+
 #ifdef DL_USE_CUDA
 /* Panics naming op unless every tensor given (and its tangent) is on x's device. */
 DL_API void dl__rnn_devices(const char *op, int kind, const dl_tensor *x, const dl_tensor *h0, const dl_tensor *c0,
@@ -609,92 +728,19 @@ DL_API void dl__rnn_devices(const char *op, int kind, const dl_tensor *x, const 
 DL_API dl_tensor *dl__rnn_run_gpu(dl_tape *tp, const char *op, int kind, dl_tensor *x, dl_tensor *h0,
                                   dl_tensor *c0, dl_tensor *w_ih, dl_tensor *w_hh, dl_tensor *b_ih,
                                   dl_tensor *b_hh, dl_tensor **h_n, dl_tensor **c_n) {
-  const int G = kind == DL__RNN_LSTM ? 4 : kind == DL__RNN_GRU ? 3 : 1;
   dlg_handle *h = dl__dnn_h(tp, op, x); /* x on the device, tp a device tape */
-  dl_tensor *xp, *y, *in[5];
+  dl_tensor *y, *in[5];
   dl__rnn *r;
   dlg_rnn d;
   int64_t B, T, H, GH, t;
   size_t es;
-  int jvp, full;
-  B = x->shape[0];
-  T = x->shape[1];
-  H = w_hh->shape[1];
-  GH = G * H;
+  int jvp;
+  r = dl__rnn_start(tp, op, kind, 1, x, h0, c0, w_ih, w_hh, b_ih, b_hh, in, &y, &jvp);
+  B = r->B;
+  T = r->T;
+  H = r->H;
+  GH = r->G * H;
   es = dl_dtype_size(x->dtype);
-
-  /* the input projection of every step: one GEMM */
-  xp = dl_t_linear(tp, x, dl_t_contiguous(tp, w_ih), b_ih);
-  in[0] = xp;
-  in[1] = w_hh;
-  in[2] = b_hh;
-  in[3] = h0;
-  in[4] = kind == DL__RNN_LSTM ? c0 : NULL;
-  jvp = dl_tangent_wants(5, in);
-  full = dl_tape_wants(tp, 5, in) || jvp;
-
-  r = (dl__rnn *)dl_tape_scratch(tp, op, sizeof *r); /* host: read by the rule, pointing at device memory */
-  memset(r, 0, sizeof *r);
-  r->kind = kind;
-  r->G = G;
-  r->S = kind == DL__RNN_LSTM || kind == DL__RNN_GRU ? 4 : 0;
-  r->B = B;
-  r->T = T;
-  r->H = H;
-  r->ctx = tp->ctx;
-  r->dtype = x->dtype;
-  r->op = op;
-  r->zero = dl__rnn_zeros_dev(tp, x, op, (size_t)GH * es);
-  r->xp = xp->data;
-  r->whh = dl__t_contig(tp, op, w_hh)->data;
-  r->bhh = b_hh ? dl__t_contig(tp, op, b_hh)->data : r->zero;
-  r->has_h0 = h0 != NULL;
-  r->h0 = h0 ? dl__t_contig(tp, op, h0)->data : r->zero;
-  r->h0_ld = h0 ? H : 0;
-  r->c0 = c0 && kind == DL__RNN_LSTM ? dl__t_contig(tp, op, c0)->data : r->zero;
-  r->c0_ld = c0 && kind == DL__RNN_LSTM ? H : 0;
-  y = dl_tape_out(tp, op, x->dtype, DL_SHAPE(B, T, H));
-  r->y = y->data;
-  if (kind == DL__RNN_LSTM) {
-    r->c_lb = full ? T * H : H;
-    r->c_lt = full ? H : 0;
-    r->c = dl_tape_dev_scratch(tp, op, (size_t)(full ? B * T * H : B * H) * es);
-  } else {
-    r->c = (void *)(uintptr_t)r->zero; /* never written: only the LSTM has cells */
-  }
-  if (r->S) {
-    r->g_lb = full ? T * r->S * H : r->S * H;
-    r->g_lt = full ? r->S * H : 0;
-    r->g = dl_tape_dev_scratch(tp, op, (size_t)((full ? B * T : B) * r->S * H) * es);
-  } else {
-    r->g = (void *)(uintptr_t)r->zero;
-  }
-  r->s = dl_tape_dev_scratch(tp, op, (size_t)(B * GH) * es);
-  if (jvp) {
-    dl_tensor *ty = dl_tape_tangent(tp, y);
-    const void *v;
-    r->ty = ty->data;
-    r->ts = dl_tape_dev_scratch(tp, op, (size_t)(B * GH) * es);
-    v = dl__rnn_tan(tp, op, xp);
-    r->txp = v ? v : r->zero;
-    r->txp_lb = v ? T * GH : 0;
-    r->txp_lt = v ? GH : 0;
-    r->twhh = dl__rnn_tan(tp, op, w_hh);
-    v = dl__rnn_tan(tp, op, b_hh);
-    r->tbhh = v ? v : r->zero;
-    v = dl__rnn_tan(tp, op, h0);
-    r->has_th0 = v != NULL;
-    r->th0 = v ? v : r->zero;
-    r->th0_ld = v ? H : 0;
-    v = kind == DL__RNN_LSTM ? dl__rnn_tan(tp, op, c0) : NULL;
-    r->tc0 = v ? v : r->zero;
-    r->tc0_ld = v ? H : 0;
-    if (kind == DL__RNN_LSTM) {
-      r->tc = dl_tape_dev_scratch(tp, op, (size_t)(B * H) * es);
-      if (v) dl__gpu_ok(x, op, dlg_copy(h, r->tc, v, (size_t)(B * H) * es, DLG_D2D));
-      else dl__gpu_ok(x, op, dlg_memset0(h, r->tc, (size_t)(B * H) * es));
-    }
-  }
   d = dl__rnn_dlg(r);
 
   for (t = 0; t < T; t++) {
@@ -749,99 +795,22 @@ DL_API dl_tensor *dl__rnn_run_gpu(dl_tape *tp, const char *op, int kind, dl_tens
 DL_API dl_tensor *dl__rnn_run(dl_tape *tp, const char *op, int kind, dl_tensor *x, dl_tensor *h0,
                               dl_tensor *c0, dl_tensor *w_ih, dl_tensor *w_hh, dl_tensor *b_ih,
                               dl_tensor *b_hh, dl_tensor **h_n, dl_tensor **c_n) {
-  const int G = kind == DL__RNN_LSTM ? 4 : kind == DL__RNN_GRU ? 3 : 1;
-  dl_tensor *xp, *y, *in[5];
+  dl_tensor *y, *in[5];
   dl__rnn *r;
   int64_t B, T, H, GH, t;
   size_t es;
-  int jvp, full;
+  int jvp;
   dl__rnn_validate(tp, op, kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh);
 #ifdef DL_USE_CUDA
   dl__rnn_devices(op, kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh);
   if (x->device == DL_CUDA || tp->gpu) return dl__rnn_run_gpu(tp, op, kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh, h_n, c_n);
 #endif
-  B = x->shape[0];
-  T = x->shape[1];
-  H = w_hh->shape[1];
-  GH = G * H;
+  r = dl__rnn_start(tp, op, kind, 0, x, h0, c0, w_ih, w_hh, b_ih, b_hh, in, &y, &jvp);
+  B = r->B;
+  T = r->T;
+  H = r->H;
+  GH = r->G * H;
   es = dl_dtype_size(x->dtype);
-
-  /* the input projection of every step: one GEMM */
-  xp = dl_t_linear(tp, x, dl_t_contiguous(tp, w_ih), b_ih); /* (linear reads w in place) */
-  in[0] = xp;
-  in[1] = w_hh;
-  in[2] = b_hh;
-  in[3] = h0;
-  in[4] = kind == DL__RNN_LSTM ? c0 : NULL;
-  jvp = dl_tangent_wants(5, in);
-  full = dl_tape_wants(tp, 5, in) || jvp; /* keep every step's gates and cells */
-
-  r = (dl__rnn *)dl_tape_scratch(tp, op, sizeof *r);
-  memset(r, 0, sizeof *r);
-  r->kind = kind;
-  r->G = G;
-  r->S = kind == DL__RNN_LSTM || kind == DL__RNN_GRU ? 4 : 0;
-  r->B = B;
-  r->T = T;
-  r->H = H;
-  r->ctx = tp->ctx;
-  r->dtype = x->dtype;
-  r->op = op;
-  {
-    void *z = dl_tape_scratch(tp, op, (size_t)GH * es);
-    memset(z, 0, (size_t)GH * es);
-    r->zero = z;
-  }
-  r->xp = xp->data;
-  r->whh = dl__t_contig(tp, op, w_hh)->data;
-  r->bhh = b_hh ? dl__t_contig(tp, op, b_hh)->data : r->zero;
-  r->has_h0 = h0 != NULL;
-  r->h0 = h0 ? dl__t_contig(tp, op, h0)->data : r->zero;
-  r->h0_ld = h0 ? H : 0;
-  r->c0 = c0 && kind == DL__RNN_LSTM ? dl__t_contig(tp, op, c0)->data : r->zero;
-  r->c0_ld = c0 && kind == DL__RNN_LSTM ? H : 0;
-  y = dl_tape_out(tp, op, x->dtype, DL_SHAPE(B, T, H));
-  r->y = y->data;
-  if (kind == DL__RNN_LSTM) {
-    r->c_lb = full ? T * H : H;
-    r->c_lt = full ? H : 0;
-    r->c = dl_tape_scratch(tp, op, (size_t)(full ? B * T * H : B * H) * es);
-  } else {
-    r->c = (void *)(uintptr_t)r->zero; /* never written: only the LSTM has cells */
-  }
-  if (r->S) {
-    r->g_lb = full ? T * r->S * H : r->S * H;
-    r->g_lt = full ? r->S * H : 0;
-    r->g = dl_tape_scratch(tp, op, (size_t)((full ? B * T : B) * r->S * H) * es);
-  } else {
-    r->g = (void *)(uintptr_t)r->zero;
-  }
-  r->s = dl_tape_scratch(tp, op, (size_t)(B * GH) * es);
-  if (jvp) {
-    dl_tensor *ty = dl_tape_tangent(tp, y);
-    const void *v;
-    r->ty = ty->data;
-    r->ts = dl_tape_scratch(tp, op, (size_t)(B * GH) * es);
-    v = dl__rnn_tan(tp, op, xp);
-    r->txp = v ? v : r->zero;
-    r->txp_lb = v ? T * GH : 0;
-    r->txp_lt = v ? GH : 0;
-    r->twhh = dl__rnn_tan(tp, op, w_hh);
-    v = dl__rnn_tan(tp, op, b_hh);
-    r->tbhh = v ? v : r->zero;
-    v = dl__rnn_tan(tp, op, h0);
-    r->has_th0 = v != NULL;
-    r->th0 = v ? v : r->zero;
-    r->th0_ld = v ? H : 0;
-    v = kind == DL__RNN_LSTM ? dl__rnn_tan(tp, op, c0) : NULL;
-    r->tc0 = v ? v : r->zero;
-    r->tc0_ld = v ? H : 0;
-    if (kind == DL__RNN_LSTM) {
-      r->tc = dl_tape_scratch(tp, op, (size_t)(B * H) * es);
-      if (v) memcpy(r->tc, v, (size_t)(B * H) * es);
-      else memset(r->tc, 0, (size_t)(B * H) * es);
-    }
-  }
 
   for (t = 0; t < T; t++) {
     const void *hp = t ? (const char *)r->y + (size_t)((t - 1) * H) * es : h0 ? r->h0 : NULL;
