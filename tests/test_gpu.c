@@ -36,8 +36,9 @@
  *   an impossible request is DL_ERR_NOMEM with the figures in the message
  *   (after releasing the cache once), and the device works afterwards;
  * - dl_model_to_device / dl_model_to_host keep every value (buffers too);
- *   three dl_train_step steps (SGD with momentum, then Adam) of an MLP and of
- *   a CNN give the CPU's losses, gradient norms and parameters.
+ *   three dl_train_step steps (SGD with momentum, with value, per-parameter
+ *   and global norm clipping and L1 / L2; then Adam) of an MLP and of a CNN
+ *   give the CPU's losses, gradient norms and parameters.
  * A panic inside a check (an op the device lacks) fails that check with the
  * panic's text and the rest go on.
  *
@@ -1175,22 +1176,26 @@ static void train_body(const void *arg) {
   dl_tensor *lab = ints(DL_I64, DL_SHAPE(x->shape[0]), 2, 1, 3), *xc = as_dtype(x, dt), *xg = dev(xc), *lg = dev(lab);
   dl_tensor *init = own(dl_tensor_make(&ctx, dt, DL_SHAPE(mc->pnumel))), pc, pg;
   dl_optim *oc, *og;
+  const dl_step_desc clip = {.clip_value = 0.05, .clip_norm = 0.1, .l1 = 1e-4, .l2 = 1e-3};
   char name[64];
   int step;
-  snprintf(name, sizeof name, "%s, %s", a->cnn ? "CNN" : "MLP", a->adam ? "Adam" : "SGD momentum");
+  snprintf(name, sizeof name, "%s, %s", a->cnn ? "CNN" : "MLP", a->adam ? "Adam" : "SGD momentum, clipped");
   CHECK(mc->pnumel == mg->pnumel && !memcmp(mc->pbuf, mg->pbuf, (size_t)mc->pnumel * dl_dtype_size(dt)));
   memcpy(init->data, mc->pbuf, (size_t)mc->pnumel * dl_dtype_size(dt));
   CHECK(dl_model_to_device(mg, gpu) == DL_OK);
   CHECK(mg->params[0]->t.device == DL_CUDA);
   oc = make_optim(mc, a->adam);
   og = make_optim(mg, a->adam); /* after the move: its state on the device */
+  if (!a->adam) { /* the SGD runs clip and regularise too (dl_clip_grads, dl_regularize on the device) */
+    CHECK(dl_model_set(mc, "*weight", DL_CLIP_NORM, 0.2) > 0 && dl_model_set(mg, "*weight", DL_CLIP_NORM, 0.2) > 0);
+  }
   tapes_open();
   for (step = 0; step < 3; step++) {
     dl_tensor *lc = dl_t_cross_entropy(&tp_h, dl_model_forward(mc, &tp_h, xc), lab, 0, DL_REDUCE_MEAN);
     dl_tensor *ld = dl_t_cross_entropy(&tp_d, dl_model_forward(mg, &tp_d, xg), lg, 0, DL_REDUCE_MEAN);
     double vc = dl__get_at(lc, 0), vg = dl__get_at(host(ld), 0), nc, ng;
-    nc = dl_train_step(oc, &tp_h, lc, NULL);
-    ng = dl_train_step(og, &tp_d, ld, NULL);
+    nc = dl_train_step(oc, &tp_h, lc, a->adam ? NULL : &clip);
+    ng = dl_train_step(og, &tp_d, ld, a->adam ? NULL : &clip);
     CHECK_MSG(fabs(vg - vc) <= tol * fabs(vc), "%s (%s) step %d: loss %.17g on the GPU, %.17g on the CPU", name,
               dtn(dt), step, vg, vc);
     CHECK_MSG(fabs(ng - nc) <= tol * fabs(nc), "%s (%s) step %d: gradient norm %.17g on the GPU, %.17g on the CPU",

@@ -1023,101 +1023,139 @@ DL_API void *dl__grad_mem(dl_param *p, int64_t *n) {
   return p->g.data;
 }
 
+/* The sums of squares of dl_clip_grads, on the host or on the model's GPU
+ * (one path for both). On the host each parameter's sum is added to the
+ * total as it is made. On the GPU it goes into a device double, and the sums
+ * come back together at the end (one wait, no host allocation: in chunks
+ * through a stack buffer) unless a parameter's own clip_norm needs its sum
+ * at once; they are added in parameter order, in double, as on the host (one
+ * parameter's sum is taken in another order there, so its last bits may
+ * differ). */
+typedef struct dl__gsum {
+  dl_model *m;
+  double total;  /* the host's running total */
 #ifdef DL_USE_CUDA
-/* dl_clip_grads for a model on the GPU: the same steps with kernels. Each
- * parameter's sum of squares goes into a device double (read back at once
- * only for a parameter with its own clip_norm); the sums are read back
- * together and added in parameter order, in double, as on the CPU. The sum
- * of one parameter's squares is taken in another order than the CPU's, so
- * its last bits (and the norm's) may differ. */
-DL_API double dl__clip_grads_gpu(dl_model *m, const dl_step_desc *d) {
-  const char *op = "dl_clip_grads";
-  struct dl_gpu *gpu = m->ctx->gpu;
-  dlg_handle *h = dl__gpu_h(&m->params[0]->t, op);
-  const int dt = (int)m->dtype;
-  double total = 0, f, *dsum = NULL, *hsum;
-  void *dv = NULL;
-  int i;
-  hsum = (double *)dl_alloc(m->ctx, sizeof(double) * (size_t)m->nparams);
-  if (!hsum || dl_gpu_alloc(gpu, &dv, sizeof(double) * (size_t)m->nparams) != DL_OK)
-    DL_PANIC(m->ctx, op, "out of memory for %d sums: %s", m->nparams, dl_ctx_message(m->ctx));
-  dsum = (double *)dv;
-  for (i = 0; i < m->nparams; i++) {
-    dl_param *p = m->params[i];
-    double cv = p->clip_value > 0 ? p->clip_value : d ? d->clip_value : 0;
-    int64_t n;
-    void *g;
-    if (p->kind == DL_PARAM_BUFFER || p->frozen || !p->t.grad) continue;
-    g = dl__grad_mem(p, &n);
-    if (cv > 0) dl__gpu_ok(&p->t, op, dlg_clamp(h, dt, g, n, cv));
-    dl__gpu_ok(&p->t, op, dlg_sumsq(h, dt, g, n, dsum + i));
-    if (p->clip_norm > 0) {
-      double s, nn;
-      dl__gpu_ok(&p->t, op, dlg_copy(h, &s, dsum + i, sizeof s, DLG_D2H));
-      nn = sqrt(s);
-      f = p->clip_norm / (nn + 1e-6);
-      if (f < 1) {
-        dl__gpu_ok(&p->t, op, dlg_scale(h, dt, g, n, f));
-        dl__gpu_ok(&p->t, op, dlg_sumsq(h, dt, g, n, dsum + i));
-      }
-    }
-  }
-  if (m->nparams) dl__gpu_ok(&m->params[0]->t, op, dlg_copy(h, hsum, dsum, sizeof(double) * (size_t)m->nparams, DLG_D2H));
-  for (i = 0; i < m->nparams; i++) {
-    const dl_param *p = m->params[i];
-    if (p->kind == DL_PARAM_BUFFER || p->frozen || !p->t.grad) continue;
-    total += hsum[i];
-  }
-  dl_gpu_free(gpu, dv);
-  dl_free(m->ctx, hsum);
-  total = sqrt(total);
-  if (d && d->clip_norm > 0) {
-    f = d->clip_norm / (total + 1e-6);
-    if (!(f >= 1))
-      for (i = 0; i < m->nparams; i++) {
-        dl_param *p = m->params[i];
-        int64_t n;
-        void *g;
-        if (p->kind == DL_PARAM_BUFFER || p->frozen || !p->t.grad) continue;
-        g = dl__grad_mem(p, &n);
-        dl__gpu_ok(&p->t, op, dlg_scale(h, dt, g, n, f));
-      }
-  }
-  return total;
-}
+  dlg_handle *h; /* NULL: the model is on the host */
+  double *dsum;  /* [nparams] on the device */
 #endif
+} dl__gsum;
+DL_API void dl__gsum_begin(dl__gsum *c, dl_model *m) {
+  memset(c, 0, sizeof *c);
+  c->m = m;
+#ifdef DL_USE_CUDA
+  if (m->nparams && m->params[0]->t.device == DL_CUDA) {
+    void *dv = NULL;
+    c->h = dl__gpu_h(&m->params[0]->t, "dl_clip_grads");
+    if (dl_gpu_alloc(m->ctx->gpu, &dv, sizeof(double) * (size_t)m->nparams) != DL_OK) /* the cache: no cudaMalloc */
+      DL_PANIC(m->ctx, "dl_clip_grads", "device out of memory for %d sums: %s", m->nparams, dl_ctx_message(m->ctx));
+    c->dsum = (double *)dv;
+  }
+#endif
+}
+/* The sum of squares of parameter i's g[0..n): its value on the host; on
+ * the GPU it stays in its device double (NaN returned) until dl__gsum_get. */
+DL_API double dl__gsum_sumsq(dl__gsum *c, int i, const void *g, int64_t n) {
+#ifdef DL_USE_CUDA
+  if (c->h) {
+    dl__gpu_ok(&c->m->params[i]->t, "dl_clip_grads", dlg_sumsq(c->h, (int)c->m->dtype, g, n, c->dsum + i));
+    return (double)NAN;
+  }
+#else
+  (void)i;
+#endif
+  return dl__sumsq(c->m->ctx, g, n, c->m->dtype);
+}
+/* Parameter i's sum s from dl__gsum_sumsq, now on the host. */
+DL_API double dl__gsum_get(dl__gsum *c, int i, double s) {
+#ifdef DL_USE_CUDA
+  if (c->h) dl__gpu_ok(&c->m->params[i]->t, "dl_clip_grads", dlg_copy(c->h, &s, c->dsum + i, sizeof s, DLG_D2H));
+#else
+  (void)c;
+  (void)i;
+#endif
+  return s;
+}
+/* Parameter i's final sum s: added to the total (on the GPU at the end). */
+DL_API void dl__gsum_add(dl__gsum *c, double s) {
+#ifdef DL_USE_CUDA
+  if (c->h) return;
+#endif
+  c->total += s;
+}
+/* The total over the parameters dl__gsum_add was called for (skip[i]: not). */
+DL_API double dl__gsum_total(dl__gsum *c, int (*skip)(const dl_param *)) {
+#ifdef DL_USE_CUDA
+  if (c->h) {
+    double part[64];
+    int i0, k;
+    for (i0 = 0; i0 < c->m->nparams; i0 += 64) {
+      int nk = c->m->nparams - i0 < 64 ? c->m->nparams - i0 : 64;
+      dl__gpu_ok(&c->m->params[i0]->t, "dl_clip_grads",
+                 dlg_copy(c->h, part, c->dsum + i0, sizeof(double) * (size_t)nk, DLG_D2H));
+      for (k = 0; k < nk; k++)
+        if (!skip(c->m->params[i0 + k])) c->total += part[k];
+    }
+    dl_gpu_free(c->m->ctx->gpu, c->dsum);
+    c->dsum = NULL;
+  }
+#else
+  (void)skip;
+#endif
+  return c->total;
+}
+/* g[0..n) clamped to [-v, v] (clamp) or scaled by f, on p's device. */
+DL_API void dl__gbuf_clamp(const dl_param *p, void *g, int64_t n, double v) {
+#ifdef DL_USE_CUDA
+  if (p->t.device == DL_CUDA) {
+    dl__gpu_ok(&p->t, "dl_clip_grads", dlg_clamp(dl__gpu_h(&p->t, "dl_clip_grads"), (int)p->t.dtype, g, n, v));
+    return;
+  }
+#endif
+  dl__clamp_buf(g, n, p->t.dtype, v);
+}
+DL_API void dl__gbuf_scale(const dl_param *p, void *g, int64_t n, double f) {
+#ifdef DL_USE_CUDA
+  if (p->t.device == DL_CUDA) {
+    dl__gpu_ok(&p->t, "dl_clip_grads", dlg_scale(dl__gpu_h(&p->t, "dl_clip_grads"), (int)p->t.dtype, g, n, f));
+    return;
+  }
+#endif
+  dl__scale(p->t.ctx, g, n, p->t.dtype, f);
+}
+
+/* The parameters dl_clip_grads leaves alone: buffers, frozen, no gradient. */
+DL_API int dl__clip_skips(const dl_param *p) { return p->kind == DL_PARAM_BUFFER || p->frozen || !p->t.grad; }
 
 /* Stage 3: clip the gradients as d says. Returns the global gradient L2
  * norm after value and per-parameter clipping, before global scaling (what
  * clip_grad_norm_ returns; computed even when clip_norm is 0, for logging).
  * Frozen parameters are left out. NaN or inf gradients give a NaN/inf norm
- * and, with clip_norm set, NaN gradients (as PyTorch). */
+ * and, with clip_norm set, NaN gradients (as PyTorch). On the host or on
+ * the model's GPU. */
 DL_API double dl_clip_grads(dl_model *m, const dl_step_desc *d) {
-  double total = 0, f;
+  double total, f;
+  dl__gsum c;
   int i;
-#ifdef DL_USE_CUDA
-  if (m->nparams && m->params[0]->t.device == DL_CUDA) return dl__clip_grads_gpu(m, d);
-#endif
+  dl__gsum_begin(&c, m);
   for (i = 0; i < m->nparams; i++) {
     dl_param *p = m->params[i];
     double cv = p->clip_value > 0 ? p->clip_value : d ? d->clip_value : 0, s;
     int64_t n;
     void *g;
-    if (p->kind == DL_PARAM_BUFFER || p->frozen || !p->t.grad) continue;
+    if (dl__clip_skips(p)) continue;
     g = dl__grad_mem(p, &n);
-    if (cv > 0) dl__clamp_buf(g, n, m->dtype, cv);
-    s = dl__sumsq(m->ctx, g, n, m->dtype);
+    if (cv > 0) dl__gbuf_clamp(p, g, n, cv);
+    s = dl__gsum_sumsq(&c, i, g, n);
     if (p->clip_norm > 0) {
-      double nn = sqrt(s);
-      f = p->clip_norm / (nn + 1e-6);
+      f = p->clip_norm / (sqrt(dl__gsum_get(&c, i, s)) + 1e-6);
       if (f < 1) {
-        dl__scale(m->ctx, g, n, m->dtype, f);
-        s = dl__sumsq(m->ctx, g, n, m->dtype);
+        dl__gbuf_scale(p, g, n, f);
+        s = dl__gsum_sumsq(&c, i, g, n);
       }
     }
-    total += s;
+    dl__gsum_add(&c, s);
   }
-  total = sqrt(total);
+  total = sqrt(dl__gsum_total(&c, dl__clip_skips));
   if (d && d->clip_norm > 0) {
     f = d->clip_norm / (total + 1e-6);
     if (!(f >= 1))
@@ -1125,9 +1163,9 @@ DL_API double dl_clip_grads(dl_model *m, const dl_step_desc *d) {
         dl_param *p = m->params[i];
         int64_t n;
         void *g;
-        if (p->kind == DL_PARAM_BUFFER || p->frozen || !p->t.grad) continue;
+        if (dl__clip_skips(p)) continue;
         g = dl__grad_mem(p, &n);
-        dl__scale(m->ctx, g, n, m->dtype, f);
+        dl__gbuf_scale(p, g, n, f);
       }
   }
   return total;
