@@ -127,12 +127,9 @@ static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t tes
 
   p->m = make_cnn(ctx, (uint64_t)o->seed, dropout);
   if (!p->m || dl_model_status(p->m) != DL_OK) return fail(p, argv0);
-  if (dl_dist_attach(&p->dd, p->m) != DL_OK) return fail(p, argv0); /* rank 0's initial weights everywhere */
-  if (p->dd.world > 1 && o->device && strcmp(o->device, "cpu") != 0) {
-    dl_fail(ctx, DL_ERR_UNSUPPORTED, "--device %s with several MPI ranks is not implemented yet", o->device);
-    return fail(p, argv0);
-  }
   if (dl_train_device(ctx, o, p->m, &p->gpu) != DL_OK) return fail(p, argv0); /* before the optimizer */
+  /* rank 0's initial weights everywhere (a model on the GPU over several ranks: refused, no NCCL path yet) */
+  if (dl_dist_attach(&p->dd, p->m) != DL_OK) return fail(p, argv0);
   ac = dl_adam_defaults(o->lr);
   ac.weight_decay = wd;
   if (!(p->opt = dl_optim_adam(p->m, &ac)) || dl_tape_init(&p->tp, ctx, 0) != DL_OK ||

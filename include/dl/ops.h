@@ -50,20 +50,18 @@
 
 /* >>helpers shared by the ops ---------------------------------------------- */
 
-/* Panics unless a and b are both f32 or both f64. */
-DL_API void dl__ops_same_float(const char *op, const dl_tensor *a, const dl_tensor *b) {
-  if ((a->dtype != DL_F32 && a->dtype != DL_F64) || (b && b->dtype != a->dtype))
-    DL_PANIC(a->ctx, op, "dtype mismatch: %s and %s (both f32 or both f64, never converted)",
-             DL_SHAPESTR(a), b ? DL_SHAPESTR(b) : "-");
-  if (b && b->device != a->device)
-    DL_PANIC(a->ctx, op, "device mismatch: %s on the %s, %s on the %s (move both to one device)", DL_SHAPESTR(a),
-             a->device == DL_CPU ? "host" : "GPU", DL_SHAPESTR(b), b->device == DL_CPU ? "host" : "GPU");
-}
 /* Panics naming op when a and b (b may be NULL) are on different devices. */
 DL_API void dl__ops_same_device(const char *op, const dl_tensor *a, const dl_tensor *b) {
   if (b && b->device != a->device)
     DL_PANIC(a->ctx, op, "device mismatch: %s on the %s, %s on the %s (move both to one device)", DL_SHAPESTR(a),
              a->device == DL_CPU ? "host" : "GPU", DL_SHAPESTR(b), b->device == DL_CPU ? "host" : "GPU");
+}
+/* Panics unless a and b are both f32 or both f64, on one device. */
+DL_API void dl__ops_same_float(const char *op, const dl_tensor *a, const dl_tensor *b) {
+  if ((a->dtype != DL_F32 && a->dtype != DL_F64) || (b && b->dtype != a->dtype))
+    DL_PANIC(a->ctx, op, "dtype mismatch: %s and %s (both f32 or both f64, never converted)",
+             DL_SHAPESTR(a), b ? DL_SHAPESTR(b) : "-");
+  dl__ops_same_device(op, a, b);
 }
 /* Panics naming op when t is on the GPU or tp is a device tape: guards code
  * that runs on the host (an op's CPU path reached with host tensors on a
