@@ -19,6 +19,8 @@
 #      the Fashion-MNIST examples under mpirun)
 #   3. tests/compile_fail/*.c must fail to compile, with the message the file's
 #      "expect:" line names
+#   3b. tests/macro_growth.sh: the preprocessed text of generic-math
+#      expressions grows linearly with their nesting depth (gcc and clang)
 #   4. examples build warning-free with `cc -std=c11 -O2 prog.c -lm` (plus the
 #      libraries an example's "dl-example-flags:" line names, e.g. -lz) and run
 #      their examples/NAME.check script
@@ -238,6 +240,13 @@ for t in tests/compile_fail/*.c; do
     elif grep -q -- "$want" "$B/cf.log"; then ok
     else bad "$t with $c: message lacks '$want'"; head -5 "$B/cf.log"; fi
   done
+done
+
+# --- 3b. macro text grows linearly with nesting -------------------------------
+for c in gcc clang; do
+  command -v $c >/dev/null || continue
+  if bash tests/macro_growth.sh $c "$B/growth_$c" >"$B/growth.log" 2>&1; then ok; cat "$B/growth.log"
+  else bad "macro text growth with $c"; cat "$B/growth.log"; fi
 done
 
 # --- 4. examples as a user builds them ---------------------------------------

@@ -254,12 +254,14 @@ typedef struct dl__probe {                                 /* first pass of DL_A
   const dl_tensor *ops[DL__MAX_OPERANDS];
 } dl__probe;
 
-/* With no context in scope, this file-scope tag makes the compiler say so. */
+/* With no context in scope, these file-scope tags make the compiler say so. */
 static const struct dl__ERROR_generic_math_needs_DL_SCALAR_or_DL_ASSIGN { int unused; } *const dl__tag;
+static const struct dl__ERROR_generic_math_needs_DL_SCALAR_or_DL_ASSIGN *const dl__ptag;
 
 /* DL_SCALAR(type): generic math in the rest of the block computes in `type`
- * (float, double, dl_dual or dl_dual64). A statement; declares dl__tag. */
-#define DL_SCALAR(type) type const *const dl__tag = 0; (void)dl__tag
+ * (float, double, dl_dual or dl_dual64). A statement; declares dl__tag and
+ * dl__ptag. */
+#define DL_SCALAR(type) type const *const dl__tag = 0, *const dl__ptag = 0; (void)dl__tag; (void)dl__ptag
 
 /* Compile-time mistakes: selected by _Generic, these are called with two
  * arguments and the compiler's error quotes their names. Never defined. */
@@ -268,12 +270,16 @@ void dl__ERROR_dual_number_in_tensor_expression(void);
 void dl__ERROR_dual_number_in_float_context(void);
 void dl__ERROR_mixing_dl_dual_and_dl_dual64(void);
 
-/* Pick by context: s32 s64 dual dual64 | contiguous f32 f64 | general f32 f64 | probe */
-#define DL__TAGSEL(s32, s64, sd, sdd, c32, c64, g32, g64, p)                           \
-  _Generic(dl__tag, const float *: s32, const double *: s64, const dl_dual *: sd,      \
-           const dl_dual64 *: sdd, const dl__cf32 *: c32, const dl__cf64 *: c64,       \
-           const dl__gf32 *: g32, const dl__gf64 *: g64, dl__probe *: p)
-
+/* Every context declares two locals: dl__tag, whose type names the context
+ * (a plain scalar type under DL_SCALAR, a loop cursor in DL_ASSIGN's loops,
+ * the probe in its check pass), and dl__ptag, a pointer to the precision the
+ * context computes in (float, double, dl_dual, dl_dual64, or the probe).
+ * Functions are picked by the precision alone (five choices, not one per
+ * context: the text of every generic call is that much shorter), leaves by
+ * whichever of the two decides them. */
+#define DL__PRECSEL(s32, s64, sd, sdd, p)                                              \
+  _Generic(dl__ptag, const float *: s32, const double *: s64, const dl_dual *: sd,     \
+           const dl_dual64 *: sdd, dl__probe *: p)
 /* Leaf conversions: (context tag, operand) -> a value of the context's type. */
 DL__VAPI float dl__num_f32(const void *tag, double x) { (void)tag; return (float)x; }
 DL__VAPI double dl__num_f64(const void *tag, double x) { (void)tag; return x; }
@@ -327,37 +333,39 @@ DL_API void dl__probe_operand(dl__probe *p, const dl_tensor *t) {
 DL_API dl__probe *dl__ld_probe(dl__probe *p, const dl_tensor *t) { dl__probe_operand(p, t); return p; }
 
 #define DL__LEAF_TENSOR                                                                \
-  DL__TAGSEL(dl__ERROR_tensor_outside_DL_ASSIGN, dl__ERROR_tensor_outside_DL_ASSIGN,   \
-             dl__ERROR_tensor_outside_DL_ASSIGN, dl__ERROR_tensor_outside_DL_ASSIGN,   \
-             dl__ld_cf32, dl__ld_cf64, dl__ld_gf32, dl__ld_gf64, dl__ld_probe)
-#define DL__LEAF_DUAL                                                                  \
-  DL__TAGSEL(dl__ERROR_dual_number_in_float_context, dl__ERROR_dual_number_in_float_context, \
-             dl__same_dual, dl__ERROR_mixing_dl_dual_and_dl_dual64,                    \
-             dl__ERROR_dual_number_in_tensor_expression, dl__ERROR_dual_number_in_tensor_expression, \
-             dl__ERROR_dual_number_in_tensor_expression, dl__ERROR_dual_number_in_tensor_expression, \
-             dl__ERROR_dual_number_in_tensor_expression)
-#define DL__LEAF_DUAL64                                                                \
-  DL__TAGSEL(dl__ERROR_dual_number_in_float_context, dl__ERROR_dual_number_in_float_context, \
-             dl__ERROR_mixing_dl_dual_and_dl_dual64, dl__same_dual64,                  \
-             dl__ERROR_dual_number_in_tensor_expression, dl__ERROR_dual_number_in_tensor_expression, \
-             dl__ERROR_dual_number_in_tensor_expression, dl__ERROR_dual_number_in_tensor_expression, \
-             dl__ERROR_dual_number_in_tensor_expression)
-#define DL__LEAF_PROBE                                                                 \
-  DL__TAGSEL(dl__ERROR_tensor_outside_DL_ASSIGN, dl__ERROR_tensor_outside_DL_ASSIGN,   \
-             dl__ERROR_tensor_outside_DL_ASSIGN, dl__ERROR_tensor_outside_DL_ASSIGN,   \
-             dl__ERROR_tensor_outside_DL_ASSIGN, dl__ERROR_tensor_outside_DL_ASSIGN,   \
-             dl__ERROR_tensor_outside_DL_ASSIGN, dl__ERROR_tensor_outside_DL_ASSIGN,   \
-             dl__same_probe)
-#define DL__LEAF_NUMBER                                                                \
-  DL__TAGSEL(dl__num_f32, dl__num_f64, dl__num_dual, dl__num_dual64, dl__num_f32,      \
-             dl__num_f64, dl__num_f32, dl__num_f64, dl__num_probe)
+  _Generic(dl__tag, const dl__cf32 *: dl__ld_cf32, const dl__cf64 *: dl__ld_cf64,      \
+           const dl__gf32 *: dl__ld_gf32, const dl__gf64 *: dl__ld_gf64, dl__probe *: dl__ld_probe, \
+           default: dl__ERROR_tensor_outside_DL_ASSIGN)
+#define DL__LEAF_DUALS(same, other)                                                    \
+  _Generic(dl__tag, const dl_dual *: same, const dl_dual64 *: other,                   \
+           const float *: dl__ERROR_dual_number_in_float_context,                      \
+           const double *: dl__ERROR_dual_number_in_float_context,                     \
+           default: dl__ERROR_dual_number_in_tensor_expression)
+#define DL__LEAF_DUAL DL__LEAF_DUALS(dl__same_dual, dl__ERROR_mixing_dl_dual_and_dl_dual64)
+#define DL__LEAF_DUAL64 DL__LEAF_DUALS(dl__ERROR_mixing_dl_dual_and_dl_dual64, dl__same_dual64)
+#define DL__LEAF_PROBE _Generic(dl__tag, dl__probe *: dl__same_probe, default: dl__ERROR_tensor_outside_DL_ASSIGN)
+#define DL__LEAF_NUMBER DL__PRECSEL(dl__num_f32, dl__num_f64, dl__num_dual, dl__num_dual64, dl__num_probe)
 
-/* DL__L(x): x converted to the context's type (x appears twice in the text,
- * evaluated once). */
-#define DL__L(x)                                                                       \
-  _Generic((x), dl_tensor *: DL__LEAF_TENSOR, const dl_tensor *: DL__LEAF_TENSOR,      \
+/* DL__L(x): x converted to the context's type, evaluated once.
+ *
+ * The conversion is picked by x's type, and _Generic can only see a type by
+ * naming the expression; pasting x twice (once to pick, once to pass) would
+ * double the text at every level of nesting (a 10-deep expression became
+ * 2^10 copies of its leaves). With gcc and clang x is pasted once, into a
+ * local of its own type (__auto_type in a statement expression; __extension__
+ * keeps -Wpedantic quiet), and _Generic picks by the local. Other compilers
+ * get the portable two-paste form: the same result, exponential text. */
+#define DL__PICK(v)                                                                    \
+  _Generic((v), dl_tensor *: DL__LEAF_TENSOR, const dl_tensor *: DL__LEAF_TENSOR,      \
            dl_dual: DL__LEAF_DUAL, dl_dual64: DL__LEAF_DUAL64, dl__probe *: DL__LEAF_PROBE, \
-           default: DL__LEAF_NUMBER)(dl__tag, (x))
+           default: DL__LEAF_NUMBER)
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(DL_NO_GNU_EXTENSIONS)
+#define DL__LINEAR_MACROS 1
+#define DL__L(x) __extension__({ __auto_type dl__x = (x); DL__PICK(dl__x)(dl__tag, dl__x); })
+#else
+#define DL__LINEAR_MACROS 0
+#define DL__L(x) DL__PICK(x)(dl__tag, (x))
+#endif
 
 /* Probe versions of every function: they only pass the probe along. */
 DL_API dl__probe *dl__probe_1(dl__probe *a) { return a; }
@@ -367,18 +375,12 @@ DL_API dl__probe *dl__probe_1n(dl__probe *a, double n) { (void)n; return a; }
 DL_API dl__probe *dl__probe_1nn(dl__probe *a, double n, double m) { (void)n; (void)m; return a; }
 
 /* The function `name` of the context's type; P is its probe version. */
-#define DL__FN(name, P)                                                                \
-  DL__TAGSEL(dl_##name##_f32, dl_##name##_f64, dl_##name##_dual, dl_##name##_dual64,   \
-             dl_##name##_f32, dl_##name##_f64, dl_##name##_f32, dl_##name##_f64, P)
+#define DL__FN(name, P) DL__PRECSEL(dl_##name##_f32, dl_##name##_f64, dl_##name##_dual, dl_##name##_dual64, P)
 
 /* DL_APPLY1/2(f, ...): call a user function family f_f32, f_f64, f_dual,
  * f_dual64 (as DL_DEFINE_OP makes) from generic code. */
-#define DL_APPLY1(f, a)                                                                \
-  DL__TAGSEL(f##_f32, f##_f64, f##_dual, f##_dual64, f##_f32, f##_f64, f##_f32,        \
-             f##_f64, dl__probe_1)(DL__L(a))
-#define DL_APPLY2(f, a, b)                                                             \
-  DL__TAGSEL(f##_f32, f##_f64, f##_dual, f##_dual64, f##_f32, f##_f64, f##_f32,        \
-             f##_f64, dl__probe_2)(DL__L(a), DL__L(b))
+#define DL_APPLY1(f, a) DL__PRECSEL(f##_f32, f##_f64, f##_dual, f##_dual64, dl__probe_1)(DL__L(a))
+#define DL_APPLY2(f, a, b) DL__PRECSEL(f##_f32, f##_f64, f##_dual, f##_dual64, dl__probe_2)(DL__L(a), DL__L(b))
 
 /* dl_val(x): x itself as the context's scalar (a tensor read at the current
  * element, a number converted): DL_ASSIGN(y, dl_val(b)) broadcasts b into y. */

@@ -280,7 +280,8 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
         for (dl__i = dl__lo; dl__i < dl__hi; dl__i++) {                                \
           const CUR dl__c = {dl__i};                                                   \
           const CUR *const dl__tag = &dl__c;                                           \
-          (void)dl__tag;                                                               \
+          const T *const dl__ptag = 0;                                                 \
+          (void)dl__tag; (void)dl__ptag;                                               \
           dl__out[dl__i] = (expr);                                                     \
         }                                                                              \
       }                                                                                \
@@ -307,7 +308,8 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
         T *const dl__row = (T *)(void *)dl__plan_tile(&dl__pl, dl__y, &dl__c.g, dl__t, \
                                                       &dl__j0, &dl__j1);               \
         const CUR *const dl__tag = &dl__c;                                             \
-        (void)dl__tag;                                                                 \
+        const T *const dl__ptag = 0;                                                   \
+        (void)dl__tag; (void)dl__ptag;                                                 \
         for (dl__c.g.j = dl__j0; dl__c.g.j < dl__j1; dl__c.g.j++)                      \
           dl__row[dl__c.g.j * dl__pl.yinc] = (expr);                                   \
       }                                                                                \
@@ -324,8 +326,8 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
     dl__plan dl__pl;                                                                   \
     {                                                                                  \
       dl__probe dl__pr;                                                                \
-      dl__probe *const dl__tag = &dl__pr;                                              \
-      (void)dl__tag;                                                                   \
+      dl__probe *const dl__tag = &dl__pr, *const dl__ptag = &dl__pr;                   \
+      (void)dl__tag; (void)dl__ptag;                                                   \
       dl__probe_begin(&dl__pr, dl__y, #expr, __FILE__, __LINE__);                      \
       (void)(expr);                                                                    \
       dl__plan_make(&dl__pl, &dl__pr);                                                 \
@@ -503,8 +505,7 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
   /* y = f(x0), x0 broadcast to y */                                                   \
   DL_API void TN##_into(dl_tensor *y, const dl_tensor *x0_ PD) {                       \
     DL__GPU_EW(#TN, FAM, DLG_FWD, y, x0_, NULL, NULL, NULL, DL__PV(0.0 PA))            \
-    DL_ASSIGN(y, DL__TAGSEL(FAM##_f32, FAM##_f64, FAM##_dual, FAM##_dual64, FAM##_f32, \
-                            FAM##_f64, FAM##_f32, FAM##_f64, FAM##_probe)(DL__L(x0_) PA)); \
+    DL_ASSIGN(y, DL__PRECSEL(FAM##_f32, FAM##_f64, FAM##_dual, FAM##_dual64, FAM##_probe)(DL__L(x0_) PA)); \
   }                                                                                    \
   /* forward mode: ty = f'(x0) * tx0, by the dual numbers; tx0 broadcasts to ty */     \
   DL_HD DL__VAPI float FAM##_jvp_f32(float x0, float t0 PD) { return FAM##_dual(dl_dual_make(x0, t0) PA).d; } \
@@ -512,8 +513,7 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
   DL_API dl__probe *FAM##_jvp_probe(dl__probe *x0, dl__probe *t0 PD) { dl__unused(0 PA); (void)t0; return x0; } \
   DL_API void TN##_jvp(dl_tensor *ty, const dl_tensor *x0_, const dl_tensor *tx0_ PD) { \
     DL__GPU_EW(#TN "_jvp", FAM, DLG_JVP, ty, x0_, NULL, tx0_, NULL, DL__PV(0.0 PA))    \
-    DL_ASSIGN(ty, DL__TAGSEL(FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, \
-                             FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_probe)(DL__L(x0_), DL__L(tx0_) PA)); \
+    DL_ASSIGN(ty, DL__PRECSEL(FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_probe)(DL__L(x0_), DL__L(tx0_) PA)); \
   }                                                                                    \
   /* gx0 += gy * f'(x0); gx0 has x0's shape (summed over broadcast dims) */           \
   DL_API void TN##_backward(dl_tensor *gx0, const dl_tensor *gy, const dl_tensor *x0_ PD) { \
@@ -562,8 +562,7 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
   /* y = f(x0, x1), both broadcast to y */                                             \
   DL_API void TN##_into(dl_tensor *y, const dl_tensor *x0_, const dl_tensor *x1_) {    \
     DL__GPU_EW(#TN, FAM, DLG_FWD, y, x0_, x1_, NULL, NULL, 0.0)                        \
-    DL_ASSIGN(y, DL__TAGSEL(FAM##_f32, FAM##_f64, FAM##_dual, FAM##_dual64, FAM##_f32, \
-                            FAM##_f64, FAM##_f32, FAM##_f64, FAM##_probe)(DL__L(x0_), DL__L(x1_))); \
+    DL_ASSIGN(y, DL__PRECSEL(FAM##_f32, FAM##_f64, FAM##_dual, FAM##_dual64, FAM##_probe)(DL__L(x0_), DL__L(x1_))); \
   }                                                                                    \
   /* forward mode: ty = df/dx0 * tx0 + df/dx1 * tx1 (a 0-d zero tensor for no tangent) */ \
   DL_HD DL__VAPI float FAM##_jvp_f32(float x0, float t0, float x1, float t1) {          \
@@ -578,8 +577,7 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
   DL_API void TN##_jvp(dl_tensor *ty, const dl_tensor *x0_, const dl_tensor *tx0_,      \
                        const dl_tensor *x1_, const dl_tensor *tx1_) {                  \
     DL__GPU_EW(#TN "_jvp", FAM, DLG_JVP, ty, x0_, x1_, tx0_, tx1_, 0.0)                \
-    DL_ASSIGN(ty, DL__TAGSEL(FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, \
-                             FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_probe)( \
+    DL_ASSIGN(ty, DL__PRECSEL(FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_probe)( \
                       DL__L(x0_), DL__L(tx0_), DL__L(x1_), DL__L(tx1_)));              \
   }                                                                                    \
   /* gx0 += gy * df/dx0, gx1 += gy * df/dx1, each summed to its input's shape */       \

@@ -305,37 +305,121 @@ DL_API void dl_adagrad_init_state(dl_tensor *sum, const dl_adagrad_cfg *c) {
   dl_tensor_fill(sum, c->initial_accumulator_value);
 }
 
+/* Every update below is one pass of a kernel over contiguous arrays,
+ * a[0] = p, a[1] = g, a[2..] the state (NULL where unused), written once for
+ * float and once for double with the same operations in the same order (the
+ * GPU kernels repeat that order: their results are bit-identical). The
+ * scalars come in as doubles and are rounded to the element type first, as
+ * generic math rounds a number in an f32 loop. Tensors that are not all
+ * contiguous (views a user passes) go through dl__optim_run's tiles: gathered
+ * into stack buffers, updated, written back; no allocation either way. On
+ * one thread on purpose (see Adam's kernel). */
+#define DL__OPTIM_NT 5
+typedef void (*dl__optim_kernel)(void *const *a, int64_t n, const double *k);
+DL_API void dl__optim_run(dl_tensor *const *t, int nt, dl__optim_kernel kern, const double *k) {
+  enum { TILE = 256 };
+  void *a[DL__OPTIM_NT];
+  int64_t i, n = t[0]->numel, idx[DL_MAX_DIMS], off[DL__OPTIM_NT];
+  int j, d, contig = 1;
+  const size_t es = dl_dtype_size(t[0]->dtype);
+  for (j = 0; j < nt; j++) {
+    a[j] = t[j] ? t[j]->data : NULL;
+    if (t[j] && !dl_tensor_is_contiguous(t[j])) contig = 0;
+  }
+  if (contig) { kern(a, n, k); return; }
+  {
+    union { float f[TILE]; double d[TILE]; } buf[DL__OPTIM_NT];
+    memset(idx, 0, sizeof idx);
+    for (i = 0; i < n; i += TILE) {
+      const int64_t m = n - i < TILE ? n - i : TILE;
+      int64_t e;
+      for (j = 0; j < nt; j++) a[j] = t[j] ? (void *)buf[j].d : NULL;
+      /* gather: element e of the tile is row-major element i + e */
+      for (e = 0; e < m; e++) {
+        int64_t r = i + e;
+        for (d = t[0]->ndim - 1; d >= 0; d--) { idx[d] = r % t[0]->shape[d]; r /= t[0]->shape[d]; }
+        for (j = 0; j < nt; j++) {
+          if (!t[j]) continue;
+          off[j] = 0;
+          for (d = 0; d < t[j]->ndim; d++) off[j] += idx[d] * t[j]->strides[d];
+          memcpy((char *)buf[j].d + (size_t)e * es, (const char *)t[j]->data + (size_t)off[j] * es, es);
+        }
+      }
+      kern(a, m, k);
+      for (e = 0; e < m; e++) { /* write back everything but the gradient (j = 1) */
+        int64_t r = i + e;
+        for (d = t[0]->ndim - 1; d >= 0; d--) { idx[d] = r % t[0]->shape[d]; r /= t[0]->shape[d]; }
+        for (j = 0; j < nt; j++) {
+          if (!t[j] || j == 1) continue;
+          off[j] = 0;
+          for (d = 0; d < t[j]->ndim; d++) off[j] += idx[d] * t[j]->strides[d];
+          memcpy((char *)t[j]->data + (size_t)off[j] * es, (const char *)buf[j].d + (size_t)e * es, es);
+        }
+      }
+    }
+  }
+}
+/* sqrt in the kernel's element type S (sqrtf for float, as f32 generic math) */
+#define DL__OSQRT(x) (sizeof(S) == sizeof(float) ? (S)sqrtf((float)(x)) : (S)sqrt((double)(x)))
+/* Declares the kernel's arrays in the element type S. */
+#define DL__OPTIM_ARRAYS(S)                                                            \
+  S *const DL__RESTRICT P = (S *)a[0];                                                 \
+  const S *const DL__RESTRICT G = (const S *)a[1];                                     \
+  S *const DL__RESTRICT A2 = (S *)a[2];                                                \
+  S *const DL__RESTRICT A3 = (S *)a[3];                                                \
+  S *const DL__RESTRICT A4 = (S *)a[4];                                                \
+  int64_t i;                                                                           \
+  (void)A2; (void)A3; (void)A4
+/* A kernel in float and double: NAME_f32 / NAME_f64, body over element i. */
+#define DL__OPTIM_KERNEL(NAME, ...)                                                    \
+  DL_API void NAME##_f32(void *const *a, int64_t n, const double *kd) {                \
+    typedef float S;                                                                   \
+    DL__OPTIM_ARRAYS(float);                                                           \
+    __VA_ARGS__                                                                        \
+  }                                                                                    \
+  DL_API void NAME##_f64(void *const *a, int64_t n, const double *kd) {                \
+    typedef double S;                                                                  \
+    DL__OPTIM_ARRAYS(double);                                                          \
+    __VA_ARGS__                                                                        \
+  }
+#define DL__OPTIM_PICK(NAME, p) ((p)->dtype == DL_F32 ? NAME##_f32 : NAME##_f64)
+
 /* torch.optim.SGD. buf (the momentum buffer) may be NULL when momentum == 0.
  *   d = (maximize ? -g : g) + wd*p
  *   step 1: buf = d;  later: buf = momentum*buf + (1-dampening)*d
- *   p -= lr * (nesterov ? d + momentum*buf : buf)     (p -= lr*d without momentum) */
+ *   p -= lr * (nesterov ? d + momentum*buf : buf)     (p -= lr*d without momentum)
+ * kd: sg, wd, momentum, 1 - dampening, lr, mode (0 no momentum, 1 first step,
+ * 2 later), nesterov */
+DL__OPTIM_KERNEL(dl__sgd_k, {
+  const S sg = (S)kd[0], wd = (S)kd[1], mom = (S)kd[2], damp1 = (S)kd[3], lr = (S)kd[4];
+  const int mode = (int)kd[5], nesterov = kd[6] != 0;
+  DL__IVDEP
+  for (i = 0; i < n; i++) {
+    const S d = sg * G[i] + wd * P[i];
+    if (mode == 0) { P[i] = P[i] - lr * d; continue; }
+    A2[i] = mode == 1 ? d : A2[i] * mom + damp1 * d;
+    P[i] = P[i] - lr * (nesterov ? d + mom * A2[i] : A2[i]);
+  }
+})
 DL_API void dl_sgd_update(dl_tensor *p, const dl_tensor *g, dl_tensor *buf, int64_t step,
                           const dl_sgd_cfg *c) {
   const char *fn = "dl_sgd_update";
-  const double sg = c && c->maximize ? -1.0 : 1.0;
-  double wd, mom, damp1, lr;
+  double k[7];
+  dl_tensor *t[3];
   dl__optim_param(fn, p, g, c, step);
 #ifdef DL_USE_CUDA
   if (p->device == DL_CUDA) { dl__sgd_gpu(p, g, buf, step, c, NULL); return; }
 #endif
-  wd = c->weight_decay; mom = c->momentum; damp1 = 1 - c->dampening; lr = c->lr;
-#define DL__D dl_add(dl_mul(sg, g), dl_mul(wd, p))
-  if (mom == 0) {
-    DL_ASSIGN(p, dl_sub(p, dl_mul(lr, DL__D)));
-    return;
-  }
-  dl__optim_same(fn, p, buf, "momentum buffer");
-  if (step == 1) DL_ASSIGN(buf, DL__D);
-  else DL_ASSIGN(buf, dl_add(dl_mul(buf, mom), dl_mul(damp1, DL__D)));
-  if (c->nesterov) DL_ASSIGN(p, dl_sub(p, dl_mul(lr, dl_add(DL__D, dl_mul(mom, buf)))));
-  else DL_ASSIGN(p, dl_sub(p, dl_mul(lr, buf)));
-#undef DL__D
+  if (c->momentum != 0) dl__optim_same(fn, p, buf, "momentum buffer");
+  k[0] = c->maximize ? -1.0 : 1.0; k[1] = c->weight_decay; k[2] = c->momentum; k[3] = 1 - c->dampening;
+  k[4] = c->lr; k[5] = c->momentum == 0 ? 0 : step == 1 ? 1 : 2; k[6] = c->nesterov;
+  t[0] = p; t[1] = (dl_tensor *)g; t[2] = c->momentum != 0 ? buf : NULL;
+  dl__optim_run(t, 3, DL__OPTIM_PICK(dl__sgd_k, p), k);
 }
 
-/* One pass of Adam over contiguous p, g, m, v (vmax): the same arithmetic,
- * in the same order and precision, as the DL_ASSIGN form below (so the two
- * paths give identical bits), but reading each array once: the three-pass
- * form moved 10 arrays instead of 7. With SSE2 (every x86-64) four floats
+/* One pass of Adam over contiguous p, g, m, v (vmax), reading each array
+ * once (the three-pass form of the first version moved 10 arrays instead
+ * of 7). With SSE2 (every x86-64) four floats
  * or two doubles go through one instruction each: mul, add, div and sqrt
  * are correctly rounded in SSE as in scalar code, so the vector body and the
  * scalar tail agree bit for bit (gcc's -O2 would not vectorise this loop
@@ -428,11 +512,20 @@ DL_API void dl__adam_f64(double *P, const double *G, double *M, double *V, doubl
  *   d = (maximize ? -g : g) (+ wd*p for Adam; AdamW multiplies p by 1 - lr*wd)
  *   m = beta1*m + (1-beta1)*d;  v = beta2*v + (1-beta2)*d*d;  vmax = max(vmax, v)
  *   p -= lr/(1-beta1^step) * m / (sqrt(v or vmax)/sqrt(1-beta2^step) + eps) */
+DL_API void dl__adam_k_f32(void *const *a, int64_t n, const double *kd) {
+  dl__adam_f32((float *)a[0], (const float *)a[1], (float *)a[2], (float *)a[3], (float *)a[4], n,
+               (const dl__adam_k *)(const void *)kd);
+}
+DL_API void dl__adam_k_f64(void *const *a, int64_t n, const double *kd) {
+  dl__adam_f64((double *)a[0], (const double *)a[1], (double *)a[2], (double *)a[3], (double *)a[4], n,
+               (const dl__adam_k *)(const void *)kd);
+}
 DL_API void dl_adam_update(dl_tensor *p, const dl_tensor *g, dl_tensor *m, dl_tensor *v,
                            dl_tensor *vmax, int64_t step, const dl_adam_cfg *c) {
   const char *fn = "dl_adam_update";
-  const double sg = c && c->maximize ? -1.0 : 1.0;
-  double wd, b1, b2, b1c, b2c, step_size, bc2_sqrt, eps, decay;
+  double b1, b2;
+  dl__adam_k k;
+  dl_tensor *t[5];
   dl__optim_param(fn, p, g, c, step);
   dl__optim_same(fn, p, m, "m (first moment)");
   dl__optim_same(fn, p, v, "v (second moment)");
@@ -440,34 +533,16 @@ DL_API void dl_adam_update(dl_tensor *p, const dl_tensor *g, dl_tensor *m, dl_te
 #ifdef DL_USE_CUDA
   if (p->device == DL_CUDA) { dl__adam_gpu(p, g, m, v, vmax, step, c, NULL); return; }
 #endif
-  b1 = c->beta1; b2 = c->beta2; eps = c->eps;
-  b1c = 1 - b1; b2c = 1 - b2;
-  wd = c->decoupled ? 0.0 : c->weight_decay;
-  decay = c->decoupled ? 1 - c->lr * c->weight_decay : 1.0;
-  step_size = c->lr / (1 - pow(b1, (double)step));
-  bc2_sqrt = sqrt(1 - pow(b2, (double)step));
-  if (dl_tensor_is_contiguous(p) && dl_tensor_is_contiguous(g) && dl_tensor_is_contiguous(m) &&
-      dl_tensor_is_contiguous(v) && (!c->amsgrad || dl_tensor_is_contiguous(vmax))) {
-    const int64_t n = p->numel;
-    const dl__adam_k k = {sg, wd, b1, b1c, b2, b2c, decay, step_size, bc2_sqrt, eps};
-    if (p->dtype == DL_F32)
-      dl__adam_f32((float *)p->data, (const float *)g->data, (float *)m->data, (float *)v->data,
-                   c->amsgrad ? (float *)vmax->data : NULL, n, &k);
-    else
-      dl__adam_f64((double *)p->data, (const double *)g->data, (double *)m->data, (double *)v->data,
-                   c->amsgrad ? (double *)vmax->data : NULL, n, &k);
-    return;
-  }
-#define DL__D dl_add(dl_mul(sg, g), dl_mul(wd, p))
-  DL_ASSIGN(m, dl_add(dl_mul(m, b1), dl_mul(b1c, DL__D)));
-  DL_ASSIGN(v, dl_add(dl_mul(v, b2), dl_mul(b2c, dl_mul(DL__D, DL__D))));
-#undef DL__D
-  if (c->amsgrad) {
-    DL_ASSIGN(vmax, dl_max(vmax, v));
-    v = vmax;
-  }
-  DL_ASSIGN(p, dl_sub(dl_mul(p, decay),
-                      dl_div(dl_mul(step_size, m), dl_add(dl_div(dl_sqrt(v), bc2_sqrt), eps))));
+  b1 = c->beta1; b2 = c->beta2;
+  k.sg = c->maximize ? -1.0 : 1.0;
+  k.wd = c->decoupled ? 0.0 : c->weight_decay;
+  k.b1 = b1; k.b1c = 1 - b1; k.b2 = b2; k.b2c = 1 - b2;
+  k.decay = c->decoupled ? 1 - c->lr * c->weight_decay : 1.0;
+  k.step_size = c->lr / (1 - pow(b1, (double)step));
+  k.bc2_sqrt = sqrt(1 - pow(b2, (double)step));
+  k.eps = c->eps;
+  t[0] = p; t[1] = (dl_tensor *)g; t[2] = m; t[3] = v; t[4] = c->amsgrad ? vmax : NULL;
+  dl__optim_run(t, 5, DL__OPTIM_PICK(dl__adam_k, p), (const double *)(const void *)&k);
 }
 
 /* torch.optim.RMSprop. grad_avg may be NULL unless c->centered, momentum_buf
@@ -475,13 +550,35 @@ DL_API void dl_adam_update(dl_tensor *p, const dl_tensor *g, dl_tensor *m, dl_te
  *   d = (maximize ? -g : g) + wd*p;  sq = alpha*sq + (1-alpha)*d*d
  *   centered: ga = alpha*ga + (1-alpha)*d;  avg = sqrt(sq - ga*ga) + eps
  *   else avg = sqrt(sq) + eps
- *   momentum: buf = momentum*buf + d/avg; p -= lr*buf;  else p -= lr*d/avg */
+ *   momentum: buf = momentum*buf + d/avg; p -= lr*buf;  else p -= lr*d/avg
+ * kd: sg, wd, alpha, 1 - alpha, eps, momentum, lr; A2 sq, A3 ga, A4 buf */
+DL__OPTIM_KERNEL(dl__rmsprop_k, {
+  const S sg = (S)kd[0], wd = (S)kd[1], al = (S)kd[2], al1 = (S)kd[3], eps = (S)kd[4], mom = (S)kd[5];
+  const S lr = (S)kd[6];
+  for (i = 0; i < n; i++) {
+    const S d = sg * G[i] + wd * P[i];
+    S avg;
+    A2[i] = A2[i] * al + al1 * (d * d);
+    if (A3) {
+      A3[i] = A3[i] * al + al1 * d;
+      avg = DL__OSQRT(A2[i] - A3[i] * A3[i]) + eps;
+    } else {
+      avg = DL__OSQRT(A2[i]) + eps;
+    }
+    if (A4) {
+      A4[i] = A4[i] * mom + d / avg;
+      P[i] = P[i] - lr * A4[i];
+    } else {
+      P[i] = P[i] - (lr * d) / avg;
+    }
+  }
+})
 DL_API void dl_rmsprop_update(dl_tensor *p, const dl_tensor *g, dl_tensor *square_avg,
                               dl_tensor *grad_avg, dl_tensor *momentum_buf, int64_t step,
                               const dl_rmsprop_cfg *c) {
   const char *fn = "dl_rmsprop_update";
-  const double sg = c && c->maximize ? -1.0 : 1.0;
-  double wd, al, al1, eps, mom, lr;
+  double k[7];
+  dl_tensor *t[5];
   dl__optim_param(fn, p, g, c, step);
   dl__optim_same(fn, p, square_avg, "square_avg");
   if (c->centered) dl__optim_same(fn, p, grad_avg, "grad_avg (centered)");
@@ -489,72 +586,73 @@ DL_API void dl_rmsprop_update(dl_tensor *p, const dl_tensor *g, dl_tensor *squar
 #ifdef DL_USE_CUDA
   if (p->device == DL_CUDA) { dl__rmsprop_gpu(p, g, square_avg, grad_avg, momentum_buf, c, NULL); return; }
 #endif
-  wd = c->weight_decay; al = c->alpha; al1 = 1 - c->alpha; eps = c->eps; mom = c->momentum;
-  lr = c->lr;
-#define DL__D dl_add(dl_mul(sg, g), dl_mul(wd, p))
-  DL_ASSIGN(square_avg, dl_add(dl_mul(square_avg, al), dl_mul(al1, dl_mul(DL__D, DL__D))));
-  if (c->centered) {
-    DL_ASSIGN(grad_avg, dl_add(dl_mul(grad_avg, al), dl_mul(al1, DL__D)));
-#define DL__AVG dl_add(dl_sqrt(dl_sub(square_avg, dl_mul(grad_avg, grad_avg))), eps)
-    if (mom > 0) {
-      DL_ASSIGN(momentum_buf, dl_add(dl_mul(momentum_buf, mom), dl_div(DL__D, DL__AVG)));
-      DL_ASSIGN(p, dl_sub(p, dl_mul(lr, momentum_buf)));
-    } else {
-      DL_ASSIGN(p, dl_sub(p, dl_div(dl_mul(lr, DL__D), DL__AVG)));
-    }
-#undef DL__AVG
-  } else {
-#define DL__AVG dl_add(dl_sqrt(square_avg), eps)
-    if (mom > 0) {
-      DL_ASSIGN(momentum_buf, dl_add(dl_mul(momentum_buf, mom), dl_div(DL__D, DL__AVG)));
-      DL_ASSIGN(p, dl_sub(p, dl_mul(lr, momentum_buf)));
-    } else {
-      DL_ASSIGN(p, dl_sub(p, dl_div(dl_mul(lr, DL__D), DL__AVG)));
-    }
-#undef DL__AVG
-  }
-#undef DL__D
+  k[0] = c->maximize ? -1.0 : 1.0; k[1] = c->weight_decay; k[2] = c->alpha; k[3] = 1 - c->alpha;
+  k[4] = c->eps; k[5] = c->momentum; k[6] = c->lr;
+  t[0] = p; t[1] = (dl_tensor *)g; t[2] = square_avg; t[3] = c->centered ? grad_avg : NULL;
+  t[4] = c->momentum > 0 ? momentum_buf : NULL;
+  dl__optim_run(t, 5, DL__OPTIM_PICK(dl__rmsprop_k, p), k);
 }
 
 /* torch.optim.Adagrad. sum starts at initial_accumulator_value
  * (dl_adagrad_init_state).
  *   d = (maximize ? -g : g) + wd*p;  sum += d*d
- *   p -= lr/(1 + (step-1)*lr_decay) * d / (sqrt(sum) + eps) */
+ *   p -= lr/(1 + (step-1)*lr_decay) * d / (sqrt(sum) + eps)
+ * kd: sg, wd, the decayed lr, eps; A2 sum */
+DL__OPTIM_KERNEL(dl__adagrad_k, {
+  const S sg = (S)kd[0], wd = (S)kd[1], clr = (S)kd[2], eps = (S)kd[3];
+  for (i = 0; i < n; i++) {
+    const S d = sg * G[i] + wd * P[i];
+    A2[i] = A2[i] + d * d;
+    P[i] = P[i] - (clr * d) / (DL__OSQRT(A2[i]) + eps);
+  }
+})
 DL_API void dl_adagrad_update(dl_tensor *p, const dl_tensor *g, dl_tensor *sum, int64_t step,
                               const dl_adagrad_cfg *c) {
   const char *fn = "dl_adagrad_update";
-  const double sg = c && c->maximize ? -1.0 : 1.0;
-  double wd, clr, eps;
+  double k[4];
+  dl_tensor *t[3];
   dl__optim_param(fn, p, g, c, step);
   dl__optim_same(fn, p, sum, "sum");
 #ifdef DL_USE_CUDA
   if (p->device == DL_CUDA) { dl__adagrad_gpu(p, g, sum, step, c, NULL); return; }
 #endif
-  wd = c->weight_decay; eps = c->eps;
-  clr = c->lr / (1 + (double)(step - 1) * c->lr_decay);
-#define DL__D dl_add(dl_mul(sg, g), dl_mul(wd, p))
-  DL_ASSIGN(sum, dl_add(sum, dl_mul(DL__D, DL__D)));
-  DL_ASSIGN(p, dl_sub(p, dl_div(dl_mul(clr, DL__D), dl_add(dl_sqrt(sum), eps))));
-#undef DL__D
+  k[0] = c->maximize ? -1.0 : 1.0; k[1] = c->weight_decay;
+  k[2] = c->lr / (1 + (double)(step - 1) * c->lr_decay); k[3] = c->eps;
+  t[0] = p; t[1] = (dl_tensor *)g; t[2] = sum;
+  dl__optim_run(t, 3, DL__OPTIM_PICK(dl__adagrad_k, p), k);
 }
 
-/* Lion (see dl_lion_cfg); sign(0) = 0. step is checked only. */
+/* Lion (see dl_lion_cfg); sign(0) = 0. step is checked only.
+ *   c = beta1*m + (1-beta1)*g;  p = p*(1 - lr*wd) - lr*sign(c);  m = beta2*m + (1-beta2)*g
+ * kd: beta1, 1 - beta1, beta2, 1 - beta2, lr, 1 - lr*wd; A2 m */
+DL__OPTIM_KERNEL(dl__lion_k, {
+  const S b1 = (S)kd[0], b1c = (S)kd[1], b2 = (S)kd[2], b2c = (S)kd[3], lr = (S)kd[4], decay = (S)kd[5];
+  DL__IVDEP
+  for (i = 0; i < n; i++) {
+    const S cm = A2[i] * b1 + b1c * G[i];
+    P[i] = P[i] * decay - lr * ((cm > (S)0 ? (S)1 : (S)0) - (cm < (S)0 ? (S)1 : (S)0));
+    A2[i] = A2[i] * b2 + b2c * G[i];
+  }
+})
 DL_API void dl_lion_update(dl_tensor *p, const dl_tensor *g, dl_tensor *m, int64_t step,
                            const dl_lion_cfg *c) {
   const char *fn = "dl_lion_update";
-  double b1, b1c, b2, b2c, lr, decay;
+  double k[6];
+  dl_tensor *t[3];
   dl__optim_param(fn, p, g, c, step);
   dl__optim_same(fn, p, m, "m");
 #ifdef DL_USE_CUDA
   if (p->device == DL_CUDA) { dl__lion_gpu(p, g, m, c, NULL); return; }
 #endif
-  b1 = c->beta1; b1c = 1 - c->beta1; b2 = c->beta2; b2c = 1 - c->beta2; lr = c->lr;
-  decay = 1 - c->lr * c->weight_decay;
-#define DL__C dl_add(dl_mul(m, b1), dl_mul(b1c, g))
-  DL_ASSIGN(p, dl_sub(dl_mul(p, decay), dl_mul(lr, dl_sub(dl_gt(DL__C, 0.0), dl_lt(DL__C, 0.0)))));
-#undef DL__C
-  DL_ASSIGN(m, dl_add(dl_mul(m, b2), dl_mul(b2c, g)));
+  k[0] = c->beta1; k[1] = 1 - c->beta1; k[2] = c->beta2; k[3] = 1 - c->beta2; k[4] = c->lr;
+  k[5] = 1 - c->lr * c->weight_decay;
+  t[0] = p; t[1] = (dl_tensor *)g; t[2] = m;
+  dl__optim_run(t, 3, DL__OPTIM_PICK(dl__lion_k, p), k);
 }
+#undef DL__OPTIM_KERNEL
+#undef DL__OPTIM_ARRAYS
+#undef DL__OPTIM_PICK
+#undef DL__OSQRT
 
 /* >>optimizer objects ------------------------------------------------------ */
 
