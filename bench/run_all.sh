@@ -23,6 +23,9 @@
 #      each, speed-up and scaling efficiency (run_dist.sh)
 #   9. the Fashion examples trained on the GPU (--device cuda) vs PyTorch on
 #      the same GPU (run_gpu.sh; goals >= 2x MLP, >= 1x CNN; SKIP without a GPU)
+#  10. compile cost: -O2 and fast-flag compile time and preprocessed size of
+#      a stdio.h-only file, a dl.h-only file and examples/fashion_mlp.c
+#      (run_compile.sh; goals <= 2 s -O2, <= 3 s fast, <= 3 MB preprocessed)
 set -u
 cd "$(dirname "$0")/.."
 B=build/bench
@@ -67,4 +70,7 @@ bash bench/run_dist.sh || status=1
 echo
 echo "== training on the GPU vs PyTorch CUDA (run_gpu.sh) =="
 bash bench/run_gpu.sh || status=1
+echo
+echo "== compile cost of the library (run_compile.sh) =="
+bash bench/run_compile.sh || status=1
 exit $status

@@ -19,31 +19,42 @@
  *   cc -std=c11 -O3 -march=native -fopenmp prog.c -lm                 threads
  *   cc ... -DDL_USE_OPENBLAS prog.c -lopenblas -lm                   OpenBLAS GEMM
  *
- * Configuration macros (define before including; see dl/config.h):
- *   DL_API, DL_MALLOC/DL_REALLOC/DL_FREE (all or none), DL_USE_OPENBLAS,
- *   DL_USE_ZLIB, DL_USE_STB_IMAGE, DL_USE_STB_IMAGE_WRITE, DL_NO_STDIO,
- *   DL_PARALLEL_THRESHOLD.
- *
- * The headers, each using only those above it:
- *   dl/config.h   feature macros, allocator hooks, version
- *   dl/core.h     dl_status, dl_ctx (allocator, panic handler, threads,
- *                 denormals), arenas, the counter-based RNG, dtypes
- *   dl/tensor.h   dl_tensor: n-d shape/strides, views, copies, printing
- *   dl/vmath.h    vectorisable exp/log/tanh/sigmoid/erf with stated accuracy
- *   dl/dual.h     dual numbers and the generic scalar math (dl_exp, dl_add, ...)
- *   dl/expr.h     DL_ASSIGN fused loops and the element-wise op list
- *   dl/blas.h     GEMM: OpenBLAS or the built-in blocked kernel
- *   dl/tape.h     reverse-mode tape, no-grad, custom ops, tangents, gradcheck
- *   dl/ops.h      the differentiable ops dl_t_NAME (families in dl/ops/)
- *   dl/layers.h   dl_model: layers with PyTorch-named parameters
- *   dl/optim.h    optimizers, clipping, regularisation, the training step
- *   dl/data.h     datasets, shuffler, batcher, IDX/CSV/image/text loaders,
- *                 augmentation (DL_USE_ZLIB: gzip, -lz; DL_USE_STB_IMAGE: images)
- *   dl/io.h       safetensors weights, checkpoints, atomic writes
- *   dl/report.h   progress line, accuracy and confusion matrix, CSV log, PNG
- *                 chart (DL_USE_STB_IMAGE_WRITE: the PNG)
- *   dl/run.h      a training program's flags, --load/--resume, per-epoch
- *                 checkpoints, history, evaluation, the result line
+ * Configuration macros: define them before the first #include of any dl
+ * header (-DNAME on the command line does the same). One line each; the
+ * header named at the end says more.
+ *   Building and linking
+ *   DL_API                  storage class of every library function; default
+ *                           static inline (single file, nothing to link)  config.h
+ *   DL_USE_OPENBLAS         GEMM through OpenBLAS's cblas (-lopenblas)    blas.h
+ *   DL_USE_ZLIB             gzip files in the loaders (-lz)               data.h
+ *   DL_USE_STB_IMAGE        image files in the loaders (libstb-dev)       data.h
+ *   DL_USE_STB_IMAGE_WRITE  PNG samples and charts (libstb-dev)           report.h
+ *   DL_USE_CUDA             the GPU backend: link build/libdlgpu.a, cuBLAS,
+ *                           cuDNN and cudart (make gpu)                  gpu.h
+ *   DL_USE_MPI              data parallelism over Open MPI (mpicc);
+ *                           without it dist.h is a one-process fallback   dist.h
+ *   DL_NO_STDIO             no FILE printing helpers (firmware); run.h and
+ *                           the printing parts of report.h drop out       config.h
+ *   DL_NO_GNU_EXTENSIONS    generic math without gcc/clang's statement
+ *                           expressions: portable C11, but its macro text
+ *                           then doubles at every level of nesting        dual.h
+ *   Memory and limits
+ *   DL_MALLOC, DL_REALLOC, DL_FREE  allocator hooks: all three or none;
+ *                           a ctx's run-time hooks take precedence        config.h
+ *   DL_PARALLEL_THRESHOLD   elements below which a loop never starts an
+ *                           OpenMP team (default 32768)                   config.h
+ *   DL_GEMM_PARALLEL_FLOPS  flops below which GEMM stays on one thread    blas.h
+ *   DL_GEMM_NO_VECTOR_EXT   the built-in GEMM without gcc vector types    blas.h
+ *   DL_NAME_MAX             longest parameter name                        layers.h
+ *   DL_SAFETENSORS_MAX_HEADER, DL_SAFETENSORS_MAX_DEPTH  limits on a weight
+ *                           file's JSON header (refused beyond them)      io.h
+ *   DL_IO_BUFFER            bytes of the buffered file writer             io.h
+ *   DL_FASHION_MNIST_DIR    where dl_load_fashion_mnist looks by default  data.h
+ *   DL_RUN_MAX_EPOCHS       epochs a training history keeps               run.h
+ *   DL_DIST_BUCKET_BYTES, DL_DIST_CHECK_EVERY  all-reduce bucket size and
+ *                           divergence-check period when a desc says 0   dist.h
+ * OpenMP is switched on by the compiler's own flag (-fopenmp); without it
+ * every loop runs on the calling thread.
  *
  * Conventions: public names start dl_/DL_, private ones dl__/DL__. Functions
  * that can fail for reasons the caller must handle return dl_status (or NULL)

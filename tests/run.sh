@@ -2,9 +2,10 @@
 # tests/run.sh - the whole test suite; `make test` runs it. Ends with the line
 # "N passed, N failed[, N skipped]" that CI reads. Exits non-zero on any failure.
 #
-#   1. every public header compiles on its own: gcc and clang as C11 with
-#      -Wall -Wextra -Wpedantic -Werror and linked (-lm, as every user links), g++
-#      as C++11, nvcc where it exists
+#   1. every public header (include/dl/*.h and include/dl/ops/*.h) compiles
+#      on its own: gcc and clang as C11 with -Wall -Wextra -Wpedantic -Werror
+#      and linked (-lm, as every user links), and again with DL_USE_MPI where
+#      mpicc exists; g++ as C++11, nvcc where it exists
 #   2. tests/test_*.c built with gcc -O2 -fopenmp (plus the flags a test names
 #      on a "dl-test-flags:" line) and run (test_blas also with OpenBLAS),
 #      2 OpenMP threads
@@ -46,7 +47,10 @@ ok()   { pass=$((pass + 1)); }
 bad()  { fail=$((fail + 1)); failed+=("$1"); echo "FAILED: $1"; }
 
 # --- 1. headers on their own -------------------------------------------------
-for h in include/dl.h include/dl/*.h; do
+# with DL_USE_MPI too, where Open MPI's headers are (mpicc knows their flags)
+MPI_CFLAGS=""
+if command -v mpicc >/dev/null; then MPI_CFLAGS="-DDL_USE_MPI $(mpicc --showme:compile 2>/dev/null)"; fi
+for h in include/dl.h include/dl/*.h include/dl/ops/*.h; do
   [ -f "$h" ] || continue
   src="#include \"$(basename "$h")\"
 int main(void) { return 0; }"
@@ -55,6 +59,10 @@ int main(void) { return 0; }"
     command -v $c >/dev/null || { skip=$((skip + 1)); continue; }
     if echo "$src" | $c $WARN $inc -Iinclude -x c - -o /dev/null -lm 2>"$B/hdr.log"; then ok
     else bad "$h alone with $c"; cat "$B/hdr.log" | head -20; fi
+    if [ -n "$MPI_CFLAGS" ]; then
+      if echo "$src" | $c $WARN $MPI_CFLAGS $inc -Iinclude -x c - -c -o /dev/null 2>"$B/hdr.log"; then ok
+      else bad "$h alone with $c -DDL_USE_MPI"; cat "$B/hdr.log" | head -20; fi
+    fi
   done
   if echo "$src" | g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror $inc -Iinclude -x c++ - -o /dev/null 2>"$B/hdr.log"; then ok
   else bad "$h as C++ with g++"; head -20 "$B/hdr.log"; fi

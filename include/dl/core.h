@@ -631,6 +631,62 @@ DL_API dl_fpmode dl_ctx_fp_enter(const dl_ctx *ctx) {
   return dl_ftz_enter(1);
 }
 
+/* >>parallel for ------------------------------------------------------------ */
+
+/* dl_parallel_for(ctx, n, block, work, fn, arg): calls fn(arg, lo, hi) over
+ * [0, n) in blocks of `block` indices ([lo, hi) never crosses a block
+ * boundary, so the partition is the same whatever the thread count and a
+ * loop that keeps its blocks apart gives the same bits on any team). The
+ * library's one parallel loop: with OpenMP, when the ctx has more than one
+ * thread and `work` (elements, flops: the caller's measure) reaches the
+ * ctx's parallel threshold, the ctx's team takes the blocks dynamically,
+ * behind the team guard above; otherwise the calling thread runs them in
+ * order. Every worker, the caller included, runs with the ctx's
+ * floating-point mode (flush-to-zero unless keep_denormals) and restores its
+ * own afterwards. fn must not throw work back at the team (no nesting). */
+typedef void (*dl_range_fn)(void *arg, int64_t lo, int64_t hi);
+DL_API void dl_parallel_for(dl_ctx *ctx, int64_t n, int64_t block, int64_t work, dl_range_fn fn, void *arg) {
+  const int64_t nb = block > 0 ? (n + block - 1) / block : 0;
+  const int threads = dl_ctx_threads(ctx);
+  int par = threads > 1 && nb > 1 && work >= dl_ctx_parallel_threshold(ctx);
+  if (nb == 0) return;
+#ifdef _OPENMP
+  if (par) {
+    dl__team tm;
+    dl__team_begin(&tm, ctx, 1);
+    par = tm.par;
+    if (par) {
+      DL__OMP("omp parallel num_threads(threads)")
+      {
+        const dl_fpmode fm = dl_ctx_fp_enter(ctx);
+        const double since = omp_get_wtime();
+        int64_t b, done = 0;
+        DL__OMP("omp for schedule(dynamic, 1) nowait")
+        for (b = 0; b < nb; b++) {
+          const int64_t lo = b * block;
+          done++;
+          fn(arg, lo, lo + block < n ? lo + block : n);
+        }
+        dl__team_member(&tm, since, done);
+        dl_ftz_leave(fm);
+      }
+      dl__team_end(&tm, ctx, nb);
+      return;
+    }
+  }
+#endif
+  (void)par;
+  {
+    const dl_fpmode fm = dl_ctx_fp_enter(ctx);
+    int64_t b;
+    for (b = 0; b < nb; b++) {
+      const int64_t lo = b * block;
+      fn(arg, lo, lo + block < n ? lo + block : n);
+    }
+    dl_ftz_leave(fm);
+  }
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -404,6 +404,147 @@ DL_API void dl__bwalk_at(const dl__bwalk *w, int64_t i, int64_t *oy, int64_t *ox
 
 DL_API void dl__unused(int n, ...) { (void)n; }
 
+/* >>element-wise driver --------------------------------------------------- */
+
+/* The op list's tensor functions (and a user's DL_DEFINE_OP ones) run
+ * through one driver: each op contributes two small kernels, float and
+ * double, that do one of three things over n contiguous elements, in the
+ * slots dl/gpu/abi.h uses for the GPU:
+ *   DL__EW_FWD  a[0][i] = f(a[1][i], a[2][i])
+ *   DL__EW_JVP  a[0][i] = df/dx0 * a[3][i] + df/dx1 * a[4][i]   (dual numbers)
+ *   DL__EW_BWD  a[3][i] += a[0][i] * df/dx0,  a[4][i] += a[0][i] * df/dx1
+ *               (a NULL slot is skipped)
+ * The driver checks dtypes and shapes (naming the op), and runs contiguous
+ * same-shape tensors straight through dl_parallel_for; anything else
+ * (broadcast operands, strided views) goes through tiles gathered into stack
+ * buffers. A gradient whose input was broadcast receives its contributions
+ * serially, in element order, so the sums do not depend on the thread
+ * count. One op thus compiles to six short loops, whatever the layouts. */
+enum { DL__EW_FWD, DL__EW_JVP, DL__EW_BWD };
+/* p0 of an op's optional parameter list: DL__PV(0.0) is 0.0, DL__PV(0.0, p0) is p0. */
+#define DL__PV(...) DL__PV_(__VA_ARGS__, 0.0, 0.0)
+#define DL__PV_(a, b, ...) b
+#define DL__EW_TILE 256
+typedef void (*dl__ew_kern)(int mode, int64_t n, void *const *a, double p0);
+typedef struct dl__ew_job {
+  dl__ew_kern k;
+  int mode, nd, bcast;
+  double p0;
+  size_t es;
+  int64_t shape[DL_MAX_DIMS], st[5][DL_MAX_DIMS];
+  char *base[5];
+} dl__ew_job;
+/* Contiguous: [lo, hi) of every slot. */
+DL_API void dl__ew_range(void *arg, int64_t lo, int64_t hi) {
+  const dl__ew_job *j = (const dl__ew_job *)arg;
+  void *a[5];
+  int k;
+  for (k = 0; k < 5; k++) a[k] = j->base[k] ? j->base[k] + (size_t)lo * j->es : NULL;
+  j->k(j->mode, hi - lo, a, j->p0);
+}
+/* General: elements [lo, hi) of the output's row-major order, through tiles. */
+DL_API void dl__ew_tiles(void *arg, int64_t lo, int64_t hi) {
+  const dl__ew_job *j = (const dl__ew_job *)arg;
+  union { float f[DL__EW_TILE]; double d[DL__EW_TILE]; } buf[5];
+  int64_t off[5][DL__EW_TILE], i0;
+  const int outs = j->mode == DL__EW_BWD ? 0x18 : 0x1; /* slots written: 3, 4 or 0 */
+  for (i0 = lo; i0 < hi; i0 += DL__EW_TILE) {
+    const int64_t m = hi - i0 < DL__EW_TILE ? hi - i0 : DL__EW_TILE;
+    int64_t e, idx[DL_MAX_DIMS], r = i0;
+    void *a[5];
+    int k, d;
+    for (d = j->nd - 1; d >= 0; d--) { idx[d] = r % j->shape[d]; r /= j->shape[d]; }
+    for (e = 0; e < m; e++) {
+      for (k = 0; k < 5; k++) {
+        if (!j->base[k]) continue;
+        off[k][e] = 0;
+        for (d = 0; d < j->nd; d++) off[k][e] += idx[d] * j->st[k][d];
+      }
+      for (d = j->nd - 1; d >= 0 && ++idx[d] == j->shape[d]; d--) idx[d] = 0;
+    }
+    for (k = 0; k < 5; k++) {
+      a[k] = j->base[k] ? (void *)buf[k].d : NULL;
+      if (!j->base[k]) continue;
+      if (outs >> k & 1) memset(buf[k].d, 0, (size_t)m * j->es);
+      else
+        for (e = 0; e < m; e++)
+          memcpy((char *)buf[k].d + (size_t)e * j->es, j->base[k] + (size_t)off[k][e] * j->es, j->es);
+    }
+    j->k(j->mode, m, a, j->p0);
+    for (k = 0; k < 5; k++) {
+      if (!j->base[k] || !(outs >> k & 1)) continue;
+      if (j->mode != DL__EW_BWD)
+        for (e = 0; e < m; e++)
+          memcpy(j->base[k] + (size_t)off[k][e] * j->es, (const char *)buf[k].d + (size_t)e * j->es, j->es);
+      else if (j->es == sizeof(float))
+        for (e = 0; e < m; e++) ((float *)(void *)j->base[k])[off[k][e]] += buf[k].f[e];
+      else
+        for (e = 0; e < m; e++) ((double *)(void *)j->base[k])[off[k][e]] += buf[k].d[e];
+    }
+  }
+}
+/* Runs op `op` (its kernels k32 / k64) in `mode` over the slots (NULL: absent);
+ * slot 0 is y (FWD), ty (JVP) or gy (BWD) and sets the shape. */
+DL_API void dl__ew_run(const char *op, dl__ew_kern k32, dl__ew_kern k64, int mode, const dl_tensor *out,
+                       const dl_tensor *x0, const dl_tensor *x1, const dl_tensor *s3, const dl_tensor *s4,
+                       double p0) {
+  const dl_tensor *slot[5];
+  dl__ew_job j;
+  int k, d, contig;
+  const char *ylo, *yhi;
+  slot[0] = out; slot[1] = x0; slot[2] = x1; slot[3] = s3; slot[4] = s4;
+  if (out->dtype != DL_F32 && out->dtype != DL_F64)
+    DL_PANIC(out->ctx, op, "%s must be f32 or f64", DL_SHAPESTR(out));
+  memset(&j, 0, sizeof j);
+  j.k = out->dtype == DL_F32 ? k32 : k64;
+  j.mode = mode;
+  j.p0 = p0;
+  j.es = dl_dtype_size(out->dtype);
+  j.nd = out->ndim;
+  for (d = 0; d < out->ndim; d++) j.shape[d] = out->shape[d];
+  contig = dl_tensor_is_contiguous(out);
+  dl__span(out, &ylo, &yhi);
+  for (k = 0; k < 5; k++) {
+    const dl_tensor *t = slot[k];
+    int off;
+    if (!t) continue;
+    j.base[k] = (char *)t->data;
+    if (t->dtype != out->dtype)
+      DL_PANIC(out->ctx, op, "dtype mismatch: %s and %s (never converted)", DL_SHAPESTR(t), DL_SHAPESTR(out));
+    if (t->device != DL_CPU)
+      DL_PANIC(out->ctx, op, "%s is on the GPU and %s on the host: move both to one device", DL_SHAPESTR(t),
+               DL_SHAPESTR(out));
+    off = out->ndim - t->ndim;
+    if (off < 0)
+      DL_PANIC(out->ctx, op, "shape mismatch: %s does not broadcast to %s", DL_SHAPESTR(t), DL_SHAPESTR(out));
+    for (d = 0; d < out->ndim; d++) {
+      const int64_t sz = d < off ? 1 : t->shape[d - off];
+      if (sz != out->shape[d] && sz != 1)
+        DL_PANIC(out->ctx, op, "shape mismatch: %s does not broadcast to %s", DL_SHAPESTR(t), DL_SHAPESTR(out));
+      j.st[k][d] = (sz == 1 && out->shape[d] != 1) || d < off ? 0 : t->strides[d - off];
+      if (sz != out->shape[d]) {
+        contig = 0;
+        if (mode == DL__EW_BWD && k >= 3) j.bcast = 1;
+      }
+    }
+    if (off != 0 || !dl_tensor_is_contiguous(t)) contig = 0;
+    /* an input that overlaps the output must be the very same view (y = f(y) in place) */
+    if (k > 0 && t->numel > 0 && out->numel > 0 && (mode != DL__EW_BWD || k >= 3)) {
+      const char *lo, *hi;
+      dl__span(t, &lo, &hi);
+      if (lo < yhi && ylo < hi &&
+          !(t->data == out->data && dl_tensor_same_shape(t, out) &&
+            !memcmp(t->strides, out->strides, sizeof(int64_t) * (size_t)out->ndim)) && mode != DL__EW_BWD)
+        DL_PANIC(out->ctx, op, "%s overlaps the output %s without being the same view", DL_SHAPESTR(t),
+                 DL_SHAPESTR(out));
+    }
+  }
+  if (out->numel == 0) return;
+  if (contig) dl_parallel_for(out->ctx, out->numel, 8192, out->numel, dl__ew_range, &j);
+  else if (j.bcast) dl__ew_tiles(&j, 0, out->numel); /* one thread, in element order */
+  else dl_parallel_for(out->ctx, out->numel, 8192, out->numel, dl__ew_tiles, &j);
+}
+
 /* >>device dispatch (DL_USE_CUDA) ------------------------------------------ */
 #ifdef DL_USE_CUDA
 #if defined(__GNUC__) || defined(__clang__)
@@ -471,9 +612,6 @@ DL_API void dl__gpu_ew(const char *op, dlg_ew_fn fn, int mode, const dl_tensor *
   if (dl__gpu_ew_prep(op, mode, out, x0, x1, s3, s4, &e, ptr) == 0) return;
   dl__gpu_ok(out, op, fn(dl__gpu_h(out, op), (int)out->dtype, mode, &e, ptr, p0));
 }
-/* p0 of an op's optional parameter list: DL__PV(0.0) is 0.0, DL__PV(0.0, p0) is p0. */
-#define DL__PV(...) DL__PV_(__VA_ARGS__, 0.0, 0.0)
-#define DL__PV_(a, b, ...) b
 #define DL__GPU_DECL(FAM)                                                              \
   int FAM##__gpu(dlg_handle *h, int dtype, int mode, const dlg_ew *e, void *const ptr[5], double p0) DL__WEAK;
 DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c, const dl_tensor *d,
@@ -491,10 +629,27 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
 #define DL__GPU_EW(op, FAM, mode, out, a, b, c, d, p)
 #endif
 
+
 /* >>op generators ---------------------------------------------------------- */
 
 /* One-input op: FAM the scalar family prefix, TN the tensor function prefix,
  * PD/PA extra number parameters (", double p0" / ", p0", or empty). */
+#define DL__EW_KERN1(FAM, S, sfx, dsfx, MK, ...)                                       \
+  DL_API void FAM##_ewk_##sfx(int mode, int64_t n, void *const *a, double p0) {         \
+    S *const DL__RESTRICT o = (S *)a[0];                                               \
+    const S *const DL__RESTRICT x = (const S *)a[1];                                   \
+    int64_t i;                                                                         \
+    (void)p0;                                                                          \
+    if (mode == DL__EW_FWD) {                                                          \
+      DL__IVDEP for (i = 0; i < n; i++) o[i] = FAM##_##sfx(x[i] __VA_ARGS__);                  \
+    } else if (mode == DL__EW_JVP) {                                                   \
+      const S *const DL__RESTRICT t = (const S *)a[3];                                 \
+      DL__IVDEP for (i = 0; i < n; i++) o[i] = FAM##_##dsfx(MK(x[i], t[i]) __VA_ARGS__).d;     \
+    } else {                                                                           \
+      S *const DL__RESTRICT g = (S *)a[3];                                             \
+      DL__IVDEP for (i = 0; i < n; i++) g[i] += o[i] * FAM##_##dsfx(MK(x[i], (S)1) __VA_ARGS__).d; \
+    }                                                                                  \
+  }
 #define DL__GEN_OP1(FAM, TN, PD, PA, expr)                                             \
   DL_HD DL__VAPI float FAM##_f32(float x0 PD) { DL_SCALAR(float); return (expr); }       \
   DL_HD DL__VAPI double FAM##_f64(double x0 PD) { DL_SCALAR(double); return (expr); }    \
@@ -502,56 +657,57 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
   DL_HD DL__VAPI dl_dual64 FAM##_dual64(dl_dual64 x0 PD) { DL_SCALAR(dl_dual64); return (expr); } \
   DL_API dl__probe *FAM##_probe(dl__probe *x0 PD) { dl__unused(0 PA); return x0; }    \
   DL__GPU_DECL(FAM)                                                                    \
+  DL__EW_KERN1(FAM, float, f32, dual, dl_dual_make, PA)                                \
+  DL__EW_KERN1(FAM, double, f64, dual64, dl_dual64_make, PA)                           \
   /* y = f(x0), x0 broadcast to y */                                                   \
   DL_API void TN##_into(dl_tensor *y, const dl_tensor *x0_ PD) {                       \
     DL__GPU_EW(#TN, FAM, DLG_FWD, y, x0_, NULL, NULL, NULL, DL__PV(0.0 PA))            \
-    DL_ASSIGN(y, DL__PRECSEL(FAM##_f32, FAM##_f64, FAM##_dual, FAM##_dual64, FAM##_probe)(DL__L(x0_) PA)); \
+    dl__ew_run(#TN "_into", FAM##_ewk_f32, FAM##_ewk_f64, DL__EW_FWD, y, x0_, NULL, NULL, NULL, \
+               DL__PV(0.0 PA));                                                        \
   }                                                                                    \
   /* forward mode: ty = f'(x0) * tx0, by the dual numbers; tx0 broadcasts to ty */     \
-  DL_HD DL__VAPI float FAM##_jvp_f32(float x0, float t0 PD) { return FAM##_dual(dl_dual_make(x0, t0) PA).d; } \
-  DL_HD DL__VAPI double FAM##_jvp_f64(double x0, double t0 PD) { return FAM##_dual64(dl_dual64_make(x0, t0) PA).d; } \
-  DL_API dl__probe *FAM##_jvp_probe(dl__probe *x0, dl__probe *t0 PD) { dl__unused(0 PA); (void)t0; return x0; } \
   DL_API void TN##_jvp(dl_tensor *ty, const dl_tensor *x0_, const dl_tensor *tx0_ PD) { \
     DL__GPU_EW(#TN "_jvp", FAM, DLG_JVP, ty, x0_, NULL, tx0_, NULL, DL__PV(0.0 PA))    \
-    DL_ASSIGN(ty, DL__PRECSEL(FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_probe)(DL__L(x0_), DL__L(tx0_) PA)); \
+    dl__ew_run(#TN "_jvp", FAM##_ewk_f32, FAM##_ewk_f64, DL__EW_JVP, ty, x0_, NULL, tx0_, NULL, \
+               DL__PV(0.0 PA));                                                        \
   }                                                                                    \
   /* gx0 += gy * f'(x0); gx0 has x0's shape (summed over broadcast dims) */           \
   DL_API void TN##_backward(dl_tensor *gx0, const dl_tensor *gy, const dl_tensor *x0_ PD) { \
     dl__bwalk w;                                                                       \
-    int64_t i, n = gy->numel;                                                          \
     if (!gx0) return;                                                                  \
     DL__GPU_EW(#TN "_backward", FAM, DLG_BWD, gy, x0_, NULL, gx0, NULL, DL__PV(0.0 PA)) \
     dl__bwalk_init(&w, #TN "_backward", gy, 1, x0_, NULL, gx0, NULL);                  \
-    if (gy->dtype == DL_F32) {                                                         \
-      const float *gp = (const float *)gy->data, *xp = (const float *)x0_->data;       \
-      float *g0 = (float *)gx0->data;                                                  \
-      if (!w.bcast) {                                                                  \
-        DL__OMP("omp parallel for schedule(dynamic, 8192) if(n >= dl_ctx_parallel_threshold(gy->ctx)) num_threads(dl_ctx_threads(gy->ctx))") \
-        for (i = 0; i < n; i++) g0[i] += gp[i] * FAM##_dual(dl_dual_make(xp[i], 1.0f) PA).d; \
-      } else {                                                                         \
-        for (i = 0; i < n; i++) {                                                      \
-          int64_t oy, ox[2], og[2];                                                    \
-          dl__bwalk_at(&w, i, &oy, ox, og);                                            \
-          g0[og[0]] += gp[oy] * FAM##_dual(dl_dual_make(xp[ox[0]], 1.0f) PA).d;        \
-        }                                                                              \
-      }                                                                                \
-    } else {                                                                           \
-      const double *gp = (const double *)gy->data, *xp = (const double *)x0_->data;    \
-      double *g0 = (double *)gx0->data;                                                \
-      if (!w.bcast) {                                                                  \
-        DL__OMP("omp parallel for schedule(dynamic, 8192) if(n >= dl_ctx_parallel_threshold(gy->ctx)) num_threads(dl_ctx_threads(gy->ctx))") \
-        for (i = 0; i < n; i++) g0[i] += gp[i] * FAM##_dual64(dl_dual64_make(xp[i], 1.0) PA).d; \
-      } else {                                                                         \
-        for (i = 0; i < n; i++) {                                                      \
-          int64_t oy, ox[2], og[2];                                                    \
-          dl__bwalk_at(&w, i, &oy, ox, og);                                            \
-          g0[og[0]] += gp[oy] * FAM##_dual64(dl_dual64_make(xp[ox[0]], 1.0) PA).d;     \
-        }                                                                              \
-      }                                                                                \
-    }                                                                                  \
+    dl__ew_run(#TN "_backward", FAM##_ewk_f32, FAM##_ewk_f64, DL__EW_BWD, gy, x0_, NULL, gx0, NULL, \
+               DL__PV(0.0 PA));                                                        \
   }
 
 /* Two-input op (no extra parameters). */
+#define DL__EW_KERN2(FAM, S, sfx, dsfx, MK)                                         \
+  DL_API void FAM##_ewk_##sfx(int mode, int64_t n, void *const *a, double p0) {         \
+    S *const DL__RESTRICT o = (S *)a[0];                                               \
+    const S *const DL__RESTRICT x = (const S *)a[1];                                   \
+    const S *const DL__RESTRICT y = (const S *)a[2];                                   \
+    int64_t i;                                                                         \
+    (void)p0;                                                                          \
+    if (mode == DL__EW_FWD) {                                                          \
+      DL__IVDEP for (i = 0; i < n; i++) o[i] = FAM##_##sfx(x[i], y[i]);                \
+    } else if (mode == DL__EW_JVP) {                                                   \
+      const S *const DL__RESTRICT t0 = (const S *)a[3];                                \
+      const S *const DL__RESTRICT t1 = (const S *)a[4];                                \
+      DL__IVDEP for (i = 0; i < n; i++) o[i] = FAM##_##dsfx(MK(x[i], t0[i]), MK(y[i], t1[i])).d; \
+    } else {                                                                           \
+      S *const DL__RESTRICT g0 = (S *)a[3];                                            \
+      S *const DL__RESTRICT g1 = (S *)a[4];                                            \
+      if (g0) {                                                                        \
+        DL__IVDEP for (i = 0; i < n; i++)                                              \
+          g0[i] += o[i] * FAM##_##dsfx(MK(x[i], (S)1), MK(y[i], (S)0)).d;              \
+      }                                                                                \
+      if (g1) {                                                                        \
+        DL__IVDEP for (i = 0; i < n; i++)                                              \
+          g1[i] += o[i] * FAM##_##dsfx(MK(x[i], (S)0), MK(y[i], (S)1)).d;              \
+      }                                                                                \
+    }                                                                                  \
+  }
 #define DL__GEN_OP2(FAM, TN, expr)                                                     \
   DL_HD DL__VAPI float FAM##_f32(float x0, float x1) { DL_SCALAR(float); return (expr); } \
   DL_HD DL__VAPI double FAM##_f64(double x0, double x1) { DL_SCALAR(double); return (expr); } \
@@ -559,70 +715,27 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
   DL_HD DL__VAPI dl_dual64 FAM##_dual64(dl_dual64 x0, dl_dual64 x1) { DL_SCALAR(dl_dual64); return (expr); } \
   DL_API dl__probe *FAM##_probe(dl__probe *x0, dl__probe *x1) { (void)x1; return x0; } \
   DL__GPU_DECL(FAM)                                                                    \
+  DL__EW_KERN2(FAM, float, f32, dual, dl_dual_make)                                    \
+  DL__EW_KERN2(FAM, double, f64, dual64, dl_dual64_make)                               \
   /* y = f(x0, x1), both broadcast to y */                                             \
   DL_API void TN##_into(dl_tensor *y, const dl_tensor *x0_, const dl_tensor *x1_) {    \
     DL__GPU_EW(#TN, FAM, DLG_FWD, y, x0_, x1_, NULL, NULL, 0.0)                        \
-    DL_ASSIGN(y, DL__PRECSEL(FAM##_f32, FAM##_f64, FAM##_dual, FAM##_dual64, FAM##_probe)(DL__L(x0_), DL__L(x1_))); \
+    dl__ew_run(#TN "_into", FAM##_ewk_f32, FAM##_ewk_f64, DL__EW_FWD, y, x0_, x1_, NULL, NULL, 0.0); \
   }                                                                                    \
   /* forward mode: ty = df/dx0 * tx0 + df/dx1 * tx1 (a 0-d zero tensor for no tangent) */ \
-  DL_HD DL__VAPI float FAM##_jvp_f32(float x0, float t0, float x1, float t1) {          \
-    return FAM##_dual(dl_dual_make(x0, t0), dl_dual_make(x1, t1)).d;                   \
-  }                                                                                    \
-  DL_HD DL__VAPI double FAM##_jvp_f64(double x0, double t0, double x1, double t1) {     \
-    return FAM##_dual64(dl_dual64_make(x0, t0), dl_dual64_make(x1, t1)).d;             \
-  }                                                                                    \
-  DL_API dl__probe *FAM##_jvp_probe(dl__probe *x0, dl__probe *t0, dl__probe *x1, dl__probe *t1) { \
-    (void)t0; (void)x1; (void)t1; return x0;                                           \
-  }                                                                                    \
   DL_API void TN##_jvp(dl_tensor *ty, const dl_tensor *x0_, const dl_tensor *tx0_,      \
                        const dl_tensor *x1_, const dl_tensor *tx1_) {                  \
     DL__GPU_EW(#TN "_jvp", FAM, DLG_JVP, ty, x0_, x1_, tx0_, tx1_, 0.0)                \
-    DL_ASSIGN(ty, DL__PRECSEL(FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_f32, FAM##_jvp_f64, FAM##_jvp_probe)( \
-                      DL__L(x0_), DL__L(tx0_), DL__L(x1_), DL__L(tx1_)));              \
+    dl__ew_run(#TN "_jvp", FAM##_ewk_f32, FAM##_ewk_f64, DL__EW_JVP, ty, x0_, x1_, tx0_, tx1_, 0.0); \
   }                                                                                    \
   /* gx0 += gy * df/dx0, gx1 += gy * df/dx1, each summed to its input's shape */       \
   DL_API void TN##_backward(dl_tensor *gx0, dl_tensor *gx1, const dl_tensor *gy,        \
                             const dl_tensor *x0_, const dl_tensor *x1_) {              \
     dl__bwalk w;                                                                       \
-    int64_t i, n = gy->numel;                                                          \
     DL__GPU_EW(#TN "_backward", FAM, DLG_BWD, gy, x0_, x1_, gx0, gx1, 0.0)             \
     dl__bwalk_init(&w, #TN "_backward", gy, 2, x0_, x1_, gx0, gx1);                    \
-    if (gy->dtype == DL_F32) {                                                         \
-      const float *gp = (const float *)gy->data, *ap = (const float *)x0_->data,       \
-                  *bp = (const float *)x1_->data;                                      \
-      float *g0 = gx0 ? (float *)gx0->data : NULL, *g1 = gx1 ? (float *)gx1->data : NULL; \
-      /* parallel only without broadcasting: then no two i touch one gradient */       \
-      DL__OMP("omp parallel for schedule(dynamic, 8192) if(!w.bcast && n >= dl_ctx_parallel_threshold(gy->ctx)) num_threads(dl_ctx_threads(gy->ctx))") \
-      for (i = 0; i < n; i++) {                                                        \
-        int64_t oy, ox[2], og[2];                                                      \
-        float a, b;                                                                    \
-        if (w.bcast) dl__bwalk_at(&w, i, &oy, ox, og);                                 \
-        else oy = ox[0] = ox[1] = og[0] = og[1] = i;                                   \
-        a = ap[ox[0]];                                                                 \
-        b = bp[ox[1]];                                                                 \
-        if (g0) g0[og[0]] +=                                       \
-            gp[oy] * FAM##_dual(dl_dual_make(a, 1.0f), dl_dual_make(b, 0.0f)).d;       \
-        if (g1) g1[og[1]] +=                                       \
-            gp[oy] * FAM##_dual(dl_dual_make(a, 0.0f), dl_dual_make(b, 1.0f)).d;       \
-      }                                                                                \
-    } else {                                                                           \
-      const double *gp = (const double *)gy->data, *ap = (const double *)x0_->data,    \
-                   *bp = (const double *)x1_->data;                                    \
-      double *g0 = gx0 ? (double *)gx0->data : NULL, *g1 = gx1 ? (double *)gx1->data : NULL; \
-      DL__OMP("omp parallel for schedule(dynamic, 8192) if(!w.bcast && n >= dl_ctx_parallel_threshold(gy->ctx)) num_threads(dl_ctx_threads(gy->ctx))") \
-      for (i = 0; i < n; i++) {                                                        \
-        int64_t oy, ox[2], og[2];                                                      \
-        double a, b;                                                                   \
-        if (w.bcast) dl__bwalk_at(&w, i, &oy, ox, og);                                 \
-        else oy = ox[0] = ox[1] = og[0] = og[1] = i;                                   \
-        a = ap[ox[0]];                                                                 \
-        b = bp[ox[1]];                                                                 \
-        if (g0) g0[og[0]] +=                                       \
-            gp[oy] * FAM##_dual64(dl_dual64_make(a, 1.0), dl_dual64_make(b, 0.0)).d;   \
-        if (g1) g1[og[1]] +=                                       \
-            gp[oy] * FAM##_dual64(dl_dual64_make(a, 0.0), dl_dual64_make(b, 1.0)).d;   \
-      }                                                                                \
-    }                                                                                  \
+    if (!gx0 && !gx1) return;                                                          \
+    dl__ew_run(#TN "_backward", FAM##_ewk_f32, FAM##_ewk_f64, DL__EW_BWD, gy, x0_, x1_, gx0, gx1, 0.0); \
   }
 
 /* User ops: one line at file scope. x0 (and x1) are the inputs; in OP1P the

@@ -22,6 +22,12 @@
 #ifndef DL_OPS_ATTENTION_H
 #define DL_OPS_ATTENTION_H
 
+#include "core.h"
+#include "shape.h"
+#include "reduce.h"
+
+#ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
+
 #ifndef __cplusplus
 
 /* >>multi-head attention ------------------------------------------------------ */
@@ -189,5 +195,6 @@ DL_API dl_tensor *dl_t_multi_head_attention(dl_tape *tp, dl_tensor *q, dl_tensor
   return dl_t_linear(tp, o, out_proj_weight, out_proj_bias);
 }
 
+#endif /* !__cplusplus */
 #endif /* !__cplusplus */
 #endif /* DL_OPS_ATTENTION_H */

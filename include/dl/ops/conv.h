@@ -33,6 +33,10 @@
 #ifndef DL_OPS_CONV_H
 #define DL_OPS_CONV_H
 
+#include "core.h"
+
+#ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
+
 /* >>arguments -------------------------------------------------------------- */
 
 /* conv2d options; zero means PyTorch's default (stride 1, padding 0,
@@ -1070,4 +1074,5 @@ DL_API dl_tensor *dl_t_avg_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_arg
   return y;
 }
 
+#endif /* !__cplusplus */
 #endif /* DL_OPS_CONV_H */

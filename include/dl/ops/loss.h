@@ -31,7 +31,9 @@
 #ifndef DL_OPS_LOSS_H
 #define DL_OPS_LOSS_H
 
-#include "../ops.h"
+#include "core.h"
+
+#ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
 
 #ifndef __cplusplus
 
@@ -794,5 +796,6 @@ DL_API dl_tensor *dl_t_nll(dl_tape *tp, dl_tensor *logp, const dl_tensor *labels
   return y;
 }
 
+#endif /* !__cplusplus */
 #endif /* !__cplusplus */
 #endif /* DL_OPS_LOSS_H */

@@ -34,7 +34,10 @@
 #ifndef DL_OPS_NORM_H
 #define DL_OPS_NORM_H
 
-#include "../ops.h"
+#include "core.h"
+#include "reduce.h"
+
+#ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
 
 #ifndef __cplusplus
 
@@ -916,5 +919,6 @@ DL_API dl_tensor *dl_t_rms_norm(dl_tape *tp, dl_tensor *x, int nnorm, dl_tensor 
   return dl__t_row_norm(tp, "dl_t_rms_norm", 0, x, nnorm, weight, NULL, eps);
 }
 
+#endif /* !__cplusplus */
 #endif /* !__cplusplus */
 #endif /* DL_OPS_NORM_H */

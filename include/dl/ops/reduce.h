@@ -38,6 +38,10 @@
 #ifndef DL_OPS_REDUCE_H
 #define DL_OPS_REDUCE_H
 
+#include "core.h"
+
+#ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
+
 /* >>tiles on the team --------------------------------------------------------- */
 
 /* Runs the statements for TILE = 0 .. ntiles-1: on the ctx's OpenMP team when
@@ -1188,4 +1192,5 @@ DL_API dl_tensor *dl_t_log_softmax(dl_tape *tp, dl_tensor *x, int axis) {
   return dl__t_softmax(tp, "dl_t_log_softmax", x, axis, 1);
 }
 
+#endif /* !__cplusplus */
 #endif /* DL_OPS_REDUCE_H */

@@ -62,6 +62,12 @@
 #ifndef DL_OPS_RNN_H
 #define DL_OPS_RNN_H
 
+#include "core.h"
+#include "shape.h"
+#include "reduce.h"
+
+#ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
+
 #ifndef __cplusplus
 
 /* >>recurrent core ---------------------------------------------------------- */
@@ -906,5 +912,6 @@ DL_API dl_tensor *dl_t_gru(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *
   return dl__rnn_run(tp, "dl_t_gru", DL__RNN_GRU, x, h0, NULL, w_ih, w_hh, b_ih, b_hh, h_n, NULL);
 }
 
+#endif /* !__cplusplus */
 #endif /* !__cplusplus */
 #endif /* DL_OPS_RNN_H */

@@ -30,6 +30,10 @@
 #ifndef DL_OPS_SHAPE_H
 #define DL_OPS_SHAPE_H
 
+#include "core.h"
+
+#ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
+
 #ifndef __cplusplus
 
 /* >>helpers for the shape ops ---------------------------------------------- */
@@ -971,5 +975,6 @@ DL_API dl_tensor *dl_t_pad(dl_tape *tp, dl_tensor *x, int npairs, const int64_t 
   return y;
 }
 
+#endif /* !__cplusplus */
 #endif /* !__cplusplus */
 #endif /* DL_OPS_SHAPE_H */

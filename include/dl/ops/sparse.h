@@ -32,6 +32,10 @@
 #ifndef DL_OPS_SPARSE_H
 #define DL_OPS_SPARSE_H
 
+#include "core.h"
+
+#ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
+
 #ifndef __cplusplus
 
 /* >>embedding -------------------------------------------------------------- */
@@ -453,5 +457,6 @@ DL_API dl_tensor *dl_t_dropout(dl_tape *tp, dl_tensor *x, double p, dl_rng *rng,
   return y;
 }
 
+#endif /* !__cplusplus */
 #endif /* !__cplusplus */
 #endif /* DL_OPS_SPARSE_H */

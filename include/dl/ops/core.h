@@ -1,0 +1,466 @@
+/* dl/ops/core.h - what every op family builds on: the helpers shared by the
+ * ops, the element-wise ops of expr.h's list on the tape (dl_t_NAME), clamp,
+ * where, user element-wise ops (DL_T_MAP1/1P/2), matmul and linear.
+ * dl/ops.h is the index of all the families. */
+#ifndef DL_OPS_CORE_H
+#define DL_OPS_CORE_H
+
+#include "../tape.h"
+
+#ifndef __cplusplus
+
+/* >>helpers shared by the ops ---------------------------------------------- */
+
+/* Panics naming op when a and b (b may be NULL) are on different devices. */
+DL_API void dl__ops_same_device(const char *op, const dl_tensor *a, const dl_tensor *b) {
+  if (b && b->device != a->device)
+    DL_PANIC(a->ctx, op, "device mismatch: %s on the %s, %s on the %s (move both to one device)", DL_SHAPESTR(a),
+             a->device == DL_CPU ? "host" : "GPU", DL_SHAPESTR(b), b->device == DL_CPU ? "host" : "GPU");
+}
+/* Panics unless a and b are both f32 or both f64, on one device. */
+DL_API void dl__ops_same_float(const char *op, const dl_tensor *a, const dl_tensor *b) {
+  if ((a->dtype != DL_F32 && a->dtype != DL_F64) || (b && b->dtype != a->dtype))
+    DL_PANIC(a->ctx, op, "dtype mismatch: %s and %s (both f32 or both f64, never converted)",
+             DL_SHAPESTR(a), b ? DL_SHAPESTR(b) : "-");
+  dl__ops_same_device(op, a, b);
+}
+/* Panics naming op when t is on the GPU or tp is a device tape: guards code
+ * that runs on the host (an op's CPU path reached with host tensors on a
+ * device tape, whose outputs are device memory), so that it stops instead of
+ * touching device memory on the host. */
+DL_API void dl__ops_host_only(const dl_tape *tp, const char *op, const dl_tensor *t) {
+  if ((t && t->device != DL_CPU) || (tp && tp->gpu))
+    DL_PANIC(t ? t->ctx : tp->ctx, op, "%s %s: on a device tape every tensor must be on the device "
+             "(dl_tape_input), on a host tape on the host (dl_tape_host)",
+             t ? DL_SHAPESTR(t) : "input", t && t->device != DL_CPU ? "is on the GPU" : "is on the host, the tape on the GPU");
+}
+/* The broadcast shape of a and b (right-aligned, sizes equal or 1) into
+ * shape/ndim; panics naming op and both shapes when they do not broadcast. */
+DL_API void dl_broadcast_shape(const char *op, const dl_tensor *a, const dl_tensor *b, int *ndim,
+                               int64_t *shape) {
+  int n = a->ndim > b->ndim ? a->ndim : b->ndim, d;
+  for (d = 0; d < n; d++) {
+    int da = d - (n - a->ndim), db = d - (n - b->ndim);
+    int64_t sa = da < 0 ? 1 : a->shape[da], sb = db < 0 ? 1 : b->shape[db];
+    if (sa != sb && sa != 1 && sb != 1)
+      DL_PANIC(a->ctx, op, "shape mismatch: %s and %s do not broadcast", DL_SHAPESTR(a),
+               DL_SHAPESTR(b));
+    shape[d] = sa == 1 ? sb : sa;
+  }
+  *ndim = n;
+}
+/* gx += g summed over the dimensions where gx (right-aligned) has size 1 or
+ * is missing: the gradient of a broadcast operand. gx contiguous. */
+DL_API void dl_sum_to_into(dl_tensor *gx, const dl_tensor *g) {
+  int64_t i, idx[DL_MAX_DIMS];
+  int d, off = g->ndim - gx->ndim;
+  if (off < 0) DL_PANIC(g->ctx, "dl_sum_to_into", "%s cannot be summed to %s", DL_SHAPESTR(g), DL_SHAPESTR(gx));
+  for (d = 0; d < gx->ndim; d++)
+    if (gx->shape[d] != 1 && gx->shape[d] != g->shape[d + off])
+      DL_PANIC(g->ctx, "dl_sum_to_into", "%s cannot be summed to %s", DL_SHAPESTR(g), DL_SHAPESTR(gx));
+#ifdef DL_USE_CUDA
+  if (gx->device == DL_CUDA || g->device == DL_CUDA) {
+    int trailing = dl_tensor_is_contiguous(g) && dl_tensor_is_contiguous(gx) && gx->numel > 0;
+    dl__ops_same_device("dl_sum_to_into", gx, g);
+    for (d = 0; d < gx->ndim; d++) trailing &= gx->shape[d] == g->shape[d + off];
+    if (trailing) /* a bias: rows of g summed into gx, in a fixed order */
+      dl__gpu_ok(g, "dl_sum_to_into",
+                 dlg_sum_axis(dl__gpu_h(g, "dl_sum_to_into"), (int)g->dtype, gx->data, g->data, 1,
+                              g->numel / gx->numel, gx->numel, 1.0, 1));
+    else /* any other broadcast: gx += g through the list's backward of x * 1 (atomic adds) */
+      dl_mul_scalar_backward(gx, g, g, 1.0); /* x0 = g: any tensor of that shape (d(x * 1)/dx = 1) */
+    return;
+  }
+#endif
+  if (dl_tensor_same_shape(gx, g)) {
+    DL_ASSIGN(gx, dl_add(gx, g));
+    return;
+  }
+  if (dl_tensor_is_contiguous(g) && dl_tensor_is_contiguous(gx) && gx->numel > 0) {
+    /* the common case, a bias: gx's shape is g's trailing dimensions */
+    int trailing = 1;
+    for (d = 0; d < gx->ndim; d++) trailing &= gx->shape[d] == g->shape[d + off];
+    if (trailing) {
+      int64_t r, j, n = gx->numel, rows = g->numel / n;
+      if (g->dtype == DL_F32) {
+        float *o = (float *)gx->data;
+        const float *a = (const float *)g->data;
+        for (r = 0; r < rows; r++)
+          for (j = 0; j < n; j++) o[j] += a[r * n + j];
+      } else {
+        double *o = (double *)gx->data;
+        const double *a = (const double *)g->data;
+        for (r = 0; r < rows; r++)
+          for (j = 0; j < n; j++) o[j] += a[r * n + j];
+      }
+      return;
+    }
+  }
+  memset(idx, 0, sizeof idx);
+  for (i = 0; i < g->numel; i++) {
+    int64_t og = 0, ox = 0;
+    for (d = 0; d < g->ndim; d++) {
+      og += idx[d] * g->strides[d];
+      if (d >= off && gx->shape[d - off] != 1) ox += idx[d] * gx->strides[d - off];
+    }
+    if (g->dtype == DL_F32) ((float *)gx->data)[ox] += ((const float *)g->data)[og];
+    else ((double *)gx->data)[ox] += ((const double *)g->data)[og];
+    for (d = g->ndim - 1; d >= 0; d--) {
+      if (++idx[d] < g->shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+/* >>element-wise ops from the list ---------------------------------------- */
+
+typedef void (*dl__into1_fn)(dl_tensor *, const dl_tensor *);
+typedef void (*dl__bwd1_fn)(dl_tensor *, const dl_tensor *, const dl_tensor *);
+typedef void (*dl__jvp1_fn)(dl_tensor *, const dl_tensor *, const dl_tensor *);
+typedef void (*dl__into1p_fn)(dl_tensor *, const dl_tensor *, double);
+typedef void (*dl__bwd1p_fn)(dl_tensor *, const dl_tensor *, const dl_tensor *, double);
+typedef void (*dl__jvp1p_fn)(dl_tensor *, const dl_tensor *, const dl_tensor *, double);
+typedef void (*dl__into2_fn)(dl_tensor *, const dl_tensor *, const dl_tensor *);
+typedef void (*dl__bwd2_fn)(dl_tensor *, dl_tensor *, const dl_tensor *, const dl_tensor *,
+                            const dl_tensor *);
+typedef void (*dl__jvp2_fn)(dl_tensor *, const dl_tensor *, const dl_tensor *, const dl_tensor *,
+                            const dl_tensor *);
+
+DL_API void dl__t_map1_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
+  if (gx) ((dl__bwd1_fn)n->fn[0])(gx, n->out->grad, n->in[0]);
+}
+DL_API void dl__t_map1p_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
+  if (gx) ((dl__bwd1p_fn)n->fn[0])(gx, n->out->grad, n->in[0], n->p[0]);
+}
+DL_API void dl__t_map2_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *ga = dl_tape_grad(tp, n->in[0]), *gb = dl_tape_grad(tp, n->in[1]);
+  if (ga || gb) ((dl__bwd2_fn)n->fn[0])(ga, gb, n->out->grad, n->in[0], n->in[1]);
+}
+
+/* y = f(x) for an op made by expr.h's generator (DL_T_MAP1 below). */
+DL_API dl_tensor *dl__t_map1(dl_tape *tp, const char *op, dl_tensor *x, dl__into1_fn into,
+                             dl__bwd1_fn bw, dl__jvp1_fn jvp) {
+  dl_tensor *y;
+  dl_node *n;
+  dl__ops_same_float(op, x, NULL);
+  y = dl_tape_out(tp, op, x->dtype, x->ndim, x->shape);
+  into(y, x);
+  if (x->tangent) jvp(dl_tape_tangent(tp, y), x, x->tangent);
+  if ((n = dl_tape_record(tp, op, dl__t_map1_bw, y, x, NULL, NULL)) != NULL) n->fn[0] = (void (*)(void))bw;
+  return y;
+}
+DL_API dl_tensor *dl__t_map1p(dl_tape *tp, const char *op, dl_tensor *x, double p0,
+                              dl__into1p_fn into, dl__bwd1p_fn bw, dl__jvp1p_fn jvp) {
+  dl_tensor *y;
+  dl_node *n;
+  dl__ops_same_float(op, x, NULL);
+  y = dl_tape_out(tp, op, x->dtype, x->ndim, x->shape);
+  into(y, x, p0);
+  if (x->tangent) jvp(dl_tape_tangent(tp, y), x, x->tangent, p0);
+  if ((n = dl_tape_record(tp, op, dl__t_map1p_bw, y, x, NULL, NULL)) != NULL) {
+    n->fn[0] = (void (*)(void))bw;
+    n->p[0] = p0;
+  }
+  return y;
+}
+/* y = f(a, b), a and b broadcast to y's shape. */
+DL_API dl_tensor *dl__t_map2(dl_tape *tp, const char *op, dl_tensor *a, dl_tensor *b,
+                             dl__into2_fn into, dl__bwd2_fn bw, dl__jvp2_fn jvp) {
+  dl_tensor *y;
+  dl_node *n;
+  int nd;
+  int64_t shape[DL_MAX_DIMS];
+  dl__ops_same_float(op, a, b);
+  dl_broadcast_shape(op, a, b, &nd, shape);
+  y = dl_tape_out(tp, op, a->dtype, nd, shape);
+  into(y, a, b);
+  if (a->tangent || b->tangent)
+    jvp(dl_tape_tangent(tp, y), a, dl_tangent_or_zero(tp, a), b, dl_tangent_or_zero(tp, b));
+  if ((n = dl_tape_record(tp, op, dl__t_map2_bw, y, a, b, NULL)) != NULL) n->fn[0] = (void (*)(void))bw;
+  return y;
+}
+
+/* A user's element-wise op, defined at file scope with DL_DEFINE_OP1 /
+ * DL_DEFINE_OP1P / DL_DEFINE_OP2 (expr.h), on the tape:
+ *   DL_DEFINE_OP1(my_leaky, dl_max(dl_mul(0.2, x0), x0))
+ *   dl_tensor *y = DL_T_MAP1(tp, my_leaky, x);
+ * Its backward and tangent rules come from the same expression. */
+#define DL_T_MAP1(tp, name, x) dl__t_map1((tp), #name, (x), name##_into, name##_backward, name##_jvp)
+#define DL_T_MAP1P(tp, name, x, p0)                                                    \
+  dl__t_map1p((tp), #name, (x), (p0), name##_into, name##_backward, name##_jvp)
+#define DL_T_MAP2(tp, name, a, b)                                                      \
+  dl__t_map2((tp), #name, (a), (b), name##_into, name##_backward, name##_jvp)
+
+/* The library's list: dl_t_relu(tp, x), dl_t_leaky_relu(tp, x, slope),
+ * dl_t_add(tp, a, b), ... one function per entry of DL_OPS_UNARY,
+ * DL_OPS_UNARY_P (number parameter p0) and DL_OPS_BINARY. */
+#define DL__T_LIB1(name, expr)                                                         \
+  DL_API dl_tensor *dl_t_##name(dl_tape *tp, dl_tensor *x) {                           \
+    return dl__t_map1(tp, "dl_t_" #name, x, dl_##name##_into, dl_##name##_backward, dl_##name##_jvp); \
+  }
+#define DL__T_LIB1P(name, expr)                                                        \
+  DL_API dl_tensor *dl_t_##name(dl_tape *tp, dl_tensor *x, double p0) {                \
+    return dl__t_map1p(tp, "dl_t_" #name, x, p0, dl_##name##_into, dl_##name##_backward, \
+                       dl_##name##_jvp);                                               \
+  }
+#define DL__T_LIB2(name, expr)                                                         \
+  DL_API dl_tensor *dl_t_##name(dl_tape *tp, dl_tensor *a, dl_tensor *b) {             \
+    return dl__t_map2(tp, "dl_t_" #name, a, b, dl_##name##_into, dl_##name##_backward, \
+                      dl_##name##_jvp);                                                \
+  }
+DL_OPS_UNARY(DL__T_LIB1)
+DL_OPS_UNARY_P(DL__T_LIB1P)
+DL_OPS_BINARY(DL__T_LIB2)
+
+/* >>clamp, where ----------------------------------------------------------- */
+
+/* y = min(max(x, lo), hi); the gradient passes where lo <= x <= hi. */
+DL_API void dl__t_clamp_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *gx = dl_tape_grad(tp, n->in[0]), *x = n->in[0], *gy = n->out->grad;
+  double lo = n->p[0], hi = n->p[1];
+#ifdef DL_USE_CUDA
+  if (gx && gy->device == DL_CUDA) {
+    dlg_ew e;
+    void *ptr[5];
+    if (dl__gpu_ew_prep("dl_t_clamp", DLG_BWD, gy, x, NULL, gx, NULL, &e, ptr))
+      dl__gpu_ok(gy, "dl_t_clamp", dlg_clamp_ew(dl__gpu_h(gy, "dl_t_clamp"), (int)gy->dtype, DLG_BWD, &e, ptr, lo, hi));
+    return;
+  }
+#endif
+  if (gx) DL_ASSIGN(gx, dl_add(gx, dl_mul(gy, dl_mul(dl_ge(x, lo), dl_le(x, hi)))));
+}
+DL_API dl_tensor *dl_t_clamp(dl_tape *tp, dl_tensor *x, double lo, double hi) {
+  dl_tensor *y;
+  dl_node *n;
+  dl__ops_same_float("dl_t_clamp", x, NULL);
+  if (!(lo <= hi)) DL_PANIC(x->ctx, "dl_t_clamp", "lo %g > hi %g for %s", lo, hi, DL_SHAPESTR(x));
+  y = dl_tape_out(tp, "dl_t_clamp", x->dtype, x->ndim, x->shape);
+#ifdef DL_USE_CUDA
+  if (y->device == DL_CUDA || x->device == DL_CUDA) {
+    dlg_ew e;
+    void *ptr[5];
+    dlg_handle *h = dl__gpu_h(y, "dl_t_clamp");
+    if (dl__gpu_ew_prep("dl_t_clamp", DLG_FWD, y, x, NULL, NULL, NULL, &e, ptr))
+      dl__gpu_ok(y, "dl_t_clamp", dlg_clamp_ew(h, (int)y->dtype, DLG_FWD, &e, ptr, lo, hi));
+    if (x->tangent) {
+      dl_tensor *ty = dl_tape_tangent(tp, y);
+      if (dl__gpu_ew_prep("dl_t_clamp", DLG_JVP, ty, x, NULL, x->tangent, NULL, &e, ptr))
+        dl__gpu_ok(y, "dl_t_clamp", dlg_clamp_ew(h, (int)y->dtype, DLG_JVP, &e, ptr, lo, hi));
+    }
+  } else
+#endif
+  {
+    DL_ASSIGN(y, dl_clamp(x, lo, hi));
+    if (x->tangent) {
+      dl_tensor *ty = dl_tape_tangent(tp, y), *tx = x->tangent;
+      DL_ASSIGN(ty, dl_mul(tx, dl_mul(dl_ge(x, lo), dl_le(x, hi))));
+    }
+  }
+  if ((n = dl_tape_record(tp, "dl_t_clamp", dl__t_clamp_bw, y, x, NULL, NULL)) != NULL) {
+    n->p[0] = lo;
+    n->p[1] = hi;
+  }
+  return y;
+}
+
+/* y = cond ? a : b element by element (cond != 0), all three broadcast to
+ * y's shape; cond is a mask of the same float dtype (no gradient flows to it). */
+DL_API void dl__t_where_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *c = n->in[0], *ga = dl_tape_grad(tp, n->in[1]), *gb = dl_tape_grad(tp, n->in[2]);
+  dl_tensor *gy = n->out->grad, *tmp;
+  if (!ga && !gb) return;
+#ifdef DL_USE_CUDA
+  if (gy->device == DL_CUDA) { /* both gradients in one pass, summed to their shapes by atomics */
+    dlg_ew e;
+    void *ptr[5];
+    if (dl__gpu_ew_prep("dl_t_where", DLG_BWD, gy, c, NULL, ga, gb, &e, ptr))
+      dl__gpu_ok(gy, "dl_t_where", dlg_where_ew(dl__gpu_h(gy, "dl_t_where"), (int)gy->dtype, DLG_BWD, &e, ptr));
+    return;
+  }
+#endif
+  tmp = dl_tape_out(tp, "dl_t_where", gy->dtype, gy->ndim, gy->shape);
+  if (ga) {
+    DL_ASSIGN(tmp, dl_where(c, gy, 0.0));
+    dl_sum_to_into(ga, tmp);
+  }
+  if (gb) {
+    DL_ASSIGN(tmp, dl_where(c, 0.0, gy));
+    dl_sum_to_into(gb, tmp);
+  }
+}
+DL_API dl_tensor *dl_t_where(dl_tape *tp, dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
+  dl_tensor *y, tmp;
+  int nd, nd2;
+  int64_t shape[DL_MAX_DIMS], shape2[DL_MAX_DIMS];
+  dl__ops_same_float("dl_t_where", a, b);
+  dl__ops_same_float("dl_t_where", cond, a);
+  dl_broadcast_shape("dl_t_where", a, b, &nd, shape);
+  memset(&tmp, 0, sizeof tmp);
+  dl__set_shape(&tmp, nd, shape);
+  tmp.ctx = a->ctx;
+  tmp.dtype = a->dtype;
+  dl_broadcast_shape("dl_t_where", cond, &tmp, &nd2, shape2);
+  y = dl_tape_out(tp, "dl_t_where", a->dtype, nd2, shape2);
+#ifdef DL_USE_CUDA
+  if (y->device == DL_CUDA || a->device == DL_CUDA) {
+    dlg_ew e;
+    void *ptr[5];
+    dlg_handle *h = dl__gpu_h(y, "dl_t_where");
+    if (dl__gpu_ew_prep("dl_t_where", DLG_FWD, y, cond, a, b, NULL, &e, ptr))
+      dl__gpu_ok(y, "dl_t_where", dlg_where_ew(h, (int)y->dtype, DLG_FWD, &e, ptr));
+    if (a->tangent || b->tangent) {
+      dl_tensor *ty = dl_tape_tangent(tp, y), *ta = dl_tangent_or_zero(tp, a), *tb = dl_tangent_or_zero(tp, b);
+      if (dl__gpu_ew_prep("dl_t_where", DLG_JVP, ty, cond, ta, tb, NULL, &e, ptr))
+        dl__gpu_ok(y, "dl_t_where", dlg_where_ew(h, (int)y->dtype, DLG_JVP, &e, ptr));
+    }
+  } else
+#endif
+  {
+    DL_ASSIGN(y, dl_where(cond, a, b));
+    if (a->tangent || b->tangent) {
+      dl_tensor *ty = dl_tape_tangent(tp, y), *ta = dl_tangent_or_zero(tp, a),
+                *tb = dl_tangent_or_zero(tp, b);
+      DL_ASSIGN(ty, dl_where(cond, ta, tb));
+    }
+  }
+  dl_tape_record(tp, "dl_t_where", dl__t_where_bw, y, cond, a, b);
+  return y;
+}
+
+/* >>matmul ----------------------------------------------------------------- */
+
+/* A contiguous tensor with t's values: t itself when it already is. */
+DL_API dl_tensor *dl__t_contig(dl_tape *tp, const char *op, dl_tensor *t) {
+  dl_tensor *c;
+  if (dl_tensor_is_contiguous(t)) return t;
+  c = dl_tape_out(tp, op, t->dtype, t->ndim, t->shape);
+  dl_tensor_copy(c, t);
+  return c;
+}
+/* g_b += a^T @ gy for y = a @ b, where b may be 2-d and shared across a's
+ * batch (then the batch is folded into the rows of a). */
+DL_API void dl__matmul_grad_b(dl_tape *tp, dl_tensor *gb, dl_tensor *a, const dl_tensor *gy) {
+  if (gb->ndim == 2 && a->ndim > 2) {
+    dl_tensor *ac = dl__t_contig(tp, "dl_t_matmul", a);
+    dl_tensor a2 = dl_view_reshape(ac, DL_SHAPE(-1, a->shape[a->ndim - 1]));
+    dl_tensor g2 = dl_view_reshape(gy, DL_SHAPE(-1, gy->shape[gy->ndim - 1]));
+    dl_tensor at = dl_view_transpose(&a2, 0, 1);
+    dl_matmul_into(gb, &at, &g2, 1.0, 1.0);
+  } else {
+    dl_tensor at = dl_view_transpose(a, a->ndim - 2, a->ndim - 1);
+    dl_matmul_into(gb, &at, gy, 1.0, 1.0);
+  }
+}
+DL_API void dl__t_matmul_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *a = n->in[0], *b = n->in[1], *gy = n->out->grad;
+  dl_tensor *ga = dl_tape_grad(tp, a), *gb = dl_tape_grad(tp, b);
+  if (ga) {
+    dl_tensor bt = dl_view_transpose(b, b->ndim - 2, b->ndim - 1);
+    dl_matmul_into(ga, gy, &bt, 1.0, 1.0);
+  }
+  if (gb) dl__matmul_grad_b(tp, gb, a, gy);
+}
+/* y = a @ b: a [..., M, K], b [K, N] (shared by every batch) or [..., K, N]
+ * with a's batch dimensions; y [..., M, N]. Transposed views are read
+ * without copying. Tangent: ta @ b + a @ tb. */
+DL_API dl_tensor *dl_t_matmul(dl_tape *tp, dl_tensor *a, dl_tensor *b) {
+  dl_tensor *y;
+  int64_t shape[DL_MAX_DIMS];
+  int d;
+  dl__ops_same_float("dl_t_matmul", a, b);
+  if (a->ndim < 2 || b->ndim < 2 || (b->ndim != 2 && b->ndim != a->ndim) ||
+      a->shape[a->ndim - 1] != b->shape[b->ndim - 2])
+    DL_PANIC(a->ctx, "dl_t_matmul", "shape mismatch: %s @ %s", DL_SHAPESTR(a), DL_SHAPESTR(b));
+  for (d = 0; d < a->ndim - 2; d++) {
+    if (b->ndim > 2 && b->shape[d] != a->shape[d])
+      DL_PANIC(a->ctx, "dl_t_matmul", "batch dimensions differ: %s @ %s", DL_SHAPESTR(a), DL_SHAPESTR(b));
+    shape[d] = a->shape[d];
+  }
+  shape[a->ndim - 2] = a->shape[a->ndim - 2];
+  shape[a->ndim - 1] = b->shape[b->ndim - 1];
+  y = dl_tape_out(tp, "dl_t_matmul", a->dtype, a->ndim, shape);
+  dl_matmul_into(y, a, b, 1.0, 0.0);
+  if (a->tangent || b->tangent) {
+    dl_tensor *ty = dl_tape_tangent(tp, y);
+    if (a->tangent) dl_matmul_into(ty, a->tangent, b, 1.0, 1.0);
+    if (b->tangent) dl_matmul_into(ty, a, b->tangent, 1.0, 1.0);
+  }
+  dl_tape_record(tp, "dl_t_matmul", dl__t_matmul_bw, y, a, b, NULL);
+  return y;
+}
+
+/* y = x @ w^T + b (PyTorch's Linear: w [out, in], b [out] or NULL);
+ * x [..., in] -> y [..., out]. One GEMM; the bias is its initial value. */
+DL_API void dl__t_linear_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *x = n->in[0], *w = n->saved[1], *b = n->nin > 2 ? n->in[2] : NULL, *gy = n->out->grad;
+  dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, n->in[1]), *gb = dl_tape_grad(tp, b);
+  dl_tensor g2 = dl_view_reshape(gy, DL_SHAPE(-1, gy->shape[gy->ndim - 1]));
+  if (gx) {
+    dl_tensor gx2 = dl_view_reshape(gx, DL_SHAPE(-1, x->shape[x->ndim - 1]));
+    dl_matmul_into(&gx2, &g2, w, 1.0, 1.0);
+  }
+  if (gw) {
+    dl_tensor *xc = n->saved[0]; /* x, or the contiguous copy the forward made */
+    dl_tensor x2 = dl_view_reshape(xc, DL_SHAPE(-1, x->shape[x->ndim - 1]));
+    dl_tensor gt = dl_view_transpose(&g2, 0, 1);
+    dl_matmul_into(gw, &gt, &x2, 1.0, 1.0);
+  }
+  if (gb) dl_sum_to_into(gb, gy);
+}
+DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor *b) {
+  dl_tensor *y, *xc, *wc, x2, y2, wt;
+  int64_t shape[DL_MAX_DIMS];
+  int d;
+  dl__ops_same_float("dl_t_linear", x, w);
+  if (b) dl__ops_same_float("dl_t_linear", x, b);
+  if (x->ndim < 1 || w->ndim != 2 || x->shape[x->ndim - 1] != w->shape[1] ||
+      (b && (b->ndim != 1 || b->shape[0] != w->shape[0])))
+    DL_PANIC(x->ctx, "dl_t_linear", "shape mismatch: x %s, weight %s, bias %s", DL_SHAPESTR(x),
+             DL_SHAPESTR(w), b ? DL_SHAPESTR(b) : "none");
+  for (d = 0; d < x->ndim - 1; d++) shape[d] = x->shape[d];
+  shape[x->ndim - 1] = w->shape[0];
+  y = dl_tape_out(tp, "dl_t_linear", x->dtype, x->ndim, shape);
+#ifdef DL_USE_CUDA
+  if (b && y->device == DL_CUDA) dl_mul_scalar_into(y, b, 1.0); /* the bias broadcast over the rows */
+  else
+#endif
+  if (b) DL_ASSIGN(y, dl_val(b));
+  xc = dl__t_contig(tp, "dl_t_linear", x);
+  /* GEMM reads a matrix with a unit stride in one of its dims; a weight
+   * view with neither (every other column) is copied once */
+  wc = w->strides[0] == 1 || w->strides[1] == 1 ? w : dl__t_contig(tp, "dl_t_linear", w);
+  x2 = dl_view_reshape(xc, DL_SHAPE(-1, x->shape[x->ndim - 1]));
+  y2 = dl_view_reshape(y, DL_SHAPE(-1, w->shape[0]));
+  wt = dl_view_transpose(wc, 0, 1);
+  dl_matmul_into(&y2, &x2, &wt, 1.0, b ? 1.0 : 0.0);
+  if (x->tangent || w->tangent || (b && b->tangent)) {
+    dl_tensor *ty = dl_tape_tangent(tp, y), ty2 = dl_view_reshape(ty, DL_SHAPE(-1, w->shape[0]));
+#ifdef DL_USE_CUDA
+    if (b && b->tangent && ty->device == DL_CUDA) dl_mul_scalar_into(ty, b->tangent, 1.0);
+    else
+#endif
+    if (b && b->tangent) DL_ASSIGN(ty, dl_val(b->tangent));
+    if (x->tangent) {
+      dl_tensor *tc = dl__t_contig(tp, "dl_t_linear", x->tangent);
+      dl_tensor t2 = dl_view_reshape(tc, DL_SHAPE(-1, x->shape[x->ndim - 1]));
+      dl_matmul_into(&ty2, &t2, &wt, 1.0, 1.0);
+    }
+    if (w->tangent) {
+      dl_tensor twt = dl_view_transpose(w->tangent, 0, 1);
+      dl_matmul_into(&ty2, &x2, &twt, 1.0, 1.0);
+    }
+  }
+  {
+    dl_node *n = dl_tape_record(tp, "dl_t_linear", dl__t_linear_bw, y, x, w, b);
+    if (n) {
+      n->saved[0] = xc;
+      n->saved[1] = wc;
+    }
+  }
+  return y;
+}
+
+#endif /* !__cplusplus */
+#endif /* DL_OPS_CORE_H */
