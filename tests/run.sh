@@ -4,8 +4,9 @@
 #
 #   1. every public header (include/dl/*.h and include/dl/ops/*.h) compiles
 #      on its own: gcc and clang as C11 with -Wall -Wextra -Wpedantic -Werror
-#      and linked (-lm, as every user links), and again with DL_USE_MPI where
-#      mpicc exists; g++ as C++11, nvcc where it exists
+#      and linked (-lm, as every user links), and again with DL_USE_CUDA,
+#      with DL_USE_MPI (where mpicc exists) and with both; g++ as C++11 with
+#      and without DL_USE_CUDA, nvcc where it exists
 #   2. tests/test_*.c built with gcc -O2 -fopenmp (plus the flags a test names
 #      on a "dl-test-flags:" line) and run (test_blas also with OpenBLAS),
 #      2 OpenMP threads
@@ -59,17 +60,24 @@ int main(void) { return 0; }"
     command -v $c >/dev/null || { skip=$((skip + 1)); continue; }
     if echo "$src" | $c $WARN $inc -Iinclude -x c - -o /dev/null -lm 2>"$B/hdr.log"; then ok
     else bad "$h alone with $c"; cat "$B/hdr.log" | head -20; fi
-    if [ -n "$MPI_CFLAGS" ]; then
-      if echo "$src" | $c $WARN $MPI_CFLAGS $inc -Iinclude -x c - -c -o /dev/null 2>"$B/hdr.log"; then ok
-      else bad "$h alone with $c -DDL_USE_MPI"; cat "$B/hdr.log" | head -20; fi
-    fi
+    # the GPU declarations (no CUDA header needed: dl/gpu/abi.h is plain C), and with MPI
+    for cfg in "-DDL_USE_CUDA" ${MPI_CFLAGS:+"$MPI_CFLAGS"} ${MPI_CFLAGS:+"-DDL_USE_CUDA $MPI_CFLAGS"}; do
+      if echo "$src" | $c $WARN $cfg $inc -Iinclude -x c - -c -o /dev/null 2>"$B/hdr.log"; then ok
+      else bad "$h alone with $c ${cfg%% -I*}"; cat "$B/hdr.log" | head -20; fi
+    done
   done
   if echo "$src" | g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror $inc -Iinclude -x c++ - -o /dev/null 2>"$B/hdr.log"; then ok
   else bad "$h as C++ with g++"; head -20 "$B/hdr.log"; fi
+  for cfg in "-DDL_USE_CUDA" ${MPI_CFLAGS:+"$MPI_CFLAGS"} ${MPI_CFLAGS:+"-DDL_USE_CUDA $MPI_CFLAGS"}; do
+    if echo "$src" | g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror $cfg $inc -Iinclude -x c++ - -c -o /dev/null 2>"$B/hdr.log"; then ok
+    else bad "$h as C++ with g++ ${cfg%% -I*}"; head -20 "$B/hdr.log"; fi
+  done
   if command -v nvcc >/dev/null; then
     echo "$src" > "$B/hdr.cu"
-    if nvcc -std=c++17 -Werror all-warnings $inc -Iinclude -c "$B/hdr.cu" -o "$B/hdr.o" 2>"$B/hdr.log"; then ok
-    else bad "$h with nvcc"; cut -c1-300 "$B/hdr.log" | head -20; fi
+    for cfg in "" "-DDL_USE_CUDA"; do
+      if nvcc -std=c++17 -Werror all-warnings $cfg $inc -Iinclude -c "$B/hdr.cu" -o "$B/hdr.o" 2>"$B/hdr.log"; then ok
+      else bad "$h with nvcc $cfg"; cut -c1-300 "$B/hdr.log" | head -20; fi
+    done
   fi
 done
 if command -v nvcc >/dev/null; then

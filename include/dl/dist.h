@@ -888,10 +888,7 @@ DL_API dl_status dl_dist_train_step(dl_dist *dd, dl_optim *o, dl_tape *tp, dl_te
   if (dd->model != m)
     return dl_fail(dd->ctx, DL_ERR_ARG, "dl_dist_train_step: the optimizer's model is not the attached one (dl_dist_attach)");
   if ((s = dl_dist_backward(dd, tp, loss)) != DL_OK) return s;
-  nm = dl_clip_grads(m, d);
-  dl_regularize(m, d);
-  dl_optim_step(o);
-  dl_model_zero_grad(m);
+  nm = dl_apply_grads(o, d);
   if (norm) *norm = nm;
   dd->steps++;
   if (!dd->desc.no_buffer_sync && (s = dl__dist_bcast_buffers(dd, m)) != DL_OK) return s;

@@ -212,9 +212,6 @@ DL_API void dl__optim_param(const char *fn, const dl_tensor *p, const dl_tensor 
  * row-sparse one whose row k belongs to parameter row rows[k] (host array):
  * then only those rows of p and of the state change. */
 
-/* gpu.h, later in dl.h */
-DL_API dl_status dl_gpu_alloc(struct dl_gpu *g, void **p, size_t bytes);
-DL_API void dl_gpu_free(struct dl_gpu *g, void *p);
 
 /* Panics unless t is contiguous on the GPU with p's dtype; a state tensor
  * (state != 0) must also be there (not NULL) and have p's shape. */
@@ -1315,20 +1312,28 @@ DL_API void dl_regularize(dl_model *m, const dl_step_desc *d) {
   }
 }
 
-/* Stages 2-5 in their fixed order, then zero the gradients:
- *   dl_backward(tp, loss) -> dl_clip_grads -> dl_regularize -> dl_optim_step
- *   -> dl_model_zero_grad.
- * Gradients already accumulated (an earlier dl_backward of a second loss)
- * are kept and added to. Returns the gradient norm dl_clip_grads gives.
- * Stage 1 (the forward) is the caller's; rewind the tape before the next. */
-DL_API double dl_train_step(dl_optim *o, dl_tape *tp, dl_tensor *loss, const dl_step_desc *d) {
-  double norm;
-  dl_backward(tp, loss, NULL);
-  norm = dl_clip_grads(o->model, d);
+/* Stages 3-5 after a backward pass, in their fixed order, then zero the
+ * gradients: dl_clip_grads -> dl_regularize -> dl_optim_step ->
+ * dl_model_zero_grad. Returns the gradient norm dl_clip_grads gives. The one
+ * place the order is written: dl_train_step and dist.h's dl_dist_train_step
+ * (whose backward also all-reduces) both end with it. */
+DL_API double dl_apply_grads(dl_optim *o, const dl_step_desc *d) {
+  const double norm = dl_clip_grads(o->model, d);
   dl_regularize(o->model, d);
   dl_optim_step(o);
   dl_model_zero_grad(o->model);
   return norm;
+}
+
+/* Stages 2-5 in their fixed order, then zero the gradients:
+ *   dl_backward(tp, loss) -> dl_apply_grads (dl_clip_grads -> dl_regularize
+ *   -> dl_optim_step -> dl_model_zero_grad).
+ * Gradients already accumulated (an earlier dl_backward of a second loss)
+ * are kept and added to. Returns the gradient norm dl_clip_grads gives.
+ * Stage 1 (the forward) is the caller's; rewind the tape before the next. */
+DL_API double dl_train_step(dl_optim *o, dl_tape *tp, dl_tensor *loss, const dl_step_desc *d) {
+  dl_backward(tp, loss, NULL);
+  return dl_apply_grads(o, d);
 }
 
 #endif /* __cplusplus */

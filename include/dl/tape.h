@@ -101,12 +101,89 @@ struct dl_tape {
   void *dev;
 };
 
-#ifdef DL_USE_CUDA
-/* gpu.h: the device arena behind a device tape. */
-DL_API void *dl__gpu_tape_alloc(dl_tape *tp, const char *op, size_t bytes);
-DL_API void dl__gpu_tape_rewind(dl_tape *tp);
-DL_API void dl__gpu_tape_free(dl_tape *tp);
+/* >>device tapes (the device arena behind a tape on a GPU; dl_tape_use_gpu) - */
+
+#define DL__GPU_ARENA_CHUNKS 48
+typedef struct dl__gpu_arena {
+  dl_gpu *g;
+  void *chunk[DL__GPU_ARENA_CHUNKS];
+  size_t cap[DL__GPU_ARENA_CHUNKS];
+  int n;          /* chunks held */
+  size_t used;    /* in the newest chunk */
+  size_t step;    /* bytes used by this step so far (all chunks) */
+  size_t high;    /* the most one step has used */
+} dl__gpu_arena;
+
+/* Makes tp a device tape on g: from now on its op outputs, intermediate
+ * gradients and device scratch are g's memory (one block per step once
+ * the first step has sized it). Call on a fresh or rewound tape. DL_OK or
+ * DL_ERR_NOMEM / DL_ERR_NO_DEVICE. */
+DL_API dl_status dl_tape_use_gpu(dl_tape *tp, dl_gpu *g) {
+  if (!g) return dl_fail(tp->ctx, DL_ERR_NO_DEVICE, "dl_tape_use_gpu: no device");
+#ifndef DL_USE_CUDA
+  return dl_fail(tp->ctx, DL_ERR_NO_DEVICE, "dl_tape_use_gpu: built without DL_USE_CUDA");
+#else
+  dl__gpu_arena *a;
+  if (tp->nodes) return dl_fail(tp->ctx, DL_ERR_ARG, "dl_tape_use_gpu: the tape holds a step; rewind it first");
+  if (tp->gpu) return tp->gpu == g ? DL_OK : dl_fail(tp->ctx, DL_ERR_ARG, "dl_tape_use_gpu: already on another device");
+  if (g->ctx != tp->ctx) /* device tensors find their device through their ctx */
+    return dl_fail(tp->ctx, DL_ERR_ARG, "dl_tape_use_gpu: the device was opened on another ctx than the tape's");
+  a = (dl__gpu_arena *)dl_alloc(tp->ctx, sizeof *a);
+  if (!a) return DL_ERR_NOMEM;
+  memset(a, 0, sizeof *a);
+  a->g = g;
+  tp->gpu = g;
+  tp->dev = a;
+  return DL_OK;
 #endif
+}
+
+#ifdef DL_USE_CUDA
+DL_API void *dl__gpu_tape_alloc(dl_tape *tp, const char *op, size_t bytes) {
+  dl__gpu_arena *a = (dl__gpu_arena *)tp->dev;
+  size_t b = (bytes + 255) & ~(size_t)255;
+  void *p;
+  if (a->n == 0 || a->used + b > a->cap[a->n - 1]) {
+    size_t want = a->n ? a->cap[a->n - 1] * 2 : (a->high > ((size_t)1 << 20) ? a->high : ((size_t)1 << 20));
+    if (want < b) want = b;
+    if (a->n == DL__GPU_ARENA_CHUNKS || dl_gpu_alloc(a->g, &p, want) != DL_OK)
+      DL_PANIC(tp->ctx, op, "the device tape cannot hold %zu more bytes (%zu used this step): %s", bytes, a->step,
+               a->n == DL__GPU_ARENA_CHUNKS ? "too many blocks" : dl_ctx_message(tp->ctx));
+    a->chunk[a->n] = p;
+    a->cap[a->n] = want;
+    a->n++;
+    a->used = 0;
+  }
+  p = (unsigned char *)a->chunk[a->n - 1] + a->used;
+  a->used += b;
+  a->step += b;
+  if (a->step > a->high) a->high = a->step;
+  return p;
+}
+/* Rewinds the device arena; a step that needed several blocks makes the next
+ * one take a single block of the step's size. */
+DL_API void dl__gpu_tape_rewind(dl_tape *tp) {
+  dl__gpu_arena *a = (dl__gpu_arena *)tp->dev;
+  int i;
+  if (a->n > 1) {
+    for (i = 0; i < a->n; i++) dl_gpu_free(a->g, a->chunk[i]);
+    a->n = 0;
+  }
+  a->used = 0;
+  a->step = 0;
+}
+DL_API void dl__gpu_tape_free(dl_tape *tp) {
+  dl__gpu_arena *a = (dl__gpu_arena *)tp->dev;
+  int i;
+  if (!a) return;
+  if (tp->ctx->gpu == a->g) /* else the device was closed first: its memory went with it */
+    for (i = 0; i < a->n; i++) dl_gpu_free(a->g, a->chunk[i]);
+  dl_free(tp->ctx, a);
+  tp->dev = NULL;
+  tp->gpu = NULL;
+}
+#endif
+
 
 /* >>tape ------------------------------------------------------------------- */
 
@@ -322,6 +399,40 @@ DL_API dl_node *dl_tape_record(dl_tape *tp, const char *op, dl_backward_fn bw, d
   return dl_tape_record_n(tp, op, bw, out, c ? 3 : b ? 2 : 1, in);
 }
 
+/* >>moving data in and out of a step ------------------------------------------- */
+
+/* t where tp computes: t itself when it already is there (a host tensor on
+ * a host tape, a device tensor on a device tape), else a contiguous copy in
+ * the tape's arena (device memory for a device tape), valid until the
+ * rewind: the batch's inputs and labels, `dl_tape_input(&tp, batch.x)`. */
+DL_API dl_tensor *dl_tape_input(dl_tape *tp, const dl_tensor *t) {
+  dl_tensor *c;
+  dl_device want = tp->gpu ? DL_CUDA : DL_CPU;
+  if (t->device == want) return (dl_tensor *)(uintptr_t)t;
+  if (want == DL_CUDA) c = dl_tape_out(tp, "dl_tape_input", t->dtype, t->ndim, t->shape);
+  else if (!(c = dl_tensor_new(&tp->arena, t->dtype, t->ndim, t->shape)))
+    DL_PANIC(tp->ctx, "dl_tape_input", "the tape's arena cannot hold %s", DL_SHAPESTR(t));
+  if (t->numel && !dl_tensor_is_contiguous(t)) {
+    dl_tensor *tc = dl_tensor_new(&tp->arena, t->dtype, t->ndim, t->shape);
+    if (!tc || t->device != DL_CPU)
+      DL_PANIC(tp->ctx, "dl_tape_input", "%s: a strided device tensor cannot go to the host", DL_SHAPESTR(t));
+    dl_tensor_copy(tc, t);
+    t = tc;
+  }
+  if (t->numel) dl_tensor_copy(c, t);
+  return c;
+}
+/* t's values on the host: t itself when it is there, else a copy in the
+ * tape's host arena (valid until the rewind); waits for the device. For
+ * host-only code such as report.h's dl_accuracy_count. */
+DL_API dl_tensor *dl_tape_host(dl_tape *tp, const dl_tensor *t) {
+  dl_tensor *c;
+  if (t->device == DL_CPU) return (dl_tensor *)(uintptr_t)t;
+  if (!(c = dl_tensor_new(&tp->arena, t->dtype, t->ndim, t->shape)))
+    DL_PANIC(tp->ctx, "dl_tape_host", "the tape's arena cannot hold %s", DL_SHAPESTR(t));
+  if (t->numel) dl_tensor_copy(c, t);
+  return c;
+}
 /* >>gradients in backward rules -------------------------------------------- */
 
 /* The dense gradient of x to accumulate into during backward, or NULL when x

@@ -26,13 +26,10 @@
 #ifndef DL_TENSOR_H
 #define DL_TENSOR_H
 
-#include "core.h"
+#include "device.h"
 
-#ifdef DL_USE_CUDA
-#include "gpu/abi.h"
-#ifndef __cplusplus
-#define DL__CUDA_C 1 /* the device glue below is C: gpu.h, which defines it, is C-only */
-#endif
+#if defined(DL_USE_CUDA) && !defined(__cplusplus)
+#define DL__CUDA_C 1 /* the device glue below is C, as device.h is */
 #endif
 
 #ifdef __cplusplus
@@ -81,17 +78,10 @@ typedef struct dl_tensor {
 } dl_tensor;
 
 /* >>device glue (DL_USE_CUDA) ----------------------------------------------
- * What the ops need to run a tensor's work on its device; gpu.h defines the
- * device itself (struct dl_gpu) and these forward declarations. */
+ * What the ops need to run a tensor's work on its device: the handle and the
+ * error check (defined below, after the shape helpers) and the device
+ * tensors at the end of this file; the device itself is device.h's. */
 #ifdef DL__CUDA_C
-DL_API dlg_handle *dl__gpu_handle(struct dl_gpu *g);
-DL_API void dl__gpu_release(struct dl_gpu *g, void *p);
-/* A zeroed, owned tensor on ctx's device (NULL with the status in ctx). */
-DL_API dl_tensor *dl__gpu_tensor_make(dl_ctx *ctx, dl_dtype dtype, int ndim, const int64_t *shape);
-/* The device handle of t's context; panics naming op when it has none. */
-DL_API dlg_handle *dl__gpu_h(const dl_tensor *t, const char *op);
-/* Panics naming op with the device's message when rc is not DLG_OK. */
-DL_API void dl__gpu_ok(const dl_tensor *t, const char *op, int rc);
 /* Panics naming op when t's data is on the device (host-only accessors). */
 #define DL__HOST_ONLY(t, op)                                                              \
   do {                                                                                   \
@@ -192,6 +182,22 @@ DL_API dl_status dl__shape_fail(dl_ctx *ctx, dl_status st, const char *op, dl_dt
                  st == DL_ERR_OVERFLOW ? "size overflows" : "invalid shape or dtype",
                  dl_dtype_name(dtype), buf);
 }
+
+#ifdef DL__CUDA_C
+/* The device handle of t's context; panics naming op when it has none. */
+DL_API dlg_handle *dl__gpu_h(const dl_tensor *t, const char *op) {
+  if (!t->ctx || !t->ctx->gpu)
+    DL_PANIC(t->ctx, op, "%s is a device tensor but its ctx has no device open (dl_gpu_open)", DL_SHAPESTR(t));
+  return t->ctx->gpu->h;
+}
+/* Panics naming op with the device's message when rc is not DLG_OK. */
+DL_API void dl__gpu_ok(const dl_tensor *t, const char *op, int rc) {
+  if (DL__UNLIKELY(rc != DLG_OK))
+    DL_PANIC(t->ctx, op, "on the GPU, with %s: %s", DL_SHAPESTR(t),
+             t->ctx && t->ctx->gpu ? dlg_message(t->ctx->gpu->h) : "no device");
+}
+#endif
+
 
 /* >>create ----------------------------------------------------------------- */
 
@@ -652,6 +658,122 @@ DL_API void dl_tensor_fprint(FILE *f, const dl_tensor *t, const char *name) {
   fputc('\n', f);
 }
 #endif
+
+#ifndef __cplusplus
+#ifdef DL_USE_CUDA
+_Static_assert((int)DL_F32 == DLG_F32 && (int)DL_F64 == DLG_F64 && (int)DL_I32 == DLG_I32 && (int)DL_I64 == DLG_I64,
+               "dl: dl_dtype and the GPU interface's dtype codes differ");
+
+#endif
+
+/* >>device tensors -------------------------------------------------------------------- */
+
+/* A zeroed, owned tensor on g (free with dl_tensor_free). NULL with the
+ * status in g's ctx (DL_ERR_NOMEM with the figures). */
+DL_API dl_tensor *dl_gpu_tensor(dl_gpu *g, dl_dtype dtype, int ndim, const int64_t *shape) {
+  size_t bytes;
+  dl_tensor *t;
+  void *p = NULL;
+  dl_status st = dl_shape_size(dtype, ndim, shape, NULL, &bytes);
+  if (st != DL_OK) { dl__shape_fail(g->ctx, st, "dl_gpu_tensor", dtype, ndim, shape); return NULL; }
+  if (bytes && dl_gpu_alloc(g, &p, bytes) != DL_OK) return NULL;
+#ifdef DL_USE_CUDA
+  if (bytes && dlg_memset0(g->h, p, bytes) != DLG_OK) {
+    dl_fail(g->ctx, DL_ERR_NO_DEVICE, "dl_gpu_tensor: %s", dlg_message(g->h));
+    dl_gpu_free(g, p);
+    return NULL;
+  }
+#endif
+  t = (dl_tensor *)dl_alloc(g->ctx, sizeof *t);
+  if (!t) { dl_gpu_free(g, p); return NULL; }
+  memset(t, 0, sizeof *t);
+  dl__set_shape(t, ndim, shape);
+  t->dtype = dtype;
+  t->device = DL_CUDA;
+  t->ctx = g->ctx;
+  t->flags = DL_TENSOR_OWNED;
+  t->block = t;
+  t->data = p;
+  return t;
+}
+#ifdef DL_USE_CUDA
+DL_API dl_tensor *dl__gpu_tensor_make(dl_ctx *ctx, dl_dtype dtype, int ndim, const int64_t *shape) {
+  if (!ctx || !ctx->gpu) { dl_fail(ctx, DL_ERR_NO_DEVICE, "no device open on this ctx"); return NULL; }
+  return dl_gpu_tensor(ctx->gpu, dtype, ndim, shape);
+}
+#endif
+
+/* Copies between any two devices: same dtype and shape; both contiguous
+ * when they are on different devices. DL_OK, DL_ERR_SHAPE / DL_ERR_DTYPE
+ * (message names both), DL_ERR_NO_DEVICE. */
+DL_API dl_status dl_copy_to(dl_tensor *dst, const dl_tensor *src) {
+  dl_ctx *ctx = dst->ctx ? dst->ctx : src->ctx;
+  if (dst->dtype != src->dtype)
+    return dl_fail(ctx, DL_ERR_DTYPE, "dl_copy_to: %s to %s (never converted)", DL_SHAPESTR(src), DL_SHAPESTR(dst));
+  if (!dl_tensor_same_shape(dst, src))
+    return dl_fail(ctx, DL_ERR_SHAPE, "dl_copy_to: %s to %s", DL_SHAPESTR(src), DL_SHAPESTR(dst));
+  if (dst->device != src->device && (!dl_tensor_is_contiguous(dst) || !dl_tensor_is_contiguous(src)))
+    return dl_fail(ctx, DL_ERR_ARG, "dl_copy_to: %s to %s between devices: both must be contiguous",
+                   DL_SHAPESTR(src), DL_SHAPESTR(dst));
+#ifndef DL_USE_CUDA
+  if (dst->device != DL_CPU || src->device != DL_CPU)
+    return dl_fail(ctx, DL_ERR_NO_DEVICE, "dl_copy_to: a device tensor without DL_USE_CUDA");
+#endif
+  dl_tensor_copy(dst, src);
+  return DL_OK;
+}
+
+/* *out = a new owned device copy of src (any device) on g. DL_OK, or
+ * DL_ERR_NOMEM (figures in ctx) / DL_ERR_NO_DEVICE with *out NULL. */
+DL_API dl_status dl_to_device(dl_gpu *g, dl_tensor **out, const dl_tensor *src) {
+  dl_tensor *t;
+  dl_status st;
+  *out = NULL;
+  if (!g) return DL_ERR_NO_DEVICE;
+  t = dl_gpu_tensor(g, src->dtype, src->ndim, src->shape);
+  if (!t) return g->ctx->status != DL_OK ? g->ctx->status : DL_ERR_NOMEM;
+  if (src->numel && !dl_tensor_is_contiguous(src)) {
+    dl_fail(g->ctx, DL_ERR_ARG, "dl_to_device: %s is strided: make it contiguous first", DL_SHAPESTR(src));
+    dl_tensor_free(t);
+    return DL_ERR_ARG;
+  }
+  st = src->numel ? dl_copy_to(t, src) : DL_OK;
+  if (st != DL_OK) { dl_tensor_free(t); return st; }
+  *out = t;
+  return DL_OK;
+}
+/* *out = a new owned host copy (dl_tensor_make on src's ctx) of a device
+ * (or host) tensor; waits for the device. DL_OK or DL_ERR_NOMEM. */
+DL_API dl_status dl_to_host(dl_tensor **out, const dl_tensor *src) {
+  dl_tensor *t = dl_tensor_make(src->ctx, src->dtype, src->ndim, src->shape);
+  dl_status st;
+  *out = NULL;
+  if (!t) return src->ctx ? src->ctx->status : DL_ERR_NOMEM;
+  st = src->numel ? dl_copy_to(t, src) : DL_OK;
+  if (st != DL_OK) { dl_tensor_free(t); return st; }
+  *out = t;
+  return DL_OK;
+}
+
+/* Element 0 of t (a loss) as a double, wherever t is; waits for the device. */
+DL_API double dl_item(const dl_tensor *t) {
+#ifdef DL_USE_CUDA
+  if (t->device == DL_CUDA) {
+    union { double d; int64_t i; unsigned char b[8]; } b; /* aligned for any element type */
+    size_t es = dl_dtype_size(t->dtype);
+    dl_tensor h;
+    int64_t one = 1;
+    if (!t->numel) DL_PANIC(t->ctx, "dl_item", "%s has no element", DL_SHAPESTR(t));
+    dl__gpu_ok(t, "dl_item", dlg_copy(dl__gpu_h(t, "dl_item"), b.b, t->data, es, DLG_D2H));
+    dl_tensor_wrap(&h, t->ctx, t->dtype, 1, &one, b.b);
+    return dl__get_at(&h, 0);
+  }
+#endif
+  if (!t->numel) DL_PANIC(t->ctx, "dl_item", "%s has no element", DL_SHAPESTR(t));
+  return dl__get_at(t, 0);
+}
+
+#endif /* !__cplusplus */
 
 #ifdef __cplusplus
 }

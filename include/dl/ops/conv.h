@@ -452,20 +452,6 @@ DL_API void dl__conv_backward(dl_tape *tp, const char *op, const dl__conv_geom *
  * through dl/gpu/dnn.h, the same results as the CPU code (pooling bit for
  * bit; convolution is cuDNN's, f32 on FMA kernels, no TF32). */
 #ifdef DL_USE_CUDA
-/* The device handle for op on x: x must be on the GPU and tp a device tape
- * (dl_tape_use_gpu), else outputs would land on the wrong side: panics
- * naming op. */
-DL_API dlg_handle *dl__dnn_h(const dl_tape *tp, const char *op, const dl_tensor *x) {
-  if (x->device != DL_CUDA || !tp->gpu)
-    DL_PANIC(x->ctx, op, "x %s is on the %s but the tape is a %s tape: run device tensors on a device tape "
-             "(dl_tape_use_gpu) and host tensors on a host tape (dl_tape_input moves a batch)", DL_SHAPESTR(x),
-             x->device == DL_CUDA ? "GPU" : "host", tp->gpu ? "device" : "host");
-  return dl__gpu_h(x, op);
-}
-/* t's tangent, when it has one, on t's device. */
-DL_API void dl__dnn_tangent_dev(const char *op, const dl_tensor *t) {
-  if (t && t->tangent) dl__ops_same_device(op, t, t->tangent);
-}
 DL_API dlg_conv2d dl__conv_dlg(const dl__conv_geom *g) {
   dlg_conv2d c;
   c.N = g->N;

@@ -24,6 +24,22 @@ DL_API void dl__ops_same_float(const char *op, const dl_tensor *a, const dl_tens
              DL_SHAPESTR(a), b ? DL_SHAPESTR(b) : "-");
   dl__ops_same_device(op, a, b);
 }
+#ifdef DL_USE_CUDA
+/* The device handle for op on x: x must be on the GPU and tp a device tape
+ * (dl_tape_use_gpu), else outputs would land on the wrong side: panics
+ * naming op. */
+DL_API dlg_handle *dl__dnn_h(const dl_tape *tp, const char *op, const dl_tensor *x) {
+  if (x->device != DL_CUDA || !tp->gpu)
+    DL_PANIC(x->ctx, op, "x %s is on the %s but the tape is a %s tape: run device tensors on a device tape "
+             "(dl_tape_use_gpu) and host tensors on a host tape (dl_tape_input moves a batch)", DL_SHAPESTR(x),
+             x->device == DL_CUDA ? "GPU" : "host", tp->gpu ? "device" : "host");
+  return dl__gpu_h(x, op);
+}
+/* t's tangent, when it has one, on t's device (convolution, pooling, norms, rnn). */
+DL_API void dl__dnn_tangent_dev(const char *op, const dl_tensor *t) {
+  if (t && t->tangent) dl__ops_same_device(op, t, t->tangent);
+}
+#endif
 /* Panics naming op when t is on the GPU or tp is a device tape: guards code
  * that runs on the host (an op's CPU path reached with host tensors on a
  * device tape, whose outputs are device memory), so that it stops instead of

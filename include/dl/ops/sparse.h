@@ -41,9 +41,6 @@
 /* >>embedding -------------------------------------------------------------- */
 
 #ifdef DL_USE_CUDA
-/* gpu.h, later in dl.h */
-DL_API dl_status dl_gpu_alloc(struct dl_gpu *g, void **p, size_t bytes);
-DL_API void dl_gpu_free(struct dl_gpu *g, void *p);
 
 /* The row-sparse gradient s of device weight w: adds the rows of
  * rows[0..n) it does not hold yet, in first-touch order (their values zeroed
