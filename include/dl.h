@@ -19,10 +19,27 @@
  *   cc -std=c11 -O3 -march=native -fopenmp prog.c -lm                 threads
  *   cc ... -DDL_USE_OPENBLAS prog.c -lopenblas -lm                   OpenBLAS GEMM
  *
+ * Compile once (a program of several files, stb's convention): every file
+ * includes dl.h and is compiled with -DDL_LINK; one file, say dl.c, holds
+ *
+ *   #define DL_IMPLEMENTATION
+ *   #include "dl.h"
+ *
+ * and compiles the library's functions, once (as external symbols). The
+ * other files compile none of the library (its functions are declarations
+ * to them), so editing one of them rebuilds in about the time it takes to
+ * read the headers; DL_ASSIGN expressions and DL_DEFINE_OP ops stay inline
+ * in the file that writes them. Every file must see the same configuration
+ * macros: put them on the command line. examples/multi/ is such a program.
+ * With DL_USE_STB_IMAGE(_WRITE), dl.c also holds stb's implementation.
+ *
  * Configuration macros: define them before the first #include of any dl
  * header (-DNAME on the command line does the same). One line each; the
  * header named at the end says more.
  *   Building and linking
+ *   DL_IMPLEMENTATION       this file compiles the library (compile once)  config.h
+ *   DL_LINK                 this file compiles none of it: it calls the
+ *                           DL_IMPLEMENTATION file's functions            config.h
  *   DL_API                  storage class of every library function; default
  *                           static inline (single file, nothing to link)  config.h
  *   DL_USE_OPENBLAS         GEMM through OpenBLAS's cblas (-lopenblas)    blas.h

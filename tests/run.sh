@@ -5,8 +5,9 @@
 #   1. every public header (include/dl/*.h and include/dl/ops/*.h) compiles
 #      on its own: gcc and clang as C11 with -Wall -Wextra -Wpedantic -Werror
 #      and linked (-lm, as every user links), and again with DL_USE_CUDA,
-#      with DL_USE_MPI (where mpicc exists) and with both; g++ as C++11 with
-#      and without DL_USE_CUDA, nvcc where it exists
+#      with DL_USE_MPI (where mpicc exists), with both, with DL_LINK and with
+#      DL_IMPLEMENTATION; g++ as C++11 with and without DL_USE_CUDA and
+#      DL_USE_MPI, nvcc with and without DL_USE_CUDA
 #   2. tests/test_*.c built with gcc -O2 -fopenmp (plus the flags a test names
 #      on a "dl-test-flags:" line) and run (test_blas also with OpenBLAS),
 #      2 OpenMP threads
@@ -26,6 +27,9 @@
 #   4. examples build warning-free with `cc -std=c11 -O2 prog.c -lm` (plus the
 #      libraries an example's "dl-example-flags:" line names, e.g. -lz) and run
 #      their examples/NAME.check script
+#   4b. compile once: examples/multi/ (three files) built with the library in
+#      one DL_IMPLEMENTATION file and -DDL_LINK everywhere, and built the
+#      default way; the same result, and no library code in the DL_LINK files
 #   5. the test programs again under -fsanitize=address,undefined
 #   6. fuzz/run.sh 15: every fuzz/fuzz_*.c built with clang's libFuzzer, ASan
 #      and UBSan and run for 15 s on a copy of its seed corpus; each target
@@ -60,8 +64,10 @@ int main(void) { return 0; }"
     command -v $c >/dev/null || { skip=$((skip + 1)); continue; }
     if echo "$src" | $c $WARN $inc -Iinclude -x c - -o /dev/null -lm 2>"$B/hdr.log"; then ok
     else bad "$h alone with $c"; cat "$B/hdr.log" | head -20; fi
-    # the GPU declarations (no CUDA header needed: dl/gpu/abi.h is plain C), and with MPI
-    for cfg in "-DDL_USE_CUDA" ${MPI_CFLAGS:+"$MPI_CFLAGS"} ${MPI_CFLAGS:+"-DDL_USE_CUDA $MPI_CFLAGS"}; do
+    # the GPU declarations (no CUDA header needed: dl/gpu/abi.h is plain C), with MPI,
+    # and the two compile-once modes
+    for cfg in "-DDL_USE_CUDA" ${MPI_CFLAGS:+"$MPI_CFLAGS"} ${MPI_CFLAGS:+"-DDL_USE_CUDA $MPI_CFLAGS"} \
+               "-DDL_LINK" "-DDL_IMPLEMENTATION"; do
       if echo "$src" | $c $WARN $cfg $inc -Iinclude -x c - -c -o /dev/null 2>"$B/hdr.log"; then ok
       else bad "$h alone with $c ${cfg%% -I*}"; cat "$B/hdr.log" | head -20; fi
     done
@@ -277,6 +283,37 @@ for e in examples/*.c; do
     if bash "examples/$n.check" "$B/ex_$n" >"$B/ex.log" 2>&1; then ok; else bad "example $n run"; tail -20 "$B/ex.log"; fi
   fi
 done
+
+# --- 4b. compile once: a program of several files ---------------------------
+# examples/multi/ (three files) built the compile-once way (dl.c defines
+# DL_IMPLEMENTATION, every file -DDL_LINK) and the default way (each file its
+# own static copy of what it uses): both train to the same result line; the
+# DL_LINK objects define none of the library's symbols (they compile none
+# of it) and the library object defines them all once.
+if [ -d /usr/share/datasets/fashion-mnist ] || [ -n "${DL_FASHION_MNIST_DIR:-}" ]; then
+  M="$B/multi"; mkdir -p "$M"
+  MF="$WARN -O2 -DDL_USE_ZLIB -Iinclude -Iexamples/multi"
+  built=1
+  for f in dl model data train; do
+    $CC $MF -DDL_LINK -c "examples/multi/$f.c" -o "$M/$f.o" 2>"$M/build.log" || { built=0; bad "multi: $f.c with -DDL_LINK"; head -20 "$M/build.log"; }
+    [ "$f" = dl ] && continue
+    $CC $MF -c "examples/multi/$f.c" -o "$M/${f}_own.o" 2>"$M/build.log" || { built=0; bad "multi: $f.c (default)"; head -20 "$M/build.log"; }
+  done
+  if [ $built = 1 ] && $CC "$M/dl.o" "$M/model.o" "$M/data.o" "$M/train.o" -o "$M/multi_once" -lz -lm 2>"$M/build.log" &&
+     $CC "$M/model_own.o" "$M/data_own.o" "$M/train_own.o" -o "$M/multi_own" -lz -lm 2>>"$M/build.log"; then
+    ok
+    leaked=$(for f in model data train; do nm "$M/$f.o" | awk '$2 ~ /^[TtDdBbRr]$/ && $3 ~ /^(dl_|dl__|stbi)/ {print FILENAME": "$3}' FILENAME="$f.o"; done)
+    if [ -z "$leaked" ] && nm "$M/dl.o" | grep -q " T dl_train_step$"; then ok
+    else bad "multi: -DDL_LINK objects compile library code (or dl.o lacks it): $(echo $leaked | head -c 300)"; fi
+    once=$("$M/multi_once" --epochs 1 --train 2000 --test 500 2>&1); own=$("$M/multi_own" --epochs 1 --train 2000 --test 500 2>&1)
+    echo "multi (compile once): $once"; echo "multi (each file its own): $own"
+    acc=$(echo "$once" | sed -n 's/^result: test_acc=\([0-9.]*\).*/\1/p')
+    if [ -n "$acc" ] && [ "$once" = "$own" ] && awk -v a="$acc" 'BEGIN { exit !(a > 0.6) }'; then ok
+    else bad "multi: the two builds differ or did not learn (test_acc '$acc' <= 0.6)"; fi
+  else bad "multi: link"; head -20 "$M/build.log"; fi
+else
+  echo "SKIP examples/multi: Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"; skip=$((skip + 1))
+fi
 
 # --- 5. sanitizers ------------------------------------------------------------
 if [ "${DL_TEST_QUICK:-0}" != 1 ]; then

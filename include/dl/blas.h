@@ -77,6 +77,7 @@
 
 #include "core.h"
 #include "tensor.h"
+DL__HEADER_BEGIN
 
 #ifdef DL_USE_OPENBLAS
 /* OpenBLAS's cblas.h would include <complex.h> in C, which defines the macro
@@ -633,7 +634,7 @@ typedef struct dl__gemm_cache {
   int has_ctx;        /* made with own.desc's allocator (else the default) */
   dl_ctx own;         /* a copy holding the allocator that made p */
 } dl__gemm_cache;
-static DL__TLS dl__gemm_cache dl__gemm_tls;
+DL__GLOBAL(DL__TLS dl__gemm_cache dl__gemm_tls, {0});
 DL_API void dl_gemm_release_cache(void) {
   dl_free(dl__gemm_tls.has_ctx ? &dl__gemm_tls.own : NULL, dl__gemm_tls.p);
   dl__gemm_tls.p = NULL;
@@ -1132,4 +1133,5 @@ DL_API void dl_matmul_into(dl_tensor *C, const dl_tensor *A, const dl_tensor *B,
 #ifdef __cplusplus
 }
 #endif
+DL__HEADER_END
 #endif /* DL_BLAS_H */

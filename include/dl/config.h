@@ -2,9 +2,13 @@
  *
  * Everything here can be set before the first #include of a dl header:
  *
+ *   DL_IMPLEMENTATION        this file compiles the library's functions once for
+ *                            a program of several files (see >>compile once)
+ *   DL_LINK                  this file calls the DL_IMPLEMENTATION file's functions
+ *                            and compiles none of the library itself
  *   DL_API                   storage class of every library function
  *                            (default: static inline; the library is header-only
- *                            and needs no DL_IMPLEMENTATION define)
+ *                            and needs no define)
  *   DL_MALLOC(size, user), DL_REALLOC(ptr, size, user), DL_FREE(ptr, user)
  *                            compile-time allocator hooks. Define all three or
  *                            none (an #error says so otherwise). The run-time
@@ -28,8 +32,74 @@
 #define DL_VERSION_PATCH 0
 #define DL_VERSION_STRING "0.1.0"
 
+/* >>compile once -------------------------------------------------------------
+ * How the library's functions are compiled in this file (dl.h's top says
+ * how to use them):
+ *   default            static inline: the whole library in the one file
+ *   DL_IMPLEMENTATION  external definitions: the one file that compiles the
+ *                      library for a program of several files
+ *   DL_LINK            the library's functions are C99 inline definitions
+ *                      that are never emitted or inlined here: every call
+ *                      goes to the DL_IMPLEMENTATION file's symbols, so this
+ *                      file compiles none of the library's code (only its
+ *                      declarations are parsed). Define it for every file
+ *                      of the program (-DDL_LINK); the one file that also
+ *                      defines DL_IMPLEMENTATION compiles the library.
+ * C only: C++ (g++, nvcc) sees the scalar math, which is inline anyway.
+ *   DL_API    the library's functions (a user may still predefine it)
+ *   DL__INL   the small functions that must inline wherever they are called
+ *             (scalar math, element loads): the same three ways, inlinable
+ *   DL__LOCAL what a user's own file generates (DL_DEFINE_OP*): static
+ *             inline in every mode, never shared between files
+ *   DL__GLOBAL(decl, init...)  a library object that must be one object in
+ *             the program (a layer's vtable, whose address is its type):
+ *             static in a single file, defined by the DL_IMPLEMENTATION
+ *             file, declared extern in DL_LINK files
+ *   DL__GLOBAL_FWD  the storage class of a forward declaration of one */
+#if defined(DL_IMPLEMENTATION) && !defined(__cplusplus)
+#define DL__MODE_IMPL 1
+#elif defined(DL_LINK) && !defined(__cplusplus)
+#define DL__MODE_LINK 1
+#endif
 #ifndef DL_API
+#if defined(DL__MODE_IMPL)
+#define DL_API
+#elif defined(DL__MODE_LINK) && (defined(__GNUC__) || defined(__clang__))
+#define DL_API inline __attribute__((noinline)) /* gcc's "inline function given noinline" is off in dl's headers */
+#elif defined(DL__MODE_LINK)
+#define DL_API inline
+#else
 #define DL_API static inline
+#endif
+#endif
+#if defined(DL__MODE_IMPL)
+#define DL__INL extern inline
+#define DL__GLOBAL(decl, ...) decl = __VA_ARGS__
+#define DL__GLOBAL_FWD extern
+#elif defined(DL__MODE_LINK)
+#define DL__INL inline
+#define DL__GLOBAL(decl, ...) extern decl
+#define DL__GLOBAL_FWD extern
+#else
+#define DL__INL static inline
+#define DL__GLOBAL(decl, ...) static decl = __VA_ARGS__
+#define DL__GLOBAL_FWD static
+#endif
+#define DL__LOCAL static inline
+/* Around every header's body: in DL_LINK files gcc would warn that an inline
+ * function has the noinline attribute (the point of DL_LINK), and clang that
+ * an inline definition calls a static function (the SSE intrinsics: never
+ * compiled here, since these definitions are never emitted or inlined); the
+ * warnings are switched off inside dl's headers only. */
+#if defined(DL__MODE_LINK) && defined(__clang__)
+#define DL__HEADER_BEGIN _Pragma("clang diagnostic push") _Pragma("clang diagnostic ignored \"-Wstatic-in-inline\"")
+#define DL__HEADER_END _Pragma("clang diagnostic pop")
+#elif defined(DL__MODE_LINK) && defined(__GNUC__)
+#define DL__HEADER_BEGIN _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wattributes\"")
+#define DL__HEADER_END _Pragma("GCC diagnostic pop")
+#else
+#define DL__HEADER_BEGIN
+#define DL__HEADER_END
 #endif
 
 #if defined(DL_MALLOC) || defined(DL_REALLOC) || defined(DL_FREE)
@@ -82,9 +152,11 @@
  * numbers, op families): forced inline on gcc/clang so that gcc -O2, which
  * otherwise declines to inline them, still gets a loop it can vectorise. */
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
-#define DL__VAPI DL_API __attribute__((always_inline))
+#define DL__VAPI DL__INL __attribute__((always_inline))
+#define DL__LOCAL_VAPI DL__LOCAL __attribute__((always_inline))
 #else
-#define DL__VAPI DL_API
+#define DL__VAPI DL__INL
+#define DL__LOCAL_VAPI DL__LOCAL
 #endif
 
 #ifdef __cplusplus

@@ -20,6 +20,7 @@
 #define DL_CORE_H
 
 #include "config.h"
+DL__HEADER_BEGIN
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -524,7 +525,7 @@ typedef struct dl__team {
   int64_t done[DL__TEAM_MAX];
   int par, nt;
 } dl__team;
-static dl__team_state dl__team_null;
+DL__GLOBAL(dl__team_state dl__team_null, {0});
 DL_API void dl__team_begin(dl__team *tm, dl_ctx *ctx, int par) {
   dl__team_state *st = ctx ? &ctx->team : &dl__team_null;
   double until;
@@ -690,4 +691,5 @@ DL_API void dl_parallel_for(dl_ctx *ctx, int64_t n, int64_t block, int64_t work,
 #ifdef __cplusplus
 }
 #endif
+DL__HEADER_END
 #endif /* DL_CORE_H */

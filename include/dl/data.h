@@ -70,6 +70,7 @@
 #define DL_DATA_H
 
 #include "tensor.h"
+DL__HEADER_BEGIN
 
 #ifndef __cplusplus
 
@@ -114,8 +115,14 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #endif
+/* a single file: stb's functions static in it; compiled once: in the
+ * DL_IMPLEMENTATION file, with external names the DL_LINK files call */
+#if !defined(DL__MODE_IMPL) && !defined(DL__MODE_LINK)
 #define STB_IMAGE_STATIC
+#endif
+#ifndef DL__MODE_LINK
 #define STB_IMAGE_IMPLEMENTATION
+#endif
 /* stb_image 2.27/2.28 declare stbi_set_unpremultiply_on_load_thread but
  * define it as stbi__unpremultiply_on_load_thread; gcc's "declared static
  * but never defined" ignores pragmas, so both names become one function. */
@@ -2082,4 +2089,5 @@ DL_API dl_status dl_text_windows(dl_ctx *ctx, dl_dataset *ds, dl_tensor *tokens,
 }
 
 #endif /* !__cplusplus */
+DL__HEADER_END
 #endif /* DL_DATA_H */

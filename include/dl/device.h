@@ -28,6 +28,7 @@
 
 #include "core.h"
 #include "gpu/abi.h" /* plain C: the status codes a backend returns; with DL_USE_CUDA, src_gpu/'s interface */
+DL__HEADER_BEGIN
 
 #ifndef __cplusplus
 
@@ -391,4 +392,5 @@ DL_API void dl__gpu_release(struct dl_gpu *g, void *p) {
 #endif
 
 #endif /* !__cplusplus */
+DL__HEADER_END
 #endif /* DL_DEVICE_H */

@@ -75,6 +75,7 @@
 
 #include "optim.h"
 #include "data.h"
+DL__HEADER_BEGIN
 
 #if !defined(__cplusplus)
 
@@ -898,4 +899,5 @@ DL_API dl_status dl_dist_train_step(dl_dist *dd, dl_optim *o, dl_tape *tp, dl_te
 
 #endif /* !__cplusplus */
 
+DL__HEADER_END
 #endif /* DL_DIST_H */

@@ -41,6 +41,7 @@
 
 #include "tensor.h"
 #include "vmath.h"
+DL__HEADER_BEGIN
 
 #ifdef __cplusplus
 extern "C" {
@@ -527,4 +528,5 @@ DL_HD inline typename dl__cxx_common<typename dl__cxx_common<A, B>::type, C>::ty
 #define DL_APPLY2(f, a, b) f(a, b)
 #endif /* __cplusplus */
 
+DL__HEADER_END
 #endif /* DL_DUAL_H */

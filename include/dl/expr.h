@@ -50,6 +50,7 @@
 #define DL_EXPR_H
 
 #include "dual.h"
+DL__HEADER_BEGIN
 
 /* >>op list ---------------------------------------------------------------- */
 
@@ -634,8 +635,8 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
 
 /* One-input op: FAM the scalar family prefix, TN the tensor function prefix,
  * PD/PA extra number parameters (", double p0" / ", p0", or empty). */
-#define DL__EW_KERN1(FAM, S, sfx, dsfx, MK, ...)                                       \
-  DL_API void FAM##_ewk_##sfx(int mode, int64_t n, void *const *a, double p0) {         \
+#define DL__EW_KERN1(SC, FAM, S, sfx, dsfx, MK, ...)                                   \
+  SC void FAM##_ewk_##sfx(int mode, int64_t n, void *const *a, double p0) {         \
     S *const DL__RESTRICT o = (S *)a[0];                                               \
     const S *const DL__RESTRICT x = (const S *)a[1];                                   \
     int64_t i;                                                                         \
@@ -650,29 +651,29 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
       DL__IVDEP for (i = 0; i < n; i++) g[i] += o[i] * FAM##_##dsfx(MK(x[i], (S)1) __VA_ARGS__).d; \
     }                                                                                  \
   }
-#define DL__GEN_OP1(FAM, TN, PD, PA, expr)                                             \
-  DL_HD DL__VAPI float FAM##_f32(float x0 PD) { DL_SCALAR(float); return (expr); }       \
-  DL_HD DL__VAPI double FAM##_f64(double x0 PD) { DL_SCALAR(double); return (expr); }    \
-  DL_HD DL__VAPI dl_dual FAM##_dual(dl_dual x0 PD) { DL_SCALAR(dl_dual); return (expr); } \
-  DL_HD DL__VAPI dl_dual64 FAM##_dual64(dl_dual64 x0 PD) { DL_SCALAR(dl_dual64); return (expr); } \
-  DL_API dl__probe *FAM##_probe(dl__probe *x0 PD) { dl__unused(0 PA); return x0; }    \
+#define DL__GEN_OP1(SC, VSC, FAM, TN, PD, PA, expr)                                    \
+  DL_HD VSC float FAM##_f32(float x0 PD) { DL_SCALAR(float); return (expr); }            \
+  DL_HD VSC double FAM##_f64(double x0 PD) { DL_SCALAR(double); return (expr); }         \
+  DL_HD VSC dl_dual FAM##_dual(dl_dual x0 PD) { DL_SCALAR(dl_dual); return (expr); }     \
+  DL_HD VSC dl_dual64 FAM##_dual64(dl_dual64 x0 PD) { DL_SCALAR(dl_dual64); return (expr); } \
+  SC dl__probe *FAM##_probe(dl__probe *x0 PD) { dl__unused(0 PA); return x0; }        \
   DL__GPU_DECL(FAM)                                                                    \
-  DL__EW_KERN1(FAM, float, f32, dual, dl_dual_make, PA)                                \
-  DL__EW_KERN1(FAM, double, f64, dual64, dl_dual64_make, PA)                           \
+  DL__EW_KERN1(SC, FAM, float, f32, dual, dl_dual_make, PA)                            \
+  DL__EW_KERN1(SC, FAM, double, f64, dual64, dl_dual64_make, PA)                       \
   /* y = f(x0), x0 broadcast to y */                                                   \
-  DL_API void TN##_into(dl_tensor *y, const dl_tensor *x0_ PD) {                       \
+  SC void TN##_into(dl_tensor *y, const dl_tensor *x0_ PD) {                       \
     DL__GPU_EW(#TN, FAM, DLG_FWD, y, x0_, NULL, NULL, NULL, DL__PV(0.0 PA))            \
     dl__ew_run(#TN "_into", FAM##_ewk_f32, FAM##_ewk_f64, DL__EW_FWD, y, x0_, NULL, NULL, NULL, \
                DL__PV(0.0 PA));                                                        \
   }                                                                                    \
   /* forward mode: ty = f'(x0) * tx0, by the dual numbers; tx0 broadcasts to ty */     \
-  DL_API void TN##_jvp(dl_tensor *ty, const dl_tensor *x0_, const dl_tensor *tx0_ PD) { \
+  SC void TN##_jvp(dl_tensor *ty, const dl_tensor *x0_, const dl_tensor *tx0_ PD) { \
     DL__GPU_EW(#TN "_jvp", FAM, DLG_JVP, ty, x0_, NULL, tx0_, NULL, DL__PV(0.0 PA))    \
     dl__ew_run(#TN "_jvp", FAM##_ewk_f32, FAM##_ewk_f64, DL__EW_JVP, ty, x0_, NULL, tx0_, NULL, \
                DL__PV(0.0 PA));                                                        \
   }                                                                                    \
   /* gx0 += gy * f'(x0); gx0 has x0's shape (summed over broadcast dims) */           \
-  DL_API void TN##_backward(dl_tensor *gx0, const dl_tensor *gy, const dl_tensor *x0_ PD) { \
+  SC void TN##_backward(dl_tensor *gx0, const dl_tensor *gy, const dl_tensor *x0_ PD) { \
     dl__bwalk w;                                                                       \
     if (!gx0) return;                                                                  \
     DL__GPU_EW(#TN "_backward", FAM, DLG_BWD, gy, x0_, NULL, gx0, NULL, DL__PV(0.0 PA)) \
@@ -682,8 +683,8 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
   }
 
 /* Two-input op (no extra parameters). */
-#define DL__EW_KERN2(FAM, S, sfx, dsfx, MK)                                         \
-  DL_API void FAM##_ewk_##sfx(int mode, int64_t n, void *const *a, double p0) {         \
+#define DL__EW_KERN2(SC, FAM, S, sfx, dsfx, MK)                                        \
+  SC void FAM##_ewk_##sfx(int mode, int64_t n, void *const *a, double p0) {         \
     S *const DL__RESTRICT o = (S *)a[0];                                               \
     const S *const DL__RESTRICT x = (const S *)a[1];                                   \
     const S *const DL__RESTRICT y = (const S *)a[2];                                   \
@@ -708,28 +709,28 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
       }                                                                                \
     }                                                                                  \
   }
-#define DL__GEN_OP2(FAM, TN, expr)                                                     \
-  DL_HD DL__VAPI float FAM##_f32(float x0, float x1) { DL_SCALAR(float); return (expr); } \
-  DL_HD DL__VAPI double FAM##_f64(double x0, double x1) { DL_SCALAR(double); return (expr); } \
-  DL_HD DL__VAPI dl_dual FAM##_dual(dl_dual x0, dl_dual x1) { DL_SCALAR(dl_dual); return (expr); } \
-  DL_HD DL__VAPI dl_dual64 FAM##_dual64(dl_dual64 x0, dl_dual64 x1) { DL_SCALAR(dl_dual64); return (expr); } \
-  DL_API dl__probe *FAM##_probe(dl__probe *x0, dl__probe *x1) { (void)x1; return x0; } \
+#define DL__GEN_OP2(SC, VSC, FAM, TN, expr)                                             \
+  DL_HD VSC float FAM##_f32(float x0, float x1) { DL_SCALAR(float); return (expr); }     \
+  DL_HD VSC double FAM##_f64(double x0, double x1) { DL_SCALAR(double); return (expr); } \
+  DL_HD VSC dl_dual FAM##_dual(dl_dual x0, dl_dual x1) { DL_SCALAR(dl_dual); return (expr); } \
+  DL_HD VSC dl_dual64 FAM##_dual64(dl_dual64 x0, dl_dual64 x1) { DL_SCALAR(dl_dual64); return (expr); } \
+  SC dl__probe *FAM##_probe(dl__probe *x0, dl__probe *x1) { (void)x1; return x0; }     \
   DL__GPU_DECL(FAM)                                                                    \
-  DL__EW_KERN2(FAM, float, f32, dual, dl_dual_make)                                    \
-  DL__EW_KERN2(FAM, double, f64, dual64, dl_dual64_make)                               \
+  DL__EW_KERN2(SC, FAM, float, f32, dual, dl_dual_make)                                \
+  DL__EW_KERN2(SC, FAM, double, f64, dual64, dl_dual64_make)                           \
   /* y = f(x0, x1), both broadcast to y */                                             \
-  DL_API void TN##_into(dl_tensor *y, const dl_tensor *x0_, const dl_tensor *x1_) {    \
+  SC void TN##_into(dl_tensor *y, const dl_tensor *x0_, const dl_tensor *x1_) {    \
     DL__GPU_EW(#TN, FAM, DLG_FWD, y, x0_, x1_, NULL, NULL, 0.0)                        \
     dl__ew_run(#TN "_into", FAM##_ewk_f32, FAM##_ewk_f64, DL__EW_FWD, y, x0_, x1_, NULL, NULL, 0.0); \
   }                                                                                    \
   /* forward mode: ty = df/dx0 * tx0 + df/dx1 * tx1 (a 0-d zero tensor for no tangent) */ \
-  DL_API void TN##_jvp(dl_tensor *ty, const dl_tensor *x0_, const dl_tensor *tx0_,      \
+  SC void TN##_jvp(dl_tensor *ty, const dl_tensor *x0_, const dl_tensor *tx0_,      \
                        const dl_tensor *x1_, const dl_tensor *tx1_) {                  \
     DL__GPU_EW(#TN "_jvp", FAM, DLG_JVP, ty, x0_, x1_, tx0_, tx1_, 0.0)                \
     dl__ew_run(#TN "_jvp", FAM##_ewk_f32, FAM##_ewk_f64, DL__EW_JVP, ty, x0_, x1_, tx0_, tx1_, 0.0); \
   }                                                                                    \
   /* gx0 += gy * df/dx0, gx1 += gy * df/dx1, each summed to its input's shape */       \
-  DL_API void TN##_backward(dl_tensor *gx0, dl_tensor *gx1, const dl_tensor *gy,        \
+  SC void TN##_backward(dl_tensor *gx0, dl_tensor *gx1, const dl_tensor *gy,        \
                             const dl_tensor *x0_, const dl_tensor *x1_) {              \
     dl__bwalk w;                                                                       \
     DL__GPU_EW(#TN "_backward", FAM, DLG_BWD, gy, x0_, x1_, gx0, gx1, 0.0)             \
@@ -740,20 +741,21 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
 
 /* User ops: one line at file scope. x0 (and x1) are the inputs; in OP1P the
  * number p0 is a parameter of the op (not differentiated). */
-#define DL_DEFINE_OP1(name, expr) DL__GEN_OP1(name, name, , , expr)
-#define DL_DEFINE_OP1P(name, expr) DL__GEN_OP1(name, name, DL__P1D, DL__P1A, expr)
-#define DL_DEFINE_OP2(name, expr) DL__GEN_OP2(name, name, expr)
+#define DL_DEFINE_OP1(name, expr) DL__GEN_OP1(DL__LOCAL, DL__LOCAL_VAPI, name, name, , , expr)
+#define DL_DEFINE_OP1P(name, expr) DL__GEN_OP1(DL__LOCAL, DL__LOCAL_VAPI, name, name, DL__P1D, DL__P1A, expr)
+#define DL_DEFINE_OP2(name, expr) DL__GEN_OP2(DL__LOCAL, DL__LOCAL_VAPI, name, name, expr)
 #define DL__P1D , double p0
 #define DL__P1A , p0
 
 /* >>op list instantiation ------------------------------------------------- */
 
-#define DL__LIB_OP1(name, expr) DL__GEN_OP1(dl__op_##name, dl_##name, , , expr)
-#define DL__LIB_OP1P(name, expr) DL__GEN_OP1(dl__op_##name, dl_##name, DL__P1D, DL__P1A, expr)
-#define DL__LIB_OP2(name, expr) DL__GEN_OP2(dl__op_##name, dl_##name, expr)
+#define DL__LIB_OP1(name, expr) DL__GEN_OP1(DL_API, DL__VAPI, dl__op_##name, dl_##name, , , expr)
+#define DL__LIB_OP1P(name, expr) DL__GEN_OP1(DL_API, DL__VAPI, dl__op_##name, dl_##name, DL__P1D, DL__P1A, expr)
+#define DL__LIB_OP2(name, expr) DL__GEN_OP2(DL_API, DL__VAPI, dl__op_##name, dl_##name, expr)
 DL_OPS_UNARY(DL__LIB_OP1)
 DL_OPS_UNARY_P(DL__LIB_OP1P)
 DL_OPS_BINARY(DL__LIB_OP2)
 
 #endif /* !__cplusplus */
+DL__HEADER_END
 #endif /* DL_EXPR_H */

@@ -56,6 +56,7 @@
 
 #include "optim.h"
 #include "gpu/abi.h" /* plain C: the status codes the backends share */
+DL__HEADER_BEGIN
 
 #ifndef __cplusplus
 
@@ -219,4 +220,5 @@ DL_API dl_status dl_model_to_host(dl_model *m) {
 
 #endif /* !__cplusplus */
 
+DL__HEADER_END
 #endif /* DL_GPU_H */

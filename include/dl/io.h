@@ -139,6 +139,7 @@
 #define DL_IO_H
 
 #include "optim.h"
+DL__HEADER_BEGIN
 
 #include <errno.h>
 #include <stdarg.h>
@@ -2053,4 +2054,5 @@ DL_API dl_status dl_checkpoint_load(dl_model *m, dl_optim *o, const char *path, 
 #endif /* DL__IO_FILES */
 
 #endif /* !__cplusplus */
+DL__HEADER_END
 #endif /* DL_IO_H */

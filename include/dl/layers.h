@@ -66,6 +66,7 @@
 #define DL_LAYERS_H
 
 #include "ops.h"
+DL__HEADER_BEGIN
 
 #ifndef __cplusplus
 
@@ -358,7 +359,7 @@ DL_API int dl__grow(dl_ctx *ctx, void **arr, int *cap, int need, size_t elem) {
 
 /* The container types (defined with the containers): a layer's type is its
  * vtable, compared by address. */
-static const dl_layer_vt dl__lay_root_vt, dl__lay_seq_vt, dl__lay_residual_vt, dl__lay_module_vt;
+DL__GLOBAL_FWD const dl_layer_vt dl__lay_root_vt, dl__lay_seq_vt, dl__lay_residual_vt, dl__lay_module_vt;
 
 /* A new empty model on the heap, in train mode. NULL when out of memory
  * (message in ctx). Free with dl_model_free. */
@@ -833,8 +834,8 @@ DL_API dl_tensor *dl__lay_seq_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
   for (i = 0; i < l->nchild; i++) x = dl_layer_call(l->child[i], tp, x);
   return x;
 }
-static const dl_layer_vt dl__lay_root_vt = {"Model", dl__lay_seq_forward, NULL, NULL};
-static const dl_layer_vt dl__lay_seq_vt = {"Sequential", dl__lay_seq_forward, NULL, NULL};
+DL__GLOBAL(const dl_layer_vt dl__lay_root_vt, {"Model", dl__lay_seq_forward, NULL, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_seq_vt, {"Sequential", dl__lay_seq_forward, NULL, NULL});
 
 /* nn.Sequential: y = children in order. */
 DL_API dl_layer *dl_sequential_make(dl_model *m, dl_layer *parent, const char *name) {
@@ -843,7 +844,7 @@ DL_API dl_layer *dl_sequential_make(dl_model *m, dl_layer *parent, const char *n
 
 /* A layer whose forward is fn (plain C); its children are its named parts.
  * fn may be NULL for a named group that is only called part by part. */
-static const dl_layer_vt dl__lay_module_vt = {"Module", NULL, NULL, NULL};
+DL__GLOBAL(const dl_layer_vt dl__lay_module_vt, {"Module", NULL, NULL, NULL});
 DL_API dl_layer *dl_module_make(dl_model *m, dl_layer *parent, const char *name, dl_forward_fn fn, void *user) {
   dl_layer *l = dl_layer_new(m, parent, name, &dl__lay_module_vt, sizeof(dl_layer));
   if (l) { l->fn = fn; l->user = user; }
@@ -895,7 +896,7 @@ DL_API void dl__lay_act_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "%s", a->alpha != 0 ? "alpha" : "");
   if (a->alpha != 0) snprintf(buf, n, "alpha=%g", a->alpha);
 }
-static const dl_layer_vt dl__lay_act_vt = {"Activation", dl__lay_act_forward, dl__lay_act_describe, NULL};
+DL__GLOBAL(const dl_layer_vt dl__lay_act_vt, {"Activation", dl__lay_act_forward, dl__lay_act_describe, NULL});
 
 /* An activation as a layer (no parameters; takes an index in a Sequential
  * like nn.ReLU does). */
@@ -927,7 +928,7 @@ DL_API void dl__lay_residual_describe(const dl_layer *l, char *buf, size_t n) {
     snprintf(buf + k, n - k, ", then %s", dl_act_name(((const dl__lay_residual *)l)->act));
   }
 }
-static const dl_layer_vt dl__lay_residual_vt = {"Residual", dl__lay_residual_forward, dl__lay_residual_describe, NULL};
+DL__GLOBAL(const dl_layer_vt dl__lay_residual_vt, {"Residual", dl__lay_residual_forward, dl__lay_residual_describe, NULL});
 DL_API dl_layer *dl_residual_make(dl_model *m, dl_layer *parent, const char *name, dl_act act) {
   dl__lay_residual *r = (dl__lay_residual *)dl_layer_new(m, parent, name, &dl__lay_residual_vt, sizeof(dl__lay_residual));
   if (r) r->act = act;
@@ -958,7 +959,7 @@ DL_API void dl__lay_linear_describe(const dl_layer *l, char *buf, size_t n) {
   const dl__lay_linear *L = (const dl__lay_linear *)l;
   snprintf(buf, n, "%lld, %lld%s", (long long)L->d.in, (long long)L->d.out, L->d.no_bias ? ", bias=0" : "");
 }
-static const dl_layer_vt dl__lay_linear_vt = {"Linear", dl__lay_linear_forward, dl__lay_linear_describe, NULL};
+DL__GLOBAL(const dl_layer_vt dl__lay_linear_vt, {"Linear", dl__lay_linear_forward, dl__lay_linear_describe, NULL});
 DL_API dl_layer *dl_linear_make(dl_model *m, dl_layer *parent, const char *name, const dl_linear_desc *d) {
   dl__lay_linear *L;
   if (d->in <= 0 || d->out <= 0)
@@ -1025,8 +1026,8 @@ DL_API void dl__lay_conv_describe(const dl_layer *l, char *buf, size_t n) {
     snprintf(buf, n, "%lld, %lld, kernel=%dx%d, stride=%dx%d, padding=%dx%d%s", (long long)d->in, (long long)d->out,
              d->kernel, d->kernel_w, d->stride, d->stride_w, d->padding, d->padding_w, d->no_bias ? ", bias=0" : "");
 }
-static const dl_layer_vt dl__lay_conv2d_vt = {"Conv2d", dl__lay_conv_forward, dl__lay_conv_describe, NULL};
-static const dl_layer_vt dl__lay_conv1d_vt = {"Conv1d", dl__lay_conv_forward, dl__lay_conv_describe, NULL};
+DL__GLOBAL(const dl_layer_vt dl__lay_conv2d_vt, {"Conv2d", dl__lay_conv_forward, dl__lay_conv_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_conv1d_vt, {"Conv1d", dl__lay_conv_forward, dl__lay_conv_describe, NULL});
 
 DL_API dl_layer *dl__lay_conv_make(dl_model *m, dl_layer *parent, const char *name, dl_conv2d_desc d, int one_d) {
   dl__lay_conv *C;
@@ -1103,8 +1104,8 @@ DL_API void dl__lay_pool_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "kernel=%dx%d, stride=%dx%d, padding=%dx%d", a->kernel_h, a->kernel_w, a->stride_h, a->stride_w,
            a->pad_h, a->pad_w);
 }
-static const dl_layer_vt dl__lay_maxpool_vt = {"MaxPool2d", dl__lay_maxpool_forward, dl__lay_pool_describe, NULL};
-static const dl_layer_vt dl__lay_avgpool_vt = {"AvgPool2d", dl__lay_avgpool_forward, dl__lay_pool_describe, NULL};
+DL__GLOBAL(const dl_layer_vt dl__lay_maxpool_vt, {"MaxPool2d", dl__lay_maxpool_forward, dl__lay_pool_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_avgpool_vt, {"AvgPool2d", dl__lay_avgpool_forward, dl__lay_pool_describe, NULL});
 DL_API dl_layer *dl__lay_pool_make(dl_model *m, dl_layer *parent, const char *name, const dl_pool2d_desc *d,
                                const dl_layer_vt *vt) {
   dl__lay_pool *P;
@@ -1136,7 +1137,7 @@ DL_API dl_tensor *dl__lay_gap_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
   for (d = 2; d < x->ndim; d++) axes[d - 2] = d;
   return dl_t_mean(tp, x, x->ndim - 2, axes, 0);
 }
-static const dl_layer_vt dl__lay_gap_vt = {"GlobalAvgPool", dl__lay_gap_forward, NULL, NULL};
+DL__GLOBAL(const dl_layer_vt dl__lay_gap_vt, {"GlobalAvgPool", dl__lay_gap_forward, NULL, NULL});
 DL_API dl_layer *dl_global_avgpool_make(dl_model *m, dl_layer *parent, const char *name) {
   return dl_layer_new(m, parent, name, &dl__lay_gap_vt, sizeof(dl_layer));
 }
@@ -1151,7 +1152,7 @@ DL_API dl_tensor *dl__lay_flatten_forward(dl_layer *l, dl_tape *tp, dl_tensor *x
   int s = ((dl__lay_flatten *)l)->start;
   return dl_t_flatten(tp, x, s < 0 ? x->ndim + s : s);
 }
-static const dl_layer_vt dl__lay_flatten_vt = {"Flatten", dl__lay_flatten_forward, NULL, NULL};
+DL__GLOBAL(const dl_layer_vt dl__lay_flatten_vt, {"Flatten", dl__lay_flatten_forward, NULL, NULL});
 DL_API dl_layer *dl_flatten_make(dl_model *m, dl_layer *parent, const char *name, int start_dim) {
   dl__lay_flatten *F = (dl__lay_flatten *)dl_layer_new(m, parent, name, &dl__lay_flatten_vt, sizeof *F);
   if (F) F->start = start_dim ? start_dim : 1;
@@ -1176,7 +1177,7 @@ DL_API dl_tensor *dl__lay_dropout_forward(dl_layer *l, dl_tape *tp, dl_tensor *x
 DL_API void dl__lay_dropout_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "p=%g", ((const dl__lay_dropout *)l)->p);
 }
-static const dl_layer_vt dl__lay_dropout_vt = {"Dropout", dl__lay_dropout_forward, dl__lay_dropout_describe, NULL};
+DL__GLOBAL(const dl_layer_vt dl__lay_dropout_vt, {"Dropout", dl__lay_dropout_forward, dl__lay_dropout_describe, NULL});
 DL_API dl_layer *dl_dropout_make(dl_model *m, dl_layer *parent, const char *name, double p) {
   dl__lay_dropout *D;
   if (!(p >= 0 && p <= 1)) DL_PANIC(m->ctx, "dl_dropout_make", "p = %g is not in [0, 1]", p);
@@ -1217,7 +1218,7 @@ DL_API void dl__lay_embedding_describe(const dl_layer *l, char *buf, size_t n) {
   const dl__embedding *E = (const dl__embedding *)l;
   snprintf(buf, n, "%lld, %lld%s", (long long)E->d.num, (long long)E->d.dim, E->d.sparse ? ", sparse" : "");
 }
-static const dl_layer_vt dl__lay_embedding_vt = {"Embedding", dl__lay_embedding_forward, dl__lay_embedding_describe, NULL};
+DL__GLOBAL(const dl_layer_vt dl__lay_embedding_vt, {"Embedding", dl__lay_embedding_forward, dl__lay_embedding_describe, NULL});
 DL_API dl_layer *dl_embedding_make(dl_model *m, dl_layer *parent, const char *name, const dl_embedding_desc *d) {
   dl__embedding *E;
   if (d->num <= 0 || d->dim <= 0)
@@ -1268,8 +1269,8 @@ DL_API void dl__lay_batchnorm_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "%lld, eps=%g, momentum=%g%s%s", (long long)B->d.features, B->d.eps, B->d.momentum,
            B->d.no_affine ? ", affine=0" : "", B->d.no_running_stats ? ", running=0" : "");
 }
-static const dl_layer_vt dl__lay_bn1d_vt = {"BatchNorm1d", dl__lay_batchnorm_forward, dl__lay_batchnorm_describe, NULL};
-static const dl_layer_vt dl__lay_bn2d_vt = {"BatchNorm2d", dl__lay_batchnorm_forward, dl__lay_batchnorm_describe, NULL};
+DL__GLOBAL(const dl_layer_vt dl__lay_bn1d_vt, {"BatchNorm1d", dl__lay_batchnorm_forward, dl__lay_batchnorm_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_bn2d_vt, {"BatchNorm2d", dl__lay_batchnorm_forward, dl__lay_batchnorm_describe, NULL});
 DL_API dl_layer *dl__lay_batchnorm_make(dl_model *m, dl_layer *parent, const char *name, const dl_batchnorm_desc *d,
                                     int two_d) {
   dl__lay_batchnorm *B;
@@ -1336,8 +1337,8 @@ DL_API void dl__lay_norm_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "%lld%s, eps=%g%s", (long long)N->d.shape[0], N->d.ndims > 1 ? " ..." : "", N->d.eps,
            N->d.no_affine ? ", affine=0" : "");
 }
-static const dl_layer_vt dl__lay_layernorm_vt = {"LayerNorm", dl__lay_norm_forward, dl__lay_norm_describe, NULL};
-static const dl_layer_vt dl__lay_rmsnorm_vt = {"RMSNorm", dl__lay_norm_forward, dl__lay_norm_describe, NULL};
+DL__GLOBAL(const dl_layer_vt dl__lay_layernorm_vt, {"LayerNorm", dl__lay_norm_forward, dl__lay_norm_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_rmsnorm_vt, {"RMSNorm", dl__lay_norm_forward, dl__lay_norm_describe, NULL});
 DL_API dl_layer *dl__lay_norm_make(dl_model *m, dl_layer *parent, const char *name, const dl_norm_desc *d, int rms) {
   dl__lay_norm *N;
   int k, nd = d->ndims ? d->ndims : 1;
@@ -1384,7 +1385,7 @@ typedef struct dl_rnn_desc {
 } dl_rnn_desc;
 typedef enum dl__lay_rnn_kind { DL__LAY_RNN, DL__LAY_LSTM, DL__LAY_GRU } dl__lay_rnn_kind;
 #define DL_RNN_MAX_LAYERS 16
-static const dl_layer_vt dl__lay_rnn_vt, dl__lay_lstm_vt, dl__lay_gru_vt, dl__lay_mha_vt; /* defined below */
+DL__GLOBAL_FWD const dl_layer_vt dl__lay_rnn_vt, dl__lay_lstm_vt, dl__lay_gru_vt, dl__lay_mha_vt; /* defined below */
 typedef struct dl__lay_rnn {
   dl_layer base;
   dl_rnn_desc d;
@@ -1436,9 +1437,9 @@ DL_API void dl__lay_rnn_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "%lld, %lld, layers=%d%s%s", (long long)R->d.input, (long long)R->d.hidden, R->d.num_layers,
            R->d.no_bias ? ", bias=0" : "", R->d.relu ? ", relu" : "");
 }
-static const dl_layer_vt dl__lay_rnn_vt = {"RNN", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL};
-static const dl_layer_vt dl__lay_lstm_vt = {"LSTM", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL};
-static const dl_layer_vt dl__lay_gru_vt = {"GRU", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL};
+DL__GLOBAL(const dl_layer_vt dl__lay_rnn_vt, {"RNN", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_lstm_vt, {"LSTM", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_gru_vt, {"GRU", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL});
 DL_API dl_layer *dl__lay_rnn_make(dl_model *m, dl_layer *parent, const char *name, const dl_rnn_desc *d, dl__lay_rnn_kind kind) {
   static const dl_layer_vt *const vts[] = {&dl__lay_rnn_vt, &dl__lay_lstm_vt, &dl__lay_gru_vt};
   const int G = kind == DL__LAY_LSTM ? 4 : kind == DL__LAY_GRU ? 3 : 1;
@@ -1517,7 +1518,7 @@ DL_API void dl__lay_mha_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "%lld, heads=%d%s%s", (long long)A->d.embed, A->d.heads, A->d.no_bias ? ", bias=0" : "",
            A->d.causal ? ", causal" : "");
 }
-static const dl_layer_vt dl__lay_mha_vt = {"MultiheadAttention", dl__lay_mha_forward1, dl__lay_mha_describe, NULL};
+DL__GLOBAL(const dl_layer_vt dl__lay_mha_vt, {"MultiheadAttention", dl__lay_mha_forward1, dl__lay_mha_describe, NULL});
 DL_API dl_layer *dl_mha_make(dl_model *m, dl_layer *parent, const char *name, const dl_mha_desc *d) {
   dl__lay_mha *A;
   const int64_t E = d->embed, E3 = 3 * d->embed;
@@ -1601,4 +1602,5 @@ DL_API dl_status dl_model_summary(dl_model *m, FILE *f, dl_tensor *example) {
 }
 
 #endif /* !__cplusplus */
+DL__HEADER_END
 #endif /* DL_LAYERS_H */

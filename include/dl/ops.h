@@ -45,6 +45,7 @@
 #define DL_OPS_H
 
 #include "tape.h"
+DL__HEADER_BEGIN
 
 #include "ops/core.h"
 #include "ops/shape.h"
@@ -56,4 +57,5 @@
 #include "ops/attention.h"
 #include "ops/norm.h"
 
+DL__HEADER_END
 #endif /* DL_OPS_H */

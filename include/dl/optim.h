@@ -51,6 +51,7 @@
 
 #include "expr.h"
 #include "layers.h"
+DL__HEADER_BEGIN
 
 #include <math.h>
 
@@ -1338,4 +1339,5 @@ DL_API double dl_train_step(dl_optim *o, dl_tape *tp, dl_tensor *loss, const dl_
 
 #endif /* __cplusplus */
 
+DL__HEADER_END
 #endif /* DL_OPTIM_H */

@@ -78,6 +78,7 @@
 #define DL_REPORT_H
 
 #include "tensor.h"
+DL__HEADER_BEGIN
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -110,8 +111,14 @@
 #pragma GCC diagnostic ignored "-Wcast-qual"
 #pragma GCC diagnostic ignored "-Wpedantic"
 #endif
+/* a single file: stb's functions static in it; compiled once: in the
+ * DL_IMPLEMENTATION file, with external names the DL_LINK files call */
+#if !defined(DL__MODE_IMPL) && !defined(DL__MODE_LINK)
 #define STB_IMAGE_WRITE_STATIC
+#endif
+#ifndef DL__MODE_LINK
 #define STB_IMAGE_WRITE_IMPLEMENTATION
+#endif
 #ifdef DL_STB_IMAGE_WRITE_HEADER
 #include DL_STB_IMAGE_WRITE_HEADER
 #else
@@ -1350,4 +1357,5 @@ DL_API dl_status dl_chart_save_png(dl_ctx *ctx, const char *path, const dl_chart
 #ifdef __cplusplus
 }
 #endif
+DL__HEADER_END
 #endif /* DL_REPORT_H */

@@ -74,6 +74,7 @@
 #include "io.h"
 #include "dist.h"
 #include "gpu.h" /* --device: dl_train_device, models and batches on the GPU */
+DL__HEADER_BEGIN
 
 #if !defined(__cplusplus) && !defined(DL_NO_STDIO)
 
@@ -730,4 +731,5 @@ DL_API dl_status dl_dist_evaluate(dl_dist *dd, dl_model *m, dl_tape *tp, dl_batc
 }
 
 #endif /* !__cplusplus && !DL_NO_STDIO */
+DL__HEADER_END
 #endif /* DL_RUN_H */

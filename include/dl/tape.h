@@ -56,6 +56,7 @@
 
 #include "expr.h"
 #include "blas.h"
+DL__HEADER_BEGIN
 
 #ifndef __cplusplus
 
@@ -819,4 +820,5 @@ DL_API int dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_
 }
 
 #endif /* !__cplusplus */
+DL__HEADER_END
 #endif /* DL_TAPE_H */

@@ -27,6 +27,7 @@
 #define DL_TENSOR_H
 
 #include "device.h"
+DL__HEADER_BEGIN
 
 #if defined(DL_USE_CUDA) && !defined(__cplusplus)
 #define DL__CUDA_C 1 /* the device glue below is C, as device.h is */
@@ -778,4 +779,5 @@ DL_API double dl_item(const dl_tensor *t) {
 #ifdef __cplusplus
 }
 #endif
+DL__HEADER_END
 #endif /* DL_TENSOR_H */

@@ -62,6 +62,7 @@
 #define DL_VMATH_H
 
 #include "config.h"
+DL__HEADER_BEGIN
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -524,4 +525,5 @@ DL_HD DL__VAPI double dl_verf_f64(double x) {
 }
 #endif
 
+DL__HEADER_END
 #endif /* DL_VMATH_H */

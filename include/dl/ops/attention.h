@@ -25,6 +25,7 @@
 #include "core.h"
 #include "shape.h"
 #include "reduce.h"
+DL__HEADER_BEGIN
 
 #ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
 
@@ -150,7 +151,7 @@ DL_API dl_tensor *dl_t_multi_head_attention(dl_tape *tp, dl_tensor *q, dl_tensor
                                             dl_tensor *in_proj_weight, dl_tensor *in_proj_bias,
                                             dl_tensor *out_proj_weight, dl_tensor *out_proj_bias,
                                             int num_heads, const dl_tensor *attn_mask, int causal) {
-  static const char *op = "dl_t_multi_head_attention";
+  const char *const op = "dl_t_multi_head_attention";
   static const int back[4] = {0, 2, 1, 3};
   dl_tensor *heads[3], *qh, *kh, *vh, *s, *o;
   int64_t B, Tq, Tk, E, hd;
@@ -197,4 +198,5 @@ DL_API dl_tensor *dl_t_multi_head_attention(dl_tape *tp, dl_tensor *q, dl_tensor
 
 #endif /* !__cplusplus */
 #endif /* !__cplusplus */
+DL__HEADER_END
 #endif /* DL_OPS_ATTENTION_H */

@@ -34,6 +34,7 @@
 #define DL_OPS_CONV_H
 
 #include "core.h"
+DL__HEADER_BEGIN
 
 #ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
 
@@ -1061,4 +1062,5 @@ DL_API dl_tensor *dl_t_avg_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_arg
 }
 
 #endif /* !__cplusplus */
+DL__HEADER_END
 #endif /* DL_OPS_CONV_H */

@@ -6,6 +6,7 @@
 #define DL_OPS_CORE_H
 
 #include "../tape.h"
+DL__HEADER_BEGIN
 
 #ifndef __cplusplus
 
@@ -479,4 +480,5 @@ DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
 }
 
 #endif /* !__cplusplus */
+DL__HEADER_END
 #endif /* DL_OPS_CORE_H */

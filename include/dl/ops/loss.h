@@ -32,6 +32,7 @@
 #define DL_OPS_LOSS_H
 
 #include "core.h"
+DL__HEADER_BEGIN
 
 #ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
 
@@ -798,4 +799,5 @@ DL_API dl_tensor *dl_t_nll(dl_tape *tp, dl_tensor *logp, const dl_tensor *labels
 
 #endif /* !__cplusplus */
 #endif /* !__cplusplus */
+DL__HEADER_END
 #endif /* DL_OPS_LOSS_H */

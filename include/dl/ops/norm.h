@@ -36,6 +36,7 @@
 
 #include "core.h"
 #include "reduce.h"
+DL__HEADER_BEGIN
 
 #ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
 
@@ -921,4 +922,5 @@ DL_API dl_tensor *dl_t_rms_norm(dl_tape *tp, dl_tensor *x, int nnorm, dl_tensor 
 
 #endif /* !__cplusplus */
 #endif /* !__cplusplus */
+DL__HEADER_END
 #endif /* DL_OPS_NORM_H */

@@ -39,6 +39,7 @@
 #define DL_OPS_REDUCE_H
 
 #include "core.h"
+DL__HEADER_BEGIN
 
 #ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
 
@@ -1193,4 +1194,5 @@ DL_API dl_tensor *dl_t_log_softmax(dl_tape *tp, dl_tensor *x, int axis) {
 }
 
 #endif /* !__cplusplus */
+DL__HEADER_END
 #endif /* DL_OPS_REDUCE_H */

@@ -65,6 +65,7 @@
 #include "core.h"
 #include "shape.h"
 #include "reduce.h"
+DL__HEADER_BEGIN
 
 #ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
 
@@ -914,4 +915,5 @@ DL_API dl_tensor *dl_t_gru(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *
 
 #endif /* !__cplusplus */
 #endif /* !__cplusplus */
+DL__HEADER_END
 #endif /* DL_OPS_RNN_H */

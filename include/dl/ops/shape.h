@@ -31,6 +31,7 @@
 #define DL_OPS_SHAPE_H
 
 #include "core.h"
+DL__HEADER_BEGIN
 
 #ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
 
@@ -977,4 +978,5 @@ DL_API dl_tensor *dl_t_pad(dl_tape *tp, dl_tensor *x, int npairs, const int64_t 
 
 #endif /* !__cplusplus */
 #endif /* !__cplusplus */
+DL__HEADER_END
 #endif /* DL_OPS_SHAPE_H */

@@ -33,6 +33,7 @@
 #define DL_OPS_SPARSE_H
 
 #include "core.h"
+DL__HEADER_BEGIN
 
 #ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
 
@@ -48,7 +49,7 @@
  * device memory of w's device (grown by doubling, as dl_sgrad_row does on
  * the host). */
 DL_API void dl__sgrad_touch_gpu(dl_sgrad *s, const dl_tensor *w, const int64_t *rows, int64_t n, int64_t *slots) {
-  static const char *op = "dl_t_embedding";
+  const char *const op = "dl_t_embedding";
   dlg_handle *h = dl__gpu_h(w, op);
   const size_t rowb = dl_dtype_size(s->dtype) * (size_t)s->width;
   const int64_t k0 = s->nnz;
@@ -234,8 +235,8 @@ DL_API void dl__embedding_backward(dl_tape *tp, const dl_tensor *gy, const dl_te
   }
 }
 
-static const dl_custom_op dl__embedding_op = {"dl_t_embedding", dl__embedding_forward,
-                                              dl__embedding_backward, dl__embedding_jvp};
+DL__GLOBAL(const dl_custom_op dl__embedding_op,
+           {"dl_t_embedding", dl__embedding_forward, dl__embedding_backward, dl__embedding_jvp});
 
 /* Embedding lookup: y[i..., :] = weight[idx[i...], :].
  * weight [V, D] f32 or f64 (may be a strided view); idx i64 or i32 of any
@@ -247,7 +248,7 @@ static const dl_custom_op dl__embedding_op = {"dl_t_embedding", dl__embedding_fo
  * untouched rows absent); a weight that is an op's output gets a dense one.
  * Tangent: the rows of weight's tangent. */
 DL_API dl_tensor *dl_t_embedding(dl_tape *tp, dl_tensor *weight, const dl_tensor *idx) {
-  static const char *op = "dl_t_embedding";
+  const char *const op = "dl_t_embedding";
   dl__embedding_info *e;
   const dl_tensor *ix;
   int64_t shape[DL_MAX_DIMS], *rows, i, V;
@@ -372,7 +373,7 @@ DL_API void dl__dropout_apply(dl_tensor *y, const dl_tensor *x, const uint8_t *m
  * (valid until the rewind). Backward: gx += gy * mask / (1 - p); the tangent
  * gets the same mask. */
 DL_API dl_tensor *dl_t_dropout(dl_tape *tp, dl_tensor *x, double p, dl_rng *rng, int train) {
-  static const char *op = "dl_t_dropout";
+  const char *const op = "dl_t_dropout";
   dl_tensor *y, *xc;
   dl_node *nd;
   uint8_t *m;
@@ -456,4 +457,5 @@ DL_API dl_tensor *dl_t_dropout(dl_tape *tp, dl_tensor *x, double p, dl_rng *rng,
 
 #endif /* !__cplusplus */
 #endif /* !__cplusplus */
+DL__HEADER_END
 #endif /* DL_OPS_SPARSE_H */
