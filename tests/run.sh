@@ -8,6 +8,8 @@
 #      with DL_USE_MPI (where mpicc exists), with both, with DL_LINK and with
 #      DL_IMPLEMENTATION; g++ as C++11 with and without DL_USE_CUDA and
 #      DL_USE_MPI, nvcc with and without DL_USE_CUDA
+#   1b. the headers hold one OpenMP parallel region, core.h's
+#      DL_PARALLEL_REGION: every parallel loop goes through it
 #   2. tests/test_*.c built with gcc -O2 -fopenmp (plus the flags a test names
 #      on a "dl-test-flags:" line) and run (test_blas also with OpenBLAS),
 #      2 OpenMP threads
@@ -52,40 +54,14 @@ ok()   { pass=$((pass + 1)); }
 bad()  { fail=$((fail + 1)); failed+=("$1"); echo "FAILED: $1"; }
 
 # --- 1. headers on their own -------------------------------------------------
-# with DL_USE_MPI too, where Open MPI's headers are (mpicc knows their flags)
-MPI_CFLAGS=""
-if command -v mpicc >/dev/null; then MPI_CFLAGS="-DDL_USE_MPI $(mpicc --showme:compile 2>/dev/null)"; fi
-for h in include/dl.h include/dl/*.h include/dl/ops/*.h; do
-  [ -f "$h" ] || continue
-  src="#include \"$(basename "$h")\"
-int main(void) { return 0; }"
-  inc="-I$(dirname "$h")"
-  for c in gcc clang; do
-    command -v $c >/dev/null || { skip=$((skip + 1)); continue; }
-    if echo "$src" | $c $WARN $inc -Iinclude -x c - -o /dev/null -lm 2>"$B/hdr.log"; then ok
-    else bad "$h alone with $c"; cat "$B/hdr.log" | head -20; fi
-    # the GPU declarations (no CUDA header needed: dl/gpu/abi.h is plain C), with MPI,
-    # and the two compile-once modes
-    for cfg in "-DDL_USE_CUDA" ${MPI_CFLAGS:+"$MPI_CFLAGS"} ${MPI_CFLAGS:+"-DDL_USE_CUDA $MPI_CFLAGS"} \
-               "-DDL_LINK" "-DDL_IMPLEMENTATION"; do
-      if echo "$src" | $c $WARN $cfg $inc -Iinclude -x c - -c -o /dev/null 2>"$B/hdr.log"; then ok
-      else bad "$h alone with $c ${cfg%% -I*}"; cat "$B/hdr.log" | head -20; fi
-    done
-  done
-  if echo "$src" | g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror $inc -Iinclude -x c++ - -o /dev/null 2>"$B/hdr.log"; then ok
-  else bad "$h as C++ with g++"; head -20 "$B/hdr.log"; fi
-  for cfg in "-DDL_USE_CUDA" ${MPI_CFLAGS:+"$MPI_CFLAGS"} ${MPI_CFLAGS:+"-DDL_USE_CUDA $MPI_CFLAGS"}; do
-    if echo "$src" | g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror $cfg $inc -Iinclude -x c++ - -c -o /dev/null 2>"$B/hdr.log"; then ok
-    else bad "$h as C++ with g++ ${cfg%% -I*}"; head -20 "$B/hdr.log"; fi
-  done
-  if command -v nvcc >/dev/null; then
-    echo "$src" > "$B/hdr.cu"
-    for cfg in "" "-DDL_USE_CUDA"; do
-      if nvcc -std=c++17 -Werror all-warnings $cfg $inc -Iinclude -c "$B/hdr.cu" -o "$B/hdr.o" 2>"$B/hdr.log"; then ok
-      else bad "$h with nvcc $cfg"; cut -c1-300 "$B/hdr.log" | head -20; fi
-    done
-  fi
-done
+# the whole matrix (compilers x configurations), in parallel: tests/header_matrix.sh
+hm=$(bash tests/header_matrix.sh "$B/headers")
+echo "$hm" | grep -v '^HEADERS '
+set -- $(echo "$hm" | grep '^HEADERS ' | tail -n 1)
+if [ $# = 4 ]; then
+  pass=$((pass + $2)); skip=$((skip + $4))
+  [ "$3" -gt 0 ] && { fail=$((fail + $3)); failed+=("headers alone ($3 configurations)"); }
+else bad "tests/header_matrix.sh (no result line)"; fi
 if command -v nvcc >/dev/null; then
   if nvcc -std=c++17 -Werror all-warnings -Iinclude -c tests/nvcc_device.cu -o "$B/nvcc_device.o" 2>"$B/hdr.log"; then ok
   else bad "tests/nvcc_device.cu (generic math as CUDA device code)"; cut -c1-300 "$B/hdr.log" | head -20; fi
@@ -93,6 +69,14 @@ else
   echo "SKIP nvcc checks: nvcc not found (the CUDA toolkit is not installed here)"; skip=$((skip + 1))
 fi
 echo "headers: $pass passed, $fail failed"
+
+# --- 1b. one parallel construct ----------------------------------------------
+# Every parallel loop of the library is core.h's DL_PARALLEL_REGION (threads,
+# thresholds, the team guard, flush-to-zero in one place): an OpenMP parallel
+# region written anywhere else in the headers fails this.
+par_sites=$(grep -rnE '"omp parallel|#[[:space:]]*pragma[[:space:]]+omp[[:space:]]+parallel' include --include=*.h)
+if [ "$(echo "$par_sites" | grep -c .)" = 1 ] && echo "$par_sites" | grep -q '^include/dl/core.h:.*num_threads(dl__pnt)'; then ok
+else bad "an omp parallel region outside core.h's DL_PARALLEL_REGION:"; echo "$par_sites"; fi
 
 # --- 2. unit tests ------------------------------------------------------------
 run_test() { # name command...

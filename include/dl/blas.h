@@ -471,7 +471,7 @@ DL_API dl__gemm_plan dl__gemm_make_plan(dl_ctx *ctx, const dl__gemm_kind *k,
     pl.threads = (int64_t)threads < pr->batch ? threads : (int)pr->batch;
     pl.abuf = dl__gemm_round64((size_t)(mc * kc) * k->esz);
     pl.bbuf = dl__gemm_round64((size_t)(kc * nc) * k->esz);
-    pl.total = (size_t)pl.threads * (pl.abuf + pl.bbuf);
+    pl.total = (size_t)threads * (pl.abuf + pl.bbuf); /* one pair per worker of the team */
     return pl;
   }
   pl.shared = 1;
@@ -609,15 +609,6 @@ DL_API void dl__gemm_tile(const dl__gemm_kind *k, const dl__gemm_problem *pr,
   }
 }
 
-/* The calling thread's number in the team (0 without OpenMP). */
-DL_API int dl__gemm_thread_id(void) {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
-
 /* Packing buffers: each thread keeps the largest it has needed (grow-only,
  * from the ctx's allocator), so a training loop's GEMMs stop allocating
  * after the first step. dl_gemm_release_cache() returns the calling thread's.
@@ -634,7 +625,7 @@ typedef struct dl__gemm_cache {
   int has_ctx;        /* made with own.desc's allocator (else the default) */
   dl_ctx own;         /* a copy holding the allocator that made p */
 } dl__gemm_cache;
-DL__GLOBAL(DL__TLS dl__gemm_cache dl__gemm_tls, {0});
+DL__GLOBAL(DL__TLS dl__gemm_cache dl__gemm_tls, DL__ZERO_INIT);
 DL_API void dl_gemm_release_cache(void) {
   dl_free(dl__gemm_tls.has_ctx ? &dl__gemm_tls.own : NULL, dl__gemm_tls.p);
   dl__gemm_tls.p = NULL;
@@ -665,9 +656,6 @@ DL_API void dl__gemm_run(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
   dl__gemm_plan pl;
   unsigned char *scratch;
   int64_t b;
-#ifdef _OPENMP
-  dl__team tm;
-#endif
   if (pr->M == 0 || pr->N == 0 || pr->batch == 0) return;
   if (pr->K == 0 || pr->alpha == 0.0) { /* C = beta * C; A and B are not read */
     for (b = 0; b < pr->batch; b++) {
@@ -679,15 +667,12 @@ DL_API void dl__gemm_run(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
     return;
   }
   pl = dl__gemm_make_plan(ctx, k, pr, 0);
-  {
-    /* The team guard (core.h) skips the team while it does not pay, e.g. when
-     * another process holds a core; the plan (and its scratch layout) is then
-     * the single-thread one. The guard's state lives in the caller's ctx. */
-#ifdef _OPENMP
-    dl__team_begin(&tm, ctx, pl.threads > 1);
-    if (pl.threads > 1 && !tm.par) pl = dl__gemm_make_plan(ctx, k, pr, 1);
-#endif
-  }
+  /* The team guard (core.h) skips the team while it does not pay, e.g. when
+   * another process holds a core; the plan (and its scratch layout) is then
+   * the single-thread one. The guard's state lives in the caller's ctx. (A
+   * multi-thread plan that the region then runs alone is still right: any
+   * worker may take any piece.) */
+  if (pl.threads > 1 && !dl_parallel_allowed(ctx)) pl = dl__gemm_make_plan(ctx, k, pr, 1);
   scratch = (unsigned char *)dl__gemm_scratch(ctx, pl.total);
   if (!scratch) {
     dl_log_msg(ctx, 1, "%s: no memory for %zu bytes of packing buffers; using the unblocked loop",
@@ -703,75 +688,53 @@ DL_API void dl__gemm_run(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
       dl_fpmode fm = dl_ctx_fp_enter(ctx);
       for (b = 0; b < pr->batch; b++) dl__gemm_item(k, pr, b, scratch, scratch + pl.abuf);
       dl_ftz_leave(fm);
-    } else if (!pl.shared) {
-      const int nt = pl.threads;
-      DL__OMP("omp parallel num_threads(nt)")
-      {
-        dl_fpmode fm = dl_ctx_fp_enter(ctx);
-        unsigned char *pa = scratch + (size_t)dl__gemm_thread_id() * (pl.abuf + pl.bbuf);
-        int64_t bi, done = 0;
-#ifdef _OPENMP
-        const double since = omp_get_wtime();
-#endif
-        DL__OMP("omp for schedule(dynamic, 1) nowait")
-        for (bi = 0; bi < pr->batch; bi++) {
-          dl__gemm_item(k, pr, bi, pa, pa + pl.abuf);
-          done++;
-        }
-#ifdef _OPENMP
-        dl__team_member(&tm, since, done);
-#endif
-        (void)done;
-        dl_ftz_leave(fm);
-      }
-#ifdef _OPENMP
-      dl__team_end(&tm, ctx, pr->batch);
-#endif
-      (void)nt;
-    } else {
-      const int nt = pl.threads;
+    } else if (!pl.shared) { /* whole items of the batch, one per piece */
+      const size_t per = pl.abuf + pl.bbuf;
+      DL_PARALLEL_FOR(ctx, (int64_t)(2.0 * (double)pr->M * (double)pr->N * (double)pr->K * (double)pr->batch),
+                      pr->batch, bi, {
+                        unsigned char *pa = scratch + (size_t)dl_worker() * per;
+                        dl__gemm_item(k, pr, bi, pa, pa + pl.abuf);
+                      });
+    } else { /* tiles of C shared by the team, slab by slab of K */
       const int64_t ntiles = pl.gm * pl.gn, fslab = 2 * (pl.mp + pl.np) * pl.nkb;
       int *flags = (int *)(scratch + pl.apack + pl.bpack);
       unsigned char *own0 = scratch + pl.apack + pl.bpack + dl__gemm_round64(pl.nflags * sizeof(int));
       const size_t own_bytes = dl__gemm_round64((size_t)((k->mr + k->nr) * k->kc) * k->esz);
       memset(flags, 0, pl.nflags * sizeof(int));
-      DL__OMP("omp parallel num_threads(nt)")
-      {
-        dl_fpmode fm = dl_ctx_fp_enter(ctx);
-        unsigned char *own = own0 + (size_t)dl__gemm_thread_id() * own_bytes;
-        int64_t bi, s, t, done = 0;
-#ifdef _OPENMP
-        const double since = omp_get_wtime();
-#endif
-        for (bi = 0; bi < pr->batch; bi++)
-          for (s = 0; s < pl.nslab; s++) {
-            int *f = flags + (bi * pl.nslab + s) * fslab;
-            if (bi + 1 < pr->batch || s + 1 < pl.nslab) {
-              /* the loop's closing barrier keeps the next slab's packing out
-               * of the buffer until every tile of this one is done */
-              DL__OMP("omp for schedule(dynamic, 1)")
-              for (t = 0; t < ntiles; t++) {
-                dl__gemm_tile(k, pr, &pl, bi, s, t, scratch, f, own);
-                done++;
+      (void)own_bytes; /* without OpenMP only the alone statements remain */
+      DL_PARALLEL_REGION(
+          ctx, (int64_t)(2.0 * (double)pr->M * (double)pr->N * (double)pr->K * (double)pr->batch),
+          ntiles * pl.nslab * pr->batch,
+          ({
+            unsigned char *own = own0 + (size_t)dl_worker() * own_bytes;
+            int64_t bi, sl, t;
+            for (bi = 0; bi < pr->batch; bi++)
+              for (sl = 0; sl < pl.nslab; sl++) {
+                int *f = flags + (bi * pl.nslab + sl) * fslab;
+                if (bi + 1 < pr->batch || sl + 1 < pl.nslab) {
+                  /* the loop's closing barrier keeps the next slab's packing out
+                   * of the buffer until every tile of this one is done */
+                  DL__OMP("omp for schedule(dynamic, 1)")
+                  for (t = 0; t < ntiles; t++) {
+                    dl__gemm_tile(k, pr, &pl, bi, sl, t, scratch, f, own);
+                    dl__pdone++;
+                  }
+                } else { /* the last slab: the region's own end is the only barrier */
+                  DL__OMP("omp for schedule(dynamic, 1) nowait")
+                  for (t = 0; t < ntiles; t++) {
+                    dl__gemm_tile(k, pr, &pl, bi, sl, t, scratch, f, own);
+                    dl__pdone++;
+                  }
+                }
               }
-            } else { /* the last slab: the region's own end is the only barrier */
-              DL__OMP("omp for schedule(dynamic, 1) nowait")
-              for (t = 0; t < ntiles; t++) {
-                dl__gemm_tile(k, pr, &pl, bi, s, t, scratch, f, own);
-                done++;
-              }
-            }
-          }
-#ifdef _OPENMP
-        dl__team_member(&tm, since, done);
-#endif
-        (void)done;
-        dl_ftz_leave(fm);
-      }
-#ifdef _OPENMP
-      dl__team_end(&tm, ctx, ntiles * pl.nslab * pr->batch);
-#endif
-      (void)nt;
+          }),
+          ({
+            int64_t bi, sl, t;
+            for (bi = 0; bi < pr->batch; bi++)
+              for (sl = 0; sl < pl.nslab; sl++)
+                for (t = 0; t < ntiles; t++)
+                  dl__gemm_tile(k, pr, &pl, bi, sl, t, scratch, flags + (bi * pl.nslab + sl) * fslab, own0);
+          }));
     }
   }
 }
@@ -915,8 +878,7 @@ DL_API void dl__openblas_gemm(dl_ctx *ctx, size_t es, int ta, int tb, int64_t M,
   const double flops = 2.0 * (double)M * (double)N * (double)K * (double)batch;
   const int split_n = N >= M;
   int threads = dl_ctx_threads(ctx);
-  int64_t parts, units, u;
-  dl_fpmode fm;
+  int64_t parts, units;
 #ifdef _OPENMP
   if (omp_in_parallel())
     threads = 1; /* no nested teams; the team's owner brought OpenBLAS to one thread */
@@ -927,34 +889,9 @@ DL_API void dl__openblas_gemm(dl_ctx *ctx, size_t es, int ta, int tb, int64_t M,
   parts = batch >= 2 * (int64_t)threads ? 1 : threads;
   if (parts > 1 && (split_n ? N : M) < 32) parts = 1;
   units = batch * parts;
-  if (threads > 1 && units > 1) {
-#ifdef _OPENMP
-    dl__team tm;
-    dl__team_begin(&tm, ctx, 1);
-    if (tm.par) {
-      const int nt = threads;
-      DL__OMP("omp parallel num_threads(nt)")
-      {
-        dl_fpmode tfm = dl_ctx_fp_enter(ctx);
-        const double since = omp_get_wtime();
-        int64_t v, done = 0;
-        DL__OMP("omp for schedule(dynamic, 1) nowait")
-        for (v = 0; v < units; v++) {
-          dl__cblas_unit(es, ta, tb, M, N, K, alpha, a, lda, sa, bb, ldb, sb, beta, c, ldc, sc, parts, split_n, v);
-          done++;
-        }
-        dl__team_member(&tm, since, done);
-        dl_ftz_leave(tfm);
-      }
-      dl__team_end(&tm, ctx, units);
-      return;
-    }
-#endif
-  }
-  fm = dl_ctx_fp_enter(ctx);
-  for (u = 0; u < units; u++)
-    dl__cblas_unit(es, ta, tb, M, N, K, alpha, a, lda, sa, bb, ldb, sb, beta, c, ldc, sc, parts, split_n, u);
-  dl_ftz_leave(fm);
+  DL_PARALLEL_FOR(ctx, threads > 1 ? (int64_t)flops : 0, units, v, {
+    dl__cblas_unit(es, ta, tb, M, N, K, alpha, a, lda, sa, bb, ldb, sb, beta, c, ldc, sc, parts, split_n, v);
+  });
 }
 #endif
 

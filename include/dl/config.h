@@ -86,6 +86,12 @@
 #define DL__GLOBAL_FWD static
 #endif
 #define DL__LOCAL static inline
+/* A zero initializer that C11 and C++ both take without a warning. */
+#ifdef __cplusplus
+#define DL__ZERO_INIT {}
+#else
+#define DL__ZERO_INIT {0}
+#endif
 /* Around every header's body: in DL_LINK files gcc would warn that an inline
  * function has the noinline attribute (the point of DL_LINK), and clang that
  * an inline definition calls a static function (the SSE intrinsics: never

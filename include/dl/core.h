@@ -525,7 +525,7 @@ typedef struct dl__team {
   int64_t done[DL__TEAM_MAX];
   int par, nt;
 } dl__team;
-DL__GLOBAL(dl__team_state dl__team_null, {0});
+DL__GLOBAL(dl__team_state dl__team_null, DL__ZERO_INIT);
 DL_API void dl__team_begin(dl__team *tm, dl_ctx *ctx, int par) {
   dl__team_state *st = ctx ? &ctx->team : &dl__team_null;
   double until;
@@ -634,58 +634,127 @@ DL_API dl_fpmode dl_ctx_fp_enter(const dl_ctx *ctx) {
 
 /* >>parallel for ------------------------------------------------------------ */
 
-/* dl_parallel_for(ctx, n, block, work, fn, arg): calls fn(arg, lo, hi) over
- * [0, n) in blocks of `block` indices ([lo, hi) never crosses a block
- * boundary, so the partition is the same whatever the thread count and a
- * loop that keeps its blocks apart gives the same bits on any team). The
- * library's one parallel loop: with OpenMP, when the ctx has more than one
- * thread and `work` (elements, flops: the caller's measure) reaches the
- * ctx's parallel threshold, the ctx's team takes the blocks dynamically,
- * behind the team guard above; otherwise the calling thread runs them in
- * order. Every worker, the caller included, runs with the ctx's
- * floating-point mode (flush-to-zero unless keep_denormals) and restores its
- * own afterwards. fn must not throw work back at the team (no nesting). */
+/* The library's one parallel construct: every loop that runs on several
+ * threads is a DL_PARALLEL_REGION (tests/run.sh fails on an `omp parallel`
+ * anywhere else); DL_PARALLEL_FOR, DL_PARALLEL_RANGE and dl_parallel_for
+ * below are its everyday forms.
+ *
+ * DL_PARALLEL_REGION(ctx, work, units, (team statements), (alone statements)):
+ * when the ctx has more than one thread, `units` > 1 (the pieces of work
+ * the region hands out in all: the guard's measure of a worker's speed),
+ * `work` (elements, bytes, flops: the caller's measure of the job) reaches
+ * the ctx's parallel threshold and the team guard above lets the team run
+ * (it falls back to one thread while the team is not paying for itself),
+ * every worker of the ctx's team runs the team statements, which share their
+ * loops out with `omp for` (counting the pieces each worker took in
+ * dl__pdone); otherwise the calling thread runs the alone statements, the
+ * same work as plain loops, and no team is started (an `omp for` there would
+ * bind to a caller's own team). Both lists are parenthesised. Every worker,
+ * the caller included, runs with the ctx's floating-point mode
+ * (flush-to-zero unless keep_denormals) and restores its own afterwards.
+ * dl_worker() is the running worker's number (0 .. dl_ctx_threads(ctx) - 1),
+ * for per-worker scratch; nested regions run alone. Results never depend on
+ * the thread count as long as each piece writes its own outputs (a reduction
+ * keeps one partial per piece and adds them in order afterwards).
+ *
+ * DL_PARALLEL_FOR(ctx, work, n, I, statements...): the statements for
+ * I = 0 .. n-1 (an int64_t the macro declares), one index at a time to
+ * whichever worker is free (dynamic schedule). n is evaluated more than
+ * once. Statement macros; the statements may not contain preprocessor
+ * directives or `break` out of the loop. */
+#define DL__UNPAREN(...) __VA_ARGS__
+#ifdef _OPENMP
+#define DL_PARALLEL_REGION(ctx_, work_, units_, TEAM, ALONE)                             \
+  do {                                                                                  \
+    dl_ctx *const dl__pc = (ctx_);                                                      \
+    const int dl__pnt = dl_ctx_threads(dl__pc);                                         \
+    const int64_t dl__punits = (units_);                                                \
+    dl__team dl__ptm;                                                                   \
+    dl__team_begin(&dl__ptm, dl__pc,                                                    \
+                   dl__pnt > 1 && dl__punits > 1 && (int64_t)(work_) >= dl_ctx_parallel_threshold(dl__pc)); \
+    if (dl__ptm.par) {                                                                  \
+      DL__OMP("omp parallel num_threads(dl__pnt)")                                      \
+      {                                                                                 \
+        const dl_fpmode dl__pfm = dl_ctx_fp_enter(dl__pc);                              \
+        const double dl__psince = omp_get_wtime();                                      \
+        int64_t dl__pdone = 0;                                                          \
+        DL__UNPAREN TEAM                                                                \
+        dl__team_member(&dl__ptm, dl__psince, dl__pdone);                               \
+        dl_ftz_leave(dl__pfm);                                                          \
+      }                                                                                 \
+      dl__team_end(&dl__ptm, dl__pc, dl__punits);                                       \
+    } else {                                                                            \
+      const dl_fpmode dl__pfm = dl_ctx_fp_enter(dl__pc);                                \
+      DL__UNPAREN ALONE                                                                 \
+      dl_ftz_leave(dl__pfm);                                                            \
+    }                                                                                   \
+  } while (0)
+DL_API int dl_worker(void) { return omp_get_thread_num(); }
+/* Whether the ctx's next region may start a team (threads, not inside
+ * another team, the guard not backing off): for a caller that plans its
+ * work by the team's size. */
+DL_API int dl_parallel_allowed(dl_ctx *ctx) {
+  const dl__team_state *st = ctx ? &ctx->team : &dl__team_null;
+  double until;
+  DL__OMP("omp atomic read")
+  until = st->until;
+  return dl_ctx_threads(ctx) > 1 && !omp_in_parallel() && omp_get_wtime() >= until;
+}
+#else
+#define DL_PARALLEL_REGION(ctx_, work_, units_, TEAM, ALONE)                             \
+  do {                                                                                  \
+    const dl_fpmode dl__pfm = dl_ctx_fp_enter(ctx_);                                    \
+    (void)(work_);                                                                      \
+    DL__UNPAREN ALONE                                                                   \
+    dl_ftz_leave(dl__pfm);                                                              \
+  } while (0)
+DL_API int dl_worker(void) { return 0; }
+DL_API int dl_parallel_allowed(dl_ctx *ctx) { (void)ctx; return 0; }
+#endif
+#define DL_PARALLEL_FOR(ctx_, work_, n_, I, ...)                                        \
+  DL_PARALLEL_REGION(ctx_, work_, (n_),                                                 \
+                     ({                                                                 \
+                       int64_t I;                                                       \
+                       DL__OMP("omp for schedule(dynamic, 1) nowait")                   \
+                       for (I = 0; I < (n_); I++) {                                     \
+                         dl__pdone++;                                                   \
+                         __VA_ARGS__                                                    \
+                       }                                                                \
+                     }),                                                                \
+                     ({                                                                 \
+                       int64_t I;                                                       \
+                       for (I = 0; I < (n_); I++) {                                     \
+                         __VA_ARGS__                                                    \
+                       }                                                                \
+                     }))
+
+/* DL_PARALLEL_RANGE(ctx, work, n, I, statements...): DL_PARALLEL_FOR for
+ * element loops: I = 0 .. n-1 in blocks of DL_PARALLEL_BLOCK consecutive
+ * indices (one block per team step), in order within a block. */
+#define DL_PARALLEL_BLOCK 4096
+#define DL_PARALLEL_RANGE(ctx_, work_, n_, I, ...)                                      \
+  do {                                                                                  \
+    const int64_t dl__prn = (n_);                                                       \
+    DL_PARALLEL_FOR(ctx_, work_, (dl__prn + DL_PARALLEL_BLOCK - 1) / DL_PARALLEL_BLOCK, dl__prb, { \
+      const int64_t dl__prhi = (dl__prb + 1) * DL_PARALLEL_BLOCK < dl__prn ? (dl__prb + 1) * DL_PARALLEL_BLOCK : dl__prn; \
+      int64_t I;                                                                        \
+      for (I = dl__prb * DL_PARALLEL_BLOCK; I < dl__prhi; I++) {                        \
+        __VA_ARGS__                                                                     \
+      }                                                                                 \
+    });                                                                                 \
+  } while (0)
+
+/* dl_parallel_for(ctx, n, block, work, fn, arg): DL_PARALLEL_FOR over the
+ * blocks of [0, n), `block` indices each, calling fn(arg, lo, hi) for each
+ * ([lo, hi) never crosses a block boundary: the partition is the same
+ * whatever the thread count). For loops that are functions already. */
 typedef void (*dl_range_fn)(void *arg, int64_t lo, int64_t hi);
 DL_API void dl_parallel_for(dl_ctx *ctx, int64_t n, int64_t block, int64_t work, dl_range_fn fn, void *arg) {
-  const int64_t nb = block > 0 ? (n + block - 1) / block : 0;
-  const int threads = dl_ctx_threads(ctx);
-  int par = threads > 1 && nb > 1 && work >= dl_ctx_parallel_threshold(ctx);
-  if (nb == 0) return;
-#ifdef _OPENMP
-  if (par) {
-    dl__team tm;
-    dl__team_begin(&tm, ctx, 1);
-    par = tm.par;
-    if (par) {
-      DL__OMP("omp parallel num_threads(threads)")
-      {
-        const dl_fpmode fm = dl_ctx_fp_enter(ctx);
-        const double since = omp_get_wtime();
-        int64_t b, done = 0;
-        DL__OMP("omp for schedule(dynamic, 1) nowait")
-        for (b = 0; b < nb; b++) {
-          const int64_t lo = b * block;
-          done++;
-          fn(arg, lo, lo + block < n ? lo + block : n);
-        }
-        dl__team_member(&tm, since, done);
-        dl_ftz_leave(fm);
-      }
-      dl__team_end(&tm, ctx, nb);
-      return;
-    }
-  }
-#endif
-  (void)par;
-  {
-    const dl_fpmode fm = dl_ctx_fp_enter(ctx);
-    int64_t b;
-    for (b = 0; b < nb; b++) {
-      const int64_t lo = b * block;
-      fn(arg, lo, lo + block < n ? lo + block : n);
-    }
-    dl_ftz_leave(fm);
-  }
+  const int64_t nb = block > 0 && n > 0 ? (n + block - 1) / block : 0;
+  DL_PARALLEL_FOR(ctx, work, nb, b, {
+    const int64_t lo = b * block;
+    fn(arg, lo, lo + block < n ? lo + block : n);
+  });
 }
 
 #ifdef __cplusplus

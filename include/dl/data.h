@@ -883,7 +883,6 @@ DL_API void dl__batch_gather(dl_batcher *b, int64_t slot, int64_t row, int64_t e
 DL_API int dl_batcher_next(dl_batcher *b, dl_batch *out) {
   dl_shuffler *s = &b->shuf;
   int64_t left = s->per_rank - s->pos, count, k, epoch = s->epoch, step;
-  int par;
   memset(out, 0, sizeof *out);
   if (left <= 0 || b->batch_size <= 0 || (b->drop_last && left < b->batch_size)) {
     dl_shuffler_set_epoch(s, s->epoch + 1);
@@ -893,11 +892,8 @@ DL_API int dl_batcher_next(dl_batcher *b, dl_batch *out) {
   step = s->pos / b->batch_size;
   for (k = 0; k < count; k++) b->idx[k] = dl_dataset_row(b->ds, dl_shuffler_index(s, s->pos + k));
   s->pos += count;
-  par = dl_ctx_threads(b->ctx) > 1 &&
-        count * b->x_elems * (int64_t)dl_dtype_size(b->xbuf->dtype) >= dl_ctx_parallel_threshold(b->ctx);
-  (void)par;
-  DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(b->ctx))")
-  for (k = 0; k < count; k++) dl__batch_gather(b, k, b->idx[k], epoch);
+  DL_PARALLEL_FOR(b->ctx, count * b->x_elems * (int64_t)dl_dtype_size(b->xbuf->dtype), count, r,
+                  { dl__batch_gather(b, r, b->idx[r], epoch); });
   b->xv = dl__view_base(b->xbuf);
   b->xv.shape[0] = count;
   b->xv.numel = count * b->x_elems;

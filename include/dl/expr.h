@@ -22,12 +22,12 @@
  * - Evaluation contract: expr is expanded five times (a shape/dtype check and
  *   four loops) and evaluated once for the check plus once per element, so it
  *   must have no side effects. dst is evaluated once.
- * - Threads: above the ctx's parallel threshold (DL_PARALLEL_THRESHOLD
- *   elements by default) an OpenMP team takes blocks dynamically; below it
- *   no team is started. A team guard (below) falls back to one thread for a
- *   while when the team stops paying for itself, as it does when another
- *   process holds a core. Every thread flushes denormals to zero unless the
- *   ctx keeps them, and restores its mode afterwards.
+ * - Threads: core.h's DL_PARALLEL_FOR: above the ctx's parallel threshold
+ *   (DL_PARALLEL_THRESHOLD elements by default) an OpenMP team takes blocks
+ *   dynamically; below it no team is started. Its team guard falls back to
+ *   one thread for a while when the team stops paying for itself, as it
+ *   does when another process holds a core. Every thread flushes denormals
+ *   to zero unless the ctx keeps them, and restores its mode afterwards.
  *
  * The op list: the library's element-wise ops are written once below as
  * X(name, expression in x0 [, x1] [, p0]) and each entry generates
@@ -96,7 +96,7 @@ enum { DL__K_C32 = 1, DL__K_C64, DL__K_G32, DL__K_G64 };
 /* How a DL_ASSIGN runs, derived from the probe: the contiguous path, or the
  * general one over (rows x inner) with dimensions collapsed where possible. */
 typedef struct dl__plan {
-  int kind, nops, nd, par, threads;
+  int kind, nops, nd;
   const dl_ctx *ctx;
   int64_t numel, inner, rows, chunks, tiles;
   int64_t shape[DL_MAX_DIMS];                          /* collapsed outer shape */
@@ -144,8 +144,6 @@ DL_API void dl__plan_make(dl__plan *pl, const dl__probe *p) {
   pl->nops = p->nops;
   pl->numel = y->numel;
   pl->esize = dl_dtype_size(y->dtype);
-  pl->threads = dl_ctx_threads(y->ctx);
-  pl->par = pl->threads > 1 && y->numel >= dl_ctx_parallel_threshold(y->ctx);
   if (y->numel == 0) { pl->kind = 0; return; }
   dl__span(y, &ylo, &yhi);
   for (k = 0; k < p->nops; k++) {
@@ -242,83 +240,43 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
 #define DL__IVDEP
 #endif
 
-/* The team guard (core.h, >>team guard) around every parallel loop. */
-#ifdef _OPENMP
-#define DL__TEAM_BEGIN dl__team dl__tm; dl__team_begin(&dl__tm, dl__y->ctx, dl__pl.par);
-#define DL__TEAM_PAR "omp parallel if(dl__tm.par) num_threads(dl__pl.threads)"
-#define DL__TEAM_SINCE const double dl__since = omp_get_wtime(); int64_t dl__done = 0;
-#define DL__TEAM_COUNT dl__done++;
-#define DL__TEAM_MEMBER if (dl__tm.par) dl__team_member(&dl__tm, dl__since, dl__done);
-#define DL__TEAM_END(units) dl__team_end(&dl__tm, dl__y->ctx, (units));
-#else
-#define DL__TEAM_BEGIN
-#define DL__TEAM_PAR ""
-#define DL__TEAM_SINCE
-#define DL__TEAM_COUNT
-#define DL__TEAM_MEMBER
-#define DL__TEAM_END(units)
-#endif
+/* Both loops run on core.h's DL_PARALLEL_FOR: blocks (contiguous) or tiles
+ * (general) taken dynamically by the ctx's team above its threshold, behind
+ * the team guard, flush-to-zero per the ctx on every worker. */
 
-/* Contiguous: blocks of DL__BLOCK elements, taken dynamically by the team. */
+/* Contiguous: blocks of DL__BLOCK elements. */
 #define DL__LOOP_C(T, CUR, expr)                                                       \
   {                                                                                    \
     T *const dl__out = (T *)dl__y->data;                                               \
     const int64_t dl__n = dl__pl.numel;                                                \
-    const int64_t dl__nb = (dl__n + DL__BLOCK - 1) / DL__BLOCK;                        \
-    DL__TEAM_BEGIN                                                                     \
-    DL__OMP(DL__TEAM_PAR)                                                              \
-    {                                                                                  \
-      const dl_fpmode dl__fm = dl_ctx_fp_enter(dl__pl.ctx);                            \
-      int64_t dl__b;                                                                   \
-      DL__TEAM_SINCE                                                                   \
-      DL__OMP("omp for schedule(dynamic, 1) nowait")                                   \
-      for (dl__b = 0; dl__b < dl__nb; dl__b++) {                                       \
-        const int64_t dl__lo = dl__b * DL__BLOCK;                                      \
-        const int64_t dl__hi = dl__lo + DL__BLOCK < dl__n ? dl__lo + DL__BLOCK : dl__n; \
-        int64_t dl__i;                                                                 \
-        DL__TEAM_COUNT                                                                 \
-        DL__IVDEP                                                                      \
-        for (dl__i = dl__lo; dl__i < dl__hi; dl__i++) {                                \
-          const CUR dl__c = {dl__i};                                                   \
-          const CUR *const dl__tag = &dl__c;                                           \
-          const T *const dl__ptag = 0;                                                 \
-          (void)dl__tag; (void)dl__ptag;                                               \
-          dl__out[dl__i] = (expr);                                                     \
-        }                                                                              \
+    DL_PARALLEL_FOR(dl__y->ctx, dl__n, (dl__n + DL__BLOCK - 1) / DL__BLOCK, dl__b, {    \
+      const int64_t dl__lo = dl__b * DL__BLOCK;                                        \
+      const int64_t dl__hi = dl__lo + DL__BLOCK < dl__n ? dl__lo + DL__BLOCK : dl__n;  \
+      int64_t dl__i;                                                                   \
+      DL__IVDEP                                                                        \
+      for (dl__i = dl__lo; dl__i < dl__hi; dl__i++) {                                  \
+        const CUR dl__c = {dl__i};                                                     \
+        const CUR *const dl__tag = &dl__c;                                             \
+        const T *const dl__ptag = 0;                                                   \
+        (void)dl__tag; (void)dl__ptag;                                                 \
+        dl__out[dl__i] = (expr);                                                       \
       }                                                                                \
-      DL__TEAM_MEMBER                                                                  \
-      dl_ftz_leave(dl__fm);                                                            \
-    }                                                                                  \
-    DL__TEAM_END(dl__nb)                                                       \
+    });                                                                                \
   }
 
 /* General: tiles of (row, chunk of the inner dimension). */
 #define DL__LOOP_G(T, CUR, expr)                                                       \
-  {                                                                                    \
-    DL__TEAM_BEGIN                                                                     \
-    DL__OMP(DL__TEAM_PAR)                                                              \
-    {                                                                                  \
-      const dl_fpmode dl__fm = dl_ctx_fp_enter(dl__pl.ctx);                            \
-      int64_t dl__t;                                                                   \
-      CUR dl__c;                                                                       \
-      DL__TEAM_SINCE                                                                   \
-      DL__OMP("omp for schedule(dynamic, 1) nowait")                                   \
-      for (dl__t = 0; dl__t < dl__pl.tiles; dl__t++) {                                 \
-        int64_t dl__j0, dl__j1;                                                        \
-        DL__TEAM_COUNT                                                                 \
-        T *const dl__row = (T *)(void *)dl__plan_tile(&dl__pl, dl__y, &dl__c.g, dl__t, \
-                                                      &dl__j0, &dl__j1);               \
-        const CUR *const dl__tag = &dl__c;                                             \
-        const T *const dl__ptag = 0;                                                   \
-        (void)dl__tag; (void)dl__ptag;                                                 \
-        for (dl__c.g.j = dl__j0; dl__c.g.j < dl__j1; dl__c.g.j++)                      \
-          dl__row[dl__c.g.j * dl__pl.yinc] = (expr);                                   \
-      }                                                                                \
-      DL__TEAM_MEMBER                                                                  \
-      dl_ftz_leave(dl__fm);                                                            \
-    }                                                                                  \
-    DL__TEAM_END(dl__pl.tiles)                                                 \
-  }
+  DL_PARALLEL_FOR(dl__y->ctx, dl__pl.numel, dl__pl.tiles, dl__t, {                      \
+    int64_t dl__j0, dl__j1;                                                            \
+    CUR dl__c;                                                                         \
+    T *const dl__row = (T *)(void *)dl__plan_tile(&dl__pl, dl__y, &dl__c.g, dl__t,     \
+                                                  &dl__j0, &dl__j1);                   \
+    const CUR *const dl__tag = &dl__c;                                                 \
+    const T *const dl__ptag = 0;                                                       \
+    (void)dl__tag; (void)dl__ptag;                                                     \
+    for (dl__c.g.j = dl__j0; dl__c.g.j < dl__j1; dl__c.g.j++)                          \
+      dl__row[dl__c.g.j * dl__pl.yinc] = (expr);                                       \
+  });
 
 /* DL_ASSIGN(dst, expr): see the top of this file. A statement. */
 #define DL_ASSIGN(dst, expr)                                                           \

@@ -60,9 +60,10 @@
  *   samples over the seconds spent between next_epoch and the last step of
  *   each epoch in this process (evaluation excluded); wall_s is this
  *   process's time since dl_run_begin.
- * >>evaluate  dl_evaluate runs a classifier over a batcher's whole epoch
- *   in evaluation mode with no tape recorded: mean cross-entropy, accuracy,
- *   and optionally a confusion matrix.
+ * Evaluation (dl_evaluate runs a classifier over a batcher's whole epoch in
+ *   evaluation mode with no tape recorded: mean cross-entropy, accuracy,
+ *   and optionally a confusion matrix; dl_dist_evaluate over the ranks) is
+ *   dist.h's, >>evaluate.
  *
  * Not available with DL_NO_STDIO (it prints and writes files).
  */
@@ -660,74 +661,6 @@ DL_API void dl_run_result(const dl_run *r, FILE *f, double test_acc, const char 
   }
   fputc('\n', f);
   fflush(f);
-}
-
-/* >>evaluate ----------------------------------------------------------------------- */
-
-/* Run the classifier m over one whole epoch of b (which should not shuffle)
- * in evaluation mode, recording nothing on tp (rewound after each batch;
- * give an empty tape): mean cross-entropy into *loss, accuracy into *acc,
- * and the predictions into cm (NULL: none; not reset here). The model's
- * training mode is restored afterwards. */
-DL_API void dl__evaluate_sums(dl_model *m, dl_tape *tp, dl_batcher *b, double *v, dl_confusion *cm) {
-  int was = m->training;
-  dl_batch bt;
-  v[0] = v[1] = v[2] = 0; /* loss sum, samples, correct */
-  dl_model_train(m, 0);
-  dl_no_grad_begin(tp);
-  dl_batcher_set_epoch(b, 0);
-  while (dl_batcher_next(b, &bt)) {
-    dl_tensor *logits = dl_model_forward(m, tp, dl_tape_input(tp, bt.x)), *hl;
-    dl_tensor *l = dl_t_cross_entropy(tp, logits, bt.y, 0, DL_REDUCE_SUM); /* host labels, any tape */
-    v[0] += dl_item(l);
-    hl = dl_tape_host(tp, logits); /* on a device tape: the logits, copied back */
-    v[2] += (double)dl_accuracy_count(hl, bt.y);
-    if (cm) dl_confusion_add(cm, hl, bt.y);
-    v[1] += (double)bt.size;
-    dl_tape_rewind(tp);
-  }
-  dl_no_grad_end(tp);
-  dl_model_train(m, was);
-}
-DL_API void dl_evaluate(dl_model *m, dl_tape *tp, dl_batcher *b, double *loss, double *acc, dl_confusion *cm) {
-  double v[3];
-  dl__evaluate_sums(m, tp, b, v, cm);
-  if (loss) *loss = v[1] > 0 ? v[0] / v[1] : (double)NAN;
-  if (acc) *acc = v[1] > 0 ? v[2] / v[1] : (double)NAN;
-}
-
-/* dl_evaluate over the ranks: each evaluates its own shard (give b a
- * shuffler with .world, .rank and .pad = 2: every sample once over the
- * ranks), then the sums are exchanged; every rank gets the same loss,
- * accuracy and confusion matrix (cm: the whole set's counts are added to
- * it). dd NULL: dl_evaluate. DL_OK or the exchange's failure. */
-DL_API dl_status dl_dist_evaluate(dl_dist *dd, dl_model *m, dl_tape *tp, dl_batcher *b, double *loss, double *acc,
-                                  dl_confusion *cm) {
-  double v[3];
-  dl_status s;
-  int64_t *before = NULL, k, n = 0;
-  if (!dd || dd->world <= 1) {
-    dl_evaluate(m, tp, b, loss, acc, cm);
-    return DL_OK;
-  }
-  if (cm) { /* only this evaluation's counts travel */
-    n = cm->matrix->numel;
-    before = (int64_t *)dl_alloc(dd->ctx, sizeof(int64_t) * (size_t)n);
-    if (!before) return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist_evaluate: out of memory");
-    for (k = 0; k < n; k++) before[k] = dl_i64(cm->matrix)[k];
-    dl_tensor_fill(cm->matrix, 0);
-  }
-  dl__evaluate_sums(m, tp, b, v, cm);
-  s = dl_dist_sum(dd, v, 3);
-  if (s == DL_OK && cm) s = dl_dist_sum_i64(dd, dl_i64(cm->matrix), n);
-  if (cm) {
-    for (k = 0; k < n; k++) dl_i64(cm->matrix)[k] += before[k];
-    dl_free(dd->ctx, before);
-  }
-  if (s != DL_OK) return s;
-  if (loss) *loss = v[1] > 0 ? v[0] / v[1] : (double)NAN;
-  if (acc) *acc = v[1] > 0 ? v[2] / v[1] : (double)NAN;
-  return DL_OK;
 }
 
 #endif /* !__cplusplus && !DL_NO_STDIO */

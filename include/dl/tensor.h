@@ -601,16 +601,13 @@ DL_API void dl__rand_fill(dl_tensor *t, dl_rng *r, int normal, double a, double 
   if (t->dtype != DL_F32 && t->dtype != DL_F64)
     DL_PANIC(t->ctx, op, "needs f32 or f64, got %s", DL_SHAPESTR(t));
   if (dl_tensor_is_contiguous(t)) {
-    int par = n >= dl_ctx_parallel_threshold(t->ctx) && dl_ctx_threads(t->ctx) > 1;
-    (void)par;
     if (t->dtype == DL_F32) {
       float *p = (float *)t->data;
-      DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(t->ctx))")
-      for (i = 0; i < n; i++) p[i] = (float)dl__rand_value(normal, DL_F32, dl_rng_at(&rr, base + (uint64_t)i), a, b);
+      DL_PARALLEL_RANGE(t->ctx, n, n, k,
+                        { p[k] = (float)dl__rand_value(normal, DL_F32, dl_rng_at(&rr, base + (uint64_t)k), a, b); });
     } else {
       double *p = (double *)t->data;
-      DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(t->ctx))")
-      for (i = 0; i < n; i++) p[i] = dl__rand_value(normal, DL_F64, dl_rng_at(&rr, base + (uint64_t)i), a, b);
+      DL_PARALLEL_RANGE(t->ctx, n, n, k, { p[k] = dl__rand_value(normal, DL_F64, dl_rng_at(&rr, base + (uint64_t)k), a, b); });
     }
   } else {
     for (i = 0; i < n; i++)

@@ -80,14 +80,6 @@ DL_API void dl__conv_geom_fill(dl__conv_geom *g) {
   g->direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
 }
 
-/* The calling thread's number in an OpenMP team (0 outside one). */
-DL_API int dl__conv_tid(void) {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
 /* Threads for `items` independent items doing `work` elements in all:
  * dl_ctx_threads, at most one per item, 1 below the parallel threshold or
  * inside another parallel region. */
@@ -101,7 +93,7 @@ DL_API int dl__conv_team(const dl_ctx *ctx, int64_t items, int64_t work) {
   return nt;
 }
 
-/* Under DL_USE_OPENBLAS the per-image GEMMs of a team region go through
+/* Under DL_USE_OPENBLAS the per-image GEMMs of a parallel loop go through
  * dl_gemm, which runs OpenBLAS on one thread (blas.h); its pool is brought
  * down to one thread here, before the region, so that the members never
  * race to set it. */
@@ -331,26 +323,15 @@ DL_API void dl__conv_forward(dl_tape *tp, const char *op, const dl__conv_geom *g
   const size_t xs = (size_t)(g->C * g->H * g->W) * es, ys = (size_t)(g->O * g->P) * es;
   const dl__conv_fwd_fn f = dt == DL_F32 ? dl__conv_fwd_img_f32 : dl__conv_fwd_img_f64;
   const int nt = dl__conv_team(ctx, g->N, g->N * g->G * g->K * g->P);
-  unsigned char *col = colb ? (unsigned char *)dl_tape_scratch(tp, op, colb * (size_t)nt) : NULL;
+  /* one col buffer per worker the loop may use */
+  unsigned char *col = colb ? (unsigned char *)dl_tape_scratch(tp, op, colb * (size_t)(nt > 1 ? dl_ctx_threads(ctx) : 1)) : NULL;
   const unsigned char *xb = (const unsigned char *)x;
   unsigned char *yb = (unsigned char *)y;
-  int64_t n;
-  if (nt == 1) {
-    for (n = 0; n < g->N; n++) f(ctx, g, xb + (size_t)n * xs, w, b, yb + (size_t)n * ys, acc, col);
-    return;
-  }
-  {
-    dl__conv_blas_single();
-    DL__OMP("omp parallel num_threads(nt)")
-    {
-      dl_fpmode fm = dl_ctx_fp_enter(ctx);
-      unsigned char *mine = col ? col + (size_t)dl__conv_tid() * colb : NULL;
-      int64_t i;
-      DL__OMP("omp for schedule(dynamic, 1)")
-      for (i = 0; i < g->N; i++) f(ctx, g, xb + (size_t)i * xs, w, b, yb + (size_t)i * ys, acc, mine);
-      dl_ftz_leave(fm);
-    }
-  }
+  if (nt > 1) dl__conv_blas_single();
+  DL_PARALLEL_FOR(ctx, nt > 1 ? g->N * g->G * g->K * g->P : 0, g->N, i, {
+    unsigned char *mine = col ? col + (size_t)dl_worker() * colb : NULL;
+    f(ctx, g, xb + (size_t)i * xs, w, b, yb + (size_t)i * ys, acc, mine);
+  });
 }
 
 /* gb[o] += gy[:, o, :] summed over the batch and the positions, in double
@@ -406,45 +387,32 @@ DL_API void dl__conv_backward(dl_tape *tp, const char *op, const dl__conv_geom *
     return;
   }
   nch = gx || gw ? nt : 0;
-  col = colb && nch ? (unsigned char *)dl_tape_scratch(tp, op, colb * (size_t)nt) : NULL;
+  col = colb && nch ? (unsigned char *)dl_tape_scratch(tp, op, colb * (size_t)dl_ctx_threads(ctx)) : NULL;
   if (gw && nch > 1) parts = (unsigned char *)dl_tape_scratch(tp, op, wb * (size_t)(nch - 1));
-  {
-    dl__conv_blas_single();
-    DL__OMP("omp parallel num_threads(nt)")
-    {
-      dl_fpmode fm = dl_ctx_fp_enter(ctx);
-      unsigned char *mine = col ? col + (size_t)dl__conv_tid() * colb : NULL;
-      int64_t k, i;
-      if (gb) {
-        DL__OMP("omp for schedule(static) nowait")
-        for (k = 0; k < g->O; k++) dl__conv_bias_grad(g, dt, gy, gb, k);
+  dl__conv_blas_single();
+  if (gb) DL_PARALLEL_FOR(ctx, g->N * g->O * g->P, g->O, k, { dl__conv_bias_grad(g, dt, gy, gb, k); });
+  DL_PARALLEL_FOR(ctx, g->N * g->G * g->K * g->P, nch, k, {
+    unsigned char *mine = col ? col + (size_t)dl_worker() * colb : NULL;
+    void *mygw = !gw ? NULL : k == 0 ? gw : (void *)(parts + (size_t)(k - 1) * wb);
+    int64_t i;
+    if (mygw && k > 0) memset(mygw, 0, wn * es);
+    for (i = g->N * k / nch; i < g->N * (k + 1) / nch; i++)
+      f(ctx, g, xb + (size_t)i * xs, w, gyb + (size_t)i * ys, gx ? gxb + (size_t)i * xs : NULL, mygw, mine);
+  });
+  if (parts) { /* gw += the copies in chunk order, each element by one block */
+    const int64_t nblk = (int64_t)((wn + 1023) / 1024);
+    DL_PARALLEL_FOR(ctx, (int64_t)wn * nch, nblk, k, {
+      const size_t k0 = (size_t)k * 1024, k1 = k0 + 1024 < wn ? k0 + 1024 : wn;
+      size_t e;
+      int64_t c;
+      for (c = 1; c < nch; c++) {
+        const unsigned char *src = parts + (size_t)(c - 1) * wb;
+        if (dt == DL_F32)
+          for (e = k0; e < k1; e++) ((float *)gw)[e] += ((const float *)src)[e];
+        else
+          for (e = k0; e < k1; e++) ((double *)gw)[e] += ((const double *)src)[e];
       }
-      DL__OMP("omp for schedule(dynamic, 1)")
-      for (k = 0; k < nch; k++) {
-        void *mygw = !gw ? NULL : k == 0 ? gw : (void *)(parts + (size_t)(k - 1) * wb);
-        if (mygw && k > 0) memset(mygw, 0, wn * es);
-        for (i = g->N * k / nch; i < g->N * (k + 1) / nch; i++)
-          f(ctx, g, xb + (size_t)i * xs, w, gyb + (size_t)i * ys, gx ? gxb + (size_t)i * xs : NULL,
-            mygw, mine);
-      }
-      if (parts) { /* gw += the copies in chunk order, each element by one thread */
-        const int64_t nblk = (int64_t)((wn + 1023) / 1024);
-        DL__OMP("omp for schedule(static)")
-        for (k = 0; k < nblk; k++) {
-          const size_t k0 = (size_t)k * 1024, k1 = k0 + 1024 < wn ? k0 + 1024 : wn;
-          size_t e;
-          int64_t c;
-          for (c = 1; c < nch; c++) {
-            const unsigned char *src = parts + (size_t)(c - 1) * wb;
-            if (dt == DL_F32)
-              for (e = k0; e < k1; e++) ((float *)gw)[e] += ((const float *)src)[e];
-            else
-              for (e = k0; e < k1; e++) ((double *)gw)[e] += ((const double *)src)[e];
-          }
-        }
-      }
-      dl_ftz_leave(fm);
-    }
+    });
   }
 }
 
@@ -829,10 +797,7 @@ DL_API void dl__pool_run(dl_ctx *ctx, const dl__pool_geom *g, int kind, dl_dtype
   const int64_t planes = g->N * g->C, hw = g->H * g->W, ohw = g->Ho * g->Wo;
   const int fwd = kind == DL__MAXPOOL_FWD || kind == DL__MAXPOOL_TAN || kind == DL__AVGPOOL_FWD;
   const int64_t is = fwd ? hw : ohw, os = fwd ? ohw : hw;
-  const int nt = dl__conv_team(ctx, planes, planes * ohw * g->kh * g->kw);
-  int64_t pl;
-  DL__OMP("omp parallel for num_threads(nt) schedule(static) if(nt > 1)")
-  for (pl = 0; pl < planes; pl++) {
+  DL_PARALLEL_FOR(ctx, planes * ohw * g->kh * g->kw, planes, pl, {
     int32_t *ip = idx ? idx + pl * ohw : NULL;
     if (dt == DL_F32) {
       const float *a = (const float *)in + pl * is;
@@ -855,8 +820,7 @@ DL_API void dl__pool_run(dl_ctx *ctx, const dl__pool_geom *g, int kind, dl_dtype
         default: dl__avgpool_bwd_f64(g, a, b); break;
       }
     }
-  }
-  (void)nt;
+  });
 }
 
 /* Checks x and the window (a NULL args panics: the kernel size is needed). */

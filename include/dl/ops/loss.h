@@ -55,7 +55,6 @@ DL_API double dl__loss_run(dl_tape *tp, const char *op, dl__loss_blk_fn fn, cons
   const int64_t nb = n > 0 ? (n + block - 1) / block : 0;
   double total = 0, *part = NULL;
   int64_t b;
-  int par;
   if (nb == 0) return 0;
   if (nb == 1) {
     const dl_fpmode fm = dl_ctx_fp_enter(ctx);
@@ -63,20 +62,12 @@ DL_API double dl__loss_run(dl_tape *tp, const char *op, dl__loss_blk_fn fn, cons
     dl_ftz_leave(fm);
     return total;
   }
-  par = work >= dl_ctx_parallel_threshold(ctx) && dl_ctx_threads(ctx) > 1;
-  (void)par;
   if (want_sum) part = (double *)dl_tape_scratch(tp, op, sizeof(double) * (size_t)nb);
-  DL__OMP("omp parallel if(par) num_threads(dl_ctx_threads(ctx))")
-  {
-    const dl_fpmode fm = dl_ctx_fp_enter(ctx);
-    DL__OMP("omp for schedule(static)")
-    for (b = 0; b < nb; b++) {
-      const int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
-      const double v = fn(args, lo, hi);
-      if (part) part[b] = v;
-    }
-    dl_ftz_leave(fm);
-  }
+  DL_PARALLEL_FOR(ctx, work, nb, k, {
+    const int64_t lo = k * block, hi = lo + block < n ? lo + block : n;
+    const double v = fn(args, lo, hi);
+    if (part) part[k] = v;
+  });
   if (part)
     for (b = 0; b < nb; b++) total += part[b];
   return total;

@@ -84,7 +84,7 @@ DL_API dl_tensor *dl__norm_dvec(dl_tape *tp, const char *op, const dl_tensor *t,
 typedef void (*dl__norm_tile_fn)(const void *args, int64_t tile);
 DL_API void dl__norm_run(dl_tape *tp, dl__norm_tile_fn fn, const void *args, int64_t ntiles,
                          int64_t work) {
-  DL__RED_TILES(tp->ctx, work, ntiles, dl__tile, fn(args, dl__tile););
+  DL_PARALLEL_FOR(tp->ctx, work, ntiles, dl__tile, fn(args, dl__tile););
 }
 /* x's dtype and eps, shared by the three ops. */
 DL_API void dl__norm_check_x(const char *op, const dl_tensor *x, double eps) {

@@ -43,58 +43,6 @@ DL__HEADER_BEGIN
 
 #ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
 
-/* >>tiles on the team --------------------------------------------------------- */
-
-/* Runs the statements for TILE = 0 .. ntiles-1: on the ctx's OpenMP team when
- * `work` (elements touched) reaches the parallel threshold (the team guard of
- * core.h may fall back to one thread), each tile on one thread; otherwise in
- * order on the caller. Flush-to-zero per the ctx on every worker. */
-#ifdef _OPENMP
-#define DL__RED_TILES(ctx_, work_, ntiles_, TILE, ...)                                  \
-  do {                                                                                  \
-    dl_ctx *const dl__rc = (ctx_);                                                      \
-    const int64_t dl__rn = (ntiles_);                                                   \
-    const int dl__rnt = dl_ctx_threads(dl__rc);                                         \
-    if (dl__rnt > 1 && dl__rn > 1 && (int64_t)(work_) >= dl_ctx_parallel_threshold(dl__rc)) { \
-      dl__team dl__rtm;                                                                 \
-      dl__team_begin(&dl__rtm, dl__rc, 1);                                              \
-      DL__OMP("omp parallel if(dl__rtm.par) num_threads(dl__rnt)")                      \
-      {                                                                                 \
-        const dl_fpmode dl__rfm = dl_ctx_fp_enter(dl__rc);                              \
-        const double dl__rsince = omp_get_wtime();                                      \
-        int64_t dl__rdone = 0, TILE;                                                    \
-        DL__OMP("omp for schedule(dynamic, 1) nowait")                                  \
-        for (TILE = 0; TILE < dl__rn; TILE++) {                                         \
-          dl__rdone++;                                                                  \
-          __VA_ARGS__                                                                   \
-        }                                                                               \
-        if (dl__rtm.par) dl__team_member(&dl__rtm, dl__rsince, dl__rdone);              \
-        dl_ftz_leave(dl__rfm);                                                          \
-      }                                                                                 \
-      dl__team_end(&dl__rtm, dl__rc, dl__rn);                                           \
-    } else {                                                                            \
-      const dl_fpmode dl__rfm = dl_ctx_fp_enter(dl__rc);                                \
-      int64_t TILE;                                                                     \
-      for (TILE = 0; TILE < dl__rn; TILE++) {                                           \
-        __VA_ARGS__                                                                     \
-      }                                                                                 \
-      dl_ftz_leave(dl__rfm);                                                            \
-    }                                                                                   \
-  } while (0)
-#else
-#define DL__RED_TILES(ctx_, work_, ntiles_, TILE, ...)                                  \
-  do {                                                                                  \
-    const dl_fpmode dl__rfm = dl_ctx_fp_enter(ctx_);                                    \
-    const int64_t dl__rn = (ntiles_);                                                   \
-    int64_t TILE;                                                                       \
-    (void)(work_);                                                                      \
-    for (TILE = 0; TILE < dl__rn; TILE++) {                                             \
-      __VA_ARGS__                                                                       \
-    }                                                                                   \
-    dl_ftz_leave(dl__rfm);                                                              \
-  } while (0)
-#endif
-
 /* Elements of work per tile the tilings aim at; the column block of the
  * column form (its accumulators stay in L1) and of softmax's; the fewest rows
  * a chunk of the column form takes (its partial results cost 1/that). */
@@ -555,11 +503,11 @@ DL_API void dl__reduce(dl_tape *tp, const char *op, const dl__rplan *p, int mode
     part = (double *)dl_tape_scratch(tp, op, sizeof(double) * (size_t)(p->nc * p->M));
   if (x->dtype == DL_F32) {
     const float *xd = (const float *)x->data, *td = t ? (const float *)t->data : NULL;
-    DL__RED_TILES(tp->ctx, x->numel, p->ntiles, tile,
+    DL_PARALLEL_FOR(tp->ctx, x->numel, p->ntiles, tile,
                   dl__red_tile_f32(p, mode, xd, td, s, out, part, tile););
   } else {
     const double *xd = (const double *)x->data, *td = t ? (const double *)t->data : NULL;
-    DL__RED_TILES(tp->ctx, x->numel, p->ntiles, tile,
+    DL_PARALLEL_FOR(tp->ctx, x->numel, p->ntiles, tile,
                   dl__red_tile_f64(p, mode, xd, td, s, out, part, tile););
   }
   if (part) /* chunks combine in order: the same result for any thread count */
@@ -576,12 +524,12 @@ DL_API void dl__red_expand(dl_ctx *ctx, const dl__rplan *p, int mode, dl_tensor 
   if (g->dtype == DL_F32) {
     float *gd = (float *)g->data;
     const float *xd = x ? (const float *)x->data : NULL;
-    DL__RED_TILES(ctx, g->numel, p->ntiles, tile,
+    DL_PARALLEL_FOR(ctx, g->numel, p->ntiles, tile,
                   dl__red_etile_f32(p, mode, gd, xd, c, s, tile););
   } else {
     double *gd = (double *)g->data;
     const double *xd = x ? (const double *)x->data : NULL;
-    DL__RED_TILES(ctx, g->numel, p->ntiles, tile,
+    DL_PARALLEL_FOR(ctx, g->numel, p->ntiles, tile,
                   dl__red_etile_f64(p, mode, gd, xd, c, s, tile););
   }
 }
@@ -1097,7 +1045,7 @@ DL_API void dl__sm_back(dl_ctx *ctx, const dl__smplan *q, int kind, const dl_ten
   if (y->dtype == DL_F32) {
     const float *yd = (const float *)y->data, *ad = (const float *)a->data;
     float *gd = (float *)g->data;
-    DL__RED_TILES(ctx, 2 * y->numel, qq.ntiles, tile, {
+    DL_PARALLEL_FOR(ctx, 2 * y->numel, qq.ntiles, tile, {
       DL__SM_TILE(qq, tile, t0, t1, j0, j1)
       if (qq.inner == 1) dl__sm_back_rows_f32(kind, yd, ad, gd, qq.K, t0, t1);
       else dl__sm_back_cols_f32(kind, yd, ad, gd, qq.K, qq.inner, t0, j0, j1);
@@ -1106,7 +1054,7 @@ DL_API void dl__sm_back(dl_ctx *ctx, const dl__smplan *q, int kind, const dl_ten
   } else {
     const double *yd = (const double *)y->data, *ad = (const double *)a->data;
     double *gd = (double *)g->data;
-    DL__RED_TILES(ctx, 2 * y->numel, qq.ntiles, tile, {
+    DL_PARALLEL_FOR(ctx, 2 * y->numel, qq.ntiles, tile, {
       DL__SM_TILE(qq, tile, t0, t1, j0, j1)
       if (qq.inner == 1) dl__sm_back_rows_f64(kind, yd, ad, gd, qq.K, t0, t1);
       else dl__sm_back_cols_f64(kind, yd, ad, gd, qq.K, qq.inner, t0, j0, j1);
@@ -1152,7 +1100,7 @@ DL_API dl_tensor *dl__t_softmax(dl_tape *tp, const char *op, dl_tensor *x, int a
     if (x->dtype == DL_F32) {
       const float *xd = (const float *)xc->data;
       float *yd = (float *)y->data;
-      DL__RED_TILES(tp->ctx, x->numel, qq.ntiles, tile, {
+      DL_PARALLEL_FOR(tp->ctx, x->numel, qq.ntiles, tile, {
         DL__SM_TILE(qq, tile, t0, t1, j0, j1)
         if (qq.inner == 1) dl__sm_rows_f32(xd, yd, qq.K, t0, t1, logsm);
         else dl__sm_cols_f32(xd, yd, qq.K, qq.inner, t0, j0, j1, logsm);
@@ -1161,7 +1109,7 @@ DL_API dl_tensor *dl__t_softmax(dl_tape *tp, const char *op, dl_tensor *x, int a
     } else {
       const double *xd = (const double *)xc->data;
       double *yd = (double *)y->data;
-      DL__RED_TILES(tp->ctx, x->numel, qq.ntiles, tile, {
+      DL_PARALLEL_FOR(tp->ctx, x->numel, qq.ntiles, tile, {
         DL__SM_TILE(qq, tile, t0, t1, j0, j1)
         if (qq.inner == 1) dl__sm_rows_f64(xd, yd, qq.K, t0, t1, logsm);
         else dl__sm_cols_f64(xd, yd, qq.K, qq.inner, t0, j0, j1, logsm);

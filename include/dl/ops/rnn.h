@@ -280,11 +280,11 @@ DL_API void dl__rnn_gemm(dl_ctx *ctx, dl_dtype dt, dl_trans ta, dl_trans tb, int
 DL_API void dl__rnn_rows(const dl__rnn *r, const dl__rnn_bwbuf *bw, int64_t t) {
   const int64_t work = r->B * r->G * r->H * (r->ty ? 2 : 1);
   if (r->dtype == DL_F32) {
-    if (bw) DL__RED_TILES(r->ctx, work, r->B, b, { dl__rnn_bwd_row_f32(r, bw, t, b); });
-    else DL__RED_TILES(r->ctx, work, r->B, b, { dl__rnn_fwd_row_f32(r, t, b); });
+    if (bw) DL_PARALLEL_FOR(r->ctx, work, r->B, b, { dl__rnn_bwd_row_f32(r, bw, t, b); });
+    else DL_PARALLEL_FOR(r->ctx, work, r->B, b, { dl__rnn_fwd_row_f32(r, t, b); });
   } else {
-    if (bw) DL__RED_TILES(r->ctx, work, r->B, b, { dl__rnn_bwd_row_f64(r, bw, t, b); });
-    else DL__RED_TILES(r->ctx, work, r->B, b, { dl__rnn_fwd_row_f64(r, t, b); });
+    if (bw) DL_PARALLEL_FOR(r->ctx, work, r->B, b, { dl__rnn_bwd_row_f64(r, bw, t, b); });
+    else DL_PARALLEL_FOR(r->ctx, work, r->B, b, { dl__rnn_fwd_row_f64(r, t, b); });
   }
 }
 
@@ -292,7 +292,7 @@ DL_API void dl__rnn_rows(const dl__rnn *r, const dl__rnn_bwbuf *bw, int64_t t) {
  * the team, each column summed in row order (in double for f32). */
 DL_API void dl__rnn_colsum_add(dl_ctx *ctx, dl_dtype dt, const void *src, int64_t R, int64_t N, void *dst) {
   const int64_t JB = 256, nb = (N + JB - 1) / JB;
-  DL__RED_TILES(ctx, R * N, nb, blk, {
+  DL_PARALLEL_FOR(ctx, R * N, nb, blk, {
     const int64_t j0 = blk * JB, j1 = j0 + JB < N ? j0 + JB : N;
     double acc[256];
     int64_t i, j;

@@ -164,9 +164,8 @@ DL_API void dl__shape_run(dl_dtype dt, size_t es, char *d, int64_t ds, const cha
  * sides stay in cache), run on threads above dst's ctx parallel threshold. */
 DL_API void dl__shape_move(dl_tensor *dst, const dl_tensor *src, int add) {
   dl__shape_it it;
-  int64_t rb, cb, rtiles, ctiles, tiles, t;
+  int64_t rb, cb, rtiles, ctiles, tiles;
   size_t es = dl_dtype_size(dst->dtype);
-  int par;
   if (dst->numel == 0) return;
 #ifdef DL_USE_CUDA
   if (dst->device == DL_CUDA || src->device == DL_CUDA) {
@@ -191,10 +190,7 @@ DL_API void dl__shape_move(dl_tensor *dst, const dl_tensor *src, int add) {
   rtiles = (it.rows + rb - 1) / rb;
   ctiles = (it.inner + cb - 1) / cb;
   tiles = rtiles * ctiles;
-  par = tiles > 1 && dst->numel >= dl_ctx_parallel_threshold(dst->ctx) && dl_ctx_threads(dst->ctx) > 1;
-  (void)par;
-  DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(dst->ctx))")
-  for (t = 0; t < tiles; t++) {
+  DL_PARALLEL_FOR(dst->ctx, dst->numel, tiles, t, {
     int64_t r0 = (t / ctiles) * rb, r1 = r0 + rb, j0 = (t % ctiles) * cb, len = it.inner - j0;
     int64_t idx[DL_MAX_DIMS], od = 0, os = 0, r, q = r0;
     int k;
@@ -218,7 +214,7 @@ DL_API void dl__shape_move(dl_tensor *dst, const dl_tensor *src, int add) {
         idx[k] = 0;
       }
     }
-  }
+  });
 }
 
 /* A contiguous tensor with t's values: t itself when it already is, else a
@@ -522,9 +518,9 @@ DL_API dl_tensor *dl__shape_idx64(dl_tape *tp, const char *op, const dl_tensor *
 /* y[o, k, :] = x[o, ix[k], :] (x contiguous; o over the dimensions before
  * dim, the trailing ones flattened). */
 DL_API void dl__index_select_fwd(dl_tensor *y, const dl_tensor *x, const int64_t *ix, int dim) {
-  int64_t outer = 1, inner = 1, n = x->shape[dim], m = y->shape[dim], rows, r;
+  int64_t outer = 1, inner = 1, n = x->shape[dim], m = y->shape[dim], rows;
   size_t es = dl_dtype_size(x->dtype);
-  int d, par;
+  int d;
   if (y->numel == 0) return;
   for (d = 0; d < dim; d++) outer *= x->shape[d];
   for (d = dim + 1; d < x->ndim; d++) inner *= x->shape[d];
@@ -537,22 +533,19 @@ DL_API void dl__index_select_fwd(dl_tensor *y, const dl_tensor *x, const int64_t
   }
 #endif
   rows = outer * m;
-  par = rows > 1 && y->numel >= dl_ctx_parallel_threshold(y->ctx) && dl_ctx_threads(y->ctx) > 1;
-  (void)par;
-  DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(y->ctx))")
-  for (r = 0; r < rows; r++) {
+  DL_PARALLEL_FOR(y->ctx, y->numel, rows, r, {
     int64_t o = r / m, k = r % m;
     memcpy((char *)y->data + (size_t)(r * inner) * es,
            (const char *)x->data + (size_t)((o * n + ix[k]) * inner) * es, (size_t)inner * es);
-  }
+  });
 }
 /* gx[o, ix[k], :] += gy[o, k, :] (both contiguous, f32/f64); each tile of
  * (o, column chunk) adds its k in order, so repeated indices accumulate the
  * same way for any thread count. */
 DL_API void dl__index_select_bwd(dl_tensor *gx, const dl_tensor *gy, const int64_t *ix, int dim) {
-  int64_t outer = 1, inner = 1, n = gx->shape[dim], m = gy->shape[dim], chunks, tiles, t;
+  int64_t outer = 1, inner = 1, n = gx->shape[dim], m = gy->shape[dim], chunks, tiles;
   int64_t es = (int64_t)dl_dtype_size(gx->dtype);
-  int d, par;
+  int d;
   if (gy->numel == 0) return;
   for (d = 0; d < dim; d++) outer *= gx->shape[d];
   for (d = dim + 1; d < gx->ndim; d++) inner *= gx->shape[d];
@@ -567,16 +560,13 @@ DL_API void dl__index_select_bwd(dl_tensor *gx, const dl_tensor *gy, const int64
 #endif
   chunks = (inner + DL__SHAPE_CHUNK - 1) / DL__SHAPE_CHUNK;
   tiles = outer * chunks;
-  par = tiles > 1 && gy->numel >= dl_ctx_parallel_threshold(gx->ctx) && dl_ctx_threads(gx->ctx) > 1;
-  (void)par;
-  DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(gx->ctx))")
-  for (t = 0; t < tiles; t++) {
+  DL_PARALLEL_FOR(gx->ctx, gy->numel, tiles, t, {
     int64_t o = t / chunks, j0 = (t % chunks) * DL__SHAPE_CHUNK, len = inner - j0, k;
     if (len > DL__SHAPE_CHUNK) len = DL__SHAPE_CHUNK;
     for (k = 0; k < m; k++)
       dl__shape_run(gx->dtype, (size_t)es, (char *)gx->data + ((o * n + ix[k]) * inner + j0) * es, 1,
                     (const char *)gy->data + ((o * m + k) * inner + j0) * es, 1, len, 1);
-  }
+  });
 }
 DL_API void dl__t_index_select_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
@@ -628,10 +618,10 @@ DL_API int64_t *dl__shape_offsets(dl_tape *tp, const char *op, int64_t count, in
 /* y[p] = x[p with coordinate dim replaced by ix[p]] for every position p of
  * y (contiguous, the index's shape); x any strides. */
 DL_API void dl__gather_fwd(dl_tape *tp, dl_tensor *y, const dl_tensor *x, const int64_t *ix, int dim) {
-  int64_t outer = 1, inner = 1, K = y->shape[dim], rows, r, *ioff;
+  int64_t outer = 1, inner = 1, K = y->shape[dim], rows, *ioff;
   int64_t sd = x->strides[dim];
   size_t es = dl_dtype_size(x->dtype);
-  int d, par;
+  int d;
   if (y->numel == 0) return;
 #ifdef DL_USE_CUDA
   if (y->device == DL_CUDA || x->device == DL_CUDA) {
@@ -645,17 +635,14 @@ DL_API void dl__gather_fwd(dl_tape *tp, dl_tensor *y, const dl_tensor *x, const 
   for (d = dim + 1; d < y->ndim; d++) inner *= y->shape[d];
   ioff = dl__shape_offsets(tp, "dl_t_gather", inner, dim + 1, y->ndim, y->shape, x->strides);
   rows = outer * K;
-  par = rows > 1 && y->numel >= dl_ctx_parallel_threshold(y->ctx) && dl_ctx_threads(y->ctx) > 1;
-  (void)par;
-  DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(y->ctx))")
-  for (r = 0; r < rows; r++) {
+#define DL__GATHER_CP(ES)                                                              \
+  for (j = 0; j < inner; j++) memcpy(yr + j * (ES), xd + (base + ir[j] * sd + ioff[j]) * (ES), (ES)); \
+  break;
+  DL_PARALLEL_FOR(y->ctx, y->numel, rows, r, {
     int64_t base = dl__shape_unravel(r / K, 0, dim, y->shape, x->strides), j;
     const int64_t *ir = ix + r * inner;
     char *yr = (char *)y->data + (size_t)(r * inner) * es;
     const char *xd = (const char *)x->data;
-#define DL__GATHER_CP(ES)                                                              \
-  for (j = 0; j < inner; j++) memcpy(yr + j * (ES), xd + (base + ir[j] * sd + ioff[j]) * (ES), (ES)); \
-  break;
     switch (es) {
       case 8: DL__GATHER_CP(8)
       case 4: DL__GATHER_CP(4)
@@ -663,15 +650,15 @@ DL_API void dl__gather_fwd(dl_tape *tp, dl_tensor *y, const dl_tensor *x, const 
       case 1: DL__GATHER_CP(1)
       default: DL__GATHER_CP((int64_t)es)
     }
+  });
 #undef DL__GATHER_CP
-  }
 }
 /* gx[p with coordinate dim replaced by ix[p]] += gy[p] (gx, gy contiguous,
  * f32/f64). Tiles of (outer position, column chunk) run k in order, so
  * repeated indices accumulate the same way for any thread count. */
 DL_API void dl__gather_bwd(dl_tape *tp, dl_tensor *gx, const dl_tensor *gy, const int64_t *ix, int dim) {
-  int64_t outer = 1, inner = 1, K = gy->shape[dim], chunks, tiles, t, *ioff, sd = gx->strides[dim];
-  int d, par;
+  int64_t outer = 1, inner = 1, K = gy->shape[dim], chunks, tiles, *ioff, sd = gx->strides[dim];
+  int d;
   if (gy->numel == 0) return;
 #ifdef DL_USE_CUDA
   if (gx->device == DL_CUDA || gy->device == DL_CUDA) {
@@ -687,10 +674,7 @@ DL_API void dl__gather_bwd(dl_tape *tp, dl_tensor *gx, const dl_tensor *gy, cons
   ioff = dl__shape_offsets(tp, "dl_t_gather", inner, dim + 1, gy->ndim, gy->shape, gx->strides);
   chunks = (inner + DL__SHAPE_CHUNK - 1) / DL__SHAPE_CHUNK;
   tiles = outer * chunks;
-  par = tiles > 1 && gy->numel >= dl_ctx_parallel_threshold(gx->ctx) && dl_ctx_threads(gx->ctx) > 1;
-  (void)par;
-  DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(gx->ctx))")
-  for (t = 0; t < tiles; t++) {
+  DL_PARALLEL_FOR(gx->ctx, gy->numel, tiles, t, {
     int64_t o = t / chunks, j0 = (t % chunks) * DL__SHAPE_CHUNK, j1 = j0 + DL__SHAPE_CHUNK, k, j;
     int64_t base = dl__shape_unravel(o, 0, dim, gy->shape, gx->strides);
     if (j1 > inner) j1 = inner;
@@ -706,7 +690,7 @@ DL_API void dl__gather_bwd(dl_tape *tp, dl_tensor *gx, const dl_tensor *gy, cons
         for (j = j0; j < j1; j++) g[base + ix[r + j] * sd + ioff[j]] += s[j];
       }
     }
-  }
+  });
 }
 DL_API void dl__t_gather_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *gx = dl_tape_grad(tp, n->in[0]);

@@ -102,9 +102,6 @@ typedef struct dl__embedding_info {
 /* dst [n, D] contiguous = rows of src [V, D] (any strides) picked by info. */
 DL_API void dl__embedding_gather(dl_tensor *dst, const dl_tensor *src, const dl__embedding_info *e) {
   const int64_t n = e->n, D = e->width, s0 = src->strides[0], s1 = src->strides[1];
-  const int par = n * D >= dl_ctx_parallel_threshold(e->ctx) && dl_ctx_threads(e->ctx) > 1;
-  int64_t i;
-  (void)par;
   if (n == 0 || D == 0) return;
 #ifdef DL_USE_CUDA
   if (dst->device == DL_CUDA || src->device == DL_CUDA) {
@@ -117,27 +114,25 @@ DL_API void dl__embedding_gather(dl_tensor *dst, const dl_tensor *src, const dl_
   if (dst->dtype == DL_F32) {
     float *y = (float *)dst->data;
     const float *w = (const float *)src->data;
-    DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(e->ctx))")
-    for (i = 0; i < n; i++) {
+    DL_PARALLEL_FOR(e->ctx, n * D, n, i, {
       const float *r = w + e->rows[i] * s0;
       float *o = y + i * D;
       int64_t j;
       if (s1 == 1) memcpy(o, r, sizeof(float) * (size_t)D);
       else
         for (j = 0; j < D; j++) o[j] = r[j * s1];
-    }
+    });
   } else {
     double *y = (double *)dst->data;
     const double *w = (const double *)src->data;
-    DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(e->ctx))")
-    for (i = 0; i < n; i++) {
+    DL_PARALLEL_FOR(e->ctx, n * D, n, i, {
       const double *r = w + e->rows[i] * s0;
       double *o = y + i * D;
       int64_t j;
       if (s1 == 1) memcpy(o, r, sizeof(double) * (size_t)D);
       else
         for (j = 0; j < D; j++) o[j] = r[j * s1];
-    }
+    });
   }
 }
 
@@ -154,36 +149,29 @@ DL_API void dl__embedding_jvp(dl_tensor *tout, const dl_tensor *out, dl_tensor *
 }
 
 /* base[key[i]] row += gy row i, for i = 0..n in order. Rows are shared out
- * among the threads by key, so each row's sum is taken by one thread in
- * index order: the result does not depend on the thread count. */
+ * among `parts` parts by key (one per thread when the team runs), so each
+ * row's sum is taken by one part in index order: the result does not depend
+ * on the thread count. */
 #define DL__EMBEDDING_SCATTER(T)                                                       \
   do {                                                                                 \
     const T *g = (const T *)gy->data;                                                  \
     T *b = (T *)base;                                                                  \
-    DL__OMP("omp parallel if(par) num_threads(dl_ctx_threads(e->ctx))")               \
-    {                                                                                  \
-      int64_t i_, j_, nt_ = 1, me_ = 0;                                                \
-      DL__EMBEDDING_WHO(nt_, me_);                                                     \
+    const int64_t parts = n * D >= dl_ctx_parallel_threshold(e->ctx) ? dl_ctx_threads(e->ctx) : 1; \
+    DL_PARALLEL_FOR(e->ctx, n * D, parts, part_, {                                     \
+      int64_t i_, j_;                                                                  \
       for (i_ = 0; i_ < n; i_++) {                                                     \
         T *dst_;                                                                       \
         const T *src_ = g + i_ * D;                                                    \
-        if (key[i_] % nt_ != me_) continue;                                            \
+        if (key[i_] % parts != part_) continue;                                        \
         dst_ = b + key[i_] * D;                                                        \
         for (j_ = 0; j_ < D; j_++) dst_[j_] += src_[j_];                               \
       }                                                                                \
-    }                                                                                  \
+    });                                                                                \
   } while (0)
-#ifdef _OPENMP
-#define DL__EMBEDDING_WHO(nt, me) ((nt) = omp_get_num_threads(), (me) = omp_get_thread_num())
-#else
-#define DL__EMBEDDING_WHO(nt, me) ((void)(nt), (void)(me))
-#endif
 
 DL_API void dl__embedding_scatter(const dl_tensor *gy, void *base, const int64_t *key,
                                   const dl__embedding_info *e) {
   const int64_t n = e->n, D = e->width;
-  const int par = n * D >= dl_ctx_parallel_threshold(e->ctx) && dl_ctx_threads(e->ctx) > 1;
-  (void)par;
   if (n == 0 || D == 0) return;
   if (gy->dtype == DL_F32) DL__EMBEDDING_SCATTER(float);
   else DL__EMBEDDING_SCATTER(double);
@@ -317,8 +305,6 @@ DL_API void dl__t_dropout_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *gx = dl_tape_grad(tp, n->in[0]), *gy = n->out->grad;
   const uint8_t *m = (const uint8_t *)n->user;
   const int64_t N = gy->numel;
-  int64_t i;
-  int par;
   if (!gx) return;
   if (!dl_tensor_is_contiguous(gy)) gy = dl__t_contig(tp, "dl_t_dropout", gy);
 #ifdef DL_USE_CUDA
@@ -328,37 +314,28 @@ DL_API void dl__t_dropout_bw(dl_tape *tp, dl_node *n) {
     return;
   }
 #endif
-  par = N >= dl_ctx_parallel_threshold(gy->ctx) && dl_ctx_threads(gy->ctx) > 1;
-  (void)par;
   if (gx->dtype == DL_F32) {
     float *g = (float *)gx->data, s = (float)n->p[0];
     const float *u = (const float *)gy->data;
-    DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(gy->ctx))")
-    for (i = 0; i < N; i++) g[i] += u[i] * (s * (float)m[i]);
+    DL_PARALLEL_RANGE(gy->ctx, N, N, i, { g[i] += u[i] * (s * (float)m[i]); });
   } else {
     double *g = (double *)gx->data, s = n->p[0];
     const double *u = (const double *)gy->data;
-    DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(gy->ctx))")
-    for (i = 0; i < N; i++) g[i] += u[i] * (s * (double)m[i]);
+    DL_PARALLEL_RANGE(gy->ctx, N, N, i, { g[i] += u[i] * (s * (double)m[i]); });
   }
 }
 
 /* y[i] = x[i] * (m[i] * s) with x contiguous (branch-free: the mask is random). */
 DL_API void dl__dropout_apply(dl_tensor *y, const dl_tensor *x, const uint8_t *m, double s) {
   const int64_t N = y->numel;
-  int64_t i;
-  const int par = N >= dl_ctx_parallel_threshold(y->ctx) && dl_ctx_threads(y->ctx) > 1;
-  (void)par;
   if (y->dtype == DL_F32) {
     float *o = (float *)y->data, sf = (float)s;
     const float *a = (const float *)x->data;
-    DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(y->ctx))")
-    for (i = 0; i < N; i++) o[i] = a[i] * (sf * (float)m[i]);
+    DL_PARALLEL_RANGE(y->ctx, N, N, i, { o[i] = a[i] * (sf * (float)m[i]); });
   } else {
     double *o = (double *)y->data;
     const double *a = (const double *)x->data;
-    DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(y->ctx))")
-    for (i = 0; i < N; i++) o[i] = a[i] * (s * (double)m[i]);
+    DL_PARALLEL_RANGE(y->ctx, N, N, i, { o[i] = a[i] * (s * (double)m[i]); });
   }
 }
 
@@ -377,10 +354,9 @@ DL_API dl_tensor *dl_t_dropout(dl_tape *tp, dl_tensor *x, double p, dl_rng *rng,
   dl_tensor *y, *xc;
   dl_node *nd;
   uint8_t *m;
-  int64_t i, N;
+  int64_t N;
   uint64_t base;
   double s;
-  int par;
   if (x->dtype != DL_F32 && x->dtype != DL_F64)
     DL_PANIC(x->ctx, op, "dtype mismatch: input %s must be f32 or f64", DL_SHAPESTR(x));
   if (!(p >= 0.0 && p <= 1.0))
@@ -414,8 +390,6 @@ DL_API dl_tensor *dl_t_dropout(dl_tape *tp, dl_tensor *x, double p, dl_rng *rng,
 #endif
   m = (uint8_t *)dl_tape_scratch(tp, op, (size_t)N);
   base = rng->counter;
-  par = N >= dl_ctx_parallel_threshold(x->ctx) && dl_ctx_threads(x->ctx) > 1;
-  (void)par;
   xc = dl__t_contig(tp, op, x);
   { /* mask and output in one pass, branch-free. dl__u01_f64(u) >= p is
      * (u >> 11) * 2^-53 >= p, i.e. (u >> 11) >= ceil(p * 2^53): exact, as
@@ -425,21 +399,19 @@ DL_API dl_tensor *dl_t_dropout(dl_tape *tp, dl_tensor *x, double p, dl_rng *rng,
     if (x->dtype == DL_F32) {
       float *o = (float *)y->data, sf = (float)s;
       const float *a = (const float *)xc->data;
-      DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(x->ctx))")
-      for (i = 0; i < N; i++) {
+      DL_PARALLEL_RANGE(x->ctx, N, N, i, {
         const uint8_t k = (uint8_t)((dl_rng_at(&r, base + (uint64_t)i) >> 11) >= thr);
         m[i] = k;
         o[i] = a[i] * (sf * (float)k);
-      }
+      });
     } else {
       double *o = (double *)y->data;
       const double *a = (const double *)xc->data;
-      DL__OMP("omp parallel for schedule(static) if(par) num_threads(dl_ctx_threads(x->ctx))")
-      for (i = 0; i < N; i++) {
+      DL_PARALLEL_RANGE(x->ctx, N, N, i, {
         const uint8_t k = (uint8_t)((dl_rng_at(&r, base + (uint64_t)i) >> 11) >= thr);
         m[i] = k;
         o[i] = a[i] * (s * (double)k);
-      }
+      });
     }
   }
   rng->counter += (uint64_t)N;
