@@ -3,7 +3,7 @@
 // a struct whose __host__ __device__ template f(x0, x1, p0) is the op's
 // expression over float, double, dl_dual and dl_dual64: the kernels call it
 // for the forward (float/double), the backward and the tangent (the dual
-// part). This file instantiates the same lists the way src_gpu/ew.cu does,
+// part). This file instantiates the same lists the way src_gpu/core.cu does,
 // plus a user op (DL_GPU_DEFINE_OP1, the check of user GPU ops that
 // tests/test_gpu.c leaves to this file), and checks every op on the host:
 //   - f<dl_dual64>'s value part equals f<double>; its dual part (df/dx0 and,
@@ -25,7 +25,7 @@
 
 #include <cmath>
 
-// The launchers call these runtime functions (src_gpu/runtime.cu, in
+// The launchers call these runtime functions (src_gpu/device.cu, in
 // build/libdlgpu.a). Nothing here launches a kernel, so this program links
 // stand-ins instead of the library: they are never called.
 extern "C" void *dlg_stream(dlg_handle *h) { (void)h; return NULL; }
@@ -36,7 +36,7 @@ extern "C" int dlg_error(dlg_handle *h, const char *op, const char *what) {
   return DLG_ERR;
 }
 
-// The library's lists, exactly as src_gpu/ew.cu instantiates them.
+// The library's lists, exactly as src_gpu/core.cu instantiates them.
 #define GT_LIB1(name, expr) DL_GPU__OP(dl__op_##name, 1, expr)
 #define GT_LIB2(name, expr) DL_GPU__OP(dl__op_##name, 2, expr)
 DL_OPS_UNARY(GT_LIB1)

@@ -318,7 +318,7 @@ DL_API dl_status dl_gpu_open(dl_gpu **out, dl_ctx *ctx, int device) {
   dl_gpu_backend be;
   *out = NULL;
   if (ctx->gpu) return dl_fail(ctx, DL_ERR_ARG, "dl_gpu_open: this ctx already has a device open");
-  (void)dlg_ew_linked(); /* a strong reference: links src_gpu/ew.cu's launchers (see gpu/abi.h) */
+  (void)dlg_ew_linked(); /* a strong reference: links src_gpu/core.cu's launchers (see gpu/abi.h) */
   if (dlg_create(&h, device, msg, sizeof msg) != DLG_OK) return dl_fail(ctx, DL_ERR_NO_DEVICE, "%s", msg);
   g = (dl_gpu *)dl_alloc(ctx, sizeof *g);
   if (!g) { dlg_destroy(h); return DL_ERR_NOMEM; }

@@ -528,7 +528,7 @@ DL_API int dl__ew_strides(const char *op, const dl_tensor *t, const dl_tensor *o
   return contig;
 }
 /* One element-wise op of the list on the device: fn is its launcher
- * (FAM__gpu from src_gpu/ew.cu or the user's DL_GPU_DEFINE_OP line), the
+ * (FAM__gpu from src_gpu/core.cu or the user's DL_GPU_DEFINE_OP line), the
  * slots as dl/gpu/abi.h describes for `mode`; out (y, ty or gy) contiguous.
  * Every given tensor must be on the device. */
 /* Fills e and ptr for the slots (see dl/gpu/abi.h); returns e->n. */

@@ -41,7 +41,7 @@
  * The schedules (and the configs) are visible to C++ too; the updates are C.
  *
  * GPU (DL_USE_CUDA): an update of device tensors (contiguous) is one fused
- * kernel (dl/gpu/kern.h) that gives the CPU's bits; an optimizer made for a
+ * kernel (dl/gpu/optim.h) that gives the CPU's bits; an optimizer made for a
  * model on the GPU keeps its state there (make it after dl_model_to_device:
  * a step with state and model on different devices panics), and clipping
  * and regularisation run on the device too.
@@ -206,7 +206,7 @@ DL_API void dl__optim_param(const char *fn, const dl_tensor *p, const dl_tensor 
 
 #ifdef DL_USE_CUDA
 /* >>updates on the GPU --------------------------------------------------------
- * One fused kernel per update (dl/gpu/kern.h), bit-identical to the loops
+ * One fused kernel per update (dl/gpu/optim.h), bit-identical to the loops
  * below: the same scalars, computed here as the CPU versions compute them,
  * rounded to the dtype in the kernel, the same operations in the same order.
  * g is the dense gradient (rows == NULL), or the values [nnz, width] of a

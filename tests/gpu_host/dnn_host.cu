@@ -1,12 +1,12 @@
-// tests/gpu_host/dnn_host.cu - src_gpu/dnn.cu's own kernels (pooling, batch
+// tests/gpu_host/dnn_host.cu - src_gpu/conv.cu's and norm.cu's own kernels (pooling, batch
 // norm, layer / RMS norm, the conv bias gradient), run on the HOST against
 // the CPU ops (no GPU needed).
 //
 // Why: there is no GPU in CI, so tests/test_gpu.c skips there and nothing
-// would ever execute these kernels. dnn.cu writes each kernel's work for one
+// would ever execute these kernels. The files write each kernel's work for one
 // element / channel / row as a __host__ __device__ function (maxpool_fwd_at,
 // bn_chan_at, ln_row_at, ...), templated over a reduction policy for the
-// per-channel and per-row sums. This file #includes dnn.cu, calls those
+// per-channel and per-row sums. This file #includes both, calls those
 // bodies in plain host loops over every element / channel / row, with
 // HostRed (one "thread" that does the whole sum, and is the lead) in place
 // of the kernels' BlockRed, and compares the results with dl.h's CPU ops,
@@ -49,7 +49,8 @@
 // at start-up, which needs no device or driver. The last line is the
 // harness's "HARNESS <passed> <failed> <skipped>"; a test is one op at one
 // dtype.
-#include "dnn.cu" // src_gpu/dnn.cu (-Isrc_gpu), with its includes
+#include "conv.cu" // src_gpu/conv.cu and norm.cu (-Isrc_gpu), the families that share
+#include "norm.cu" // src_gpu/dnn_common.h, with their includes
 #include "../harness.h"
 #include "host_check.h"
 
@@ -58,9 +59,9 @@
 #include <string>
 #include <vector>
 
-// dnn.cu's convolution entry points call cuDNN, which this program does not
+// conv.cu's convolution entry points call cuDNN, which this program does not
 // link (nothing here reaches them). Weak references let it link without
-// libcudnn; a call would jump to address 0. A new cuDNN call in dnn.cu shows
+// libcudnn; a call would jump to address 0. A new cuDNN call in conv.cu shows
 // up as an undefined reference at link time: add its name here.
 #pragma weak cudnnConvolutionBackwardData
 #pragma weak cudnnConvolutionBackwardFilter

@@ -2,7 +2,7 @@
  * runs dl.h's own ops (ops/conv.h, ops/norm.h) on the tape on plain arrays
  * and returns the forward value, the gradient (dl_backward with a given
  * upstream gy) and the forward-mode tangent, for the host test to compare
- * with src_gpu/dnn.cu's kernel bodies. Built as C11 (gcc or clang), linked
+ * with src_gpu/conv.cu's and norm.cu's kernel bodies. Built as C11 (gcc or clang), linked
  * into the nvcc-built test; see the top of dnn_host.cu for the commands.
  *
  * Arrays are contiguous, of f32 (dt 0) or f64 (dt 1) elements; an output

@@ -1,13 +1,14 @@
-// tests/gpu_host/kern_host.cu - src_gpu/kern.cu's kernels (reductions,
+// tests/gpu_host/kern_host.cu - the kernels of src_gpu/reduce.cu, loss.cu,
+// sparse.cu and optim.cu (reductions,
 // softmax, losses, embedding, dropout, optimizer updates), run on the HOST
 // against the CPU ops (no GPU needed).
 //
 // Why: there is no GPU in CI, so tests/test_gpu.c skips there and nothing
-// would ever execute these kernels. kern.cu writes each kernel's work for one
+// would ever execute these kernels. Each file writes each kernel's work for one
 // element (sgd_at, dropout_at, gather_at, ...) or one output of its
 // reduction engine (reduce_out, softmax_out, ce_out, ...) as a
 // __host__ __device__ function; the engine's bodies are templated over a
-// lane policy (EngRed in the kernels). This file #includes kern.cu with
+// lane policy (EngRed in the kernels). This file #includes the four with
 // DLG_HOST_TEST defined, which leaves out its launch code and dlg_* entry
 // points (so no CUDA runtime function is called: only nvcc's start-up stub
 // registers the file's empty device code with the static runtime, which
@@ -25,7 +26,7 @@
 // and dropout, this file for the rest).
 //
 // What it checks, at f32 and at f64 (a test is one op family at one dtype):
-//   - bit for bit (kern.h promises it): every optimizer update (SGD plain /
+//   - bit for bit (dl/gpu/optim.h promises it): every optimizer update (SGD plain /
 //     momentum with dampening / Nesterov / weight decay / maximize; Adam,
 //     AdamW, AMSGrad; RMSprop plain / centred / momentum; Adagrad with
 //     lr decay; Lion), dense over 3 steps and row-sparse (the touched rows
@@ -64,7 +65,7 @@
 // and the staging of host index arrays, and the dlg_* entry points
 // themselves (argument checks, dispatch on dtype; the scalars' rounding to
 // the dtype is mirrored here). Device arithmetic (the _rn intrinsics, nvcc's
-// fused multiply-adds where kern.h promises only rounding) is the host's
+// fused multiply-adds where the headers promise only rounding) is the host's
 // here. tests/test_gpu.c covers the device where one exists.
 //
 // Build and run from the repository root:
@@ -75,7 +76,10 @@
 // (B: any build directory; clang works for kern_ref.c too.) The last line
 // is the harness's "HARNESS <passed> <failed> <skipped>".
 #define DLG_HOST_TEST
-#include "kern.cu" // src_gpu/kern.cu (-Isrc_gpu), with its includes
+#include "reduce.cu" // src_gpu/reduce.cu, loss.cu, sparse.cu, optim.cu (-Isrc_gpu): the
+#include "loss.cu"   // families that share src_gpu/engine.h, with their includes
+#include "sparse.cu"
+#include "optim.cu"
 #include "../harness.h"
 #include "host_check.h"
 
@@ -657,7 +661,7 @@ template <class T> static void embedding_fwd_case(int layout) {
   const std::string nm = std::string("embedding ") + hc_dt(dt) + " layout " + std::to_string(layout);
   hc_bits(nm + " y", y, ry);
   hc_bits(nm + " ty", ty, rty);
-  // an index out of range gives zeros (kern.h: the kernel stays inside w)
+  // an index out of range gives zeros (dl/gpu/sparse.h: the kernel stays inside w)
   int64_t bad[2] = {-1, V};
   std::vector<T> z = kh_unset<T>((size_t)(2 * D));
   kh_elems(2 * D, [&](int64_t k) { gather_at(z.data(), w.data(), s0, s1, V, D, bad, k); });

@@ -3,7 +3,8 @@
  * dl_sum_to_into, optim.h) on plain arrays and returns what they compute
  * (forward values, forward-mode tangents, gradients from dl_backward with a
  * given upstream gradient, updated parameters and state), for the host test
- * to compare with src_gpu/kern.cu's kernel bodies. Where the GPU branch of
+ * to compare with the kernel bodies of src_gpu/reduce.cu, loss.cu,
+ * sparse.cu and optim.cu. Where the GPU branch of
  * a CPU op turns its arguments into a kernel's (optimizer scalars, dropout
  * threshold), the function also returns those, computed as that branch
  * computes them. Built as C11 (gcc or clang), linked into the nvcc-built

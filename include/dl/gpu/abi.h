@@ -32,7 +32,7 @@ enum { DLG_F32 = 0, DLG_F64 = 1, DLG_I32 = 2, DLG_I64 = 3 };
 enum { DLG_H2D = 1, DLG_D2H = 2, DLG_D2D = 3 };
 #define DLG_MAXD 8
 
-/* >>runtime (src_gpu/runtime.cu) ------------------------------------------ */
+/* >>runtime (src_gpu/device.cu) ------------------------------------------ */
 
 /* Devices visible to this process. Without a driver or a device: *count = 0
  * and DLG_NODEV with the reason in msg (host buffer of cap bytes). */
@@ -58,9 +58,9 @@ int dlg_sync(dlg_handle *h);
 int dlg_fill(dlg_handle *h, int dtype, void *y, int64_t n, double v);
 /* *p += delta for one int64 on the device (BatchNorm's num_batches_tracked). */
 int dlg_add_i64(dlg_handle *h, int64_t *p, int64_t delta);
-/* The element-wise launchers of src_gpu/ew.cu are reached through weak
+/* The element-wise launchers of src_gpu/core.cu are reached through weak
  * references (so that a user op without a GPU launcher links and panics with
- * a message); gpu.h calls this to pull ew.cu's object out of the archive. */
+ * a message); gpu.h calls this to pull core.cu's object out of the archive. */
 int dlg_ew_linked(void);
 /* y (contiguous) = x read through shape/strides (elements of elem_size bytes:
  * 1, 2, 4 or 8): the device's strided gather. ndim <= DLG_MAXD. */
@@ -94,7 +94,7 @@ int dlg_gemm_batched(dlg_handle *h, int dtype, int ta, int tb, int64_t m, int64_
                      int64_t ldb, int64_t sb, double beta, void *C, int64_t ldc, int64_t sc,
                      int64_t batch);
 
-/* >>element-wise ops from the op list (src_gpu/ew.cu) -----------------------
+/* >>element-wise ops from the op list (src_gpu/core.cu) -----------------------
  * One launcher per op of expr.h's list, generated from the same text as the
  * CPU loops: `FAM__gpu` where FAM is the op's scalar family (dl__op_relu
  * for the library's relu, the user's name for DL_DEFINE_OP1(name, ...)).
@@ -122,7 +122,7 @@ typedef struct dlg_ew {
 typedef int (*dlg_ew_fn)(dlg_handle *h, int dtype, int mode, const dlg_ew *e, void *const ptr[5],
                          double p0);
 
-/* clamp and where (src_gpu/misc.cu), through the same slots:
+/* clamp and where (src_gpu/core.cu), through the same slots:
  *   dlg_clamp_ew  FWD y = clamp(x0, lo, hi); JVP ty = tx0 (slot 3) where lo <= x0 <= hi, else 0;
  *              BWD gx0 (slot 3) += gy where lo <= x0 <= hi
  *   dlg_where_ew  FWD (and JVP, on tangents) y = c (slot 1) != 0 ? a (slot 2) : b (slot 3);
@@ -134,9 +134,30 @@ int dlg_where_ew(dlg_handle *h, int dtype, int mode, const dlg_ew *e, void *cons
 }
 #endif
 
-#include "dnn.h"  /* convolution, pooling, normalisation (src_gpu/dnn.cu) */
-#include "kern.h" /* reductions, softmax, losses, embedding, dropout, optimizers (src_gpu/kern.cu) */
-#include "shape.h" /* index_select, gather, pad (src_gpu/shape.cu) */
-#include "rnn.h" /* the recurrent layers' gates (src_gpu/rnn.cu) */
+/* The kernel families, one header and one src_gpu/ file each, named after
+ * the op family they serve (dl/ops/NAME.h, or dl/optim.h). Their calls
+ * follow the conventions above, and:
+ * Each call matches the CPU code it serves (named in its comment): same
+ * formulas, same precision (sums in double, element math in the dtype), so
+ * results agree with the CPU's to rounding; where the comment says
+ * "bit-identical" the arithmetic is the CPU's, operation for operation
+ * (no fused multiply-add), and so are the results.
+ *
+ * Index lists built on the host (embedding rows, labels, touched rows of a
+ * row-sparse gradient) are passed as HOST int64 arrays: the call copies them
+ * into the handle's workspace before its kernels run. The caller checks
+ * their range (the CPU's messages); the kernels still never read or write
+ * outside the arrays (an index out of range is skipped, as noted).
+ *
+ * Sizes of 0 are accepted: nothing is written, except by the calls that
+ * produce a sum (their value over nothing, 0 / div). */
+#include "conv.h"   /* convolution, pooling (src_gpu/conv.cu) */
+#include "norm.h"   /* batch, layer, RMS normalisation (src_gpu/norm.cu) */
+#include "reduce.h" /* reductions, softmax (src_gpu/reduce.cu) */
+#include "loss.h"   /* the losses (src_gpu/loss.cu) */
+#include "sparse.h" /* embedding, row scatter, dropout (src_gpu/sparse.cu) */
+#include "optim.h"  /* optimizer updates, clipping, regularisation (src_gpu/optim.cu) */
+#include "shape.h"  /* index_select, gather, pad (src_gpu/shape.cu) */
+#include "rnn.h"    /* the recurrent layers' gates (src_gpu/rnn.cu) */
 
 #endif /* DL_GPU_ABI_H */

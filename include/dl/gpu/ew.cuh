@@ -1,6 +1,6 @@
 // dl/gpu/ew.cuh - CUDA kernels for element-wise ops, generated from the
 // same one-line definitions as the CPU loops (expr.h's op list and a
-// user's DL_DEFINE_OP lines). Compiled by nvcc only: src_gpu/ew.cu
+// user's DL_DEFINE_OP lines). Compiled by nvcc only: src_gpu/core.cu
 // instantiates the library's list; a user op gets its kernels from the same
 // text in a .cu file of the program:
 //

@@ -417,9 +417,10 @@ DL_API void dl__conv_backward(dl_tape *tp, const char *op, const dl__conv_geom *
 }
 
 /* >>device (DL_USE_CUDA) ------------------------------------------------------
- * Convolution, pooling and the norms (ops/norm.h) on the GPU: src_gpu/dnn.cu
- * through dl/gpu/dnn.h, the same results as the CPU code (pooling bit for
- * bit; convolution is cuDNN's, f32 on FMA kernels, no TF32). */
+ * Convolution, pooling and the norms (ops/norm.h) on the GPU: src_gpu/conv.cu
+ * and norm.cu through dl/gpu/conv.h and norm.h, the same results as the CPU
+ * code (pooling bit for bit; convolution is cuDNN's, f32 on FMA kernels, no
+ * TF32). */
 #ifdef DL_USE_CUDA
 DL_API dlg_conv2d dl__conv_dlg(const dl__conv_geom *g) {
   dlg_conv2d c;

@@ -23,7 +23,7 @@
  * of z) are in double; every reduction over elements or rows is in double.
  *
  * GPU (DL_USE_CUDA, device tensors on a device tape): the same formulas in
- * dl/gpu/kern.h's kernels, the sums in double in the kernels' fixed order.
+ * dl/gpu/loss.h's kernels, the sums in double in the kernels' fixed order.
  * Labels are read and checked on the host, with the CPU's messages (a
  * device label tensor is copied there first, which waits for the device);
  * the kernels get the checked labels.
@@ -261,11 +261,11 @@ DL_API void dl__loss_ew_bw(dl_tape *tp, dl_node *n) {
 }
 
 #ifdef DL_USE_CUDA
-/* The kernels' kinds are the CPU's (dl/gpu/kern.h). */
+/* The kernels' kinds are the CPU's (dl/gpu/loss.h). */
 _Static_assert((int)DL__LK_MSE == (int)DLG_LOSS_MSE && (int)DL__LK_BCE == (int)DLG_LOSS_BCE &&
                    (int)DL__LK_HUBER == (int)DLG_LOSS_HUBER && (int)DL__LK_SL1 == (int)DLG_LOSS_SL1 &&
                    (int)DL__LK_L1 == (int)DLG_LOSS_L1,
-               "dl: loss kinds differ between loss.h and gpu/kern.h");
+               "dl: loss kinds differ between loss.h and gpu/loss.h");
 /* dl__loss_ew on the device (checks done): the same outputs and node. */
 DL_API dl_tensor *dl__loss_ew_gpu(dl_tape *tp, const char *op, int kind, dl_tensor *a, dl_tensor *b, double p,
                                   dl_reduction r) {

@@ -26,7 +26,7 @@
  * tile order: the results do not depend on the thread count, bit for bit.
  *
  * Device (DL_USE_CUDA): x on the GPU, on a device tape, runs the kernels of
- * src_gpu/dnn.cu (dl/gpu/dnn.h): the same formulas, statistics and sums in
+ * src_gpu/norm.cu (dl/gpu/norm.h): the same formulas, statistics and sums in
  * double, one block per channel (batch norm) or row (layer / RMS norm); the
  * statistics are saved in device memory, gradients are added in a fixed
  * order (no atomics).
@@ -378,7 +378,7 @@ DL_API void dl__bn_sizes(const dl_tensor *x, int64_t *N, int64_t *C, int64_t *S)
 }
 
 #ifdef DL_USE_CUDA
-/* The device form of batch norm (src_gpu/dnn.cu, one block per channel, the
+/* The device form of batch norm (src_gpu/norm.cu, one block per channel, the
  * plane form's arithmetic in double): x's sizes, the parameters (x's dtype,
  * any stride) and the running statistics read or updated in place. */
 DL_API dlg_bn dl__bn_dlg(const dl_tensor *x, const dl_tensor *w, const dl_tensor *b, int batch) {

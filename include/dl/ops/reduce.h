@@ -30,7 +30,7 @@
  * order. Softmax over contiguous rows (the last axis) has its own row loop.
  *
  * GPU (DL_USE_CUDA, device tensors on a device tape): the same formulas in
- * dl/gpu/kern.h's kernels (dlg_reduce, dlg_softmax and their backward),
+ * dl/gpu/reduce.h's kernels (dlg_reduce, dlg_softmax and their backward),
  * also accumulating in double; a sum's order is the kernel's (fixed, so
  * results repeat) rather than the CPU's, so the last bits may differ, while
  * max / min and their tie rule are exact.
@@ -602,7 +602,7 @@ DL_API int dl__red_out_shape(const dl_tensor *x, unsigned mask, int keepdim, int
 enum { DL__RK_SUM, DL__RK_MEAN, DL__RK_MAX, DL__RK_MIN, DL__RK_VAR, DL__RK_LSE };
 
 #ifdef DL_USE_CUDA
-/* The kernel's kind (dl/gpu/kern.h) of a reduction kind; mean is a scaled sum. */
+/* The kernel's kind (dl/gpu/reduce.h) of a reduction kind; mean is a scaled sum. */
 DL_API int dl__red_gpu_kind(int kind) {
   switch (kind) {
     case DL__RK_SUM:

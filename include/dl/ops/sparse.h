@@ -16,7 +16,7 @@
  * On the GPU (weight and output device tensors; the indices may be on
  * either side). The indices are read on the host (a device index tensor is
  * copied there first, which waits for the device) and checked with the
- * CPU's message; the checked rows go to the kernels (dl/gpu/kern.h), which
+ * CPU's message; the checked rows go to the kernels (dl/gpu/sparse.h), which
  * cannot read outside the weight. Backward adds rows with dlg_rows_scatter:
  * grouped by destination row on the host, each row summed in index order
  * by one thread, so the result is the CPU's, bit for bit, with no atomics.

@@ -1,19 +1,19 @@
-/* dl/gpu/dnn.h - the ABI of src_gpu/dnn.cu: convolution (cuDNN), pooling,
- * batch norm, layer and RMS norm on the device, for ops/conv.h and
- * ops/norm.h. Included by dl/gpu/abi.h; conventions as there (first argument
- * the handle, DLG_OK / DLG_OOM / DLG_ERR with the message in dlg_message,
- * device pointers, work queued on the handle's stream, dtype DLG_F32 or
- * DLG_F64 for every floating operand of a call).
+/* dl/gpu/norm.h - the ABI of src_gpu/norm.cu: batch norm, layer and RMS
+ * norm on the device, for ops/norm.h. Included by dl/gpu/abi.h;
+ * conventions as there (first argument the handle, DLG_OK / DLG_OOM /
+ * DLG_ERR with the message in dlg_message, device pointers, work queued on
+ * the handle's stream, dtype DLG_F32 or DLG_F64 for every floating operand
+ * of a call).
  *
- * Every call matches the CPU code of the same op (ops/conv.h, ops/norm.h):
+ * Every call matches the CPU code of the same op:
  * same formulas, statistics and sums accumulated in double (f32 too), the
  * same rules for ties and NaN in max pooling. Gradients ADD into the buffers
  * given (gx += ..., as the CPU backward rules do); a NULL gradient pointer
  * means "not wanted". All tensors are contiguous unless a stride is given.
  * Empty sizes (a zero dimension) are accepted and do nothing (but what the
  * CPU also does for them: bias written, zero sums added). */
-#ifndef DL_GPU_DNN_H
-#define DL_GPU_DNN_H
+#ifndef DL_GPU_NORM_H
+#define DL_GPU_NORM_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -23,64 +23,6 @@ extern "C" {
 #endif
 
 typedef struct dlg_handle dlg_handle; /* as in abi.h (a repeated typedef: C11) */
-
-/* >>convolution (cuDNN) ------------------------------------------------------
- * One 2-d convolution, PyTorch's layout and ops/conv.h's dl__conv_geom:
- * x [N, C, H, W], w [O, C/G, kh, kw], b [O], y [N, O, Ho, Wo] with
- *   Ho = (H + 2 ph - dh (kh - 1) - 1) / sh + 1   (likewise Wo),
- * symmetric zero padding ph, pw, strides sh, sw >= 1, dilations dh, dw >= 1,
- * G groups (C and O divisible by G). conv1d is H = kh = 1, sh = dh = 1,
- * ph = 0. Cross-correlation (no kernel flip), as the CPU. Every size of x,
- * w and y must fit cuDNN's int (each tensor below 2^31 elements), else
- * DLG_ERR. f32 runs on FMA kernels only (no TF32 tensor cores), f64 on
- * cuDNN's default math; among those cuDNN's heuristics (the _v7 queries)
- * pick the algorithm, deterministic ones first. */
-typedef struct dlg_conv2d {
-  int64_t N, C, H, W, O, kh, kw, Ho, Wo;
-  int64_t sh, sw, ph, pw, dh, dw, G;
-} dlg_conv2d;
-
-/* y = conv(x, w) + b (acc == 0) or y += conv(x, w) + b (acc != 0); b may be
- * NULL. C == 0: y = b (or += b), zeros without b. */
-int dlg_conv2d_fwd(dlg_handle *h, int dtype, const dlg_conv2d *g, const void *x, const void *w,
-                   const void *b, void *y, int acc);
-/* Gradients of y = conv(x, w) + b from gy [N, O, Ho, Wo], each added into
- * (NULL: skipped): gx [N, C, H, W] += conv_transpose(gy, w),
- * gw [O, C/G, kh, kw] += corr(x, gy), gb [O] += gy summed over N, Ho, Wo
- * (in double per channel, rounded once, as the CPU). */
-int dlg_conv2d_bwd(dlg_handle *h, int dtype, const dlg_conv2d *g, const void *x, const void *w,
-                   const void *gy, void *gx, void *gw, void *gb);
-
-/* >>pooling (own kernels: the CPU's tie, NaN and divisor rules) --------------
- * x [N, C, H, W], y [N, C, Ho, Wo] with Ho = (H + 2 ph - kh) / sh + 1
- * (likewise Wo), as ops/conv.h's dl__pool_geom; the window of (oh, ow) is
- * rows [oh sh - ph, + kh) and columns [ow sw - pw, + kw) clipped to the
- * input. excl: the average divides by the clipped window's size, else by
- * kh kw (count_include_pad). Max pooling pads with -inf; idx [N, C, Ho, Wo]
- * (int32) holds ih W + iw of the first maximum of the window in scan
- * order (rows, then columns; a NaN wins, the last NaN of the window; a
- * window of -inf keeps its first element). */
-typedef struct dlg_pool2d {
-  int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, Ho, Wo;
-  int excl;
-} dlg_pool2d;
-
-/* y = window max of x; idx (may be NULL) its position in the plane. */
-int dlg_max_pool2d_fwd(dlg_handle *h, int dtype, const dlg_pool2d *g, const void *x, void *y,
-                       int32_t *idx);
-/* gx [N, C, H, W] += gy [N, C, Ho, Wo] at idx; an element that is the max
- * of several windows sums their gy in (oh, ow) order, as the CPU
- * (deterministic: one thread per element of gx, no atomics). */
-int dlg_max_pool2d_bwd(dlg_handle *h, int dtype, const dlg_pool2d *g, const void *gy,
-                       const int32_t *idx, void *gx);
-/* ty [N, C, Ho, Wo] = tx [N, C, H, W] at idx (forward-mode tangent). */
-int dlg_max_pool2d_tan(dlg_handle *h, int dtype, const dlg_pool2d *g, const void *tx,
-                       const int32_t *idx, void *ty);
-/* y = window sum of x (in x's dtype, scan order) / count; 0 when count is 0. */
-int dlg_avg_pool2d_fwd(dlg_handle *h, int dtype, const dlg_pool2d *g, const void *x, void *y);
-/* gx += gy / count over each window, summed per element in (oh, ow) order
- * (deterministic, no atomics). */
-int dlg_avg_pool2d_bwd(dlg_handle *h, int dtype, const dlg_pool2d *g, const void *gy, void *gx);
 
 /* >>batch norm (own kernels: double statistics, any eps >= 0) -----------------
  * x [N, C, S] contiguous (S: the product of x's dimensions after the
@@ -155,4 +97,4 @@ int dlg_layer_norm_bwd(dlg_handle *h, int dtype, const dlg_ln *p, const void *x,
 }
 #endif
 
-#endif /* DL_GPU_DNN_H */
+#endif /* DL_GPU_NORM_H */

@@ -1,4 +1,4 @@
-// src_gpu/runtime.cu - the device handle, raw memory, copies, fills and
+// src_gpu/device.cu - the device handle, raw memory, copies, fills and
 // cuBLAS GEMM behind dl/gpu/abi.h. Row-major GEMM is computed as the
 // column-major product of the transposes: C^T = op(B)^T op(A)^T.
 #include <stdlib.h>

@@ -1,0 +1,324 @@
+// src_gpu/optim.cu - the optimizer updates, clipping and regularisation on
+// the device: the ABI of dl/gpu/optim.h, for optim.h. Every update rounds
+// as the CPU does (engine.h's radd/rmul/...: no fused multiply-add).
+#include "engine.h"
+
+namespace {
+
+// >>optimizers: element i of g is element at(i) of p and the state
+
+__host__ __device__ __forceinline__ int64_t at(int64_t i, int64_t w, const int64_t *rows) {
+  if (!rows) return i;
+  const int64_t k = i / w;
+  return rows[k] * w + (i - k * w);
+}
+template <typename T> __host__ __device__ __forceinline__ T sgn(T v) {
+  return rsub(v > 0 ? (T)1 : (T)0, v < 0 ? (T)1 : (T)0);
+}
+
+template <typename T>
+__host__ __device__ __forceinline__ void sgd_at(int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
+                                                const T *__restrict__ g, T *__restrict__ buf, T sg, T wd, T mom,
+                                                T damp1, T lr, int use_buf, int first, int nesterov, int64_t i) {
+  const int64_t k = at(i, w, rows);
+  const T pk = p[k], d = radd(rmul(sg, g[i]), rmul(wd, pk));
+  if (!use_buf) {
+    p[k] = rsub(pk, rmul(lr, d));
+    return;
+  }
+  const T b = first ? d : radd(rmul(buf[k], mom), rmul(damp1, d));
+  buf[k] = b;
+  p[k] = nesterov ? rsub(pk, rmul(lr, radd(d, rmul(mom, b)))) : rsub(pk, rmul(lr, b));
+}
+template <typename T>
+__global__ void k_sgd(int64_t n, int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
+                      const T *__restrict__ g, T *__restrict__ buf, T sg, T wd, T mom, T damp1, T lr, int use_buf,
+                      int first, int nesterov) {
+  GRID_STRIDE(i, n) sgd_at(w, rows, p, g, buf, sg, wd, mom, damp1, lr, use_buf, first, nesterov, i);
+}
+template <typename T>
+__host__ __device__ __forceinline__ void adam_at(int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
+                                                 const T *__restrict__ g, T *__restrict__ m, T *__restrict__ v,
+                                                 T *__restrict__ vm, T sg, T wd, T b1, T b1c, T b2, T b2c, T dec, T ss,
+                                                 T bc, T eps, int64_t i) {
+  const int64_t k = at(i, w, rows);
+  const T pk = p[k], d = radd(rmul(sg, g[i]), rmul(wd, pk));
+  const T mi = radd(rmul(m[k], b1), rmul(b1c, d));
+  T vi = radd(rmul(v[k], b2), rmul(b2c, rmul(d, d)));
+  m[k] = mi;
+  v[k] = vi;
+  if (vm) {
+    const T a = vm[k];
+    vi = (a > vi || a != a) ? a : vi;
+    vm[k] = vi;
+  }
+  p[k] = rsub(rmul(pk, dec), rdiv(rmul(ss, mi), radd(rdiv(rsqrt_(vi), bc), eps)));
+}
+template <typename T>
+__global__ void k_adam(int64_t n, int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
+                       const T *__restrict__ g, T *__restrict__ m, T *__restrict__ v, T *__restrict__ vm, T sg, T wd,
+                       T b1, T b1c, T b2, T b2c, T dec, T ss, T bc, T eps) {
+  GRID_STRIDE(i, n) adam_at(w, rows, p, g, m, v, vm, sg, wd, b1, b1c, b2, b2c, dec, ss, bc, eps, i);
+}
+template <typename T>
+__host__ __device__ __forceinline__ void rmsprop_at(int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
+                                                    const T *__restrict__ g, T *__restrict__ sq, T *__restrict__ ga,
+                                                    T *__restrict__ mb, T sg, T wd, T al, T al1, T eps, T mom, T lr,
+                                                    int64_t i) {
+  const int64_t k = at(i, w, rows);
+  const T pk = p[k], d = radd(rmul(sg, g[i]), rmul(wd, pk));
+  const T s = radd(rmul(sq[k], al), rmul(al1, rmul(d, d)));
+  T avg;
+  sq[k] = s;
+  if (ga) {
+    const T a = radd(rmul(ga[k], al), rmul(al1, d));
+    ga[k] = a;
+    avg = radd(rsqrt_(rsub(s, rmul(a, a))), eps);
+  } else {
+    avg = radd(rsqrt_(s), eps);
+  }
+  if (mb) {
+    const T b = radd(rmul(mb[k], mom), rdiv(d, avg));
+    mb[k] = b;
+    p[k] = rsub(pk, rmul(lr, b));
+  } else {
+    p[k] = rsub(pk, rdiv(rmul(lr, d), avg));
+  }
+}
+template <typename T>
+__global__ void k_rmsprop(int64_t n, int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
+                          const T *__restrict__ g, T *__restrict__ sq, T *__restrict__ ga, T *__restrict__ mb, T sg,
+                          T wd, T al, T al1, T eps, T mom, T lr) {
+  GRID_STRIDE(i, n) rmsprop_at(w, rows, p, g, sq, ga, mb, sg, wd, al, al1, eps, mom, lr, i);
+}
+template <typename T>
+__host__ __device__ __forceinline__ void adagrad_at(int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
+                                                    const T *__restrict__ g, T *__restrict__ sum, T sg, T wd, T clr,
+                                                    T eps, int64_t i) {
+  const int64_t k = at(i, w, rows);
+  const T pk = p[k], d = radd(rmul(sg, g[i]), rmul(wd, pk));
+  const T s = radd(sum[k], rmul(d, d));
+  sum[k] = s;
+  p[k] = rsub(pk, rdiv(rmul(clr, d), radd(rsqrt_(s), eps)));
+}
+template <typename T>
+__global__ void k_adagrad(int64_t n, int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
+                          const T *__restrict__ g, T *__restrict__ sum, T sg, T wd, T clr, T eps) {
+  GRID_STRIDE(i, n) adagrad_at(w, rows, p, g, sum, sg, wd, clr, eps, i);
+}
+template <typename T>
+__host__ __device__ __forceinline__ void lion_at(int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
+                                                 const T *__restrict__ g, T *__restrict__ m, T b1, T b1c, T b2, T b2c,
+                                                 T lr, T dec, int64_t i) {
+  const int64_t k = at(i, w, rows);
+  const T gi = g[i], mk = m[k];
+  const T c = radd(rmul(mk, b1), rmul(b1c, gi));
+  p[k] = rsub(rmul(p[k], dec), rmul(lr, sgn(c)));
+  m[k] = radd(rmul(mk, b2), rmul(b2c, gi));
+}
+template <typename T>
+__global__ void k_lion(int64_t n, int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
+                       const T *__restrict__ g, T *__restrict__ m, T b1, T b1c, T b2, T b2c, T lr, T dec) {
+  GRID_STRIDE(i, n) lion_at(w, rows, p, g, m, b1, b1c, b2, b2c, lr, dec, i);
+}
+template <typename T> __host__ __device__ __forceinline__ void clamp_at(T *__restrict__ x, T lo, T hi, int64_t i) {
+  const T v = x[i];
+  x[i] = v < lo ? lo : v > hi ? hi : v;
+}
+template <typename T> __global__ void k_clamp(T *__restrict__ x, int64_t n, T lo, T hi) {
+  GRID_STRIDE(i, n) clamp_at(x, lo, hi, i);
+}
+template <typename T> struct FSq {
+  const T *x;
+  __host__ __device__ double operator()(int64_t i) const {
+    const double v = (double)x[i];
+    return v * v;
+  }
+};
+template <typename T> __host__ __device__ __forceinline__ void scale_at(T *__restrict__ x, T f, int64_t i) {
+  x[i] = rmul(x[i], f);
+}
+template <typename T> __global__ void k_scale(T *__restrict__ x, int64_t n, T f) {
+  GRID_STRIDE(i, n) scale_at(x, f, i);
+}
+template <typename T>
+__host__ __device__ __forceinline__ void regularize_at(int64_t w, const int64_t *__restrict__ rows, T *__restrict__ g,
+                                                       const T *__restrict__ p, T l1, T l2, int64_t i) {
+  const T pk = p[at(i, w, rows)];
+  g[i] = radd(g[i], radd(rmul(l2, pk), rmul(l1, sgn(pk))));
+}
+template <typename T>
+__global__ void k_regularize(int64_t n, int64_t w, const int64_t *__restrict__ rows, T *__restrict__ g,
+                             const T *__restrict__ p, T l1, T l2) {
+  GRID_STRIDE(i, n) regularize_at(w, rows, g, p, l1, l2, i);
+}
+
+
+#ifndef DLG_HOST_TEST
+// The rows of a row-sparse step into the workspace (NULL when dense).
+inline int stage_rows(dlg_handle *h, const char *op, int64_t n, int64_t width, const int64_t *rows, const int64_t **dev) {
+  *dev = NULL;
+  if (!rows || n == 0) return DLG_OK;
+  if (width <= 0 || n % width != 0)
+    return dlg_fail(h, DLG_ERR, "%s: %lld elements are not whole rows of %lld", op, (long long)n, (long long)width);
+  const size_t bytes = sizeof(int64_t) * (size_t)(n / width);
+  DLG_TRY(dlg_ws(h, up256(bytes)));
+  DLG_TRY(stage(h, h->ws, rows, bytes, op));
+  *dev = (const int64_t *)h->ws;
+  return DLG_OK;
+}
+#endif // DLG_HOST_TEST
+
+} // namespace
+
+#ifndef DLG_HOST_TEST
+// ================================================================ the ABI
+
+extern "C" {
+
+int dlg_sgd_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const int64_t *rows, void *p, const void *g,
+                   void *buf, double sg, double wd, double momentum, double damp1, double lr, int first,
+                   int nesterov) {
+  static const char *op = "dlg_sgd_update";
+  const int64_t *r;
+  DLG_CHECK_DTYPE(op, dtype);
+  if (n == 0) return DLG_OK;
+  const int use_buf = momentum != 0;
+  if (use_buf && !buf) return dlg_fail(h, DLG_ERR, "%s: momentum %g needs the momentum buffer", op, momentum);
+  DLG_TRY(stage_rows(h, op, n, width, rows, &r));
+  const unsigned nb = dlg_blocks(h, n, TPB);
+  if (dtype == DLG_F32)
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_sgd<float>)(n, width, r, (float *)p, (const float *)g, (float *)buf, (float)sg,
+                                            (float)wd, (float)momentum, (float)damp1, (float)lr, use_buf, first,
+                                            nesterov);
+  else
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_sgd<double>)(n, width, r, (double *)p, (const double *)g, (double *)buf, sg, wd,
+                                             momentum, damp1, lr, use_buf, first, nesterov);
+  return dlg_launched(h, op);
+}
+
+int dlg_adam_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const int64_t *rows, void *p, const void *g,
+                    void *m, void *v, void *vmax, double sg, double wd, double b1, double b1c, double b2, double b2c,
+                    double decay, double step_size, double bc2_sqrt, double eps) {
+  static const char *op = "dlg_adam_update";
+  const int64_t *r;
+  DLG_CHECK_DTYPE(op, dtype);
+  if (n == 0) return DLG_OK;
+  DLG_TRY(stage_rows(h, op, n, width, rows, &r));
+  const unsigned nb = dlg_blocks(h, n, TPB);
+  if (dtype == DLG_F32)
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_adam<float>)(n, width, r, (float *)p, (const float *)g, (float *)m, (float *)v,
+                                             (float *)vmax, (float)sg, (float)wd, (float)b1, (float)b1c, (float)b2,
+                                             (float)b2c, (float)decay, (float)step_size, (float)bc2_sqrt,
+                                             (float)eps);
+  else
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_adam<double>)(n, width, r, (double *)p, (const double *)g, (double *)m, (double *)v,
+                                              (double *)vmax, sg, wd, b1, b1c, b2, b2c, decay, step_size, bc2_sqrt,
+                                              eps);
+  return dlg_launched(h, op);
+}
+
+int dlg_rmsprop_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const int64_t *rows, void *p,
+                       const void *g, void *sq, void *ga, void *mb, double sg, double wd, double alpha, double alpha1,
+                       double eps, double momentum, double lr) {
+  static const char *op = "dlg_rmsprop_update";
+  const int64_t *r;
+  DLG_CHECK_DTYPE(op, dtype);
+  if (n == 0) return DLG_OK;
+  DLG_TRY(stage_rows(h, op, n, width, rows, &r));
+  const unsigned nb = dlg_blocks(h, n, TPB);
+  if (dtype == DLG_F32)
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_rmsprop<float>)(n, width, r, (float *)p, (const float *)g, (float *)sq, (float *)ga,
+                                                (float *)mb, (float)sg, (float)wd, (float)alpha, (float)alpha1,
+                                                (float)eps, (float)momentum, (float)lr);
+  else
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_rmsprop<double>)(n, width, r, (double *)p, (const double *)g, (double *)sq,
+                                                 (double *)ga, (double *)mb, sg, wd, alpha, alpha1, eps, momentum,
+                                                 lr);
+  return dlg_launched(h, op);
+}
+
+int dlg_adagrad_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const int64_t *rows, void *p,
+                       const void *g, void *sum, double sg, double wd, double clr, double eps) {
+  static const char *op = "dlg_adagrad_update";
+  const int64_t *r;
+  DLG_CHECK_DTYPE(op, dtype);
+  if (n == 0) return DLG_OK;
+  DLG_TRY(stage_rows(h, op, n, width, rows, &r));
+  const unsigned nb = dlg_blocks(h, n, TPB);
+  if (dtype == DLG_F32)
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_adagrad<float>)(n, width, r, (float *)p, (const float *)g, (float *)sum, (float)sg,
+                                                (float)wd, (float)clr, (float)eps);
+  else
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_adagrad<double>)(n, width, r, (double *)p, (const double *)g, (double *)sum, sg, wd,
+                                                 clr, eps);
+  return dlg_launched(h, op);
+}
+
+int dlg_lion_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const int64_t *rows, void *p, const void *g,
+                    void *m, double b1, double b1c, double b2, double b2c, double lr, double decay) {
+  static const char *op = "dlg_lion_update";
+  const int64_t *r;
+  DLG_CHECK_DTYPE(op, dtype);
+  if (n == 0) return DLG_OK;
+  DLG_TRY(stage_rows(h, op, n, width, rows, &r));
+  const unsigned nb = dlg_blocks(h, n, TPB);
+  if (dtype == DLG_F32)
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_lion<float>)(n, width, r, (float *)p, (const float *)g, (float *)m, (float)b1,
+                                             (float)b1c, (float)b2, (float)b2c, (float)lr, (float)decay);
+  else
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_lion<double>)(n, width, r, (double *)p, (const double *)g, (double *)m, b1, b1c, b2,
+                                              b2c, lr, decay);
+  return dlg_launched(h, op);
+}
+
+int dlg_clamp(dlg_handle *h, int dtype, void *x, int64_t n, double v) {
+  static const char *op = "dlg_clamp";
+  DLG_CHECK_DTYPE(op, dtype);
+  if (n == 0) return DLG_OK;
+  if (dtype == DLG_F32)
+    DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_clamp<float>)((float *)x, n, (float)-v, (float)v);
+  else
+    DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_clamp<double>)((double *)x, n, -v, v);
+  return dlg_launched(h, op);
+}
+
+int dlg_sumsq(dlg_handle *h, int dtype, const void *x, int64_t n, double *out) {
+  static const char *op = "dlg_sumsq";
+  DLG_CHECK_DTYPE(op, dtype);
+  const Carve c = carve(sizeof(double) * (size_t)psum_blocks(h, n));
+  DLG_TRY(dlg_ws(h, c.total));
+  if (dtype == DLG_F32) {
+    const FSq<float> f = {(const float *)x};
+    return psum<double>(h, op, f, n, piece<double>(h, c, 0), out, 1.0);
+  }
+  const FSq<double> f = {(const double *)x};
+  return psum<double>(h, op, f, n, piece<double>(h, c, 0), out, 1.0);
+}
+
+int dlg_scale(dlg_handle *h, int dtype, void *x, int64_t n, double f) {
+  static const char *op = "dlg_scale";
+  DLG_CHECK_DTYPE(op, dtype);
+  if (n == 0) return DLG_OK;
+  if (dtype == DLG_F32) DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_scale<float>)((float *)x, n, (float)f);
+  else DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_scale<double>)((double *)x, n, f);
+  return dlg_launched(h, op);
+}
+
+int dlg_regularize(dlg_handle *h, int dtype, int64_t n, int64_t width, const int64_t *rows, void *g, const void *p,
+                   double l1, double l2) {
+  static const char *op = "dlg_regularize";
+  const int64_t *r;
+  DLG_CHECK_DTYPE(op, dtype);
+  if (n == 0) return DLG_OK;
+  DLG_TRY(stage_rows(h, op, n, width, rows, &r));
+  const unsigned nb = dlg_blocks(h, n, TPB);
+  if (dtype == DLG_F32)
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_regularize<float>)(n, width, r, (float *)g, (const float *)p, (float)l1, (float)l2);
+  else
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_regularize<double>)(n, width, r, (double *)g, (const double *)p, l1, l2);
+  return dlg_launched(h, op);
+}
+
+} // extern "C"
+#endif // DLG_HOST_TEST
