@@ -4,9 +4,9 @@
 # every configuration: gcc and clang as C11 (linked with -lm), and with
 # DL_USE_CUDA, DL_USE_MPI (where mpicc exists), both, DL_LINK and
 # DL_IMPLEMENTATION (gcc; clang for the first header too); g++ as C++11 with
-# and without DL_USE_CUDA and DL_USE_MPI; nvcc with and without DL_USE_CUDA
-# where nvcc exists. The checks run as parallel jobs (one per core). Prints
-# one "FAILED: ..." line (and the compiler's first lines) per failing check,
+# and without DL_USE_CUDA and DL_USE_MPI; nvcc likewise, where nvcc exists.
+# The checks run as parallel jobs (one per core). Prints one "FAILED: ..."
+# line (and the compiler's first lines) per failing check,
 # a "SKIP ..." line for what cannot run here, and last
 #   HEADERS <passed> <failed> <skipped>
 set -u
@@ -37,7 +37,9 @@ for h in include/dl.h include/dl/*.h include/dl/ops/*.h; do
     add "$h as C++ with g++ ${cfg%% -I*}" "g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror $cfg $inc -x c++ - -c -o /dev/null"
   done
   if command -v nvcc >/dev/null; then
-    for cfg in "" "-DDL_USE_CUDA"; do add "$h with nvcc $cfg" "NVCC $cfg $inc"; done
+    for cfg in "" "-DDL_USE_CUDA" ${MPI_CFLAGS:+"$MPI_CFLAGS"} ${MPI_CFLAGS:+"-DDL_USE_CUDA $MPI_CFLAGS"}; do
+      add "$h with nvcc ${cfg%% -I*}" "NVCC $cfg $inc"
+    done
   fi
 done
 [ -n "$MPI_CFLAGS" ] || { echo "SKIP header checks with DL_USE_MPI: mpicc not found"; skip=$((skip + 1)); }

@@ -6,8 +6,8 @@
 #      on its own: gcc and clang as C11 with -Wall -Wextra -Wpedantic -Werror
 #      and linked (-lm, as every user links), and again with DL_USE_CUDA,
 #      with DL_USE_MPI (where mpicc exists), with both, with DL_LINK and with
-#      DL_IMPLEMENTATION; g++ as C++11 with and without DL_USE_CUDA and
-#      DL_USE_MPI, nvcc with and without DL_USE_CUDA
+#      DL_IMPLEMENTATION; g++ (C++11) and nvcc with and without DL_USE_CUDA
+#      and DL_USE_MPI (tests/header_matrix.sh, as parallel jobs)
 #   1b. the headers hold one OpenMP parallel region, core.h's
 #      DL_PARALLEL_REGION: every parallel loop goes through it
 #   2. tests/test_*.c built with gcc -O2 -fopenmp (plus the flags a test names
