@@ -302,26 +302,14 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
 
 /* >>backward machinery ----------------------------------------------------- */
 
-/* Walks the elements of gy (the broadcast shape) with the offset of each input
- * (stride 0 along its broadcast dimensions): used by the generated backward
- * rules. Serial when an input is broadcast (its gradient elements receive
- * several contributions), parallel blocks otherwise. */
-typedef struct dl__bwalk {
-  const dl_tensor *gy;
-  int n;
-  int64_t xs[2][DL_MAX_DIMS];   /* input strides along gy's dims, 0 where broadcast */
-  int64_t gs[2][DL_MAX_DIMS];   /* the same for the input's gradient tensor */
-  int bcast;                    /* 0: everything contiguous and same-shape */
-} dl__bwalk;
-
-DL_API void dl__bwalk_init(dl__bwalk *w, const char *op, const dl_tensor *gy, int n,
-                           const dl_tensor *x0, const dl_tensor *x1, dl_tensor *g0, dl_tensor *g1) {
+/* The checks of a generated backward rule (the element-wise driver then does
+ * the walk): gy f32/f64; each input of gy's dtype, broadcasting to gy; each
+ * given gradient of its input's shape and dtype. Panics naming op. */
+DL_API void dl__bwd_check(const char *op, const dl_tensor *gy, int n, const dl_tensor *x0, const dl_tensor *x1,
+                          dl_tensor *g0, dl_tensor *g1) {
   int k, d;
   const dl_tensor *xs[2] = {x0, x1};
   dl_tensor *gs[2] = {g0, g1};
-  w->gy = gy;
-  w->n = n;
-  w->bcast = !dl_tensor_is_contiguous(gy);
   if (gy->dtype != DL_F32 && gy->dtype != DL_F64)
     DL_PANIC(gy->ctx, op, "gradient %s must be f32 or f64", DL_SHAPESTR(gy));
   for (k = 0; k < n; k++) {
@@ -333,30 +321,10 @@ DL_API void dl__bwalk_init(dl__bwalk *w, const char *op, const dl_tensor *gy, in
     if (off < 0)
       DL_PANIC(gy->ctx, op, "input %s has more dimensions than the gradient %s", DL_SHAPESTR(x), DL_SHAPESTR(gy));
     for (d = 0; d < gy->ndim; d++) {
-      int xd = d - off, b = xd < 0 || x->shape[xd] == 1;
-      if (!b && x->shape[xd] != gy->shape[d])
+      int xd = d - off;
+      if (xd >= 0 && x->shape[xd] != 1 && x->shape[xd] != gy->shape[d])
         DL_PANIC(gy->ctx, op, "shape mismatch: input %s does not broadcast to gradient %s",
                  DL_SHAPESTR(x), DL_SHAPESTR(gy));
-      w->xs[k][d] = b ? 0 : x->strides[xd];
-      w->gs[k][d] = (b || !gs[k]) ? 0 : gs[k]->strides[xd];
-      if (b && gy->shape[d] > 1) w->bcast = 1;
-    }
-    if (!dl_tensor_is_contiguous(x) || (gs[k] && !dl_tensor_is_contiguous(gs[k]))) w->bcast = 1;
-  }
-}
-/* Offsets of element i (row-major over gy's shape) in gy, in each input (ox)
- * and in each input's gradient (og). */
-DL_API void dl__bwalk_at(const dl__bwalk *w, int64_t i, int64_t *oy, int64_t *ox, int64_t *og) {
-  int d, k;
-  *oy = 0;
-  ox[0] = ox[1] = og[0] = og[1] = 0;
-  for (d = w->gy->ndim - 1; d >= 0; d--) {
-    int64_t id = i % w->gy->shape[d];
-    i /= w->gy->shape[d];
-    *oy += id * w->gy->strides[d];
-    for (k = 0; k < w->n; k++) {
-      ox[k] += id * w->xs[k][d];
-      og[k] += id * w->gs[k][d];
     }
   }
 }
@@ -632,10 +600,9 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
   }                                                                                    \
   /* gx0 += gy * f'(x0); gx0 has x0's shape (summed over broadcast dims) */           \
   SC void TN##_backward(dl_tensor *gx0, const dl_tensor *gy, const dl_tensor *x0_ PD) { \
-    dl__bwalk w;                                                                       \
     if (!gx0) return;                                                                  \
     DL__GPU_EW(#TN "_backward", FAM, DLG_BWD, gy, x0_, NULL, gx0, NULL, DL__PV(0.0 PA)) \
-    dl__bwalk_init(&w, #TN "_backward", gy, 1, x0_, NULL, gx0, NULL);                  \
+    dl__bwd_check(#TN "_backward", gy, 1, x0_, NULL, gx0, NULL);                       \
     dl__ew_run(#TN "_backward", FAM##_ewk_f32, FAM##_ewk_f64, DL__EW_BWD, gy, x0_, NULL, gx0, NULL, \
                DL__PV(0.0 PA));                                                        \
   }
@@ -690,9 +657,8 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
   /* gx0 += gy * df/dx0, gx1 += gy * df/dx1, each summed to its input's shape */       \
   SC void TN##_backward(dl_tensor *gx0, dl_tensor *gx1, const dl_tensor *gy,        \
                             const dl_tensor *x0_, const dl_tensor *x1_) {              \
-    dl__bwalk w;                                                                       \
     DL__GPU_EW(#TN "_backward", FAM, DLG_BWD, gy, x0_, x1_, gx0, gx1, 0.0)             \
-    dl__bwalk_init(&w, #TN "_backward", gy, 2, x0_, x1_, gx0, gx1);                    \
+    dl__bwd_check(#TN "_backward", gy, 2, x0_, x1_, gx0, gx1);                         \
     if (!gx0 && !gx1) return;                                                          \
     dl__ew_run(#TN "_backward", FAM##_ewk_f32, FAM##_ewk_f64, DL__EW_BWD, gy, x0_, x1_, gx0, gx1, 0.0); \
   }
