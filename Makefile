@@ -11,12 +11,17 @@
 #                and the examples built for --device cuda (build/*_cuda)
 #   make gpu-fake  build/libdlgpu_fake.a: the same src_gpu/ on a fake device on the
 #                host (g++, no CUDA needed; see src_gpu/fake/cuda_fake.h)
+#   make install   the headers, dl.pc (and dl-openmp.pc, dl-openblas.pc, ...), the
+#                CMake package dl::dl, the documents, and build/libdlgpu.a when
+#                `make gpu-lib` built it; PREFIX (default /usr/local) and DESTDIR
+#   make uninstall  removes what make install put there
 
 CC = gcc
 WARN = -std=c11 -Wall -Wextra -Wpedantic -Werror
 BUILD = build
 
-.PHONY: all run examples test quick bench clean deps-run deps-test deps-bench gpu gpu-lib gpu-fake
+.PHONY: all run examples test quick bench clean deps-run deps-test deps-bench gpu gpu-lib gpu-fake \
+  install uninstall version
 
 all: test
 
@@ -109,3 +114,53 @@ $(BUILD)/libdlgpu_fake.a: $(GPU_FAKE_OBJ)
 	ar rcs $@ $(GPU_FAKE_OBJ)
 
 gpu-fake: $(BUILD)/libdlgpu_fake.a
+
+# Installing. The library is its headers: `make install` copies include/ to
+# $(DESTDIR)$(PREFIX)/include and writes the pkg-config modules and the CMake
+# package from pkg/*.in with this prefix and the version of
+# include/dl/config.h (its one source of truth). dl-cuda.pc, the CMake CUDA
+# component's library and libdlgpu.a are installed only when build/libdlgpu.a
+# exists (make gpu-lib first). DESTDIR stages an install (packaging, tests).
+PREFIX ?= /usr/local
+DESTDIR ?=
+INSTALL ?= install
+VERSION := $(shell sed -n 's/^\#define DL_VERSION_STRING "\(.*\)"$$/\1/p' include/dl/config.h)
+PC_MODULES = dl dl-openmp dl-openblas dl-zlib dl-stb dl-mpi
+DOCS = README.md CHANGELOG.md LICENSE DESIGN.md
+I_INC = $(DESTDIR)$(PREFIX)/include
+I_LIB = $(DESTDIR)$(PREFIX)/lib
+I_PC = $(I_LIB)/pkgconfig
+I_CMAKE = $(I_LIB)/cmake/dl
+I_DOC = $(DESTDIR)$(PREFIX)/share/doc/dl
+SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@CUDA@|$(CUDA)|g'
+
+version:
+	@echo $(VERSION)
+
+install:
+	@test -n "$(VERSION)" || { echo "make install: no DL_VERSION_STRING in include/dl/config.h" >&2; exit 1; }
+	@case "$(PREFIX)" in /*) ;; *) echo "make install: PREFIX must be an absolute path (got '$(PREFIX)')" >&2; exit 1 ;; esac
+	$(INSTALL) -d $(I_INC)/dl/ops $(I_INC)/dl/gpu $(I_PC) $(I_CMAKE) $(I_DOC)
+	$(INSTALL) -m 644 include/dl.h $(I_INC)/dl.h
+	$(INSTALL) -m 644 $(wildcard include/dl/*.h) $(I_INC)/dl
+	$(INSTALL) -m 644 $(wildcard include/dl/ops/*.h) $(I_INC)/dl/ops
+	$(INSTALL) -m 644 $(wildcard include/dl/gpu/*.h include/dl/gpu/*.cuh) $(I_INC)/dl/gpu
+	@for m in $(PC_MODULES); do echo "$(SUBST) pkg/$$m.pc.in > $(I_PC)/$$m.pc"; \
+	  $(SUBST) pkg/$$m.pc.in >$(I_PC)/$$m.pc && chmod 644 $(I_PC)/$$m.pc || exit 1; done
+	$(SUBST) pkg/dlConfig.cmake.in >$(I_CMAKE)/dlConfig.cmake
+	$(SUBST) pkg/dlConfigVersion.cmake.in >$(I_CMAKE)/dlConfigVersion.cmake
+	chmod 644 $(I_CMAKE)/dlConfig.cmake $(I_CMAKE)/dlConfigVersion.cmake
+	$(INSTALL) -m 644 $(DOCS) $(I_DOC)
+	@if [ -f $(BUILD)/libdlgpu.a ]; then \
+	  echo "$(INSTALL) -m 644 $(BUILD)/libdlgpu.a $(I_LIB)/libdlgpu.a"; \
+	  $(INSTALL) -m 644 $(BUILD)/libdlgpu.a $(I_LIB)/libdlgpu.a && \
+	  $(SUBST) pkg/dl-cuda.pc.in >$(I_PC)/dl-cuda.pc && chmod 644 $(I_PC)/dl-cuda.pc; \
+	else echo "(no $(BUILD)/libdlgpu.a: the GPU library is not installed; make gpu-lib builds it)"; fi
+	@echo "installed dl $(VERSION) in $(DESTDIR)$(PREFIX)"
+
+uninstall:
+	rm -f $(I_INC)/dl.h $(I_LIB)/libdlgpu.a
+	rm -rf $(I_INC)/dl $(I_CMAKE) $(I_DOC)
+	rm -f $(patsubst %,$(I_PC)/%.pc,$(PC_MODULES) dl-cuda)
+	-rmdir $(I_LIB)/cmake $(I_PC) 2>/dev/null || true
+	@echo "removed dl from $(DESTDIR)$(PREFIX)"

@@ -73,6 +73,12 @@
  * OpenMP is switched on by the compiler's own flag (-fopenmp); without it
  * every loop runs on the calling thread.
  *
+ * Version: DL_VERSION_STRING ("MAJOR.MINOR.PATCH"), DL_VERSION_MAJOR, _MINOR, _PATCH and
+ * DL_VERSION_NUMBER (0.2.0 is 200) for #if, in config.h; CHANGELOG.md says what
+ * changed. Installed (make install): pkg-config module dl (and dl-openmp,
+ * dl-openblas, dl-zlib, dl-stb, dl-mpi, dl-cuda), CMake package dl
+ * (find_package(dl CONFIG COMPONENTS ...), target dl::dl).
+ *
  * Conventions: public names start dl_/DL_, private ones dl__/DL__. Functions
  * that can fail for reasons the caller must handle return dl_status (or NULL)
  * and leave a message in the dl_ctx; programmer errors (shape or dtype

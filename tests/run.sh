@@ -32,6 +32,10 @@
 #   4b. compile once: examples/multi/ (three files) built with the library in
 #      one DL_IMPLEMENTATION file and -DDL_LINK everywhere, and built the
 #      default way; the same result, and no library code in the DL_LINK files
+#   4c. installed: tests/downstream.sh stages `make install` with DESTDIR and
+#      builds a consumer program against it with pkg-config, with CMake's
+#      find_package(dl CONFIG COMPONENTS ...) and vendored; version checks,
+#      `make uninstall`
 #   5. the test programs again under -fsanitize=address,undefined
 #   6. fuzz/run.sh 15: every fuzz/fuzz_*.c built with clang's libFuzzer, ASan
 #      and UBSan and run for 15 s on a copy of its seed corpus; each target
@@ -298,6 +302,15 @@ if [ -d /usr/share/datasets/fashion-mnist ] || [ -n "${DL_FASHION_MNIST_DIR:-}" 
 else
   echo "SKIP examples/multi: Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"; skip=$((skip + 1))
 fi
+
+# --- 4c. installed, as another project uses it -------------------------------
+ds=$(bash tests/downstream.sh "$B/downstream" 2>&1)
+echo "$ds" | grep -v '^PASS'
+set -- $(echo "$ds" | grep '^DOWNSTREAM ' | tail -n 1)
+if [ $# = 4 ]; then
+  pass=$((pass + $2)); skip=$((skip + $4))
+  [ "$3" -gt 0 ] && { fail=$((fail + $3)); failed+=("installed and used downstream ($3 checks)"); }
+else bad "tests/downstream.sh (no result line)"; echo "$ds" | tail -n 20; fi
 
 # --- 5. sanitizers ------------------------------------------------------------
 if [ "${DL_TEST_QUICK:-0}" != 1 ]; then

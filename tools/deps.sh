@@ -20,7 +20,8 @@ case "${1:-test}" in
   test)  need gcc gcc; need g++ g++; need clang clang; need make make; need libc6-dev /usr/include/stdio.h
          need libopenblas-dev; need libgomp1; need zlib1g-dev /usr/include/zlib.h
          need libstb-dev /usr/include/stb/stb_image.h; need dataset-fashion-mnist /usr/share/datasets/fashion-mnist
-         need fortunes; need libopenmpi-dev /usr/bin/mpicc; need openmpi-bin /usr/bin/mpirun ;;
+         need fortunes; need libopenmpi-dev /usr/bin/mpicc; need openmpi-bin /usr/bin/mpirun
+         need cmake cmake; need pkgconf pkg-config ;;
   bench) need gcc gcc; need make make; need libopenblas-dev; need python3-torch; need python3-numpy
          need zlib1g-dev /usr/include/zlib.h; need libstb-dev /usr/include/stb/stb_image.h
          need dataset-fashion-mnist /usr/share/datasets/fashion-mnist

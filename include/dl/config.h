@@ -27,10 +27,15 @@
 #ifndef DL_CONFIG_H
 #define DL_CONFIG_H
 
+/* The version: the one place it is written. `make install` reads it from here
+ * into dl.pc and the CMake package (dlConfigVersion.cmake); tests/run.sh
+ * checks that the four agree and that CHANGELOG.md's newest entry is this
+ * one. DL_VERSION_NUMBER is for #if: 0.2.0 is 200, 1.4.12 is 10412. */
 #define DL_VERSION_MAJOR 0
-#define DL_VERSION_MINOR 1
+#define DL_VERSION_MINOR 2
 #define DL_VERSION_PATCH 0
-#define DL_VERSION_STRING "0.1.0"
+#define DL_VERSION_STRING "0.2.0"
+#define DL_VERSION_NUMBER (DL_VERSION_MAJOR * 10000 + DL_VERSION_MINOR * 100 + DL_VERSION_PATCH)
 
 /* >>compile once -------------------------------------------------------------
  * How the library's functions are compiled in this file (dl.h's top says
