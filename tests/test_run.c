@@ -177,6 +177,10 @@ static void test_train_flags(void) {
 /* >>run --------------------------------------------------------------------- */
 
 enum { N = 200, NT = 100, D = 6, C = 3, H = 16 };
+/* what a job takes from outside its opts: the batch size, the training
+ * samples and where the run prints (a resume's tests change them) */
+static int64_t job_batch = 32, job_n = N;
+static FILE *job_out;
 
 typedef struct job {
   dl_dataset train, test;
@@ -217,12 +221,12 @@ static dl_status job_init(job *j, const dl_train_opts *opts, int64_t hidden) {
   dl_tensor *x, *y;
   memset(j, 0, sizeof *j);
   j->opts = *opts;
-  make_data(&x, &y, N, 11);
+  make_data(&x, &y, job_n, 11);
   CHECK(dl_dataset_make(&ctx, &j->train, x, y, DL_DATASET_OWN) == DL_OK);
   make_data(&x, &y, NT, 12);
   CHECK(dl_dataset_make(&ctx, &j->test, x, y, DL_DATASET_OWN) == DL_OK);
   CHECK(dl_batcher_make(&ctx, &j->tb, &j->train,
-                        &(dl_batcher_desc){.batch_size = 32, .dtype = DL_F32, .shuffle = {.seed = (uint64_t)opts->seed}}) ==
+                        &(dl_batcher_desc){.batch_size = job_batch, .dtype = DL_F32, .shuffle = {.seed = (uint64_t)opts->seed}}) ==
         DL_OK);
   CHECK(dl_batcher_make(&ctx, &j->eb, &j->test,
                         &(dl_batcher_desc){.batch_size = 40, .dtype = DL_F32, .shuffle = {.no_shuffle = 1}}) == DL_OK);
@@ -230,7 +234,8 @@ static dl_status job_init(job *j, const dl_train_opts *opts, int64_t hidden) {
   j->o = dl_optim_adam(j->m, &(dl_adam_cfg){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8});
   CHECK(dl_tape_init(&j->tp, &ctx, 0) == DL_OK);
   return dl_run_begin(&j->r, &ctx, &(dl_run_desc){.opts = &j->opts, .model = j->m, .optim = j->o, .batcher = &j->tb,
-                                                   .steps_per_epoch = (N + 31) / 32, .out = stderr});
+                                                   .steps_per_epoch = (job_n + job_batch - 1) / job_batch,
+                                                   .out = job_out ? job_out : stderr});
 }
 static void job_free(job *j) {
   dl_run_free(&j->r);
@@ -298,6 +303,114 @@ static void csv_cols(const char *text, int k, char *out, size_t n) {
   out[o] = 0;
 }
 
+/* A copy of the checkpoint src at dst with the I64 or F64 scalar key set
+ * to v (all else as it was): a well-formed file with a bad value. */
+static int ckpt_edit(const char *src, const char *dst, const char *key, double v) {
+  dl_safetensors st;
+  dl_st_writer w;
+  dl_tensor *t[256];
+  int i, ok, found = 0;
+  if (dl_safetensors_open(&st, &ctx, src) != DL_OK || st.ntensors > 256) return 0;
+  dl_st_writer_init(&w, &ctx);
+  for (i = 0; i < st.nmeta; i++) dl_st_writer_meta(&w, st.meta[i].key, st.meta[i].value);
+  for (i = 0; i < st.ntensors; i++) {
+    const dl_st_tensor *e = &st.tensors[i];
+    t[i] = dl_tensor_make(&ctx, e->dtype, e->ndim, e->shape);
+    dl_safetensors_read(&st, e, t[i], 0);
+    if (strcmp(e->name, key) == 0) {
+      found = 1;
+      if (e->dtype == DL_I64) dl_i64(t[i])[0] = (int64_t)v;
+      else dl_f64(t[i])[0] = v;
+    }
+    dl_st_writer_add(&w, e->name, t[i]);
+  }
+  ok = found && dl_st_writer_save(&w, dst, NULL) == DL_OK;
+  dl_st_writer_free(&w);
+  for (i = 0; i < st.ntensors; i++) dl_tensor_free(t[i]);
+  dl_safetensors_free(&st);
+  return ok;
+}
+
+/* --resume of b.ckpt (base's run at its end, epoch 3): well-formed checkpoints with values
+ * that must not be trusted, and runs whose settings differ. A refusal names
+ * the key or flag and the value, and changes nothing (fresh weights, epoch
+ * 0); an applied change prints a note saying what changed from what. */
+static void test_resume_refusals(const dl_train_opts *base) {
+  static const struct { const char *key; double v; const char *says; } bad[] = {
+      {"extra/run/epoch", -1000000, "'run/epoch' is -1000000"}, /* was a write far outside the history */
+      {"extra/run/epoch", -1, "'run/epoch' is -1"},             /* was a silent write into another column */
+      {"extra/run/epoch", 1001, "'run/epoch' is 1001"},
+      {"extra/run/step", -3, "'run/step' is -3"},
+      {"extra/run/step", 8, "contradicts itself"},
+      {"extra/run/shuffle_pos", -1, "'run/shuffle_pos' is -1"},
+      {"extra/run/wall_s", -1.0 / 0.0, "'run/wall_s' is -inf"},
+      {"extra/run/lr", 0.0 / 0.0, "'run/lr' is nan"},
+      {"optim/0.weight/step", -3, "'optim/0.weight/step' is -3"}, /* was a load, then an abort at the first step */
+      {"optim/nsteps", -1, "'optim/nsteps' is -1"},
+      {"optim/lr", -0.5, "'optim/lr' is -0.5"},
+  };
+  size_t k;
+  job b;
+  dl_model *fresh = job_model((uint64_t)base->seed, H);
+  for (k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    dl_train_opts o = *base;
+    dl_status s;
+    CHECK_MSG(ckpt_edit(TP("b.ckpt"), TP("bad.ckpt"), bad[k].key, bad[k].v), "%s", bad[k].key);
+    o.resume = TP("bad.ckpt");
+    s = job_init(&b, &o, H);
+    CHECK_MSG(s == DL_ERR_FORMAT && strstr(dl_ctx_message(&ctx), bad[k].says) && strstr(dl_ctx_message(&ctx), "bad.ckpt") &&
+                  strstr(dl_ctx_message(&ctx), "nothing was"),
+              "%s = %g: status %d, '%s'", bad[k].key, bad[k].v, (int)s, dl_ctx_message(&ctx));
+    CHECK_MSG(params_equal(b.m, fresh) && b.r.epoch == 0 && b.r.step == 0 && b.o->nsteps == 0, "%s changed the run",
+              bad[k].key);
+    job_free(&b);
+  }
+  /* settings the checkpoint cannot honour: refused, the flag named */
+  {
+    static const struct { int64_t batch, n, seed; const char *says; } diff[] = {
+        {64, N, 5, "--batch"}, {32, N - 40, 5, "--subset"}, {32, N, 77, "--seed 5"}};
+    for (k = 0; k < sizeof diff / sizeof diff[0]; k++) {
+      dl_train_opts o = *base;
+      o.resume = TP("b.ckpt");
+      o.seed = diff[k].seed;
+      job_batch = diff[k].batch;
+      job_n = diff[k].n;
+      CHECK_MSG(job_init(&b, &o, H) == DL_ERR_ARG && strstr(dl_ctx_message(&ctx), diff[k].says) &&
+                    strstr(dl_ctx_message(&ctx), "nothing was loaded"),
+                "%s: '%s'", diff[k].says, dl_ctx_message(&ctx));
+      CHECK(b.r.epoch == 0 && b.r.step == 0);
+      job_free(&b);
+      job_batch = 32;
+      job_n = N;
+    }
+  }
+  /* settings it can: applied, each with a note of what changed */
+  {
+    dl_train_opts o = *base;
+    FILE *f = tmpfile();
+    char text[2048];
+    size_t got;
+    o.resume = TP("b.ckpt");
+    o.lr = 0.5;
+    o.epochs = 5;
+    job_out = f;
+    CHECK_MSG(f && job_init(&b, &o, H) == DL_OK && b.r.epoch == 3 && b.r.step == 21, "%s", dl_ctx_message(&ctx));
+    job_out = NULL;
+    if (f) {
+      rewind(f);
+      got = fread(text, 1, sizeof text - 1, f);
+      text[got] = 0;
+      fclose(f);
+      CHECK_MSG(strstr(text, "note: --resume") && strstr(text, "--lr 0.5 (the checkpoint's run had 0)") &&
+                    strstr(text, "--epochs 5 (the checkpoint's run had 3)"),
+                "%s", text);
+    }
+    CHECK(b.r.cfg[3] == 5 && b.r.cfg_lr == 0.5); /* the next checkpoint records the new settings */
+    job_free(&b);
+  }
+  dl_model_free(fresh);
+}
+
 static void test_resume(void) {
   dl_train_opts base;
   job a, b, c;
@@ -330,12 +443,10 @@ static void test_resume(void) {
   }
   {
     dl_train_opts o = base;
-    o.seed = 77; /* another initialisation and data order: all must come from the checkpoint... */
     o.resume = TP("b.ckpt");
     o.checkpoint = TP("b.ckpt");
     o.csv = TP("b.csv");
     CHECK(job_init(&c, &o, H) == DL_OK);
-    /* ...except the batcher's seed, which the checkpoint holds */
     CHECK(c.r.epoch == 1 && c.r.first_epoch == 1 && c.r.step == 7);
     CHECK(dl_batcher_get_state(&c.tb).seed == 5 && dl_batcher_get_state(&c.tb).epoch == 1);
     job_train(&c);
@@ -391,6 +502,7 @@ static void test_resume(void) {
     CHECK(job_init(&b, &o, H) != DL_OK && strstr(dl_ctx_message(&ctx), "--load") && strstr(b.r.report.text, "optim/"));
     job_free(&b);
   }
+  test_resume_refusals(&base);
   /* the result line */
   {
     FILE *f = tmpfile();

@@ -25,6 +25,7 @@ DL__HEADER_BEGIN
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h> /* abort (the default panic), also with the caller's DL_MALLOC hooks */
 #include <string.h>
 #include <math.h>
 

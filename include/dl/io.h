@@ -105,7 +105,11 @@
  *   plus metadata format = "dl.checkpoint", the optimizer's kind and the
  *   model dtype. dl_checkpoint_load restores all of it, strictly (names,
  *   shapes, dtypes), and changes nothing (model, optimizer, the caller's
- *   numbers) unless everything matches. Training resumed from it continues
+ *   numbers) unless everything matches. The optimizer's counts (steps,
+ *   nsteps: 0 .. 2^53) and lr (finite, >= 0) are range-checked before
+ *   anything is copied (DL_ERR_FORMAT naming the key and the value); the
+ *   caller's extras are copied as found: check them (run.h checks its own
+ *   before it loads). Training resumed from it continues
  *   bit for bit as if it had not stopped, given the same thread count and
  *   the same data order (which is the caller's: save the shuffler's state in
  *   the extras).
@@ -142,6 +146,7 @@
 DL__HEADER_BEGIN
 
 #include <errno.h>
+#include <float.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -164,6 +169,9 @@ DL__HEADER_BEGIN
 #ifndef DL_IO_BUFFER
 #define DL_IO_BUFFER 65536
 #endif
+/* The largest count (steps, epochs, positions) a checkpoint may hold: 2^53,
+ * where doubles stop counting exactly. */
+#define DL__IO_MAX_COUNT 9007199254740992.0
 
 #ifdef __cplusplus
 extern "C" {
@@ -1719,6 +1727,8 @@ typedef struct dl__io_target {
   char name[DL_NAME_MAX + 64];
   dl_tensor t;
   const dl_st_tensor *found;
+  int check;      /* a number whose value a load checks against [lo, hi] */
+  double lo, hi;
 } dl__io_target;
 typedef struct dl__io_list {
   dl_ctx *ctx;
@@ -1749,6 +1759,14 @@ DL_API dl_status dl__io_list_add(dl__io_list *l, dl_dtype dt, int ndim, const in
   dl_tensor_wrap(&t->t, l->ctx, dt, ndim, shape, data);
   l->n++;
   return DL_OK;
+}
+/* The last target added is a number (I64 or F64 scalar) that a load
+ * refuses outside [lo, hi] (or NaN), before anything is copied. */
+DL_API void dl__io_list_range(dl__io_list *l, double lo, double hi) {
+  dl__io_target *t = &l->v[l->n - 1];
+  t->check = 1;
+  t->lo = lo;
+  t->hi = hi;
 }
 /* Every parameter and buffer of m, by name. */
 DL_API dl_status dl__io_list_model(dl__io_list *l, const dl_model *m) {
@@ -1781,10 +1799,12 @@ DL_API dl_status dl__io_list_checkpoint(dl__io_list *l, dl_model *m, dl_optim *o
           return s;
       }
       if ((s = dl__io_list_add(l, DL_I64, 0, NULL, &o->steps[i], "optim/%s/step", p->name)) != DL_OK) return s;
+      dl__io_list_range(l, 0, DL__IO_MAX_COUNT);
     }
-    if ((s = dl__io_list_add(l, DL_F64, 0, NULL, &o->lr, "optim/lr")) != DL_OK ||
-        (s = dl__io_list_add(l, DL_I64, 0, NULL, &o->nsteps, "optim/nsteps")) != DL_OK)
-      return s;
+    if ((s = dl__io_list_add(l, DL_F64, 0, NULL, &o->lr, "optim/lr")) != DL_OK) return s;
+    dl__io_list_range(l, 0, DBL_MAX);
+    if ((s = dl__io_list_add(l, DL_I64, 0, NULL, &o->nsteps, "optim/nsteps")) != DL_OK) return s;
+    dl__io_list_range(l, 0, DL__IO_MAX_COUNT);
   }
   /* an rng is two uint64 (key, counter), stored as the bits of I64 [2] */
   if ((s = dl__io_list_add(l, DL_I64, 1, &two, &m->rng, "rng/init")) != DL_OK) return s;
@@ -1872,6 +1892,24 @@ DL_API dl_status dl__io_load_list(dl__io_list *l, const dl_safetensors *st, cons
     return dl_fail(l->ctx, shape_bad ? DL_ERR_SHAPE : rep->nmismatch ? DL_ERR_DTYPE : DL_ERR_ARG,
                    "%s: %.200s: %d missing, %d unexpected, %d mismatched (%s); nothing was changed", op, src,
                    rep->nmissing, rep->nunexpected, rep->nmismatch, first);
+  /* the numbers with a range, read and checked before anything is copied */
+  for (i = 0; i < l->n; i++) {
+    const dl__io_target *t = &l->v[i];
+    int64_t iv = 0;
+    double dv = 0;
+    dl_tensor tmp;
+    if (!t->check || !t->found || t->t.ndim != 0 || (t->t.dtype != DL_I64 && t->t.dtype != DL_F64)) continue;
+    dl_tensor_wrap(&tmp, l->ctx, t->t.dtype, 0, NULL, t->t.dtype == DL_I64 ? (void *)&iv : (void *)&dv);
+    if (dl_safetensors_read(st, t->found, &tmp, convert) != DL_OK) return DL_ERR_FORMAT;
+    if (t->t.dtype == DL_I64 ? ((double)iv < t->lo || (double)iv > t->hi) : !(dv >= t->lo && dv <= t->hi)) {
+      char val[64];
+      if (t->t.dtype == DL_I64) snprintf(val, sizeof val, "%lld", (long long)iv);
+      else snprintf(val, sizeof val, "%.17g", dv);
+      dl__report_line(rep, "out of range: %s = %s (allowed %.17g .. %.17g)", t->name, val, t->lo, t->hi);
+      return dl_fail(l->ctx, DL_ERR_FORMAT, "%s: %.200s: '%.100s' is %s, outside %.17g .. %.17g; nothing was changed", op,
+                     src, t->name, val, t->lo, t->hi);
+    }
+  }
   for (i = 0; i < l->n; i++)
     if (l->v[i].found) {
       dl_safetensors_read(st, l->v[i].found, &l->v[i].t, convert);

@@ -53,7 +53,11 @@
  *   restores the model, optimizer, RNGs, the batcher's shuffle position,
  *   the epoch and step counters, the history and the caller's own values
  *   (desc.values); from there training continues bit for bit as if never
- *   interrupted. end_epoch appends to the history (an f64 tensor saved in
+ *   interrupted. Before it loads anything, a resume checks the run's values
+ *   in the checkpoint (ranges, step = epoch x steps per epoch) and compares
+ *   the settings: another batch size, data size or seed is refused with
+ *   the flag named; another --lr or --epochs is applied with a "note:" line
+ *   saying what changed from what. end_epoch appends to the history (an f64 tensor saved in
  *   the checkpoint, so a resumed run's log and chart are whole), rewrites
  *   the CSV log from it, redraws the chart and writes the checkpoint
  *   (atomic: a crash leaves the previous one). Throughput is training
@@ -326,16 +330,17 @@ DL_API dl_status dl_train_device(dl_ctx *ctx, const dl_train_opts *o, dl_model *
 #ifndef DL_RUN_MAX_EPOCHS
 #define DL_RUN_MAX_EPOCHS 1000
 #endif
-#define DL_RUN_MAX_VALUES 32
+#define DL_RUN_MAX_VALUES 36 /* the run's own 13 and the program's */
 
 /* dl_run_desc:
  *   opts             the parsed standard flags (borrowed)
  *   model, optim     what is trained (optim may be NULL for --eval-only programs)
  *   batcher          the training batcher: its shuffle position is checkpointed
  *                    (NULL: the program keeps its own order in desc.values)
- *   steps_per_epoch  for the progress line's percentage and ETA
+ *   steps_per_epoch  for the progress line's percentage and ETA (and a resume's
+ *                    check that the settings did not change)
  *   values, nvalues  the program's own numbers or tensors to checkpoint
- *                    (at most DL_RUN_MAX_VALUES - 9)
+ *                    (at most DL_RUN_MAX_VALUES - 13)
  *   title            the chart's title; NULL: none
  *   val_name         the legend's name of the evaluation curve; NULL: "test"
  *   out              progress and summary lines; NULL: stdout
@@ -376,6 +381,8 @@ typedef struct dl_run {
   dl_tensor *hist;        /* f64 [DL_EPOCH_STATS_COLUMNS, DL_RUN_MAX_EPOCHS]: one column per epoch */
   int64_t shuffle[3];     /* the batcher's seed, epoch, position */
   int64_t world;          /* ranks (checkpointed as run/world when > 1) */
+  int64_t cfg[4];         /* this run's batch size per rank, data size, steps per epoch, --epochs */
+  double cfg_lr;          /* this run's --lr (all five checkpointed as run/...) */
   dl_named_value vals[DL_RUN_MAX_VALUES];
   int nvals;
   dl_load_report report;  /* what --load / --resume found wrong, name by name */
@@ -390,7 +397,12 @@ DL_API void dl__run_values(dl_run *r) {
   r->vals[n++] = (dl_named_value){"run/step", &r->step, NULL, NULL};
   r->vals[n++] = (dl_named_value){"run/history", NULL, NULL, r->hist};
   r->vals[n++] = (dl_named_value){"run/wall_s", NULL, &r->wall_before, NULL};
+  r->vals[n++] = (dl_named_value){"run/steps_per_epoch", &r->cfg[2], NULL, NULL};
+  r->vals[n++] = (dl_named_value){"run/epochs", &r->cfg[3], NULL, NULL};
+  r->vals[n++] = (dl_named_value){"run/lr", NULL, &r->cfg_lr, NULL};
   if (r->desc.batcher) {
+    r->vals[n++] = (dl_named_value){"run/batch_size", &r->cfg[0], NULL, NULL};
+    r->vals[n++] = (dl_named_value){"run/data_size", &r->cfg[1], NULL, NULL};
     r->vals[n++] = (dl_named_value){"run/shuffle_seed", &r->shuffle[0], NULL, NULL};
     r->vals[n++] = (dl_named_value){"run/shuffle_epoch", &r->shuffle[1], NULL, NULL};
     r->vals[n++] = (dl_named_value){"run/shuffle_pos", &r->shuffle[2], NULL, NULL};
@@ -404,6 +416,97 @@ DL_API void dl_run_free(dl_run *r) {
   if (!r) return;
   dl_tensor_free(r->hist);
   r->hist = NULL;
+}
+
+/* This run's settings, as a checkpoint records them (run/batch_size, ...). */
+DL_API void dl__run_settings(dl_run *r) {
+  const dl_batcher *b = r->desc.batcher;
+  r->cfg[0] = b ? b->batch_size : 0;
+  r->cfg[1] = b ? b->shuf.n : 0;
+  r->cfg[2] = r->desc.steps_per_epoch;
+  r->cfg[3] = r->desc.opts->epochs;
+  r->cfg_lr = r->desc.opts->lr;
+}
+
+/* A 0-d I64 or F64 value of an open checkpoint: 1 and *i / *d (both set),
+ * or 0 when the key is absent or not such a number. */
+DL_API int dl__run_peek(const dl_safetensors *st, const char *key, int64_t *i, double *d) {
+  const dl_st_tensor *e = dl_safetensors_find(st, key);
+  dl_tensor tmp;
+  *i = 0;
+  *d = 0;
+  if (!e || e->ndim != 0 || (e->dtype != DL_I64 && e->dtype != DL_F64)) return 0;
+  dl_tensor_wrap(&tmp, st->ctx, e->dtype, 0, NULL, e->dtype == DL_I64 ? (void *)i : (void *)d);
+  if (dl_safetensors_read(st, e, &tmp, 0) != DL_OK) return 0;
+  if (e->dtype == DL_I64) *d = (double)*i;
+  else *i = (*d >= -9.2e18 && *d <= 9.2e18) ? (int64_t)*d : 0;
+  return 1;
+}
+
+/* --resume, before anything is loaded: the run's values in the checkpoint
+ * are range-checked (an epoch outside the history, a negative step, ...)
+ * and compared with this run. What cannot be honoured is refused, naming
+ * the setting: another batch size or steps per epoch (--batch), another
+ * data set size (--subset, --data), another data order (--seed). What can
+ * is applied, with a note on out: --lr and --epochs (the program's
+ * schedule follows them from the checkpoint's step on). Keys a checkpoint
+ * lacks are left to the strict load, which names them. */
+DL_API dl_status dl__run_check_resume(dl_run *r, const char *path) {
+  static const struct { const char *key; double lo, hi; } range[] = {
+      {"extra/run/epoch", 0, DL_RUN_MAX_EPOCHS},   {"extra/run/step", 0, DL__IO_MAX_COUNT},
+      {"extra/run/wall_s", 0, DBL_MAX},            {"extra/run/shuffle_epoch", 0, DL__IO_MAX_COUNT},
+      {"extra/run/shuffle_pos", 0, DL__IO_MAX_COUNT}, {"extra/run/world", 1, 1 << 30},
+      {"extra/run/batch_size", 1, DL__IO_MAX_COUNT}, {"extra/run/data_size", 0, DL__IO_MAX_COUNT},
+      {"extra/run/steps_per_epoch", 0, DL__IO_MAX_COUNT}, {"extra/run/epochs", 0, DL__IO_MAX_COUNT},
+      {"extra/run/lr", 0, DBL_MAX}};
+  const dl_train_opts *o = r->desc.opts;
+  const dl_batcher *b = r->desc.batcher;
+  dl_ctx *ctx = r->ctx;
+  dl_safetensors st;
+  dl_status s = DL_OK;
+  int64_t iv, epoch, step, spe, have_epoch, have_step, have_spe;
+  double dv;
+  size_t k;
+  if ((s = dl_safetensors_open(&st, ctx, path)) != DL_OK) return s;
+  for (k = 0; k < sizeof range / sizeof range[0] && s == DL_OK; k++)
+    if (dl__run_peek(&st, range[k].key, &iv, &dv) && !(dv >= range[k].lo && dv <= range[k].hi)) {
+      const dl_st_tensor *e = dl_safetensors_find(&st, range[k].key);
+      char val[64];
+      if (e->dtype == DL_I64) snprintf(val, sizeof val, "%lld", (long long)iv);
+      else snprintf(val, sizeof val, "%.17g", dv);
+      s = dl_fail(ctx, DL_ERR_FORMAT, "'%s' is %s, outside %.17g .. %.17g: not a checkpoint a run can continue",
+                  range[k].key + 6, val, range[k].lo, range[k].hi);
+    }
+  have_epoch = dl__run_peek(&st, "extra/run/epoch", &epoch, &dv);
+  have_step = dl__run_peek(&st, "extra/run/step", &step, &dv);
+  have_spe = dl__run_peek(&st, "extra/run/steps_per_epoch", &spe, &dv);
+  if (s == DL_OK && have_epoch && have_step && have_spe && step != epoch * spe)
+    s = dl_fail(ctx, DL_ERR_FORMAT, "'run/step' is %lld, but 'run/epoch' %lld x 'run/steps_per_epoch' %lld is %lld: "
+                "the checkpoint contradicts itself", (long long)step, (long long)epoch, (long long)spe,
+                (long long)(epoch * spe));
+  if (s == DL_OK && b && dl__run_peek(&st, "extra/run/batch_size", &iv, &dv) && iv != b->batch_size)
+    s = dl_fail(ctx, DL_ERR_ARG, "it was trained with batches of %lld%s, this run has %lld (--batch): resume with the "
+                "batch size it was trained with", (long long)iv, r->world > 1 ? " per rank" : "", (long long)b->batch_size);
+  if (s == DL_OK && b && dl__run_peek(&st, "extra/run/data_size", &iv, &dv) && iv != b->shuf.n)
+    s = dl_fail(ctx, DL_ERR_ARG, "it was trained on %lld samples, this run has %lld (--subset or --data): resume on the "
+                "same data", (long long)iv, (long long)b->shuf.n);
+  if (s == DL_OK && b && dl__run_peek(&st, "extra/run/shuffle_seed", &iv, &dv) && (uint64_t)iv != b->shuf.seed)
+    s = dl_fail(ctx, DL_ERR_ARG, "its data order has seed %llu, this run's %llu (--seed): resume with --seed %llu",
+                (unsigned long long)(uint64_t)iv, (unsigned long long)b->shuf.seed, (unsigned long long)(uint64_t)iv);
+  if (s == DL_OK && have_spe && spe != r->desc.steps_per_epoch)
+    s = dl_fail(ctx, DL_ERR_ARG, "it was trained with %lld steps per epoch, this run has %lld (--batch or the data): "
+                "resume with the settings it was trained with", (long long)spe, (long long)r->desc.steps_per_epoch);
+  if (s == DL_OK && dl_dist_is_root(r->desc.dist)) { /* applied, with a note of what changed and from what */
+    FILE *out = r->desc.out ? r->desc.out : stdout;
+    if (dl__run_peek(&st, "extra/run/lr", &iv, &dv) && dv != o->lr)
+      fprintf(out, "note: --resume %.200s: --lr %.6g (the checkpoint's run had %.6g) applies from step %lld on\n", path,
+              o->lr, dv, (long long)(have_step ? step : 0));
+    if (dl__run_peek(&st, "extra/run/epochs", &iv, &dv) && iv != o->epochs)
+      fprintf(out, "note: --resume %.200s: --epochs %lld (the checkpoint's run had %lld)%s\n", path, (long long)o->epochs,
+              (long long)iv, have_epoch && o->epochs <= epoch ? ": nothing left to train" : "");
+  }
+  dl_safetensors_free(&st);
+  return s;
 }
 
 /* --load or --resume on this rank. */
@@ -421,7 +524,14 @@ DL_API dl_status dl__run_load(dl_run *r) {
     }
   }
   if (o->resume) {
+    s = dl__run_check_resume(r, o->resume);
+    if (s != DL_OK) {
+      char msg[sizeof ctx->message];
+      snprintf(msg, sizeof msg, "%s", dl_ctx_message(ctx));
+      return dl_fail(ctx, s, "--resume %.200s: %s; nothing was loaded", o->resume, msg);
+    }
     s = dl_checkpoint_load(r->desc.model, r->desc.optim, o->resume, r->vals, r->nvals, &r->report);
+    dl__run_settings(r); /* the checkpoint's settings were checked above; this run's apply from here */
     if (s != DL_OK) {
       char msg[sizeof ctx->message];
       snprintf(msg, sizeof msg, "%s", dl_ctx_message(ctx));
@@ -462,8 +572,8 @@ DL_API dl_status dl_run_begin(dl_run *r, dl_ctx *ctx, const dl_run_desc *desc) {
   r->desc = *desc;
   r->ctx = ctx;
   if (!desc->opts || !desc->model) return dl_fail(ctx, DL_ERR_ARG, "dl_run_begin: opts and model are required");
-  if (desc->nvalues < 0 || desc->nvalues > DL_RUN_MAX_VALUES - 9)
-    return dl_fail(ctx, DL_ERR_ARG, "dl_run_begin: %d values (at most %d)", desc->nvalues, DL_RUN_MAX_VALUES - 9);
+  if (desc->nvalues < 0 || desc->nvalues > DL_RUN_MAX_VALUES - 13)
+    return dl_fail(ctx, DL_ERR_ARG, "dl_run_begin: %d values (at most %d)", desc->nvalues, DL_RUN_MAX_VALUES - 13);
   if ((s = dl_train_opts_check(ctx, o)) != DL_OK) return s;
   r->hist = dl_tensor_make(ctx, DL_F64, DL_SHAPE(DL_EPOCH_STATS_COLUMNS, DL_RUN_MAX_EPOCHS));
   if (!r->hist) return DL_ERR_NOMEM;
@@ -475,6 +585,7 @@ DL_API dl_status dl_run_begin(dl_run *r, dl_ctx *ctx, const dl_run_desc *desc) {
     r->shuffle[2] = st.pos;
   }
   r->world = desc->dist ? desc->dist->world : 1;
+  dl__run_settings(r);
   dl__run_values(r);
   s = dl__run_load(r);
   if (r->world > 1) s = dl_dist_agree(desc->dist, s);
