@@ -1467,8 +1467,48 @@ static void test_pad_none_on_the_width(void) {
   dl_model_free(m);
 }
 
+/* dl_model_make returned NULL (out of memory): every make after it returns
+ * NULL instead of crashing, the optimizers too, and dl_model_status says
+ * DL_ERR_NOMEM, so one check after building the model suffices. */
+static void test_null_model(void) {
+  dl_model *m = NULL;
+  dl_layer *seq = dl_sequential_make(m, NULL, NULL);
+  CHECK(seq == NULL);
+  CHECK(dl_module_make(m, seq, "f", NULL, NULL) == NULL);
+  CHECK(dl_act_make(m, seq, NULL, DL_ACT_RELU, 0) == NULL);
+  CHECK(dl_residual_make(m, NULL, NULL, DL_ACT_RELU) == NULL);
+  CHECK(dl_linear_make(m, seq, NULL, &(dl_linear_desc){.in = 4, .out = 3}) == NULL);
+  CHECK(dl_conv2d_make(m, NULL, NULL, &(dl_conv2d_desc){.in = 1, .out = 2, .kernel = 3}) == NULL);
+  CHECK(dl_conv1d_make(m, NULL, NULL, &(dl_conv1d_desc){.in = 1, .out = 2, .kernel = 3}) == NULL);
+  CHECK(dl_maxpool2d_make(m, NULL, NULL, &(dl_pool2d_desc){.kernel = 2}) == NULL);
+  CHECK(dl_avgpool2d_make(m, NULL, NULL, &(dl_pool2d_desc){.kernel = 2}) == NULL);
+  CHECK(dl_global_avgpool_make(m, NULL, NULL) == NULL);
+  CHECK(dl_flatten_make(m, NULL, NULL, 1) == NULL);
+  CHECK(dl_dropout_make(m, NULL, NULL, 0.5) == NULL);
+  CHECK(dl_embedding_make(m, NULL, NULL, &(dl_embedding_desc){.num = 10, .dim = 4}) == NULL);
+  CHECK(dl_batchnorm1d_make(m, NULL, NULL, &(dl_batchnorm_desc){.features = 4}) == NULL);
+  CHECK(dl_batchnorm2d_make(m, NULL, NULL, &(dl_batchnorm_desc){.features = 4}) == NULL);
+  CHECK(dl_layernorm_make(m, NULL, NULL, &(dl_norm_desc){.ndims = 1, .shape = {4}}) == NULL);
+  CHECK(dl_rmsnorm_make(m, NULL, NULL, &(dl_norm_desc){.ndims = 1, .shape = {4}}) == NULL);
+  CHECK(dl_rnn_make(m, NULL, NULL, &(dl_rnn_desc){.input = 4, .hidden = 4}) == NULL);
+  CHECK(dl_lstm_make(m, NULL, NULL, &(dl_rnn_desc){.input = 4, .hidden = 4}) == NULL);
+  CHECK(dl_gru_make(m, NULL, NULL, &(dl_rnn_desc){.input = 4, .hidden = 4}) == NULL);
+  CHECK(dl_mha_make(m, NULL, NULL, &(dl_mha_desc){.embed = 8, .heads = 2}) == NULL);
+  CHECK(dl_model_status(m) == DL_ERR_NOMEM);
+  CHECK(dl_optim_sgd(m, &(dl_sgd_cfg){.lr = 0.1}) == NULL);
+  {
+    dl_adam_cfg a = dl_adam_defaults(1e-3);
+    CHECK(dl_optim_adam(m, &a) == NULL);
+  }
+  CHECK(dl_optim_rmsprop(m, &(dl_rmsprop_cfg){.lr = 0.01, .alpha = 0.99, .eps = 1e-8}) == NULL);
+  CHECK(dl_optim_adagrad(m, &(dl_adagrad_cfg){.lr = 0.01, .eps = 1e-10}) == NULL);
+  CHECK(dl_optim_lion(m, &(dl_lion_cfg){.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.99}) == NULL);
+  dl_model_free(m);
+}
+
 int main(void) {
   dl_ctx_init(&ctx, &(dl_ctx_desc){.panic = harness_panic});
+  RUN(test_null_model);
   verbose = getenv("LAYERS_VERBOSE") != NULL;
   fx_loaded = fx2_load(&fx, "tests/fixtures/layers.txt");
   RUN(test_layers_match_torch);

@@ -25,6 +25,8 @@
  * Make functions return the layer, or NULL once the model has failed (out of
  * memory, a name too long: the status and message are in the model and its
  * ctx; later makes return NULL too, so one check after building suffices).
+ * A NULL model (dl_model_make out of memory) makes every make return NULL,
+ * and the optimizers' makes too: dl_model_status(NULL) is DL_ERR_NOMEM.
  * Misuse (a parent from another model, a duplicate name, bad sizes) panics.
  *
  * The root's forward runs its children in order (an nn.Sequential). A
@@ -675,10 +677,11 @@ DL_API dl_status dl_model_configure(dl_model *m, const char *spec) {
 /* A new layer of `size` bytes (a struct starting with dl_layer), named under
  * parent; NULL once the model has failed. Panics on misuse. */
 DL_API dl_layer *dl_layer_new(dl_model *m, dl_layer *parent, const char *name, const dl_layer_vt *vt, size_t size) {
-  dl_layer *l, *p = parent ? parent : &m->root;
+  dl_layer *l, *p;
   char local[24];
   int i, len;
-  if (m->status != DL_OK) return NULL;
+  if (!m || m->status != DL_OK) return NULL; /* a dl_model_make that failed, or an earlier make */
+  p = parent ? parent : &m->root;
   if (m->packed)
     DL_PANIC(m->ctx, vt->type, "cannot add a layer to a packed model (add every layer before making the optimizer)");
   if (p->model != m) DL_PANIC(m->ctx, vt->type, "parent layer '%s' belongs to another model", p->name);
@@ -777,6 +780,7 @@ DL_API dl_layer *dl_layer_child(const dl_layer *l, const char *local) {
 }
 /* The layer with full name `name` ("features.3"), or NULL; "" is the root. */
 DL_API dl_layer *dl_model_layer(dl_model *m, const char *name) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   int i;
   if (!*name) return &m->root;
   for (i = 0; i < m->nlayers; i++)
@@ -839,6 +843,7 @@ DL__GLOBAL(const dl_layer_vt dl__lay_seq_vt, {"Sequential", dl__lay_seq_forward,
 
 /* nn.Sequential: y = children in order. */
 DL_API dl_layer *dl_sequential_make(dl_model *m, dl_layer *parent, const char *name) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   return dl_layer_new(m, parent, name, &dl__lay_seq_vt, sizeof(dl_layer));
 }
 
@@ -901,6 +906,7 @@ DL__GLOBAL(const dl_layer_vt dl__lay_act_vt, {"Activation", dl__lay_act_forward,
 /* An activation as a layer (no parameters; takes an index in a Sequential
  * like nn.ReLU does). */
 DL_API dl_layer *dl_act_make(dl_model *m, dl_layer *parent, const char *name, dl_act act, double alpha) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_act_layer *a = (dl__lay_act_layer *)dl_layer_new(m, parent, name, &dl__lay_act_vt, sizeof(dl__lay_act_layer));
   if (a) { a->act = act; a->alpha = alpha; }
   return a ? &a->base : NULL;
@@ -930,6 +936,7 @@ DL_API void dl__lay_residual_describe(const dl_layer *l, char *buf, size_t n) {
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_residual_vt, {"Residual", dl__lay_residual_forward, dl__lay_residual_describe, NULL});
 DL_API dl_layer *dl_residual_make(dl_model *m, dl_layer *parent, const char *name, dl_act act) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_residual *r = (dl__lay_residual *)dl_layer_new(m, parent, name, &dl__lay_residual_vt, sizeof(dl__lay_residual));
   if (r) r->act = act;
   return r ? &r->base : NULL;
@@ -961,6 +968,7 @@ DL_API void dl__lay_linear_describe(const dl_layer *l, char *buf, size_t n) {
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_linear_vt, {"Linear", dl__lay_linear_forward, dl__lay_linear_describe, NULL});
 DL_API dl_layer *dl_linear_make(dl_model *m, dl_layer *parent, const char *name, const dl_linear_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_linear *L;
   if (d->in <= 0 || d->out <= 0)
     DL_PANIC(m->ctx, "dl_linear_make", "in %lld and out %lld must be > 0", (long long)d->in, (long long)d->out);
@@ -1030,6 +1038,7 @@ DL__GLOBAL(const dl_layer_vt dl__lay_conv2d_vt, {"Conv2d", dl__lay_conv_forward,
 DL__GLOBAL(const dl_layer_vt dl__lay_conv1d_vt, {"Conv1d", dl__lay_conv_forward, dl__lay_conv_describe, NULL});
 
 DL_API dl_layer *dl__lay_conv_make(dl_model *m, dl_layer *parent, const char *name, dl_conv2d_desc d, int one_d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_conv *C;
   const char *op = one_d ? "dl_conv1d_make" : "dl_conv2d_make";
   int64_t kw;
@@ -1065,9 +1074,11 @@ DL_API dl_layer *dl__lay_conv_make(dl_model *m, dl_layer *parent, const char *na
   return m->status == DL_OK ? &C->base : NULL;
 }
 DL_API dl_layer *dl_conv2d_make(dl_model *m, dl_layer *parent, const char *name, const dl_conv2d_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_conv_make(m, parent, name, *d, 0);
 }
 DL_API dl_layer *dl_conv1d_make(dl_model *m, dl_layer *parent, const char *name, const dl_conv1d_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   dl_conv2d_desc c;
   memset(&c, 0, sizeof c);
   c.in = d->in; c.out = d->out; c.kernel = d->kernel; c.stride = d->stride; c.padding = d->padding;
@@ -1108,6 +1119,7 @@ DL__GLOBAL(const dl_layer_vt dl__lay_maxpool_vt, {"MaxPool2d", dl__lay_maxpool_f
 DL__GLOBAL(const dl_layer_vt dl__lay_avgpool_vt, {"AvgPool2d", dl__lay_avgpool_forward, dl__lay_pool_describe, NULL});
 DL_API dl_layer *dl__lay_pool_make(dl_model *m, dl_layer *parent, const char *name, const dl_pool2d_desc *d,
                                const dl_layer_vt *vt) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_pool *P;
   if (d->kernel <= 0 || d->kernel_w < 0 || d->stride < 0 || d->padding < 0)
     DL_PANIC(m->ctx, vt->type, "kernel %d must be > 0, stride %d and padding %d >= 0", d->kernel, d->stride, d->padding);
@@ -1123,9 +1135,11 @@ DL_API dl_layer *dl__lay_pool_make(dl_model *m, dl_layer *parent, const char *na
   return &P->base;
 }
 DL_API dl_layer *dl_maxpool2d_make(dl_model *m, dl_layer *parent, const char *name, const dl_pool2d_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_pool_make(m, parent, name, d, &dl__lay_maxpool_vt);
 }
 DL_API dl_layer *dl_avgpool2d_make(dl_model *m, dl_layer *parent, const char *name, const dl_pool2d_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_pool_make(m, parent, name, d, &dl__lay_avgpool_vt);
 }
 
@@ -1139,6 +1153,7 @@ DL_API dl_tensor *dl__lay_gap_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_gap_vt, {"GlobalAvgPool", dl__lay_gap_forward, NULL, NULL});
 DL_API dl_layer *dl_global_avgpool_make(dl_model *m, dl_layer *parent, const char *name) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   return dl_layer_new(m, parent, name, &dl__lay_gap_vt, sizeof(dl_layer));
 }
 
@@ -1154,6 +1169,7 @@ DL_API dl_tensor *dl__lay_flatten_forward(dl_layer *l, dl_tape *tp, dl_tensor *x
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_flatten_vt, {"Flatten", dl__lay_flatten_forward, NULL, NULL});
 DL_API dl_layer *dl_flatten_make(dl_model *m, dl_layer *parent, const char *name, int start_dim) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_flatten *F = (dl__lay_flatten *)dl_layer_new(m, parent, name, &dl__lay_flatten_vt, sizeof *F);
   if (F) F->start = start_dim ? start_dim : 1;
   return F ? &F->base : NULL;
@@ -1179,6 +1195,7 @@ DL_API void dl__lay_dropout_describe(const dl_layer *l, char *buf, size_t n) {
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_dropout_vt, {"Dropout", dl__lay_dropout_forward, dl__lay_dropout_describe, NULL});
 DL_API dl_layer *dl_dropout_make(dl_model *m, dl_layer *parent, const char *name, double p) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_dropout *D;
   if (!(p >= 0 && p <= 1)) DL_PANIC(m->ctx, "dl_dropout_make", "p = %g is not in [0, 1]", p);
   D = (dl__lay_dropout *)dl_layer_new(m, parent, name, &dl__lay_dropout_vt, sizeof *D);
@@ -1220,6 +1237,7 @@ DL_API void dl__lay_embedding_describe(const dl_layer *l, char *buf, size_t n) {
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_embedding_vt, {"Embedding", dl__lay_embedding_forward, dl__lay_embedding_describe, NULL});
 DL_API dl_layer *dl_embedding_make(dl_model *m, dl_layer *parent, const char *name, const dl_embedding_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   dl__embedding *E;
   if (d->num <= 0 || d->dim <= 0)
     DL_PANIC(m->ctx, "dl_embedding_make", "num %lld and dim %lld must be > 0", (long long)d->num, (long long)d->dim);
@@ -1273,6 +1291,7 @@ DL__GLOBAL(const dl_layer_vt dl__lay_bn1d_vt, {"BatchNorm1d", dl__lay_batchnorm_
 DL__GLOBAL(const dl_layer_vt dl__lay_bn2d_vt, {"BatchNorm2d", dl__lay_batchnorm_forward, dl__lay_batchnorm_describe, NULL});
 DL_API dl_layer *dl__lay_batchnorm_make(dl_model *m, dl_layer *parent, const char *name, const dl_batchnorm_desc *d,
                                     int two_d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_batchnorm *B;
   const int64_t c = d->features;
   if (c <= 0 || d->eps < 0 || d->momentum < 0 || d->momentum > 1)
@@ -1298,9 +1317,11 @@ DL_API dl_layer *dl__lay_batchnorm_make(dl_model *m, dl_layer *parent, const cha
   return m->status == DL_OK ? &B->base : NULL;
 }
 DL_API dl_layer *dl_batchnorm1d_make(dl_model *m, dl_layer *parent, const char *name, const dl_batchnorm_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_batchnorm_make(m, parent, name, d, 0);
 }
 DL_API dl_layer *dl_batchnorm2d_make(dl_model *m, dl_layer *parent, const char *name, const dl_batchnorm_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_batchnorm_make(m, parent, name, d, 1);
 }
 
@@ -1340,6 +1361,7 @@ DL_API void dl__lay_norm_describe(const dl_layer *l, char *buf, size_t n) {
 DL__GLOBAL(const dl_layer_vt dl__lay_layernorm_vt, {"LayerNorm", dl__lay_norm_forward, dl__lay_norm_describe, NULL});
 DL__GLOBAL(const dl_layer_vt dl__lay_rmsnorm_vt, {"RMSNorm", dl__lay_norm_forward, dl__lay_norm_describe, NULL});
 DL_API dl_layer *dl__lay_norm_make(dl_model *m, dl_layer *parent, const char *name, const dl_norm_desc *d, int rms) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_norm *N;
   int k, nd = d->ndims ? d->ndims : 1;
   if (nd < 0 || nd > 4 || d->eps < 0)
@@ -1362,9 +1384,11 @@ DL_API dl_layer *dl__lay_norm_make(dl_model *m, dl_layer *parent, const char *na
   return m->status == DL_OK ? &N->base : NULL;
 }
 DL_API dl_layer *dl_layernorm_make(dl_model *m, dl_layer *parent, const char *name, const dl_norm_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_norm_make(m, parent, name, d, 0);
 }
 DL_API dl_layer *dl_rmsnorm_make(dl_model *m, dl_layer *parent, const char *name, const dl_norm_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_norm_make(m, parent, name, d, 1);
 }
 
@@ -1441,6 +1465,7 @@ DL__GLOBAL(const dl_layer_vt dl__lay_rnn_vt, {"RNN", dl__lay_rnn_forward1, dl__l
 DL__GLOBAL(const dl_layer_vt dl__lay_lstm_vt, {"LSTM", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL});
 DL__GLOBAL(const dl_layer_vt dl__lay_gru_vt, {"GRU", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL});
 DL_API dl_layer *dl__lay_rnn_make(dl_model *m, dl_layer *parent, const char *name, const dl_rnn_desc *d, dl__lay_rnn_kind kind) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   static const dl_layer_vt *const vts[] = {&dl__lay_rnn_vt, &dl__lay_lstm_vt, &dl__lay_gru_vt};
   const int G = kind == DL__LAY_LSTM ? 4 : kind == DL__LAY_GRU ? 3 : 1;
   dl__lay_rnn *R;
@@ -1474,12 +1499,15 @@ DL_API dl_layer *dl__lay_rnn_make(dl_model *m, dl_layer *parent, const char *nam
   return m->status == DL_OK ? &R->base : NULL;
 }
 DL_API dl_layer *dl_rnn_make(dl_model *m, dl_layer *parent, const char *name, const dl_rnn_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_rnn_make(m, parent, name, d, DL__LAY_RNN);
 }
 DL_API dl_layer *dl_lstm_make(dl_model *m, dl_layer *parent, const char *name, const dl_rnn_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_rnn_make(m, parent, name, d, DL__LAY_LSTM);
 }
 DL_API dl_layer *dl_gru_make(dl_model *m, dl_layer *parent, const char *name, const dl_rnn_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_rnn_make(m, parent, name, d, DL__LAY_GRU);
 }
 
@@ -1520,6 +1548,7 @@ DL_API void dl__lay_mha_describe(const dl_layer *l, char *buf, size_t n) {
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_mha_vt, {"MultiheadAttention", dl__lay_mha_forward1, dl__lay_mha_describe, NULL});
 DL_API dl_layer *dl_mha_make(dl_model *m, dl_layer *parent, const char *name, const dl_mha_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_mha *A;
   const int64_t E = d->embed, E3 = 3 * d->embed;
   if (E <= 0 || d->heads <= 0 || E % d->heads)

@@ -861,6 +861,7 @@ DL_API void dl__optim_update_lion(dl_optim *o, const dl_param *pr, dl_tensor *p,
 }
 
 DL_API dl_optim *dl_optim_sgd(dl_model *m, const dl_sgd_cfg *c) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   static const char *const n[] = {"momentum_buffer"};
   dl_optim *o;
   if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
@@ -873,6 +874,7 @@ DL_API dl_optim *dl_optim_sgd(dl_model *m, const dl_sgd_cfg *c) {
 }
 /* Adam, or AdamW with c->decoupled (dl_adamw_defaults). */
 DL_API dl_optim *dl_optim_adam(dl_model *m, const dl_adam_cfg *c) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   static const char *const n[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   dl_optim *o = dl__optim_make(m, DL_OPT_ADAM, dl__optim_update_adam);
   if (!o) return NULL;
@@ -881,6 +883,7 @@ DL_API dl_optim *dl_optim_adam(dl_model *m, const dl_adam_cfg *c) {
   return dl__optim_state(o, c->amsgrad ? 3 : 2, n);
 }
 DL_API dl_optim *dl_optim_rmsprop(dl_model *m, const dl_rmsprop_cfg *c) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   const char *n[3];
   int k = 0;
   dl_optim *o = dl__optim_make(m, DL_OPT_RMSPROP, dl__optim_update_rmsprop);
@@ -893,6 +896,7 @@ DL_API dl_optim *dl_optim_rmsprop(dl_model *m, const dl_rmsprop_cfg *c) {
   return dl__optim_state(o, k, n);
 }
 DL_API dl_optim *dl_optim_adagrad(dl_model *m, const dl_adagrad_cfg *c) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   static const char *const n[] = {"sum"};
   dl_optim *o = dl__optim_make(m, DL_OPT_ADAGRAD, dl__optim_update_adagrad);
   int i;
@@ -905,6 +909,7 @@ DL_API dl_optim *dl_optim_adagrad(dl_model *m, const dl_adagrad_cfg *c) {
   return o;
 }
 DL_API dl_optim *dl_optim_lion(dl_model *m, const dl_lion_cfg *c) {
+  if (!m) return NULL; /* a dl_model_make that failed */
   static const char *const n[] = {"exp_avg"};
   dl_optim *o = dl__optim_make(m, DL_OPT_LION, dl__optim_update_lion);
   if (!o) return NULL;
