@@ -150,16 +150,17 @@ static void area_resize(const unsigned char *src, int s, unsigned char *dst, int
  * inversion). 0, or -1 with a message in msg. */
 static int load_image(const char *path, int invert, int no_crop, unsigned char *out, double *border, char *msg,
                       size_t nmsg) {
-  int w, h, comp, x, y, s, x0, x1, y0, y1, bg;
+  int w, h, x, y, s, x0, x1, y0, y1, bg;
   double bsum = 0;
   size_t bytes, i;
-  unsigned char *img = stbi_load(path, &w, &h, &comp, 1), *sq;
+  dl_ctx ictx;
+  unsigned char *img, *sq;
+  dl_ctx_init(&ictx, NULL);
+  /* the header first: an image declaring more than DL_IMAGE_MAX_PIXELS is refused undecoded */
+  img = dl_image_load(&ictx, path, 1, &w, &h);
   if (!img) {
-    FILE *f = fopen(path, "rb");
-    const char *why = stbi_failure_reason();
-    if (!f) snprintf(msg, nmsg, "cannot open it: %s", strerror(errno));
-    else snprintf(msg, nmsg, "not an image stb_image can decode (%s)", why ? why : "?");
-    if (f) fclose(f);
+    const char *m = dl_ctx_message(&ictx), *tail = strstr(m, path);
+    snprintf(msg, nmsg, "%s", tail ? tail + strlen(path) + 2 : m); /* the reason, after "dl_image_load: PATH: " */
     return -1;
   }
 #define PX(x, y) img[(size_t)(y) * (size_t)w + (size_t)(x)]
@@ -183,7 +184,7 @@ static int load_image(const char *path, int invert, int no_crop, unsigned char *
   s = x1 - x0 > y1 - y0 ? x1 - x0 : y1 - y0;
   if (dl_size_mul((size_t)s, (size_t)s, &bytes) || !(sq = (unsigned char *)malloc(bytes))) {
     snprintf(msg, nmsg, "%dx%d pixels: too large to pad to a square here", w, h);
-    stbi_image_free(img);
+    dl_image_free(img);
     return -1;
   }
   memset(sq, bg, bytes);
@@ -191,7 +192,7 @@ static int load_image(const char *path, int invert, int no_crop, unsigned char *
     memcpy(sq + (size_t)(y - y0 + (s - (y1 - y0)) / 2) * (size_t)s + (size_t)((s - (x1 - x0)) / 2), &PX(x0, y),
            (size_t)(x1 - x0));
 #undef PX
-  stbi_image_free(img);
+  dl_image_free(img);
   if (s >= SIDE)
     area_resize(sq, s, out, SIDE);
   else

@@ -47,6 +47,7 @@
  * - Allocation failure injected at every allocation of each loader: a
  *   status, never a crash, every allocation freed.
  */
+#define DL_DATA_MAX_BYTES ((uint64_t)64 << 20) /* a low limit to test (Fashion-MNIST's largest file is 47 MB) */
 #include "dl/data.h"
 #include "harness.h"
 
@@ -296,14 +297,35 @@ static void test_idx_gzip_types(void) {
     free(l);
     free(b);
   }
-  { /* f64 [1000000]: 8 MB claimed by ~40 compressed bytes, 16 present */
+  { /* f64 [1000000]: 8 MB claimed by ~40 compressed bytes, more than they can decompress to: refused unread */
     unsigned char m[24] = {0, 0, 0x0E, 1, 0x00, 0x0F, 0x42, 0x40}, *g;
     memset(m + 8, 0x3f, 16);
     g = gzip_bytes(m, sizeof m, &gn);
     CHECK(g && gn * 1032 < 8000000);
     CHECK(g && parse_checked(g, gn) == DL_ERR_TRUNCATED);
-    CHECK_HAS("dimensions [1000000] (f64, 8 bytes each) need 8000008 bytes in all (8 header + 8000000 data), "
-              "the decompressed data has 24");
+    CHECK_HAS("dimensions [1000000] need 8000000 bytes, more than a gzip file of");
+    free(g);
+  }
+  { /* u8 [2000001] claimed, 2000000 zeros present: within deflate's 1032:1 but above the 64:1 that is
+     * trusted to allocate up front, so the data is read as it arrives and the shortfall found */
+    size_t n = 2000000 + 8;
+    unsigned char *m = (unsigned char *)calloc(n, 1), *g;
+    m[2] = 0x08;
+    m[3] = 1;
+    m[4] = 0x00, m[5] = 0x1E, m[6] = 0x84, m[7] = 0x81; /* 2000001 */
+    g = m ? gzip_bytes(m, n, &gn) : NULL;
+    CHECK(g && gn * 64 < 2000001 && gn * 1032 >= 2000001);
+    CHECK(g && parse_checked(g, gn) == DL_ERR_TRUNCATED);
+    CHECK_HAS("the decompressed data has 2000008");
+    free(g);
+    free(m);
+  }
+  { /* gzip, u8 [100000000]: more than this test's DL_DATA_MAX_BYTES (64 MiB), refused before anything is read
+     * (a plain file that short is truncated, which says more) */
+    unsigned char m[8] = {0, 0, 0x08, 1, 0x05, 0xF5, 0xE1, 0x00}, *g = gzip_bytes(m, sizeof m, &gn);
+    dl_tensor *t = NULL;
+    CHECK(g && dl_idx_parse(&ctx, g, gn, &t) == DL_ERR_UNSUPPORTED && !t);
+    CHECK_HAS("need 100000000 bytes, more than DL_DATA_MAX_BYTES (67108864)");
     free(g);
   }
 }
@@ -1164,6 +1186,23 @@ static void test_image_folder(void) {
   CHECK(dl_image_folder_load(&ctx, DATA "images", &(dl_image_folder_desc){.width = 4}, &ds) == DL_ERR_ARG);
   CHECK(dl_image_folder_load(&ctx, DATA "images", &(dl_image_folder_desc){.height = 4, .width = 4, .channels = 2}, &ds) == DL_ERR_ARG);
   CHECK(ds.x == NULL);
+  /* a decode bomb: 74 bytes declaring 32000 x 32000 grey (1 GB), refused from its header */
+  CHECK(dl_image_folder_load(&ctx, DATA "images_bomb", &(dl_image_folder_desc){.height = 4, .width = 4}, &ds) ==
+        DL_ERR_UNSUPPORTED);
+  CHECK_HAS("images_bomb/big/huge.png: declares 32000 x 32000 pixels, more than DL_IMAGE_MAX_PIXELS (67108864)");
+  CHECK(ds.x == NULL);
+  {
+    int w = -1, h = -1;
+    unsigned char *px = dl_image_load(&ctx, DATA "images_bomb/big/huge.png", 1, &w, &h);
+    CHECK(!px && w == 0 && h == 0 && ctx.status == DL_ERR_UNSUPPORTED);
+    px = dl_image_load(&ctx, DATA "images/cat/a.png", 3, &w, &h);
+    CHECK(px && w == 4 && h == 4 && px[0] == 0 && px[1] == 50 && px[2] == 200);
+    dl_image_free(px);
+    CHECK(!dl_image_load(&ctx, DATA "images_bad/only/broken.png", 3, &w, &h) && ctx.status == DL_ERR_FORMAT);
+    CHECK_HAS("broken.png: cannot decode the image");
+    CHECK(!dl_image_load(&ctx, DATA "no_such.png", 3, &w, &h) && ctx.status == DL_ERR_IO);
+    CHECK_HAS("no_such.png: cannot open it");
+  }
 }
 
 /* >>text ------------------------------------------------------------------------------- */

@@ -136,6 +136,14 @@ DL__HEADER_BEGIN
 #endif
 #endif
 
+/* The most bytes one loaded array (an IDX file's data) may take: larger
+ * dimensions are refused before anything is allocated. Default 2^32 (4 GiB);
+ * define it higher for genuine larger files, lower to bound what a hostile
+ * file can make a program allocate. */
+#ifndef DL_DATA_MAX_BYTES
+#define DL_DATA_MAX_BYTES ((uint64_t)1 << 32)
+#endif
+
 #ifndef DL_FASHION_MNIST_DIR
 #define DL_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 #endif
@@ -1158,14 +1166,17 @@ DL_API dl_status dl__reader_all(dl__reader *r, size_t limit, unsigned char **out
  * DL_ERR_TRUNCATED, longer DL_ERR_FORMAT, an element count that overflows
  * DL_ERR_OVERFLOW; each message names the file, the dimensions and both
  * sizes.
- * Memory: when the source's size is known and can hold the data (plain: the
- * bytes left after the header; gzip: at most 1032 decoded bytes per
- * compressed byte, deflate's limit), the tensor is allocated after the
- * header and the data is decoded straight into it (multi-byte types then
- * byte-swapped in place), so the data exists once. Otherwise (a pipe, or
- * dimensions larger than the source could hold) the data is read into a
- * buffer that grows with what is actually there, and the tensor is made
- * only once the size has been checked. */
+ * Memory: dimensions needing more than DL_DATA_MAX_BYTES, or more than a
+ * gzip file of its size can decompress to (1032 bytes per compressed byte,
+ * deflate's limit), are refused before anything is allocated. When the
+ * source's size is known and can be trusted to hold the data (plain: the
+ * bytes left after the header; gzip: 64 decoded bytes per compressed byte),
+ * the tensor is allocated after the header and the data is decoded
+ * straight into it (multi-byte types then byte-swapped in place), so the
+ * data exists once. Otherwise (a pipe, or dimensions larger than that) the
+ * data is read into a buffer that grows with what is actually there, and
+ * the tensor is made only once the size has been checked: a header that
+ * claims more than the file holds costs no memory. */
 DL_API dl_status dl__idx_read(dl__reader *r, dl_tensor **out) {
   dl_ctx *ctx = r->ctx;
   unsigned char h[4 + 4 * DL_MAX_DIMS], *buf = NULL, *o;
@@ -1225,9 +1236,25 @@ DL_API dl_status dl__idx_read(dl__reader *r, dl_tensor **out) {
   if (st != DL_OK || dl_size_mul((size_t)numel, es, &D) || D > (size_t)PTRDIFF_MAX - hdr - 1)
     return dl_fail(ctx, DL_ERR_OVERFLOW, "%s: %s: dimensions [%s] overflow: the element count or byte size does not fit",
                    r->op, r->name, dims);
-  /* the most data bytes the source can still hold (0: unknown or too few) */
+  /* refused before anything is allocated: more than the limit, or more
+   * than a gzip file of this size can decompress to (deflate: at most 1032
+   * bytes per compressed byte) */
+  if ((uint64_t)D > (uint64_t)DL_DATA_MAX_BYTES &&
+      !(r->size >= 0 && !r->gz && (uint64_t)D + hdr > (uint64_t)r->size)) /* (a short plain file: truncated, below) */
+    return dl_fail(ctx, DL_ERR_UNSUPPORTED, "%s: %s: dimensions [%s] need %zu bytes, more than DL_DATA_MAX_BYTES "
+                   "(%llu): refused before reading (define DL_DATA_MAX_BYTES higher for a genuine file)", r->op, r->name,
+                   dims, D, (unsigned long long)DL_DATA_MAX_BYTES);
+  if (r->size >= 0 && r->gz && (uint64_t)r->size < (uint64_t)SIZE_MAX / 1032 && D > (size_t)r->size * 1032)
+    return dl_fail(ctx, DL_ERR_TRUNCATED, "%s: %s: dimensions [%s] need %zu bytes, more than a gzip file of %lld bytes "
+                   "can hold (1032 decompressed bytes per byte at most): truncated or wrong dimensions", r->op, r->name,
+                   dims, D, (long long)r->size);
+  /* the data bytes the source can be trusted to hold (0: unknown or too
+   * few): a plain file's bytes left; gzip: 64 decompressed bytes per
+   * compressed byte, more than real data compresses (a file that claims
+   * more is read into a buffer that grows with what actually arrives, so a
+   * header that lies costs no memory) */
   if (r->size >= 0 && !r->gz) bound = (uint64_t)r->size >= hdr ? (size_t)((uint64_t)r->size - hdr) : 0;
-  else if (r->size >= 0) bound = (uint64_t)r->size > SIZE_MAX / 1032 ? SIZE_MAX : (size_t)r->size * 1032;
+  else if (r->size >= 0) bound = (uint64_t)r->size > SIZE_MAX / 64 ? SIZE_MAX : (size_t)r->size * 64;
   if (r->size >= 0 && D <= bound) { /* straight into the tensor, then one byte more to find trailing data */
     unsigned char extra;
     size_t more = 0;
@@ -1826,6 +1853,60 @@ DL_API void dl_image_resize(const uint8_t *src, int sh, int sw, int c, uint8_t *
   }
 }
 
+/* >>image files -------------------------------------------------------------- */
+
+/* The most pixels an image file may declare (width x height) before it is
+ * decoded: a small file can declare a huge image (a 1 MB PNG of 32000 x
+ * 32000 decodes into 2 GB), so dl_image_load and the folder loader read the
+ * header first and refuse beyond this. Default 2^26 (8192 x 8192); define
+ * it higher for genuine large images. */
+#ifndef DL_IMAGE_MAX_PIXELS
+#define DL_IMAGE_MAX_PIXELS ((int64_t)1 << 26)
+#endif
+
+#ifdef DL_USE_STB_IMAGE
+/* Decode the image file at path (PNG, JPEG, BMP, GIF, TGA, PNM: stb_image)
+ * into 8-bit pixels, row-major, `channels` (1..4) per pixel, converted as
+ * stb_image does; *w and *h get the size. Its header is read first: more
+ * than DL_IMAGE_MAX_PIXELS pixels is refused (DL_ERR_UNSUPPORTED) before
+ * anything is allocated. Returns the pixels (free them with
+ * dl_image_free), or NULL with a message naming the file in ctx. */
+DL_API unsigned char *dl_image_load(dl_ctx *ctx, const char *path, int channels, int *w, int *h) {
+  int comp;
+  unsigned char *img;
+  *w = *h = 0;
+  if (channels < 1 || channels > 4) {
+    dl_fail(ctx, DL_ERR_ARG, "dl_image_load: %s: channels %d (1 to 4)", path, channels);
+    return NULL;
+  }
+  if (!stbi_info(path, w, h, &comp)) {
+    const char *why = stbi_failure_reason();
+    FILE *f = fopen(path, "rb");
+    if (!f) dl_fail(ctx, DL_ERR_IO, "dl_image_load: %s: cannot open it: %s", path, strerror(errno));
+    else dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (stb_image: %s)", path, why ? why : "unknown");
+    if (f) fclose(f);
+    *w = *h = 0;
+    return NULL;
+  }
+  if (*w <= 0 || *h <= 0 || (int64_t)*w * (int64_t)*h > (int64_t)DL_IMAGE_MAX_PIXELS) {
+    dl_fail(ctx, DL_ERR_UNSUPPORTED, "dl_image_load: %s: declares %d x %d pixels, more than DL_IMAGE_MAX_PIXELS (%lld): "
+            "refused before decoding (define DL_IMAGE_MAX_PIXELS higher for genuine large images)", path, *w, *h,
+            (long long)DL_IMAGE_MAX_PIXELS);
+    *w = *h = 0;
+    return NULL;
+  }
+  img = stbi_load(path, w, h, &comp, channels);
+  if (!img) {
+    const char *why = stbi_failure_reason();
+    dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (stb_image: %s)", path, why ? why : "unknown");
+    *w = *h = 0;
+  }
+  return img;
+}
+/* Free what dl_image_load returned (NULL is fine). */
+DL_API void dl_image_free(unsigned char *pixels) { stbi_image_free(pixels); }
+#endif
+
 /* dl_image_folder_desc:
  *   height, width  the size every image is resized to (required, > 0)
  *   channels       1 (grey), 3 (RGB) or 4 (RGBA); 0: 3. stb_image converts. */
@@ -1969,15 +2050,17 @@ DL_API dl_status dl_image_folder_load(dl_ctx *ctx, const char *dir, const dl_ima
   y = x ? dl_tensor_make(ctx, DL_I64, 1, shape) : NULL;
   if (!x || !y) { st = ctx ? ctx->status : DL_ERR_NOMEM; goto done; }
   for (i = 0; i < files.n; i++) {
-    int w, h, comp;
-    unsigned char *img = stbi_load(files.v[i], &w, &h, &comp, C);
+    int w, h;
+    unsigned char *img = dl_image_load(ctx, files.v[i], C, &w, &h);
     if (!img) {
-      st = dl_fail(ctx, DL_ERR_FORMAT, "%s: %s: cannot decode the image (stb_image: %s)", op, files.v[i],
-                   stbi_failure_reason() ? stbi_failure_reason() : "unknown");
+      char msg[sizeof ctx->message];
+      st = ctx ? ctx->status : DL_ERR_FORMAT;
+      snprintf(msg, sizeof msg, "%s", dl_ctx_message(ctx));
+      st = dl_fail(ctx, st, "%s: %s", op, msg);
       goto done;
     }
     dl_image_resize(img, h, w, C, dl_u8(x) + (size_t)i * (size_t)C * (size_t)H * (size_t)W, H, W);
-    stbi_image_free(img);
+    dl_image_free(img);
     dl_i64(y)[i] = cls[i];
   }
   /* class names in one block: pointers, then the strings */

@@ -12,6 +12,7 @@ import gzip
 import io
 import os
 import struct
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -88,6 +89,18 @@ def main():
     write("corrupt.idx.gz", bytes(bad))
     write("truncated.idx.gz", good[: len(good) // 2])
     write("trailing_garbage.idx.gz", good + b"\x00\x01garbage")
+
+    # a decode bomb: a 74-byte PNG whose header declares 32000 x 32000 grey
+    # (1 GB decoded, 2 GB while stb_image decodes it; stb itself refuses
+    # above 2^30 bytes, so RGB would not be one); its data is one compressed
+    # row. dl_image_load must refuse it from the header, before decoding.
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    ihdr = struct.pack(">IIBBBBB", 32000, 32000, 8, 0, 0, 0, 0)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 1024, 9)) + chunk(b"IEND", b"")
+    os.makedirs(os.path.join(HERE, "images_bomb", "big"), exist_ok=True)
+    write(os.path.join("images_bomb", "big", "huge.png"), png)
 
 
 if __name__ == "__main__":
