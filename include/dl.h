@@ -65,7 +65,9 @@
  *   DL_NAME_MAX             longest parameter name                        layers.h
  *   DL_SAFETENSORS_MAX_HEADER, DL_SAFETENSORS_MAX_DEPTH  limits on a weight
  *                           file's JSON header (refused beyond them)      io.h
- *   DL_IO_BUFFER            bytes of the buffered file writer             io.h
+ *   DL_IO_BUFFER            bytes of the buffered atomic file writer      file.h
+ *   DL_DATA_MAX_BYTES       largest array a loader allocates (4 GiB)      data.h
+ *   DL_IMAGE_MAX_PIXELS     largest image decoded (8192 x 8192)           data.h
  *   DL_FASHION_MNIST_DIR    where dl_load_fashion_mnist looks by default  data.h
  *   DL_RUN_MAX_EPOCHS       epochs a training history keeps               run.h
  *   DL_DIST_BUCKET_BYTES, DL_DIST_CHECK_EVERY  all-reduce bucket size and
@@ -79,6 +81,37 @@
  * dl-openblas, dl-zlib, dl-stb, dl-mpi, dl-cuda), CMake package dl
  * (find_package(dl CONFIG COMPONENTS ...), target dl::dl).
  *
+ * Headers, in the order dl.h includes them; each includes what it needs and
+ * compiles alone:
+ *   dl/config.h     configuration macros, DL_API and the compile-once modes, version
+ *   dl/core.h       dl_status, dl_ctx, arenas, RNG, dtypes, DL_PARALLEL_REGION
+ *   dl/file.h       the atomic file writer (dl_atomic_*), dl_io_hooks
+ *   dl/device.h     the GPU handle and caching allocator (empty without DL_USE_CUDA)
+ *   dl/tensor.h     dl_tensor, views, copies, printing; device tensors, dl_item
+ *   dl/vmath.h      vectorisable exp, log, tanh, sigmoid, erf ...
+ *   dl/dual.h       dual numbers and the generic scalar math (dl_add, dl_exp ...)
+ *   dl/expr.h       DL_ASSIGN fused loops, the element-wise op list, DL_DEFINE_OP*
+ *   dl/blas.h       GEMM: OpenBLAS or the built-in kernel
+ *   dl/tape.h       reverse mode: dl_tape, dl_backward, custom ops, dl_gradcheck
+ *   dl/ops.h        the differentiable ops dl_t_*, by family in dl/ops/:
+ *     ops/core.h      element-wise, clamp, where, matmul, linear
+ *     ops/shape.h     reshape, transpose, cat, slice, pad ...
+ *     ops/reduce.h    sum, mean, max, var, logsumexp, softmax
+ *     ops/loss.h      cross-entropy, NLL, MSE, BCE, Huber ...
+ *     ops/conv.h      conv1d/2d, pooling
+ *     ops/sparse.h    embedding, dropout
+ *     ops/norm.h      batch, layer and RMS norm
+ *     ops/rnn.h       RNN, LSTM, GRU
+ *     ops/attention.h multi-head attention
+ *   dl/layers.h     dl_model: named layers with PyTorch's names and layouts
+ *   dl/optim.h      optimizers, clipping, regularisation, the five-stage step
+ *   dl/gpu.h        models on the GPU (DL_USE_CUDA), the backend's manual
+ *   dl/io.h         safetensors weights, checkpoints
+ *   dl/data.h       datasets, shuffler, batcher, IDX/CSV/image/text loaders
+ *   dl/report.h     progress, metrics, confusion matrix, CSV log, PNG chart
+ *   dl/dist.h       data parallelism over MPI (one-process fallback), evaluation
+ *   dl/run.h        a training program's flags, epochs, checkpoints, result line
+ *
  * Conventions: public names start dl_/DL_, private ones dl__/DL__. Functions
  * that can fail for reasons the caller must handle return dl_status (or NULL)
  * and leave a message in the dl_ctx; programmer errors (shape or dtype
@@ -90,6 +123,7 @@
 
 #include "dl/config.h"
 #include "dl/core.h"
+#include "dl/file.h"
 #include "dl/tensor.h"
 #include "dl/vmath.h"
 #include "dl/dual.h"

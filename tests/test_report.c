@@ -774,8 +774,46 @@ static void test_chart_png(void) {
     path_in(sub, sizeof sub, "adir");
     CHECK(mkdir(sub, 0700) == 0);
     CHECK(dl_chart_save_png(&ctx, sub, &d) == DL_ERR_IO);
-    CHECK(strstr(dl_ctx_message(&ctx), "cannot rename") != NULL);
-    snprintf(bad, sizeof bad, "%s.tmp", sub);
+    CHECK(strstr(dl_ctx_message(&ctx), "is not a regular file") != NULL);
+    /* a device is refused, not replaced by a regular file (as root it used to be) */
+    CHECK(dl_chart_save_png(&ctx, "/dev/null", &d) == DL_ERR_IO);
+    CHECK(strstr(dl_ctx_message(&ctx), "'/dev/null' exists and is not a regular file") != NULL);
+    {
+      struct stat sb;
+      CHECK(stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode));
+    }
+    /* a link planted at this process's first temporary name is not followed: its target stays as it was,
+     * the chart is written through the next name; a killed writer's temporary (a pid that cannot exist)
+     * is removed, a live process's (our parent's) is not */
+    {
+      char victim[360], planted[400], stale[400], live[400], *v;
+      FILE *vf;
+      path_in(victim, sizeof victim, "victim.txt");
+      vf = fopen(victim, "wb");
+      CHECK(vf && fputs("precious", vf) >= 0);
+      if (vf) fclose(vf);
+      snprintf(planted, sizeof planted, "%s.tmp.%ld.0", path, (long)getpid());
+      CHECK(symlink(victim, planted) == 0);
+      snprintf(stale, sizeof stale, "%s.tmp.999999999.3", path);
+      snprintf(live, sizeof live, "%s.tmp.%ld.0", path, (long)getppid());
+      vf = fopen(stale, "wb");
+      if (vf) fclose(vf);
+      vf = fopen(live, "wb");
+      if (vf) fclose(vf);
+      CHECK(dl_chart_save_png(&ctx, path, &d) == DL_OK);
+      v = slurp_path(victim);
+      CHECK(v && strcmp(v, "precious") == 0);
+      free(v);
+#ifdef __linux__
+      CHECK(access(stale, F_OK) != 0);
+#endif
+      CHECK(access(live, F_OK) == 0);
+      remove(planted);
+      remove(stale);
+      remove(live);
+      remove(victim);
+    }
+    snprintf(bad, sizeof bad, "%s.tmp.%ld.0", sub, (long)getpid());
     f = fopen(bad, "rb");
     CHECK(f == NULL);
     if (f) fclose(f);

@@ -27,6 +27,7 @@
  */
 #define _XOPEN_SOURCE 700 /* mkdtemp */
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dl.h"
@@ -521,6 +522,43 @@ static void test_resume(void) {
   job_free(&a);
 }
 
+/* The CSV log is for people to read: when it cannot be written (here its
+ * path is a folder), each epoch prints a warning, training goes on and the
+ * checkpoint is still written; the log never ends in a cut row. */
+static void test_cosmetic_failures(void) {
+  dl_train_opts o;
+  job j;
+  FILE *f = tmpfile();
+  char text[4096];
+  size_t got;
+  struct stat sb;
+  memset(&o, 0, sizeof o);
+  o.epochs = 2;
+  o.seed = 3;
+  o.quiet = 1;
+  o.csv = TP("csv_is_a_folder");
+  o.checkpoint = TP("cosmetic.ckpt");
+  CHECK(mkdir(o.csv, 0700) == 0);
+  job_out = f;
+  CHECK(f && job_init(&j, &o, H) == DL_OK);
+  job_train(&j); /* CHECKs each dl_run_end_epoch == DL_OK */
+  job_out = NULL;
+  CHECK(j.r.epoch == 2);
+  CHECK(stat(o.checkpoint, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0);
+  CHECK(stat(o.csv, &sb) == 0 && S_ISDIR(sb.st_mode));
+  if (f) {
+    rewind(f);
+    got = fread(text, 1, sizeof text - 1, f);
+    text[got] = 0;
+    fclose(f);
+    CHECK_MSG(strstr(text, "warning: --csv") && strstr(text, "not written (training goes on)") &&
+                  strstr(text, "is not a regular file"),
+              "%s", text);
+  }
+  job_free(&j);
+  rmdir(o.csv);
+}
+
 static void test_evaluate(void) {
   dl_train_opts o;
   job j;
@@ -569,6 +607,7 @@ int main(void) {
   RUN(test_flags);
   RUN(test_train_flags);
   RUN(test_resume);
+  RUN(test_cosmetic_failures);
   RUN(test_evaluate);
   rc = harness_finish();
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

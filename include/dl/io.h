@@ -60,18 +60,10 @@
  *       alignment there can be); the data need not follow the header's order.
  *   dl_st_writer_save writes atomically (below); _to_memory returns a buffer.
  *
- * >>atomic  dl_atomic_begin / _put / _commit write a file through a
- *   temporary file in the same folder ("<path>.tmp.<pid>.<k>", created
- *   exclusively), buffered in DL_IO_BUFFER (64 KiB) blocks, each block
- *   written until done (short writes continue; a write error fails), then
- *   fsync, close, rename over the path, and fsync of the folder. Any failure
- *   before the rename closes and removes the temporary and leaves a previous
- *   file at the path exactly as it was; a crash at any point leaves the old
- *   file or the new one, never a mix. (A failed fsync of the folder after
- *   the rename is reported too: the new file is complete, only its
- *   durability across a power cut is not guaranteed.) Every system call goes
- *   through a dl_io_hooks table (NULL: POSIX, dl_io_posix()), so tests can
- *   fail each one in turn. dl_atomic_write writes one buffer.
+ * >>atomic  every file is written through file.h's atomic writer
+ *   (dl_atomic_begin / _put / _commit: a temporary in the same folder,
+ *   fsync, rename; a failure leaves the previous file as it was; a target
+ *   that is not a regular file is refused), with injectable dl_io_hooks.
  *
  * >>model weights  (C only, as layers.h)
  *     dl_model_save(m, path, desc)          every parameter and buffer by its
@@ -135,7 +127,7 @@
  *           dl_checkpoint_load(m, o, path, values, nvalues, &report)
  *
  * Configuration: DL_SAFETENSORS_MAX_HEADER, DL_SAFETENSORS_MAX_DEPTH,
- * DL_IO_BUFFER. The file functions need POSIX (open, write, fsync, rename)
+ * DL_IO_BUFFER (file.h). The file functions need POSIX (open, write, fsync, rename)
  * and are left out under DL_NO_STDIO or on other systems; parsing and
  * writing to memory are plain C.
  */
@@ -143,6 +135,7 @@
 #define DL_IO_H
 
 #include "optim.h"
+#include "file.h" /* the atomic writer, dl_io_hooks, DL__IO_FILES */
 DL__HEADER_BEGIN
 
 #include <errno.h>
@@ -152,22 +145,11 @@ DL__HEADER_BEGIN
 #include <stdlib.h>
 #include <string.h>
 
-#if !defined(DL_NO_STDIO) && (defined(__unix__) || defined(__unix) || defined(__APPLE__))
-#define DL__IO_FILES 1
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <unistd.h>
-#endif
-
 #ifndef DL_SAFETENSORS_MAX_HEADER
 #define DL_SAFETENSORS_MAX_HEADER 100000000u
 #endif
 #ifndef DL_SAFETENSORS_MAX_DEPTH
 #define DL_SAFETENSORS_MAX_DEPTH 64
-#endif
-#ifndef DL_IO_BUFFER
-#define DL_IO_BUFFER 65536
 #endif
 /* The largest count (steps, epochs, positions) a checkpoint may hold: 2^53,
  * where doubles stop counting exactly. */
@@ -333,12 +315,6 @@ DL_API int dl__io_grow(dl_ctx *ctx, void **arr, int *cap, int need, size_t elem)
   *arr = n;
   *cap = nc;
   return 1;
-}
-DL_API char *dl__io_strdup(dl_ctx *ctx, const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = (char *)dl_alloc(ctx, n);
-  if (d) memcpy(d, s, n);
-  return d;
 }
 
 /* Length of the valid UTF-8 sequence at p (avail bytes), 0 if invalid
@@ -1008,226 +984,7 @@ DL_API dl_tensor *dl_safetensors_get(const dl_safetensors *st, const char *name)
   return t;
 }
 
-/* >>atomic writes ------------------------------------------------------------ */
-
-/* The system calls of an atomic write; NULL fields are the POSIX defaults.
- * Each returns what POSIX's returns (errno set on failure). */
-typedef struct dl_io_hooks {
-  int (*create)(const char *path, void *user);                          /* new file only (O_EXCL), for writing: fd or -1 */
-  ptrdiff_t (*write)(int fd, const void *buf, size_t n, void *user);    /* bytes written (short counts continue) or -1 */
-  int (*fsync)(int fd, void *user);
-  int (*close)(int fd, void *user);
-  int (*rename)(const char *from, const char *to, void *user);
-  int (*remove)(const char *path, void *user);                          /* cleanup of the temporary file */
-  int (*sync_dir)(const char *dir, void *user);                         /* open the folder, fsync it, close it */
-  void *user;
-} dl_io_hooks;
-
 #ifdef DL__IO_FILES
-DL_API int dl__posix_create(const char *path, void *user) {
-  int fd;
-  (void)user;
-  do fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0666);
-  while (fd < 0 && errno == EINTR);
-  return fd;
-}
-DL_API ptrdiff_t dl__posix_write(int fd, const void *buf, size_t n, void *user) {
-  ptrdiff_t w;
-  (void)user;
-  do w = (ptrdiff_t)write(fd, buf, n);
-  while (w < 0 && errno == EINTR);
-  return w;
-}
-DL_API int dl__posix_fsync(int fd, void *user) {
-  int r;
-  (void)user;
-  do r = fsync(fd);
-  while (r < 0 && errno == EINTR);
-  return r;
-}
-DL_API int dl__posix_close(int fd, void *user) {
-  (void)user;
-  return close(fd);
-}
-DL_API int dl__posix_rename(const char *from, const char *to, void *user) {
-  (void)user;
-  return rename(from, to);
-}
-DL_API int dl__posix_remove(const char *path, void *user) {
-  (void)user;
-  return unlink(path);
-}
-DL_API int dl__posix_sync_dir(const char *dir, void *user) {
-  int fd, r, e;
-  (void)user;
-  do fd = open(dir, O_RDONLY);
-  while (fd < 0 && errno == EINTR);
-  if (fd < 0) return -1;
-  do r = fsync(fd);
-  while (r < 0 && errno == EINTR);
-  if (r < 0 && errno == EINVAL) r = 0; /* a file system that cannot sync folders */
-  e = errno;
-  close(fd);
-  errno = e;
-  return r;
-}
-/* The default hooks (POSIX); tests wrap them. */
-DL_API const dl_io_hooks *dl_io_posix(void) {
-  static const dl_io_hooks h = {dl__posix_create, dl__posix_write, dl__posix_fsync, dl__posix_close,
-                                dl__posix_rename, dl__posix_remove, dl__posix_sync_dir, NULL};
-  return &h;
-}
-
-/* A file being written atomically. */
-typedef struct dl_atomic_file {
-  dl_ctx *ctx;
-  dl_io_hooks io;      /* the hooks in use, defaults filled in */
-  char *path, *tmp, *dir;
-  int fd;              /* -1 once closed */
-  unsigned char *buf;  /* DL_IO_BUFFER bytes */
-  size_t used;
-  dl_status status;    /* first failure (sticky) */
-} dl_atomic_file;
-
-DL_API void dl__atomic_release(dl_atomic_file *f) {
-  dl_free(f->ctx, f->path);
-  dl_free(f->ctx, f->tmp);
-  dl_free(f->ctx, f->dir);
-  dl_free(f->ctx, f->buf);
-  f->path = f->tmp = f->dir = NULL;
-  f->buf = NULL;
-}
-/* Close (if open) and remove the temporary file; release everything. A
- * previous file at the path is untouched. Safe after a failed begin. */
-DL_API void dl_atomic_abort(dl_atomic_file *f) {
-  int e = errno;
-  if (f->fd >= 0) f->io.close(f->fd, f->io.user);
-  f->fd = -1;
-  if (f->tmp) f->io.remove(f->tmp, f->io.user);
-  dl__atomic_release(f);
-  errno = e;
-}
-DL_API dl_status dl__atomic_fail(dl_atomic_file *f, const char *what) {
-  int e = errno;
-  dl_status s = dl_fail(f->ctx, DL_ERR_IO, "%s '%.200s': %s (the previous '%.200s', if any, is left as it was)", what,
-                        f->tmp ? f->tmp : "", strerror(e), f->path ? f->path : "");
-  f->status = s;
-  dl_atomic_abort(f);
-  return s;
-}
-
-/* Start writing `path` atomically: creates "<path>.tmp.<pid>.<k>" in the
- * same folder. io NULL: POSIX. DL_OK, or DL_ERR_IO / DL_ERR_NOMEM (nothing
- * left behind). */
-DL_API dl_status dl_atomic_begin(dl_atomic_file *f, dl_ctx *ctx, const char *path, const dl_io_hooks *io) {
-  const dl_io_hooks *def = dl_io_posix();
-  const char *slash = strrchr(path, '/');
-  size_t n = strlen(path), dn;
-  int k;
-  memset(f, 0, sizeof *f);
-  f->ctx = ctx;
-  f->fd = -1;
-  f->io = io ? *io : *def;
-  if (!f->io.create) f->io.create = def->create;
-  if (!f->io.write) f->io.write = def->write;
-  if (!f->io.fsync) f->io.fsync = def->fsync;
-  if (!f->io.close) f->io.close = def->close;
-  if (!f->io.rename) f->io.rename = def->rename;
-  if (!f->io.remove) f->io.remove = def->remove;
-  if (!f->io.sync_dir) f->io.sync_dir = def->sync_dir;
-  if (!n || path[n - 1] == '/') return f->status = dl_fail(ctx, DL_ERR_ARG, "atomic write: '%.200s' is not a file name", path);
-  dn = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
-  f->path = dl__io_strdup(ctx, path);
-  f->tmp = (char *)dl_alloc(ctx, n + 48);
-  f->dir = (char *)dl_alloc(ctx, dn + 1);
-  f->buf = (unsigned char *)dl_alloc(ctx, DL_IO_BUFFER);
-  if (!f->path || !f->tmp || !f->dir || !f->buf) {
-    dl__atomic_release(f);
-    return f->status = DL_ERR_NOMEM;
-  }
-  if (slash) memcpy(f->dir, path, dn);
-  else f->dir[0] = '.';
-  f->dir[dn] = 0;
-  for (k = 0; k < 100; k++) {
-    snprintf(f->tmp, n + 48, "%s.tmp.%ld.%d", path, (long)getpid(), k);
-    f->fd = f->io.create(f->tmp, f->io.user);
-    if (f->fd >= 0 || errno != EEXIST) break;
-  }
-  if (f->fd < 0) {
-    int e = errno;
-    dl_status s = dl_fail(ctx, DL_ERR_IO, "cannot create the temporary file '%.200s': %s (the previous '%.200s', if any, is left as it was)",
-                          f->tmp, strerror(e), path);
-    dl_free(ctx, f->tmp);
-    f->tmp = NULL; /* not ours: nothing to remove */
-    dl__atomic_release(f);
-    return f->status = s;
-  }
-  return DL_OK;
-}
-DL_API dl_status dl__atomic_flush(dl_atomic_file *f) {
-  size_t at = 0;
-  while (at < f->used) {
-    ptrdiff_t w = f->io.write(f->fd, f->buf + at, f->used - at, f->io.user);
-    if (w <= 0) {
-      if (w == 0) errno = EIO;
-      return dl__atomic_fail(f, "cannot write");
-    }
-    at += (size_t)w;
-  }
-  f->used = 0;
-  return DL_OK;
-}
-/* Append n bytes (buffered). On failure the file is aborted (temporary
- * removed) and every later call returns the same status. */
-DL_API dl_status dl_atomic_put(dl_atomic_file *f, const void *data, size_t n) {
-  const unsigned char *p = (const unsigned char *)data;
-  if (f->status != DL_OK) return f->status;
-  while (n) {
-    size_t k = DL_IO_BUFFER - f->used;
-    if (k > n) k = n;
-    memcpy(f->buf + f->used, p, k);
-    f->used += k;
-    p += k;
-    n -= k;
-    if (f->used == DL_IO_BUFFER && dl__atomic_flush(f) != DL_OK) return f->status;
-  }
-  return DL_OK;
-}
-/* Flush, fsync, close, rename over the path, fsync the folder; release.
- * DL_OK, or DL_ERR_IO (before the rename: the temporary is removed and the
- * previous file untouched; after it, only the folder's fsync failed and the
- * new file is in place). */
-DL_API dl_status dl_atomic_commit(dl_atomic_file *f) {
-  int r;
-  if (f->status != DL_OK) {
-    dl_atomic_abort(f);
-    return f->status;
-  }
-  if (f->used && dl__atomic_flush(f) != DL_OK) return f->status;
-  if (f->io.fsync(f->fd, f->io.user) != 0) return dl__atomic_fail(f, "cannot fsync");
-  r = f->io.close(f->fd, f->io.user);
-  f->fd = -1;
-  if (r != 0) return dl__atomic_fail(f, "cannot close");
-  if (f->io.rename(f->tmp, f->path, f->io.user) != 0) return dl__atomic_fail(f, "cannot rename");
-  if (f->io.sync_dir(f->dir, f->io.user) != 0) {
-    int e = errno;
-    f->status = dl_fail(f->ctx, DL_ERR_IO, "'%.200s' was written and renamed into place, but fsync of its folder '%.200s' failed: %s",
-                        f->path, f->dir, strerror(e));
-    dl__atomic_release(f);
-    return f->status;
-  }
-  dl__atomic_release(f);
-  return DL_OK;
-}
-/* Write data[0 .. n) to path atomically. */
-DL_API dl_status dl_atomic_write(dl_ctx *ctx, const char *path, const void *data, size_t n, const dl_io_hooks *io) {
-  dl_atomic_file f;
-  dl_status s = dl_atomic_begin(&f, ctx, path, io);
-  if (s != DL_OK) return s;
-  dl_atomic_put(&f, data, n);
-  return dl_atomic_commit(&f);
-}
-
 /* Read the whole file at path (regular files). *buf (dl_alloc, free with
  * dl_free(ctx, ...)) and *size, or DL_ERR_IO. `head` > 0: read only that
  * many bytes first and call check(head bytes, file size) before the rest

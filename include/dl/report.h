@@ -49,12 +49,14 @@
  *   and prints it as a table with per-class accuracy.
  * >>csv       dl_csv_log: one row per epoch, header written once (appending
  *   to an existing log of the same columns resumes it), flushed every row.
+ *   dl_csv_save writes a whole log at once, atomically (file.h): what
+ *   run.h does every epoch, so a full disk or a kill never cuts the log.
  * >>chart     dl_chart_render draws loss and accuracy curves (two panels:
  *   loss left, accuracy right; train and validation in each, with axes,
  *   ticks, numbers, a legend in the corner the curves leave free) into an
  *   RGB buffer with the library's own rasteriser and bitmap font;
- *   dl_chart_save_png writes it as a PNG through stb_image_write, to a
- *   temporary file that is renamed over the target.
+ *   dl_chart_save_png writes it as a PNG through stb_image_write and
+ *   file.h's atomic writer (a unique temporary renamed over the target).
  *
  * Configuration:
  *   DL_USE_STB_IMAGE_WRITE   define before including dl.h to get PNG output:
@@ -78,6 +80,7 @@
 #define DL_REPORT_H
 
 #include "tensor.h"
+#include "file.h" /* the atomic writer: the chart and dl_csv_save */
 DL__HEADER_BEGIN
 #include <errno.h>
 #include <math.h>
@@ -748,29 +751,41 @@ typedef struct dl_csv_log {
 /* Open (or create) the log and write the header if the file is new or
  * empty. DL_ERR_ARG (bad columns), DL_ERR_IO (cannot open: the message names
  * the path and the reason) or DL_ERR_FORMAT (existing header differs). */
-DL_API dl_status dl_csv_log_open(dl_csv_log *log, dl_ctx *ctx, const dl_csv_log_desc *desc) {
-  char header[4096];
+/* The header line of desc's columns into header[size] (no newline), and
+ * log's ncolumns / default_columns; DL_ERR_ARG naming op and the column. */
+DL_API dl_status dl__csv_header(dl_ctx *ctx, const char *op, const dl_csv_log_desc *desc, char *header, size_t size,
+                                dl_csv_log *log) {
   size_t at = 0;
-  int i, n = desc->columns ? desc->ncolumns : DL_EPOCH_STATS_COLUMNS, need_header = 1, need_nl = 0;
-  FILE *f;
-  memset(log, 0, sizeof *log);
-  log->ctx = ctx;
-  if (!desc->path) return dl_fail(ctx, DL_ERR_ARG, "dl_csv_log_open: no path");
-  if (n < 1) return dl_fail(ctx, DL_ERR_ARG, "dl_csv_log_open(\"%s\"): %d columns", desc->path, n);
+  int i, n = desc->columns ? desc->ncolumns : DL_EPOCH_STATS_COLUMNS;
+  if (n < 1) return dl_fail(ctx, DL_ERR_ARG, "%s(\"%s\"): %d columns", op, desc->path, n);
   for (i = 0; i < n; i++) {
     const char *c = desc->columns ? desc->columns[i] : dl__csv_default_column(i);
     size_t len = c ? strlen(c) : 0;
     if (!c || !len || strpbrk(c, ",\"\r\n"))
-      return dl_fail(ctx, DL_ERR_ARG, "dl_csv_log_open(\"%s\"): column %d (%s%s%s) is empty or holds a comma, quote or line break",
-                     desc->path, i, c ? "\"" : "", c ? c : "NULL", c ? "\"" : "");
-    if (at + len + 2 >= sizeof header)
-      return dl_fail(ctx, DL_ERR_ARG, "dl_csv_log_open(\"%s\"): header longer than %zu bytes", desc->path,
-                     sizeof header - 2);
+      return dl_fail(ctx, DL_ERR_ARG, "%s(\"%s\"): column %d (%s%s%s) is empty or holds a comma, quote or line break",
+                     op, desc->path, i, c ? "\"" : "", c ? c : "NULL", c ? "\"" : "");
+    if (at + len + 2 >= size)
+      return dl_fail(ctx, DL_ERR_ARG, "%s(\"%s\"): header longer than %zu bytes", op, desc->path, size - 2);
     if (i) header[at++] = ',';
     memcpy(header + at, c, len);
     at += len;
   }
   header[at] = 0;
+  log->ncolumns = n;
+  log->default_columns = desc->columns == NULL;
+  return DL_OK;
+}
+
+DL_API dl_status dl_csv_log_open(dl_csv_log *log, dl_ctx *ctx, const dl_csv_log_desc *desc) {
+  char header[4096];
+  int n, need_header = 1, need_nl = 0;
+  dl_status st;
+  FILE *f;
+  memset(log, 0, sizeof *log);
+  log->ctx = ctx;
+  if (!desc->path) return dl_fail(ctx, DL_ERR_ARG, "dl_csv_log_open: no path");
+  if ((st = dl__csv_header(ctx, "dl_csv_log_open", desc, header, sizeof header, log)) != DL_OK) return st;
+  n = log->ncolumns;
   if (!desc->fresh && (f = fopen(desc->path, "rb")) != NULL) {
     char line[4096 + 2];
     long end;
@@ -800,7 +815,6 @@ DL_API dl_status dl_csv_log_open(dl_csv_log *log, dl_ctx *ctx, const dl_csv_log_
   log->f = f;
   log->ncolumns = n;
   log->digits = desc->digits > 0 && desc->digits <= 17 ? desc->digits : 10;
-  log->default_columns = desc->columns == NULL;
   return DL_OK;
 }
 
@@ -835,6 +849,49 @@ DL_API dl_status dl_csv_log_close(dl_csv_log *log) {
   bad = fclose(log->f) != 0;
   log->f = NULL;
   return bad ? dl_fail(log->ctx, DL_ERR_IO, "dl_csv_log_close: %s", strerror(errno)) : DL_OK;
+}
+
+/* Write a whole log at once through file.h's atomic writer: the header
+ * (desc's columns, or the default epoch columns) and nrows rows of the
+ * columns' values, row-major (NaN: an empty cell), %.*g with desc->digits.
+ * The file is a temporary renamed over desc->path, so a full disk or a
+ * crash leaves the previous log whole, never a cut row (desc->fresh is
+ * ignored: the log is always whole). DL_ERR_ARG (bad columns), DL_ERR_IO,
+ * DL_ERR_NOMEM; DL_ERR_UNSUPPORTED without POSIX files. */
+DL_API dl_status dl_csv_save(dl_ctx *ctx, const dl_csv_log_desc *desc, const double *values, int64_t nrows) {
+#ifdef DL__IO_FILES
+  dl_csv_log_desc d = *desc;
+  dl_csv_log probe;
+  dl_atomic_file f;
+  char header[4096 + 2], cell[40];
+  int64_t r;
+  int c, n, digits = desc->digits > 0 && desc->digits <= 17 ? desc->digits : 10;
+  dl_status st;
+  if (!desc->path) return dl_fail(ctx, DL_ERR_ARG, "dl_csv_save: no path");
+  n = desc->columns ? desc->ncolumns : DL_EPOCH_STATS_COLUMNS;
+  if (nrows < 0 || (nrows > 0 && !values)) return dl_fail(ctx, DL_ERR_ARG, "dl_csv_save(\"%s\"): %lld rows", desc->path, (long long)nrows);
+  d.fresh = 1;
+  if ((st = dl__csv_header(ctx, "dl_csv_save", &d, header, sizeof header - 1, &probe)) != DL_OK) return st;
+  if ((st = dl_atomic_begin(&f, ctx, desc->path, NULL)) != DL_OK) return st;
+  dl_atomic_put(&f, header, strlen(header));
+  dl_atomic_put(&f, "\n", 1);
+  for (r = 0; r < nrows; r++) {
+    for (c = 0; c < n; c++) {
+      double v = values[r * n + c];
+      int k = 0;
+      if (c) dl_atomic_put(&f, ",", 1);
+      if (v == v) k = snprintf(cell, sizeof cell, "%.*g", digits, v);
+      if (k > 0) dl_atomic_put(&f, cell, (size_t)k);
+    }
+    dl_atomic_put(&f, "\n", 1);
+  }
+  return dl_atomic_commit(&f);
+#else
+  (void)values;
+  (void)nrows;
+  return dl_fail(ctx, DL_ERR_UNSUPPORTED, "dl_csv_save(\"%s\"): files are written through POSIX (file.h)",
+                 desc->path ? desc->path : "(null)");
+#endif
 }
 #endif /* DL_NO_STDIO */
 
@@ -1274,82 +1331,51 @@ DL_API dl_status dl_chart_render(dl_ctx *ctx, const dl_chart_desc *d, unsigned c
 }
 
 #ifndef DL_NO_STDIO
-#ifdef DL_USE_STB_IMAGE_WRITE
-typedef struct dl__png_sink { FILE *f; int failed; } dl__png_sink;
+#if defined(DL_USE_STB_IMAGE_WRITE) && defined(DL__IO_FILES)
 DL_API void dl__png_write(void *context, void *data, int size) {
-  dl__png_sink *k = (dl__png_sink *)context;
-  if (size > 0 && fwrite(data, 1, (size_t)size, k->f) != (size_t)size) k->failed = 1;
+  if (size > 0) dl_atomic_put((dl_atomic_file *)context, data, (size_t)size); /* a failure is sticky in the file */
 }
 #endif
 
-/* Draw the chart and save it as a PNG at path: written to "path.tmp" in the
- * same folder, then renamed over path, so a reader never sees half a file
- * and a failure leaves the previous chart as it was (the temporary is
- * removed). DL_ERR_IO (the message names the file and the system's
- * reason), DL_ERR_ARG / DL_ERR_NOMEM from drawing, DL_ERR_UNSUPPORTED
- * without DL_USE_STB_IMAGE_WRITE. */
+/* Draw the chart and save it as a PNG at path through file.h's atomic
+ * writer (a temporary in the same folder, created exclusively, renamed
+ * over path), so a reader never sees half a file and a failure leaves the
+ * previous chart as it was. DL_ERR_IO (the message names the file and the
+ * system's reason; a path that is not a regular file is refused),
+ * DL_ERR_ARG / DL_ERR_NOMEM from drawing or encoding, DL_ERR_UNSUPPORTED
+ * without DL_USE_STB_IMAGE_WRITE or without POSIX files. */
 DL_API dl_status dl_chart_save_png(dl_ctx *ctx, const char *path, const dl_chart_desc *desc) {
-#ifndef DL_USE_STB_IMAGE_WRITE
+#if !defined(DL_USE_STB_IMAGE_WRITE)
   (void)desc;
   return dl_fail(ctx, DL_ERR_UNSUPPORTED,
                  "dl_chart_save_png(\"%s\"): PNG output needs stb_image_write: #define DL_USE_STB_IMAGE_WRITE "
                  "before including dl.h (Debian/Ubuntu: apt-get install libstb-dev); dl_chart_render draws "
                  "into an RGB buffer without it", path ? path : "(null)");
+#elif !defined(DL__IO_FILES)
+  (void)desc;
+  return dl_fail(ctx, DL_ERR_UNSUPPORTED, "dl_chart_save_png(\"%s\"): files are written through POSIX (file.h); "
+                 "dl_chart_render draws into an RGB buffer", path ? path : "(null)");
 #else
   dl_chart_layout L;
   dl_status st;
   unsigned char *rgb;
-  char *tmp;
-  size_t plen;
-  dl__png_sink sink;
-  int ok, err = 0;
+  dl_atomic_file f;
+  int ok;
   if (!path || !path[0]) return dl_fail(ctx, DL_ERR_ARG, "dl_chart_save_png: no path");
   st = dl_chart_layout_of(ctx, desc, &L);
   if (st != DL_OK) return st;
   rgb = (unsigned char *)dl_alloc(ctx, (size_t)L.width * (size_t)L.height * 3);
   if (!rgb) return ctx ? ctx->status : DL_ERR_NOMEM;
   st = dl_chart_render(ctx, desc, rgb, NULL);
+  if (st == DL_OK) st = dl_atomic_begin(&f, ctx, path, NULL);
   if (st != DL_OK) { dl_free(ctx, rgb); return st; }
-  plen = strlen(path);
-  tmp = (char *)dl_alloc(ctx, plen + 5);
-  if (!tmp) { dl_free(ctx, rgb); return ctx ? ctx->status : DL_ERR_NOMEM; }
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp", 5);
-  sink.f = fopen(tmp, "wb");
-  sink.failed = 0;
-  if (!sink.f) {
-    err = errno;
-    dl_free(ctx, rgb);
-    st = dl_fail(ctx, DL_ERR_IO, "dl_chart_save_png: cannot create \"%s\": %s", tmp, strerror(err));
-    dl_free(ctx, tmp);
-    return st;
-  }
-  ok = stbi_write_png_to_func(dl__png_write, &sink, L.width, L.height, 3, rgb, L.width * 3);
+  ok = stbi_write_png_to_func(dl__png_write, &f, L.width, L.height, 3, rgb, L.width * 3);
   dl_free(ctx, rgb);
   if (!ok) {
-    fclose(sink.f);
-    remove(tmp);
-    dl_free(ctx, tmp);
+    dl_atomic_abort(&f);
     return dl_fail(ctx, DL_ERR_NOMEM, "dl_chart_save_png(\"%s\"): the PNG encoder ran out of memory", path);
   }
-  if (fflush(sink.f) != 0) { sink.failed = 1; err = errno; }
-  if (fclose(sink.f) != 0 && !sink.failed) { sink.failed = 1; err = errno; }
-  if (sink.failed) {
-    if (!err) err = errno;
-    remove(tmp);
-    st = dl_fail(ctx, DL_ERR_IO, "dl_chart_save_png: writing \"%s\" failed: %s", tmp, strerror(err));
-    dl_free(ctx, tmp);
-    return st;
-  }
-  if (rename(tmp, path) != 0) {
-    err = errno;
-    remove(tmp);
-    st = dl_fail(ctx, DL_ERR_IO, "dl_chart_save_png: cannot rename \"%s\" to \"%s\": %s", tmp, path, strerror(err));
-    dl_free(ctx, tmp);
-    return st;
-  }
-  dl_free(ctx, tmp);
-  return DL_OK;
+  return dl_atomic_commit(&f); /* a write that failed on the way fails here, naming the file */
 #endif
 }
 #endif /* DL_NO_STDIO */

@@ -633,20 +633,20 @@ DL_API void dl_run_step(dl_run *r, int64_t samples, double loss, int64_t correct
     dl_progress_update(&r->pg, samples, loss);
 }
 
-/* Rewrite the CSV log from the history: a resumed run's log is whole and
- * an epoch logged twice (a crash between log and checkpoint) cannot be. */
+/* Rewrite the CSV log from the history, atomically (dl_csv_save): a
+ * resumed run's log is whole, an epoch logged twice (a crash between log
+ * and checkpoint) cannot be, and a full disk or a kill leaves the previous
+ * log whole. */
 DL_API dl_status dl__run_csv(dl_run *r) {
-  dl_csv_log log;
-  dl_status s;
   int64_t e, n = r->epoch < DL_RUN_MAX_EPOCHS ? r->epoch : DL_RUN_MAX_EPOCHS;
+  double *rows = (double *)dl_alloc(r->ctx, (size_t)(n ? n : 1) * DL_EPOCH_STATS_COLUMNS * sizeof(double));
+  dl_status s;
   int c;
-  if ((s = dl_csv_log_open(&log, r->ctx, &(dl_csv_log_desc){.path = r->desc.opts->csv, .fresh = 1})) != DL_OK) return s;
-  for (e = 0; e < n && s == DL_OK; e++) {
-    double row[DL_EPOCH_STATS_COLUMNS];
-    for (c = 0; c < DL_EPOCH_STATS_COLUMNS; c++) row[c] = dl__run_col(r, c)[e];
-    s = dl_csv_log_row(&log, row);
-  }
-  if (dl_csv_log_close(&log) != DL_OK && s == DL_OK) s = DL_ERR_IO;
+  if (!rows) return r->ctx ? r->ctx->status : DL_ERR_NOMEM;
+  for (e = 0; e < n; e++)
+    for (c = 0; c < DL_EPOCH_STATS_COLUMNS; c++) rows[e * DL_EPOCH_STATS_COLUMNS + c] = dl__run_col(r, c)[e];
+  s = dl_csv_save(r->ctx, &(dl_csv_log_desc){.path = r->desc.opts->csv}, rows, n);
+  dl_free(r->ctx, rows);
   return s;
 }
 
@@ -661,12 +661,19 @@ DL_API dl_status dl_run_chart(dl_run *r, const char *path) {
                                             .val_name = r->desc.val_name ? r->desc.val_name : "test"});
 }
 
-/* The epoch's files (rank 0 only): CSV, chart, checkpoint. */
+/* The epoch's files (rank 0 only): CSV, chart, checkpoint. The log and
+ * the chart are for people to look at: a failure there (a full disk, a
+ * path that is not a regular file) is printed as a warning on out and the
+ * run goes on, checkpoint included; only a checkpoint that cannot be
+ * written fails the epoch. */
 DL_API dl_status dl__run_write(dl_run *r, double now) {
   const dl_train_opts *o = r->desc.opts;
+  FILE *out = r->desc.out ? r->desc.out : stdout;
   dl_status s;
-  if (o->csv && (s = dl__run_csv(r)) != DL_OK) return s;
-  if (o->chart && (s = dl_run_chart(r, o->chart)) != DL_OK) return s;
+  if (o->csv && dl__run_csv(r) != DL_OK)
+    fprintf(out, "warning: --csv %.200s not written (training goes on): %s\n", o->csv, dl_ctx_message(r->ctx));
+  if (o->chart && dl_run_chart(r, o->chart) != DL_OK)
+    fprintf(out, "warning: --chart %.200s not written (training goes on): %s\n", o->chart, dl_ctx_message(r->ctx));
   if (o->checkpoint) {
     double wall = r->wall_before;
     if (r->desc.batcher) {
