@@ -1202,6 +1202,20 @@ static void test_image_folder(void) {
     CHECK_HAS("broken.png: cannot decode the image");
     CHECK(!dl_image_load(&ctx, DATA "no_such.png", 3, &w, &h) && ctx.status == DL_ERR_IO);
     CHECK_HAS("no_such.png: cannot open it");
+    { /* a JPEG whose Huffman table claims 551 codes (the shape of what fuzz/fuzz_image.c found): stb_image
+       * 2.27 would write past its 257-entry table; refused before stb sees it */
+      static const unsigned char dht[] = {0xFF, 0xD8, 0xFF, 0xC4, 0x00, 0x14, 0x00, 79, 255, 217};
+      size_t n;
+      unsigned char *b;
+      CHECK(!dl_image_load_memory(&ctx, dht, sizeof dht, "dht.jpg", 3, &w, &h) && ctx.status == DL_ERR_FORMAT);
+      CHECK_HAS("dht.jpg: cannot decode the image (a JPEG Huffman table of more than 256 codes: corrupt)");
+      /* a valid JPEG still decodes through the memory path */
+      b = slurp(DATA "images/cat/c.jpg", &n);
+      px = b ? dl_image_load_memory(&ctx, b, n, NULL, 3, &w, &h) : NULL;
+      CHECK(px && w > 0 && h > 0);
+      dl_image_free(px);
+      free(b);
+    }
   }
 }
 

@@ -123,6 +123,16 @@ DL__HEADER_BEGIN
 #ifndef DL__MODE_LINK
 #define STB_IMAGE_IMPLEMENTATION
 #endif
+/* only the formats the loaders accept (png, jpg/jpeg, bmp, gif, tga,
+ * pgm/ppm/pnm): less decoder code facing hostile files */
+#ifndef DL_STB_IMAGE_ALL_FORMATS
+#define STBI_ONLY_PNG
+#define STBI_ONLY_JPEG
+#define STBI_ONLY_BMP
+#define STBI_ONLY_GIF
+#define STBI_ONLY_TGA
+#define STBI_ONLY_PNM
+#endif
 /* stb_image 2.27/2.28 declare stbi_set_unpremultiply_on_load_thread but
  * define it as stbi__unpremultiply_on_load_thread; gcc's "declared static
  * but never defined" ignores pragmas, so both names become one function. */
@@ -1865,40 +1875,127 @@ DL_API void dl_image_resize(const uint8_t *src, int sh, int sw, int c, uint8_t *
 #endif
 
 #ifdef DL_USE_STB_IMAGE
+/* 1 when every Huffman table of a JPEG holds at most 256 codes, or the
+ * data is not a JPEG; 0 otherwise. stb_image 2.27 (Debian 12's) writes
+ * past a 257-byte array for a table that claims more (fixed in 2.28): such
+ * files are refused before stb sees them. Every FF C4 (DHT) in the data is
+ * checked the way stb reads a DHT segment (tables while its length lasts,
+ * zeros past the end of the data), wherever stb's own parse would meet it:
+ * a superset of the segments stb processes (valid entropy-coded data never
+ * holds FF C4), so a table stb would build is never missed. */
+DL_API int dl__jpeg_tables_ok(const unsigned char *p, size_t n) {
+  size_t i;
+  if (n < 2 || p[0] != 0xFF || p[1] != 0xD8) return 1;
+  for (i = 0; i + 1 < n; i++) {
+    long L;
+    size_t at;
+    if (p[i] != 0xFF || p[i + 1] != 0xC4) continue;
+    L = (long)(((i + 2 < n ? (unsigned)p[i + 2] : 0u) << 8) | (i + 3 < n ? (unsigned)p[i + 3] : 0u)) - 2;
+    at = i + 4;
+    while (L > 0) {
+      size_t k, codes = 0;
+      for (k = 1; k <= 16; k++) codes += at + k < n ? p[at + k] : 0;
+      if (codes > 256) return 0;
+      L -= 17 + (long)codes;
+      at += 17 + codes;
+    }
+  }
+  return 1;
+}
+
 /* Decode the image file at path (PNG, JPEG, BMP, GIF, TGA, PNM: stb_image)
  * into 8-bit pixels, row-major, `channels` (1..4) per pixel, converted as
  * stb_image does; *w and *h get the size. Its header is read first: more
  * than DL_IMAGE_MAX_PIXELS pixels is refused (DL_ERR_UNSUPPORTED) before
  * anything is allocated. Returns the pixels (free them with
  * dl_image_free), or NULL with a message naming the file in ctx. */
+DL_API unsigned char *dl_image_load_memory(dl_ctx *ctx, const void *data, size_t n, const char *name, int channels,
+                                           int *w, int *h);
 DL_API unsigned char *dl_image_load(dl_ctx *ctx, const char *path, int channels, int *w, int *h) {
-  int comp;
-  unsigned char *img;
+  FILE *f;
+  unsigned char *buf = NULL, *img;
+  size_t n = 0, cap = 0;
   *w = *h = 0;
   if (channels < 1 || channels > 4) {
     dl_fail(ctx, DL_ERR_ARG, "dl_image_load: %s: channels %d (1 to 4)", path, channels);
     return NULL;
   }
-  if (!stbi_info(path, w, h, &comp)) {
+  if (!(f = fopen(path, "rb"))) {
+    dl_fail(ctx, DL_ERR_IO, "dl_image_load: %s: cannot open it: %s", path, strerror(errno));
+    return NULL;
+  }
+  for (;;) { /* the whole file (an image file's size is bounded by DL_DATA_MAX_BYTES) */
+    size_t got;
+    if (n == cap) {
+      size_t nc = cap ? cap * 2 : 65536;
+      unsigned char *nb;
+      if ((uint64_t)nc > (uint64_t)DL_DATA_MAX_BYTES + 1) nc = (size_t)DL_DATA_MAX_BYTES + 1;
+      if (nc <= cap) {
+        fclose(f);
+        dl_free(ctx, buf);
+        dl_fail(ctx, DL_ERR_UNSUPPORTED, "dl_image_load: %s: more than DL_DATA_MAX_BYTES (%llu) bytes", path,
+                (unsigned long long)DL_DATA_MAX_BYTES);
+        return NULL;
+      }
+      if (!(nb = (unsigned char *)dl_alloc(ctx, nc))) {
+        fclose(f);
+        dl_free(ctx, buf);
+        return NULL;
+      }
+      if (n) memcpy(nb, buf, n);
+      dl_free(ctx, buf);
+      buf = nb;
+      cap = nc;
+    }
+    got = fread(buf + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) break;
+  }
+  if (ferror(f)) {
+    fclose(f);
+    dl_free(ctx, buf);
+    dl_fail(ctx, DL_ERR_IO, "dl_image_load: %s: read error: %s", path, strerror(errno));
+    return NULL;
+  }
+  fclose(f);
+  img = dl_image_load_memory(ctx, buf, n, path, channels, w, h);
+  dl_free(ctx, buf);
+  return img;
+}
+/* dl_image_load from the bytes of an image file in memory (`name` for the
+ * messages; NULL: "<memory>"): the same header check before decoding. */
+DL_API unsigned char *dl_image_load_memory(dl_ctx *ctx, const void *data, size_t n, const char *name, int channels,
+                                           int *w, int *h) {
+  int comp;
+  unsigned char *img;
+  const char *nm = name ? name : "<memory>";
+  *w = *h = 0;
+  if (channels < 1 || channels > 4 || n > (size_t)INT_MAX) {
+    dl_fail(ctx, DL_ERR_ARG, "dl_image_load: %s: channels %d (1 to 4), %zu bytes (at most %d)", nm, channels, n, INT_MAX);
+    return NULL;
+  }
+  if (!dl__jpeg_tables_ok((const unsigned char *)data, n)) {
+    dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (a JPEG Huffman table of more than 256 "
+            "codes: corrupt)", nm);
+    return NULL;
+  }
+  if (!stbi_info_from_memory((const stbi_uc *)data, (int)n, w, h, &comp)) {
     const char *why = stbi_failure_reason();
-    FILE *f = fopen(path, "rb");
-    if (!f) dl_fail(ctx, DL_ERR_IO, "dl_image_load: %s: cannot open it: %s", path, strerror(errno));
-    else dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (stb_image: %s)", path, why ? why : "unknown");
-    if (f) fclose(f);
+    dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (stb_image: %s)", nm, why ? why : "unknown");
     *w = *h = 0;
     return NULL;
   }
   if (*w <= 0 || *h <= 0 || (int64_t)*w * (int64_t)*h > (int64_t)DL_IMAGE_MAX_PIXELS) {
     dl_fail(ctx, DL_ERR_UNSUPPORTED, "dl_image_load: %s: declares %d x %d pixels, more than DL_IMAGE_MAX_PIXELS (%lld): "
-            "refused before decoding (define DL_IMAGE_MAX_PIXELS higher for genuine large images)", path, *w, *h,
+            "refused before decoding (define DL_IMAGE_MAX_PIXELS higher for genuine large images)", nm, *w, *h,
             (long long)DL_IMAGE_MAX_PIXELS);
     *w = *h = 0;
     return NULL;
   }
-  img = stbi_load(path, w, h, &comp, channels);
+  img = stbi_load_from_memory((const stbi_uc *)data, (int)n, w, h, &comp, channels);
   if (!img) {
     const char *why = stbi_failure_reason();
-    dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (stb_image: %s)", path, why ? why : "unknown");
+    dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (stb_image: %s)", nm, why ? why : "unknown");
     *w = *h = 0;
   }
   return img;

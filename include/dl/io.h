@@ -125,6 +125,7 @@
  *           dl_model_load_st(m, &st, desc, &report)
  *   train   dl_checkpoint_save(m, o, path, values, nvalues, desc)
  *           dl_checkpoint_load(m, o, path, values, nvalues, &report)
+ *           dl_checkpoint_load_st(m, o, &st, values, nvalues, &report) (parsed, e.g. from memory)
  *
  * Configuration: DL_SAFETENSORS_MAX_HEADER, DL_SAFETENSORS_MAX_DEPTH,
  * DL_IO_BUFFER (file.h). The file functions need POSIX (open, write, fsync, rename)
@@ -1729,6 +1730,41 @@ DL_API dl_status dl_model_save_memory(const dl_model *m, const dl_save_desc *des
   return s;
 }
 
+/* Whether m's parameters or o's state are on a GPU (gpu.h): checkpoints
+ * read and write them on the host, so they refuse. */
+DL_API int dl__io_on_device(const dl_model *m, const dl_optim *o) {
+  int i;
+  for (i = 0; i < m->nparams; i++)
+    if (m->params[i]->t.device != DL_CPU) return 1;
+#ifdef DL_USE_CUDA
+  if (o && o->device != DL_CPU) return 1;
+#else
+  (void)o;
+#endif
+  return 0;
+}
+/* dl_checkpoint_load from a parsed file (memory or disk; `src` names it in
+ * messages): the same strict, checked, all-or-nothing restore. */
+DL_API dl_status dl__checkpoint_load_st(dl_model *m, dl_optim *o, const dl_safetensors *st, const char *src,
+                                        const dl_named_value *vals, int nvals, dl_load_report *rep) {
+  dl__io_list l;
+  dl_status s;
+  memset(&l, 0, sizeof l);
+  l.ctx = m->ctx;
+  s = dl__io_list_checkpoint(&l, m, o, vals, nvals);
+  if (s == DL_OK) s = dl__io_load_list(&l, st, NULL, rep, "dl_checkpoint_load", src);
+  dl__io_list_free(&l);
+  return s;
+}
+DL_API dl_status dl_checkpoint_load_st(dl_model *m, dl_optim *o, const dl_safetensors *st, const dl_named_value *vals,
+                                       int nvals, dl_load_report *rep) {
+  if (rep) memset(rep, 0, sizeof *rep);
+  if (dl__io_on_device(m, o))
+    return dl_fail(m->ctx, DL_ERR_UNSUPPORTED, "dl_checkpoint_load_st: the model or optimizer is on the GPU; load on "
+                   "the host, then move the model (dl_model_to_device) and make the optimizer");
+  return dl__checkpoint_load_st(m, o, st, "<memory>", vals, nvals, rep);
+}
+
 #ifdef DL__IO_FILES
 /* Save every parameter and buffer of m by its PyTorch state_dict name to
  * path, atomically (metadata "format": "pt" unless desc names one).
@@ -1772,19 +1808,7 @@ DL_API dl_status dl_model_load(dl_model *m, const char *path, dl_load_report *re
 
 /* >>checkpoints --------------------------------------------------------------- */
 
-/* Whether m's parameters or o's state are on a GPU (gpu.h): checkpoints
- * read and write them on the host, so they refuse. */
-DL_API int dl__io_on_device(const dl_model *m, const dl_optim *o) {
-  int i;
-  for (i = 0; i < m->nparams; i++)
-    if (m->params[i]->t.device != DL_CPU) return 1;
-#ifdef DL_USE_CUDA
-  if (o && o->device != DL_CPU) return 1;
-#else
-  (void)o;
-#endif
-  return 0;
-}
+
 
 /* Save the whole training state (see the top of this file): m, o (may be
  * NULL: no optimizer), the rngs, and the caller's nvals named numbers.
@@ -1827,23 +1851,15 @@ DL_API dl_status dl_checkpoint_save(dl_model *m, dl_optim *o, const char *path, 
 DL_API dl_status dl_checkpoint_load(dl_model *m, dl_optim *o, const char *path, const dl_named_value *vals, int nvals,
                                     dl_load_report *rep) {
   dl_safetensors st;
-  dl__io_list l;
   dl_status s;
   if (rep) memset(rep, 0, sizeof *rep);
   if (dl__io_on_device(m, o))
     return dl_fail(m->ctx, DL_ERR_UNSUPPORTED, "dl_checkpoint_load %.200s: the model or optimizer is on the GPU; "
                    "load on the host, then move the model (dl_model_to_device) and make the optimizer", path);
-  memset(&l, 0, sizeof l);
-  l.ctx = m->ctx;
-  s = dl__io_list_checkpoint(&l, m, o, vals, nvals);
-  if (s == DL_OK) {
-    s = dl_safetensors_open(&st, m->ctx, path);
-    if (s == DL_OK) {
-      s = dl__io_load_list(&l, &st, NULL, rep, "dl_checkpoint_load", path);
-      dl_safetensors_free(&st);
-    }
-  }
-  dl__io_list_free(&l);
+  s = dl_safetensors_open(&st, m->ctx, path);
+  if (s != DL_OK) return s;
+  s = dl__checkpoint_load_st(m, o, &st, path, vals, nvals, rep);
+  dl_safetensors_free(&st);
   return s;
 }
 #endif /* DL__IO_FILES */
