@@ -102,6 +102,7 @@ typedef struct prog {
   dl_optim *opt;
   dl_tape tp;
   dl_run r;
+  dl_train_paths paths; /* runs/adversarial/... for the outputs the flags do not name */
 } prog;
 
 static int fail(prog *p, const char *argv0) {
@@ -134,6 +135,8 @@ static int run(prog *p, dl_train_opts *o, int64_t data_seed, int64_t hidden, int
   dl_adam_cfg ac;
   double mse_a = NAN, loss_b = NAN, acc_b = NAN, var_a = 0, mean_a = 0;
   int64_t ntrain = o->subset > 0 && o->subset < N_TRAIN ? o->subset : N_TRAIN, steps_per_epoch, i;
+  /* --save, --csv, --chart not given: into runs/adversarial/, announced (never the current folder) */
+  if (dl_train_default_outputs(ctx, o, "adversarial", &p->paths, stdout, 1) != DL_OK) return fail(p, argv0);
 
   /* the data: the test set from its own stream, so --subset leaves it alone */
   if (make_data(ctx, (uint64_t)data_seed * 2 + 1, ntrain, &p->train) != DL_OK ||
@@ -208,16 +211,12 @@ static int run(prog *p, dl_train_opts *o, int64_t data_seed, int64_t hidden, int
 }
 
 int main(int argc, char **argv) {
-  dl_train_opts o = {.epochs = 20, .batch = 64, .lr = 3e-3, .seed = 1, .save = "adversarial.safetensors",
-                     .csv = "adversarial.csv"};
+  dl_train_opts o = {.epochs = 20, .batch = 64, .lr = 3e-3, .seed = 1};
   int64_t data_seed = 7, hidden = 64;
   int detach_a = 0, i;
   dl_flag fl[DL_TRAIN_NFLAGS + 3];
   int nf = dl_train_flags(&o, fl), rc;
   prog *p = calloc(1, sizeof *p);
-#ifdef DL_USE_STB_IMAGE_WRITE
-  o.chart = "adversarial.png";
-#endif
   if (!p) return fprintf(stderr, "%s: out of memory\n", argv[0]), 1;
   for (i = 0; i < nf; i++)
     if (strcmp(fl[i].name, "data") == 0) fl[i].help = "not used: the data are generated (see --data-seed)";

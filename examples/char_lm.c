@@ -34,7 +34,7 @@
  * bytes) on the same characters. Then a few fortunes sampled from the model
  * (seeded by --seed; --temp, --samples, --sample-len), and one line
  *   result: test_acc=0.5179 epochs=1 train_samples_per_s=16000.9 wall_s=156.05 test_bpc=2.3955
- *           unigram_bpc=4.7784 test_chars=262037 steps=2886 weights=char_lm.safetensors
+ *           unigram_bpc=4.7784 test_chars=262037 steps=2886 weights=runs/char_lm/char_lm.safetensors
  * (one line; test_acc: next-character accuracy; a sample in
  * train_samples_per_s is a character). That is the default run, built as
  * below with OpenBLAS, on 2 cores that other programs kept busy.
@@ -52,7 +52,7 @@
  *   cc -std=c11 -O3 -march=native -fopenmp -DDL_USE_OPENBLAS -Iinclude examples/char_lm.c \
  *      -o char_lm -lopenblas -lm
  * Run:  ./char_lm                    (./char_lm --help for the flags)
- *       ./char_lm --load char_lm.safetensors --eval --temp 0.5
+ *       ./char_lm --load runs/char_lm/char_lm.safetensors --eval --temp 0.5
  *
  * Link flags for tests/run.sh (none beyond -lm):
  * dl-example-flags:
@@ -91,6 +91,7 @@ typedef struct prog {
   char *names;                       /* the file list */
   unsigned char *buf[2];             /* the two texts while they are gathered */
   size_t len[2], cap[2];
+  dl_train_paths paths; /* runs/char_lm/... for the outputs the flags do not name */
 } prog;
 
 #define EVAL_BATCH 64
@@ -379,6 +380,8 @@ static int run(prog *p, dl_train_opts *o, const lm_opts *lo, const char *argv0) 
   const dl_step_desc clip = {.clip_norm = 1.0};
   dl_adam_cfg ac;
   char title[128];
+  /* --save, --csv, --chart not given: into runs/char_lm/, announced (never the current folder) */
+  if (dl_train_default_outputs(ctx, o, "char_lm", &p->paths, stdout, 1) != DL_OK) return fail(p, argv0);
 
   if (load_fortunes(p, o->data, &nfiles, &nfortunes) != DL_OK) return fail(p, argv0);
   L = lo->eval_chars > 0 && lo->eval_chars < p->test_text->numel ? lo->eval_chars : p->test_text->numel;
@@ -471,15 +474,12 @@ int main(int argc, char **argv) {
   /* one thread by default: a step's GEMMs ([16, 256] x [256, 1024] per character
    * position) are too small to share well, and on a busy machine threads that
    * wait for each other cost far more than they save (--threads 0: OpenMP's default) */
-  dl_train_opts o = {.epochs = 1, .batch = 16, .lr = 1e-2, .seed = 1, .threads = 1, .save = "char_lm.safetensors",
-                     .csv = "char_lm.csv", .data = "/usr/share/games/fortunes"};
+  dl_train_opts o = {.epochs = 1, .batch = 16, .lr = 1e-2, .seed = 1, .threads = 1,
+                     .data = "/usr/share/games/fortunes"};
   lm_opts lo = {.embed = 64, .hidden = 256, .layers = 1, .seq = 50, .samples = 3, .sample_len = 400, .temp = 0.8};
   dl_flag fl[DL_TRAIN_NFLAGS + 8];
   int nf = dl_train_flags(&o, fl), rc, i;
   prog *p = calloc(1, sizeof *p);
-#ifdef DL_USE_STB_IMAGE_WRITE
-  o.chart = "char_lm.png";
-#endif
   if (!p) return fprintf(stderr, "%s: out of memory\n", argv[0]), 1;
   for (i = 0; i < nf; i++)
     if (strcmp(fl[i].name, "subset") == 0) fl[i].help = "train on N windows spread evenly over the text (0: all)";

@@ -6,7 +6,7 @@
  *   boot.jpg: Ankle boot 0.967, Sneaker 0.025, Sandal 0.008
  *
  * The weights are fashion_mlp's --save file (--weights FILE; default
- * fashion_mlp.safetensors): nn.Sequential(Flatten, Linear(784, 256), ReLU,
+ * runs/fashion_mlp/fashion_mlp.safetensors, where fashion_mlp saves them): nn.Sequential(Flatten, Linear(784, 256), ReLU,
  * Linear(256, 128), ReLU, Linear(128, 10)) by PyTorch name; the hidden sizes
  * are read from the file, so --hidden1 / --hidden2 runs load too.
  *
@@ -292,7 +292,7 @@ static int classify(dl_ctx *ctx, dl_model *m, char **files, int nfiles, int64_t 
 }
 
 int main(int argc, char **argv) {
-  const char *weights = "fashion_mlp.safetensors", *samples_dir = NULL, *data = NULL;
+  const char *weights = "runs/fashion_mlp/fashion_mlp.safetensors", *samples_dir = NULL, *data = NULL;
   int64_t top = 3, nsamples = 20;
   int invert = 0, no_crop = 0, help = 0, nfiles = 0, rc = 0;
   dl_flag fl[] = {

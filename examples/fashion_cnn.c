@@ -30,7 +30,7 @@
  *   cc -std=c11 -O3 -march=native -fopenmp -DDL_USE_OPENBLAS -Iinclude examples/fashion_cnn.c \
  *      -o fashion_cnn -lopenblas -lz -lm
  * Run:  ./fashion_cnn                    (./fashion_cnn --help for the flags)
- *       ./fashion_cnn --load fashion_cnn.safetensors --eval
+ *       ./fashion_cnn --load runs/fashion_cnn/fashion_cnn.safetensors --eval
  *
  * Data-parallel over MPI (dist.h): the same file built with mpicc and
  * DL_USE_MPI runs as several processes; --batch is the global mini-batch,
@@ -83,6 +83,7 @@ typedef struct prog {
   dl_confusion cm;
   dl_dist dd;
   dl_gpu *gpu; /* --device cuda */
+  dl_train_paths paths; /* runs/fashion_cnn/... for the outputs the flags do not name */
 } prog;
 
 static int fail(prog *p, const char *argv0) {
@@ -101,6 +102,10 @@ static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t tes
   int64_t steps_per_epoch, total_steps;
   int last, cm_done = 0;
   dl_adam_cfg ac;
+  /* --save, --csv, --chart not given: into runs/fashion_cnn/, announced (never the current folder) */
+  if (dl_dist_agree(&p->dd, dl_train_default_outputs(ctx, o, "fashion_cnn", &p->paths, stdout,
+                                                     dl_dist_is_root(&p->dd))) != DL_OK)
+    return fail(p, argv0);
 
   /* the data: u8 [N, 1, 28, 28] images and i64 labels */
   if (dl_dist_agree(&p->dd, dl_load_fashion_mnist(ctx, o->data, &p->train_all, &p->test_all)) != DL_OK ||
@@ -200,16 +205,12 @@ static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t tes
 }
 
 int main(int argc, char **argv) {
-  dl_train_opts o = {.epochs = 6, .batch = 64, .lr = 1e-3, .seed = 1, .save = "fashion_cnn.safetensors",
-                     .csv = "fashion_cnn.csv"};
+  dl_train_opts o = {.epochs = 6, .batch = 64, .lr = 1e-3, .seed = 1};
   double dropout = 0.25, wd = 0;
   int64_t test_n = 0;
   dl_flag fl[DL_TRAIN_NFLAGS + 3];
   int nf = dl_train_flags(&o, fl), rc;
   prog *p = calloc(1, sizeof *p);
-#ifdef DL_USE_STB_IMAGE_WRITE
-  o.chart = "fashion_cnn.png";
-#endif
   if (!p) return fprintf(stderr, "%s: out of memory\n", argv[0]), 1;
   fl[nf++] = (dl_flag){"dropout", DL_FLAG_F64, &dropout, 0, 0.99, "dropout probability before the last layer", "P"};
   fl[nf++] = (dl_flag){"wd", DL_FLAG_F64, &wd, 0, 1, "Adam's (L2) weight decay", "X"};

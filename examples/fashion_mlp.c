@@ -9,6 +9,8 @@
  * PyTorch's names: nn.Sequential(Flatten, Linear(784, 256), ReLU,
  * Linear(256, 128), ReLU, Linear(128, 10)) loads them) and one line
  *   result: test_acc=0.8951 epochs=15 train_samples_per_s=... wall_s=... weights=... chart=...
+ * Files go only where the flags say; --save, --csv and --chart that are not
+ * given go to runs/fashion_mlp/ (made when needed, named on the first line).
  *
  * Build (one file; zlib reads the gzip files, stb_image_write draws the PNG
  * chart when libstb-dev is installed):
@@ -17,7 +19,7 @@
  *   cc -std=c11 -O3 -march=native -fopenmp -DDL_USE_OPENBLAS -Iinclude examples/fashion_mlp.c \
  *      -o fashion_mlp -lopenblas -lz -lm
  * Run:  ./fashion_mlp                    (./fashion_mlp --help for the flags)
- *       ./fashion_mlp --load fashion_mlp.safetensors --eval
+ *       ./fashion_mlp --load runs/fashion_mlp/fashion_mlp.safetensors --eval
  *
  * Data-parallel over MPI (dist.h): the same file built with mpicc and
  * DL_USE_MPI runs as several processes; --batch is the global mini-batch,
@@ -63,6 +65,7 @@ typedef struct prog {
   dl_confusion cm;
   dl_dist dd;
   dl_gpu *gpu; /* --device cuda */
+  dl_train_paths paths; /* runs/fashion_mlp/... for the outputs the flags do not name */
 } prog;
 
 static int fail(prog *p, const char *argv0) {
@@ -78,6 +81,10 @@ static int run(prog *p, dl_train_opts *o, int64_t h1, int64_t h2, double wd, con
   double test_loss = NAN, test_acc = NAN;
   int64_t steps_per_epoch, total_steps;
   dl_adam_cfg ac;
+  /* --save, --csv, --chart not given: into runs/fashion_mlp/, announced (never the current folder) */
+  if (dl_dist_agree(&p->dd, dl_train_default_outputs(ctx, o, "fashion_mlp", &p->paths, stdout,
+                                                     dl_dist_is_root(&p->dd))) != DL_OK)
+    return fail(p, argv0);
 
   /* the data: u8 [N, 1, 28, 28] images and i64 labels */
   if (dl_dist_agree(&p->dd, dl_load_fashion_mnist(ctx, o->data, &p->train_all, &p->test)) != DL_OK ||
@@ -168,16 +175,12 @@ static int run(prog *p, dl_train_opts *o, int64_t h1, int64_t h2, double wd, con
 }
 
 int main(int argc, char **argv) {
-  dl_train_opts o = {.epochs = 15, .batch = 64, .lr = 1e-3, .seed = 1, .save = "fashion_mlp.safetensors",
-                     .csv = "fashion_mlp.csv"};
+  dl_train_opts o = {.epochs = 15, .batch = 64, .lr = 1e-3, .seed = 1};
   int64_t h1 = 256, h2 = 128;
   double wd = 0;
   dl_flag fl[DL_TRAIN_NFLAGS + 3];
   int nf = dl_train_flags(&o, fl), rc;
   prog *p = calloc(1, sizeof *p);
-#ifdef DL_USE_STB_IMAGE_WRITE
-  o.chart = "fashion_mlp.png";
-#endif
   if (!p) return fprintf(stderr, "%s: out of memory\n", argv[0]), 1;
   fl[nf++] = (dl_flag){"hidden1", DL_FLAG_I64, &h1, 1, 65536, "units of the first hidden layer", "N"};
   fl[nf++] = (dl_flag){"hidden2", DL_FLAG_I64, &h2, 1, 65536, "units of the second hidden layer", "N"};

@@ -559,6 +559,43 @@ static void test_cosmetic_failures(void) {
   rmdir(o.csv);
 }
 
+/* Outputs the flags do not name go to runs/NAME/ (made, announced), never
+ * the current folder; given ones stay; --eval writes nothing. */
+static void test_default_outputs(void) {
+  char cwd[512], text[512];
+  dl_train_opts o;
+  dl_train_paths paths;
+  FILE *f = tmpfile();
+  struct stat sb;
+  size_t got;
+  CHECK(getcwd(cwd, sizeof cwd) != NULL && chdir(tmpdir) == 0);
+  memset(&o, 0, sizeof o);
+  o.save = "given.safetensors";
+  CHECK(dl_train_default_outputs(&ctx, &o, "demo", &paths, f, 1) == DL_OK);
+  CHECK(strcmp(o.save, "given.safetensors") == 0 && o.csv && strcmp(o.csv, "runs/demo/demo.csv") == 0);
+  CHECK(o.chart == NULL); /* this test is built without PNG output */
+  CHECK(stat("runs/demo", &sb) == 0 && S_ISDIR(sb.st_mode));
+  if (f) {
+    rewind(f);
+    got = fread(text, 1, sizeof text - 1, f);
+    text[got] = 0;
+    fclose(f);
+    CHECK_MSG(strncmp(text, "outputs: runs/demo/ (weights, CSV log;", 38) == 0, "%s", text);
+  }
+  /* not the writing rank: the same paths, no folder, nothing printed */
+  memset(&o, 0, sizeof o);
+  CHECK(dl_train_default_outputs(&ctx, &o, "other", &paths, stderr, 0) == DL_OK);
+  CHECK(o.save && strcmp(o.save, "runs/other/other.safetensors") == 0 && stat("runs/other", &sb) != 0);
+  /* --eval: nothing */
+  memset(&o, 0, sizeof o);
+  o.eval = 1;
+  CHECK(dl_train_default_outputs(&ctx, &o, "demo", &paths, stderr, 1) == DL_OK && !o.save && !o.csv);
+  CHECK(dl_train_default_outputs(&ctx, &o, "../up", &paths, stderr, 1) == DL_ERR_ARG);
+  rmdir("runs/demo");
+  rmdir("runs");
+  CHECK(chdir(cwd) == 0);
+}
+
 static void test_evaluate(void) {
   dl_train_opts o;
   job j;
@@ -608,6 +645,7 @@ int main(void) {
   RUN(test_train_flags);
   RUN(test_resume);
   RUN(test_cosmetic_failures);
+  RUN(test_default_outputs);
   RUN(test_evaluate);
   rc = harness_finish();
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

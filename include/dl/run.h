@@ -3,13 +3,14 @@
  * the per-epoch history (CSV log and PNG chart), the evaluation of a
  * classifier and one machine-readable result line at the end.
  *
- *   dl_train_opts o = {.epochs = 10, .batch = 64, .lr = 1e-3, .seed = 1,
- *                      .save = "mlp.safetensors", .chart = "mlp.png"};
+ *   dl_train_opts o = {.epochs = 10, .batch = 64, .lr = 1e-3, .seed = 1};
  *   dl_flag fl[DL_TRAIN_NFLAGS + 1];
  *   int nf = dl_train_flags(&o, fl);              // --epochs --batch --lr ...
  *   fl[nf++] = (dl_flag){"hidden", DL_FLAG_I64, &hidden, 1, 4096, "hidden units", "N"};
  *   if (dl_flags_main(&ctx, argc, argv, fl, nf, NULL, 0, NULL, "train an MLP") != DL_OK)
  *     return 2;                                   // message printed; --help exits 0 there
+ *   dl_train_paths paths;                       // --save/--csv/--chart not given: runs/mlp/mlp.*
+ *   if (dl_train_default_outputs(&ctx, &o, "mlp", &paths, stdout, 1) != DL_OK) ...
  *   ... model m, optimizer o, training batcher b ...
  *   dl_run r;
  *   if (dl_run_begin(&r, &ctx, &(dl_run_desc){.opts = &o, .model = m, .optim = opt,
@@ -301,6 +302,53 @@ DL_API dl_status dl_train_opts_check(dl_ctx *ctx, const dl_train_opts *o) {
   return DL_OK;
 }
 
+/* Where a program writes what the user did not name. */
+typedef struct dl_train_paths {
+  char dir[256];                      /* runs/NAME */
+  char save[320], csv[320], chart[320];
+} dl_train_paths;
+
+/* Default outputs: a training program writes files only where it is told,
+ * and by default into a folder of its own, never into the current one.
+ * For each of --save, --csv and --chart (the chart with
+ * DL_USE_STB_IMAGE_WRITE) that the user did not give, o's field is pointed
+ * at runs/NAME/NAME.safetensors, .csv, .png in paths (the caller's, which
+ * must outlive o's use); with --eval nothing is written and nothing
+ * changes. On the rank that writes (root != 0) the folder is made (runs/,
+ * then runs/NAME/) and one line says so on out:
+ *   outputs: runs/NAME/ (weights, CSV log, chart; --save/--csv/--chart put them elsewhere)
+ * DL_OK, or DL_ERR_ARG (a name that is not a plain file name) / DL_ERR_IO
+ * (the folder cannot be made: the message names it and why). */
+DL_API dl_status dl_train_default_outputs(dl_ctx *ctx, dl_train_opts *o, const char *name, dl_train_paths *paths,
+                                          FILE *out, int root) {
+  int used = 0;
+  if (!name || !*name || strchr(name, '/') || strlen(name) > 100 || !strcmp(name, ".") || !strcmp(name, ".."))
+    return dl_fail(ctx, DL_ERR_ARG, "dl_train_default_outputs: '%.100s' is not a plain name", name ? name : "(null)");
+  memset(paths, 0, sizeof *paths);
+  if (o->eval) return DL_OK;
+  snprintf(paths->dir, sizeof paths->dir, "runs/%s", name);
+  if (!o->save) snprintf(paths->save, sizeof paths->save, "%s/%s.safetensors", paths->dir, name), o->save = paths->save, used = 1;
+  if (!o->csv) snprintf(paths->csv, sizeof paths->csv, "%s/%s.csv", paths->dir, name), o->csv = paths->csv, used = 1;
+#ifdef DL_USE_STB_IMAGE_WRITE
+  if (!o->chart) snprintf(paths->chart, sizeof paths->chart, "%s/%s.png", paths->dir, name), o->chart = paths->chart, used = 1;
+#endif
+  if (!used || !root) return DL_OK;
+#ifdef DL__HAVE_DIRENT
+  if ((mkdir("runs", 0777) != 0 && errno != EEXIST) || (mkdir(paths->dir, 0777) != 0 && errno != EEXIST))
+    return dl_fail(ctx, DL_ERR_IO, "cannot make the output folder %s: %s (--save, --csv and --chart choose other "
+                   "places)", paths->dir, strerror(errno));
+#endif
+  fprintf(out ? out : stdout, "outputs: %s/ (weights, CSV log%s; --save/--csv/--chart put them elsewhere)\n",
+          paths->dir,
+#ifdef DL_USE_STB_IMAGE_WRITE
+          ", chart"
+#else
+          ""
+#endif
+  );
+  return DL_OK;
+}
+
 /* --device: NULL or "cpu": *gpu = NULL and nothing moves. "cuda" or
  * "cuda:N": opens GPU N on ctx (gpu.h) and moves model m there; call it
  * before making the optimizer (whose state is then made on the device) and
@@ -446,8 +494,9 @@ DL_API int dl__run_peek(const dl_safetensors *st, const char *key, int64_t *i, d
 /* --resume, before anything is loaded: the run's values in the checkpoint
  * are range-checked (an epoch outside the history, a negative step, ...)
  * and compared with this run. What cannot be honoured is refused, naming
- * the setting: another batch size or steps per epoch (--batch), another
- * data set size (--subset, --data), another data order (--seed). What can
+ * the setting: another number of ranks, another batch size or steps per
+ * epoch (--batch), another data set size (--subset, --data), another data
+ * order (--seed). What can
  * is applied, with a note on out: --lr and --epochs (the program's
  * schedule follows them from the checkpoint's step on). Keys a checkpoint
  * lacks are left to the strict load, which names them. */
@@ -484,6 +533,12 @@ DL_API dl_status dl__run_check_resume(dl_run *r, const char *path) {
     s = dl_fail(ctx, DL_ERR_FORMAT, "'run/step' is %lld, but 'run/epoch' %lld x 'run/steps_per_epoch' %lld is %lld: "
                 "the checkpoint contradicts itself", (long long)step, (long long)epoch, (long long)spe,
                 (long long)(epoch * spe));
+  if (s == DL_OK) { /* the number of ranks first: a batch size per rank only compares on as many */
+    int64_t was = dl__run_peek(&st, "extra/run/world", &iv, &dv) ? iv : 1;
+    if (was != r->world)
+      s = dl_fail(ctx, DL_ERR_ARG, "written by %lld ranks, this run has %lld: resume on %lld", (long long)was,
+                  (long long)r->world, (long long)was);
+  }
   if (s == DL_OK && b && dl__run_peek(&st, "extra/run/batch_size", &iv, &dv) && iv != b->batch_size)
     s = dl_fail(ctx, DL_ERR_ARG, "it was trained with batches of %lld%s, this run has %lld (--batch): resume with the "
                 "batch size it was trained with", (long long)iv, r->world > 1 ? " per rank" : "", (long long)b->batch_size);
