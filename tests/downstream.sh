@@ -85,33 +85,25 @@ if command -v pkg-config >/dev/null; then
   if [ "$mv_ver" = "$v" ] && pkg-config --exists "dl >= $maj.$min" && ! pkg-config --exists "dl > $v"; then
     ok "pkg-config --modversion dl: $mv_ver"
   else bad "pkg-config --modversion dl: '$mv_ver' (want $v)"; fi
-  flags=$(pkg-config --cflags --libs dl)
-  # shellcheck disable=SC2086
-  if $CC $WARN -O2 tests/downstream/consumer.c -o "$OUT/pkgconfig" $flags 2>"$OUT/pkgconfig.log"; then
-    ok "pkg-config build: $CC $WARN -O2 consumer.c $flags"
-    run_consumer pkgconfig "$OUT/pkgconfig"
-    config_is pkgconfig "openmp=0 openblas=0"
-  else bad "pkg-config build ($flags): $(head -n 5 "$OUT/pkgconfig.log" | tr '\n' ' ')"; fi
-  if pkg-config --exists openblas; then
-    flags=$(pkg-config --cflags --libs dl dl-openmp dl-openblas)
+  # pc_build NAME "MODULES" "CONFIG WANTED": the consumer built with
+  # `pkg-config --cflags --libs MODULES`, run, and its config line checked
+  pc_build() {
+    local name=$1 mods=$2 want=$3 flags
+    flags=$(pkg-config --cflags --libs $mods)
     # shellcheck disable=SC2086
-    if $CC $WARN -O2 tests/downstream/consumer.c -o "$OUT/pkgconfig_opt" $flags 2>"$OUT/pkgconfig_opt.log"; then
-      ok "pkg-config build with dl-openmp dl-openblas: $flags"
-      run_consumer pkgconfig_opt "$OUT/pkgconfig_opt"
-      config_is pkgconfig_opt "openmp=1 openblas=1"
-    else bad "pkg-config build with dl-openmp dl-openblas: $(head -n 5 "$OUT/pkgconfig_opt.log" | tr '\n' ' ')"; fi
+    if $CC $WARN -O2 tests/downstream/consumer.c -o "$OUT/$name" $flags 2>"$OUT/$name.log"; then
+      ok "pkg-config build ($mods): $CC $WARN -O2 consumer.c $flags"
+      run_consumer "$name" "$OUT/$name"
+      config_is "$name" "$want"
+    else bad "pkg-config build ($mods): $(head -n 5 "$OUT/$name.log" | tr '\n' ' ')"; fi
+  }
+  pc_build pkgconfig "dl" "openmp=0 openblas=0"
+  if pkg-config --exists openblas; then pc_build pkgconfig_opt "dl dl-openmp dl-openblas" "openmp=1 openblas=1"
   else skp "pkg-config dl-openblas: no openblas.pc (apt-get install libopenblas-dev)"; fi
   # the GPU library, when `make gpu-lib` built it (tests/run.sh's step 2c does
   # where nvcc exists): the consumer links it; it runs on the CPU, so no GPU
   # is needed to run it
-  if [ -f "$I/lib/pkgconfig/dl-cuda.pc" ]; then
-    flags=$(pkg-config --cflags --libs dl dl-cuda)
-    # shellcheck disable=SC2086
-    if $CC $WARN -O2 tests/downstream/consumer.c -o "$OUT/pkgconfig_cuda" $flags 2>"$OUT/pkgconfig_cuda.log"; then
-      ok "pkg-config build with dl-cuda: $flags"
-      run_consumer pkgconfig_cuda "$OUT/pkgconfig_cuda"
-      config_is pkgconfig_cuda "cuda=1"
-    else bad "pkg-config build with dl-cuda: $(head -n 5 "$OUT/pkgconfig_cuda.log" | tr '\n' ' ')"; fi
+  if [ -f "$I/lib/pkgconfig/dl-cuda.pc" ]; then pc_build pkgconfig_cuda "dl dl-cuda" "cuda=1"
   else skp "pkg-config dl-cuda: no build/libdlgpu.a was installed (make gpu-lib needs nvcc)"; fi
   unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 else

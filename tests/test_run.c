@@ -304,6 +304,15 @@ static void csv_cols(const char *text, int k, char *out, size_t n) {
   out[o] = 0;
 }
 
+/* What a run printed into the tmpfile f, as a string (f is closed). */
+static void read_back(FILE *f, char *text, size_t n) {
+  size_t got;
+  rewind(f);
+  got = fread(text, 1, n - 1, f);
+  text[got] = 0;
+  fclose(f);
+}
+
 /* A copy of the checkpoint src at dst with the I64 or F64 scalar key set
  * to v (all else as it was): a well-formed file with a bad value. */
 static int ckpt_edit(const char *src, const char *dst, const char *key, double v) {
@@ -390,7 +399,6 @@ static void test_resume_refusals(const dl_train_opts *base) {
     dl_train_opts o = *base;
     FILE *f = tmpfile();
     char text[2048];
-    size_t got;
     o.resume = TP("b.ckpt");
     o.lr = 0.5;
     o.epochs = 5;
@@ -398,10 +406,7 @@ static void test_resume_refusals(const dl_train_opts *base) {
     CHECK_MSG(f && job_init(&b, &o, H) == DL_OK && b.r.epoch == 3 && b.r.step == 21, "%s", dl_ctx_message(&ctx));
     job_out = NULL;
     if (f) {
-      rewind(f);
-      got = fread(text, 1, sizeof text - 1, f);
-      text[got] = 0;
-      fclose(f);
+      read_back(f, text, sizeof text);
       CHECK_MSG(strstr(text, "note: --resume") && strstr(text, "--lr 0.5 (the checkpoint's run had 0)") &&
                     strstr(text, "--epochs 5 (the checkpoint's run had 3)"),
                 "%s", text);
@@ -530,7 +535,6 @@ static void test_cosmetic_failures(void) {
   job j;
   FILE *f = tmpfile();
   char text[4096];
-  size_t got;
   struct stat sb;
   memset(&o, 0, sizeof o);
   o.epochs = 2;
@@ -547,10 +551,7 @@ static void test_cosmetic_failures(void) {
   CHECK(stat(o.checkpoint, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0);
   CHECK(stat(o.csv, &sb) == 0 && S_ISDIR(sb.st_mode));
   if (f) {
-    rewind(f);
-    got = fread(text, 1, sizeof text - 1, f);
-    text[got] = 0;
-    fclose(f);
+    read_back(f, text, sizeof text);
     CHECK_MSG(strstr(text, "warning: --csv") && strstr(text, "not written (training goes on)") &&
                   strstr(text, "is not a regular file"),
               "%s", text);
@@ -567,7 +568,6 @@ static void test_default_outputs(void) {
   dl_train_paths paths;
   FILE *f = tmpfile();
   struct stat sb;
-  size_t got;
   CHECK(getcwd(cwd, sizeof cwd) != NULL && chdir(tmpdir) == 0);
   memset(&o, 0, sizeof o);
   o.save = "given.safetensors";
@@ -576,10 +576,7 @@ static void test_default_outputs(void) {
   CHECK(o.chart == NULL); /* this test is built without PNG output */
   CHECK(stat("runs/demo", &sb) == 0 && S_ISDIR(sb.st_mode));
   if (f) {
-    rewind(f);
-    got = fread(text, 1, sizeof text - 1, f);
-    text[got] = 0;
-    fclose(f);
+    read_back(f, text, sizeof text);
     CHECK_MSG(strncmp(text, "outputs: runs/demo/ (weights, CSV log;", 38) == 0, "%s", text);
   }
   /* not the writing rank: the same paths, no folder, nothing printed */
