@@ -15,13 +15,15 @@
 #                CMake package dl::dl, the documents, and build/libdlgpu.a when
 #                `make gpu-lib` built it; PREFIX (default /usr/local) and DESTDIR
 #   make uninstall  removes what make install put there
+#   make fuzz-long every fuzz/fuzz_*.c for FUZZ_SECONDS each (default 3600; make test
+#                runs them for 15 s): `make fuzz-long FUZZ_SECONDS=600 FUZZ_TARGETS="image"`
 
 CC = gcc
 WARN = -std=c11 -Wall -Wextra -Wpedantic -Werror
 BUILD = build
 
 .PHONY: all run examples test quick bench clean deps-run deps-test deps-bench gpu gpu-lib gpu-fake \
-  install uninstall version
+  install uninstall version fuzz-long
 
 all: test
 
@@ -164,3 +166,11 @@ uninstall:
 	rm -f $(patsubst %,$(I_PC)/%.pc,$(PC_MODULES) dl-cuda)
 	-rmdir $(I_LIB)/cmake $(I_PC) 2>/dev/null || true
 	@echo "removed dl from $(DESTDIR)$(PREFIX)"
+
+# Long fuzzing, not in CI: each target for FUZZ_SECONDS on a copy of its seed
+# corpus (fuzz/run.sh prints the executions per target; crash inputs stay in
+# build/fuzz/).
+FUZZ_SECONDS ?= 3600
+FUZZ_TARGETS ?=
+fuzz-long:
+	bash fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
