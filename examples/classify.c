@@ -158,9 +158,12 @@ static int load_image(const char *path, int invert, int no_crop, unsigned char *
   dl_ctx_init(&ictx, NULL);
   /* the header first: an image declaring more than DL_IMAGE_MAX_PIXELS is refused undecoded */
   img = dl_image_load(&ictx, path, 1, &w, &h);
-  if (!img) {
-    const char *m = dl_ctx_message(&ictx), *tail = strstr(m, path);
-    snprintf(msg, nmsg, "%s", tail ? tail + strlen(path) + 2 : m); /* the reason, after "dl_image_load: PATH: " */
+  if (!img) { /* the reason: the message after "dl_image_load: PATH: " */
+    const char *m = dl_ctx_message(&ictx);
+    size_t pl = strlen(path);
+    if (strncmp(m, "dl_image_load: ", 15) == 0 && strncmp(m + 15, path, pl) == 0 && strncmp(m + 15 + pl, ": ", 2) == 0)
+      m += 15 + pl + 2;
+    snprintf(msg, nmsg, "%s", m);
     return -1;
   }
 #define PX(x, y) img[(size_t)(y) * (size_t)w + (size_t)(x)]

@@ -1207,8 +1207,39 @@ static void test_image_folder(void) {
       static const unsigned char dht[] = {0xFF, 0xD8, 0xFF, 0xC4, 0x00, 0x14, 0x00, 79, 255, 217};
       size_t n;
       unsigned char *b;
+      static const unsigned char fill[] = {0xFF, 0xFF, 0xFF, 0xD8, 0xFF, 0xC4, 0x00, 0x14, 0x00, 79, 255, 217};
       CHECK(!dl_image_load_memory(&ctx, dht, sizeof dht, "dht.jpg", 3, &w, &h) && ctx.status == DL_ERR_FORMAT);
       CHECK_HAS("dht.jpg: cannot decode the image (a JPEG Huffman table of more than 256 codes: corrupt)");
+      /* stb reads FF fill bytes before the start marker as a JPEG too: so does the check */
+      CHECK(!dl_image_load_memory(&ctx, fill, sizeof fill, "fill.jpg", 3, &w, &h) && ctx.status == DL_ERR_FORMAT);
+      CHECK_HAS("fill.jpg: cannot decode the image (a JPEG Huffman table");
+      { /* a PNG declaring 1 x 1 grey whose data inflates to 4 MB: stb inflates all of it (a few KB of file, GBs of
+         * memory at scale); refused after a bounded inflate */
+        static unsigned char zeros[4 << 20], png[64 << 10];
+        uLongf zn = sizeof png - 64;
+        size_t at = 0;
+        uint32_t crc;
+        static const unsigned char head[8 + 25] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13, 'I', 'H', 'D',
+                                                   'R', 0, 0, 0, 1, 0, 0, 0, 1, 8, 0, 0, 0, 0};
+        memcpy(png, head, sizeof head);
+        crc = (uint32_t)crc32(0, png + 12, 17);
+        png[29] = (unsigned char)(crc >> 24), png[30] = (unsigned char)(crc >> 16), png[31] = (unsigned char)(crc >> 8);
+        png[32] = (unsigned char)crc;
+        at = 33;
+        CHECK(compress2(png + at + 8, &zn, zeros, sizeof zeros, 9) == Z_OK && zn < 8000);
+        png[at] = (unsigned char)(zn >> 24), png[at + 1] = (unsigned char)(zn >> 16), png[at + 2] = (unsigned char)(zn >> 8);
+        png[at + 3] = (unsigned char)zn;
+        memcpy(png + at + 4, "IDAT", 4);
+        crc = (uint32_t)crc32(0, png + at + 4, (uInt)(4 + zn));
+        at += 8 + zn;
+        png[at] = (unsigned char)(crc >> 24), png[at + 1] = (unsigned char)(crc >> 16), png[at + 2] = (unsigned char)(crc >> 8);
+        png[at + 3] = (unsigned char)crc;
+        at += 4;
+        memcpy(png + at, "\0\0\0\0IEND\xae\x42\x60\x82", 12);
+        at += 12;
+        CHECK(!dl_image_load_memory(&ctx, png, at, "inflate.png", 1, &w, &h) && ctx.status == DL_ERR_FORMAT);
+        CHECK_HAS("inflate.png: cannot decode the image (its PNG data is corrupt or inflates to more than its size needs)");
+      }
       /* a valid JPEG still decodes through the memory path */
       b = slurp(DATA "images/cat/c.jpg", &n);
       px = b ? dl_image_load_memory(&ctx, b, n, NULL, 3, &w, &h) : NULL;

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <utime.h>
 
 #include "dl.h"
 #include "harness.h"
@@ -783,8 +784,8 @@ static void test_chart_png(void) {
       CHECK(stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode));
     }
     /* a link planted at this process's first temporary name is not followed: its target stays as it was,
-     * the chart is written through the next name; a killed writer's temporary (a pid that cannot exist)
-     * is removed, a live process's (our parent's) is not */
+     * the chart is written through the next name; a killed writer's old temporary (a pid that cannot
+     * exist) is removed, a live process's (our parent's) is not */
     {
       char victim[360], planted[400], stale[400], live[400], *v;
       FILE *vf;
@@ -800,6 +801,10 @@ static void test_chart_png(void) {
       if (vf) fclose(vf);
       vf = fopen(live, "wb");
       if (vf) fclose(vf);
+      { /* both last written an hour ago: only the dead process's goes */
+        struct utimbuf old = {time(NULL) - 3600, time(NULL) - 3600};
+        CHECK(utime(stale, &old) == 0 && utime(live, &old) == 0);
+      }
       CHECK(dl_chart_save_png(&ctx, path, &d) == DL_OK);
       v = slurp_path(victim);
       CHECK(v && strcmp(v, "precious") == 0);

@@ -349,10 +349,11 @@ static void test_resume_refusals(const dl_train_opts *base) {
   static const struct { const char *key; double v; const char *says; } bad[] = {
       {"extra/run/epoch", -1000000, "'run/epoch' is -1000000"}, /* was a write far outside the history */
       {"extra/run/epoch", -1, "'run/epoch' is -1"},             /* was a silent write into another column */
-      {"extra/run/epoch", 1001, "'run/epoch' is 1001"},
+      {"extra/run/epoch", 1001, "contradicts itself"}, /* beyond the history is fine, but not at step 21 */
       {"extra/run/step", -3, "'run/step' is -3"},
       {"extra/run/step", 8, "contradicts itself"},
       {"extra/run/shuffle_pos", -1, "'run/shuffle_pos' is -1"},
+      {"extra/run/shuffle_pos", 1000, "past the 200 samples of an epoch"}, /* was caught after the load */
       {"extra/run/wall_s", -1.0 / 0.0, "'run/wall_s' is -inf"},
       {"extra/run/lr", 0.0 / 0.0, "'run/lr' is nan"},
       {"optim/0.weight/step", -3, "'optim/0.weight/step' is -3"}, /* was a load, then an abort at the first step */
@@ -412,6 +413,17 @@ static void test_resume_refusals(const dl_train_opts *base) {
                 "%s", text);
     }
     CHECK(b.r.cfg[3] == 5 && b.r.cfg_lr == 0.5); /* the next checkpoint records the new settings */
+    CHECK(dl_optim_lr(b.o) == 0.5); /* applied to the optimizer too (the old run's lr was 0: set outright) */
+    job_free(&b);
+  }
+  { /* the old run had --lr 0.01 and its schedule had reached 0.005: --lr 0.02 doubles the optimizer's lr */
+    dl_train_opts o = *base;
+    CHECK(ckpt_edit(TP("b.ckpt"), TP("lr1.ckpt"), "extra/run/lr", 0.01));
+    CHECK(ckpt_edit(TP("lr1.ckpt"), TP("lr2.ckpt"), "optim/lr", 0.005));
+    o.resume = TP("lr2.ckpt");
+    o.lr = 0.02;
+    CHECK_MSG(job_init(&b, &o, H) == DL_OK, "%s", dl_ctx_message(&ctx));
+    CHECK_MSG(fabs(dl_optim_lr(b.o) - 0.01) < 1e-15, "lr %.17g", dl_optim_lr(b.o));
     job_free(&b);
   }
   dl_model_free(fresh);

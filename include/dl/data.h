@@ -1249,11 +1249,12 @@ DL_API dl_status dl__idx_read(dl__reader *r, dl_tensor **out) {
   /* refused before anything is allocated: more than the limit, or more
    * than a gzip file of this size can decompress to (deflate: at most 1032
    * bytes per compressed byte) */
-  if ((uint64_t)D > (uint64_t)DL_DATA_MAX_BYTES &&
+  /* (the tensor's bytes: i16 data becomes i32, twice the file's) */
+  if ((uint64_t)numel * dl_dtype_size(dt) > (uint64_t)DL_DATA_MAX_BYTES &&
       !(r->size >= 0 && !r->gz && (uint64_t)D + hdr > (uint64_t)r->size)) /* (a short plain file: truncated, below) */
-    return dl_fail(ctx, DL_ERR_UNSUPPORTED, "%s: %s: dimensions [%s] need %zu bytes, more than DL_DATA_MAX_BYTES "
+    return dl_fail(ctx, DL_ERR_UNSUPPORTED, "%s: %s: dimensions [%s] need %llu bytes, more than DL_DATA_MAX_BYTES "
                    "(%llu): refused before reading (define DL_DATA_MAX_BYTES higher for a genuine file)", r->op, r->name,
-                   dims, D, (unsigned long long)DL_DATA_MAX_BYTES);
+                   dims, (unsigned long long)((uint64_t)numel * dl_dtype_size(dt)), (unsigned long long)DL_DATA_MAX_BYTES);
   if (r->size >= 0 && r->gz && (uint64_t)r->size < (uint64_t)SIZE_MAX / 1032 && D > (size_t)r->size * 1032)
     return dl_fail(ctx, DL_ERR_TRUNCATED, "%s: %s: dimensions [%s] need %zu bytes, more than a gzip file of %lld bytes "
                    "can hold (1032 decompressed bytes per byte at most): truncated or wrong dimensions", r->op, r->name,
@@ -1884,8 +1885,11 @@ DL_API void dl_image_resize(const uint8_t *src, int sh, int sw, int c, uint8_t *
  * a superset of the segments stb processes (valid entropy-coded data never
  * holds FF C4), so a table stb would build is never missed. */
 DL_API int dl__jpeg_tables_ok(const unsigned char *p, size_t n) {
-  size_t i;
-  if (n < 2 || p[0] != 0xFF || p[1] != 0xD8) return 1;
+  size_t i = 1;
+  /* a JPEG as stb tells one: FF, any number of FF fill bytes, D8 */
+  if (n < 2 || p[0] != 0xFF) return 1;
+  while (i < n && p[i] == 0xFF) i++;
+  if (i >= n || p[i] != 0xD8) return 1;
   for (i = 0; i + 1 < n; i++) {
     long L;
     size_t at;
@@ -1901,6 +1905,69 @@ DL_API int dl__jpeg_tables_ok(const unsigned char *p, size_t n) {
     }
   }
   return 1;
+}
+
+/* DL_OK when a PNG's image data inflates to no more than its header's
+ * size needs (2 x the filtered rows + 4096 bytes, which covers
+ * interlacing), or the data is not a PNG, or not one stb can read;
+ * DL_ERR_FORMAT when it inflates to more or is corrupt; DL_ERR_NOMEM. stb inflates all of it into a buffer that grows with
+ * the output, whatever the header says: a 261 KB PNG declaring 1 x 1
+ * pixels made 256 MB. Checked with stb's own inflater into a buffer of the
+ * bound (stbi_zlib_decode_buffer fails past its end), so the memory is
+ * bounded by the header's size; the price is inflating twice. */
+DL_API dl_status dl__png_data_ok(dl_ctx *ctx, const unsigned char *p, size_t n) {
+  static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
+  size_t at = 8, total = 0, rowbytes, bound;
+  uint32_t w = 0, h = 0;
+  int ch = 0, depth = 0, ok;
+  unsigned char *idat, *out;
+  if (n < 8 || memcmp(p, sig, 8) != 0) return DL_OK;
+  while (at + 8 <= n) { /* the chunks: IHDR's size, the IDAT bytes the file holds */
+    uint32_t len = ((uint32_t)p[at] << 24) | ((uint32_t)p[at + 1] << 16) | ((uint32_t)p[at + 2] << 8) | p[at + 3];
+    const unsigned char *t = p + at + 4, *d = p + at + 8;
+    size_t have = n - at - 8 < len ? n - at - 8 : len;
+    if (!memcmp(t, "IHDR", 4) && have >= 13) {
+      static const int chans[7] = {1, 0, 3, 1, 2, 0, 4};
+      w = ((uint32_t)d[0] << 24) | ((uint32_t)d[1] << 16) | ((uint32_t)d[2] << 8) | d[3];
+      h = ((uint32_t)d[4] << 24) | ((uint32_t)d[5] << 16) | ((uint32_t)d[6] << 8) | d[7];
+      depth = d[8];
+      ch = d[9] < 7 ? chans[d[9]] : 0;
+    } else if (!memcmp(t, "IDAT", 4)) {
+      total += have;
+    } else if (!memcmp(t, "IEND", 4)) {
+      break;
+    }
+    if (len > n - at - 8 || n - at - 8 - len < 4) break; /* cut short: what is there was counted */
+    at += 12 + (size_t)len;
+  }
+  if (!w || !h || !ch || depth < 1 || depth > 16 || total == 0 || total > (size_t)INT_MAX) return DL_OK;
+  if ((uint64_t)w * h > (uint64_t)DL_IMAGE_MAX_PIXELS) return DL_OK; /* refused by the caller's pixel check */
+  rowbytes = ((size_t)w * (size_t)ch * (size_t)depth + 7) / 8;
+  bound = 2 * (size_t)h * (rowbytes + 1) + 4096;
+  if (bound > (size_t)INT_MAX) return DL_OK; /* stb refuses such sizes itself */
+  if ((uint64_t)total * 1032 <= bound) return DL_OK; /* cannot inflate past the bound */
+  idat = (unsigned char *)dl_alloc(ctx, total);
+  out = idat ? (unsigned char *)dl_alloc(ctx, bound) : NULL;
+  if (!out) {
+    dl_free(ctx, idat);
+    return ctx ? ctx->status : DL_ERR_NOMEM;
+  }
+  for (at = 8, total = 0; at + 8 <= n;) {
+    uint32_t len = ((uint32_t)p[at] << 24) | ((uint32_t)p[at + 1] << 16) | ((uint32_t)p[at + 2] << 8) | p[at + 3];
+    size_t have = n - at - 8 < len ? n - at - 8 : len;
+    if (!memcmp(p + at + 4, "IDAT", 4)) {
+      memcpy(idat + total, p + at + 8, have);
+      total += have;
+    } else if (!memcmp(p + at + 4, "IEND", 4)) {
+      break;
+    }
+    if (len > n - at - 8 || n - at - 8 - len < 4) break;
+    at += 12 + (size_t)len;
+  }
+  ok = stbi_zlib_decode_buffer((char *)out, (int)bound, (const char *)idat, (int)total) >= 0;
+  dl_free(ctx, out);
+  dl_free(ctx, idat);
+  return ok ? DL_OK : DL_ERR_FORMAT;
 }
 
 /* Decode the image file at path (PNG, JPEG, BMP, GIF, TGA, PNM: stb_image)
@@ -1929,12 +1996,14 @@ DL_API unsigned char *dl_image_load(dl_ctx *ctx, const char *path, int channels,
     if (n == cap) {
       size_t nc = cap ? cap * 2 : 65536;
       unsigned char *nb;
-      if ((uint64_t)nc > (uint64_t)DL_DATA_MAX_BYTES + 1) nc = (size_t)DL_DATA_MAX_BYTES + 1;
+      /* stb reads at most INT_MAX bytes; an image file larger than that or DL_DATA_MAX_BYTES is refused */
+      uint64_t most = (uint64_t)DL_DATA_MAX_BYTES < (uint64_t)INT_MAX ? (uint64_t)DL_DATA_MAX_BYTES : (uint64_t)INT_MAX;
+      if ((uint64_t)nc > most + 1) nc = (size_t)most + 1;
       if (nc <= cap) {
         fclose(f);
         dl_free(ctx, buf);
-        dl_fail(ctx, DL_ERR_UNSUPPORTED, "dl_image_load: %s: more than DL_DATA_MAX_BYTES (%llu) bytes", path,
-                (unsigned long long)DL_DATA_MAX_BYTES);
+        dl_fail(ctx, DL_ERR_UNSUPPORTED, "dl_image_load: %s: more than %llu bytes (DL_DATA_MAX_BYTES, or stb's int "
+                "sizes): refused", path, (unsigned long long)most);
         return NULL;
       }
       if (!(nb = (unsigned char *)dl_alloc(ctx, nc))) {
@@ -1978,6 +2047,13 @@ DL_API unsigned char *dl_image_load_memory(dl_ctx *ctx, const void *data, size_t
     dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (a JPEG Huffman table of more than 256 "
             "codes: corrupt)", nm);
     return NULL;
+  }
+  {
+    dl_status ps = dl__png_data_ok(ctx, (const unsigned char *)data, n);
+    if (ps == DL_ERR_FORMAT)
+      dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (its PNG data is corrupt or inflates "
+              "to more than its size needs)", nm);
+    if (ps != DL_OK) return NULL;
   }
   if (!stbi_info_from_memory((const stbi_uc *)data, (int)n, w, h, &comp)) {
     const char *why = stbi_failure_reason();

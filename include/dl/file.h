@@ -20,8 +20,9 @@
  * power cut is not guaranteed.) A path that exists and is not a regular
  * file (a device such as /dev/null, a folder, a pipe) is refused before
  * anything is written. Temporaries of the same path left by a writer that
- * was killed (its process gone; Linux) are removed when the next write of
- * that path begins. Every system call goes through a dl_io_hooks table
+ * was killed (its process gone, the file this user's and over a minute
+ * old; Linux with /proc) are removed when the next write of that path
+ * begins. Every system call goes through a dl_io_hooks table
  * (NULL: POSIX, dl_io_posix()), so tests can fail each one in turn.
  *
  * Who uses it: weights and checkpoints (io.h), the CSV log and the PNG chart
@@ -41,6 +42,7 @@ DL__HEADER_BEGIN
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if !defined(DL_NO_STDIO) && (defined(__unix__) || defined(__unix) || defined(__APPLE__))
 #define DL__IO_FILES 1
@@ -187,18 +189,21 @@ DL_API dl_status dl__atomic_fail(dl_atomic_file *f, const char *what) {
 }
 
 /* Remove the temporaries of earlier atomic writes of `base` in folder dir
- * ("<base>.tmp.<pid>.<k>") whose process no longer exists: what a killed
- * writer left behind. Only on Linux, where a process's existence is
- * /proc/<pid> (under strict C11 kill() is not declared); elsewhere nothing
- * is removed. Live writers' files (another process saving the same path)
- * are never touched. */
+ * ("<base>.tmp.<pid>.<k>") that a killed writer left behind: regular files
+ * of this user, last written more than a minute ago, whose process no
+ * longer exists. Only on Linux with /proc mounted (a process's existence
+ * is /proc/<pid>; under strict C11 kill() is not declared); elsewhere, or
+ * when /proc/self is missing, nothing is removed. A live writer's file is
+ * never touched (its process exists, or it is being written: recent). */
 DL_API void dl__atomic_sweep(const char *dir, const char *base) {
 #if defined(__linux__) && defined(DL__HAVE_DIRENT_IO)
   size_t bl = strlen(base);
   long me = (long)getpid();
-  DIR *d = opendir(dir);
+  time_t now = time(NULL);
+  DIR *d;
   struct dirent *e;
-  if (!d) return;
+  struct stat self;
+  if (stat("/proc/self", &self) != 0 || !(d = opendir(dir))) return;
   while ((e = readdir(d)) != NULL) {
     const char *n = e->d_name, *p;
     char *end, proc[64], full[4096];
@@ -214,7 +219,8 @@ DL_API void dl__atomic_sweep(const char *dir, const char *base) {
     snprintf(proc, sizeof proc, "/proc/%ld", pid);
     if (stat(proc, &sb) == 0 || errno != ENOENT) continue; /* alive, or cannot tell */
     if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, n) >= sizeof full) continue;
-    if (stat(full, &sb) == 0 && S_ISREG(sb.st_mode)) unlink(full);
+    if (stat(full, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() && sb.st_mtime + 60 < now)
+      unlink(full);
   }
   closedir(d);
 #else

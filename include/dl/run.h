@@ -334,9 +334,15 @@ DL_API dl_status dl_train_default_outputs(dl_ctx *ctx, dl_train_opts *o, const c
 #endif
   if (!used || !root) return DL_OK;
 #ifdef DL__HAVE_DIRENT
-  if ((mkdir("runs", 0777) != 0 && errno != EEXIST) || (mkdir(paths->dir, 0777) != 0 && errno != EEXIST))
-    return dl_fail(ctx, DL_ERR_IO, "cannot make the output folder %s: %s (--save, --csv and --chart choose other "
-                   "places)", paths->dir, strerror(errno));
+  {
+    struct stat sb;
+    if ((mkdir("runs", 0777) != 0 && errno != EEXIST) || (mkdir(paths->dir, 0777) != 0 && errno != EEXIST))
+      return dl_fail(ctx, DL_ERR_IO, "cannot make the output folder %s: %s (--save, --csv and --chart choose other "
+                     "places)", paths->dir, strerror(errno));
+    if (stat(paths->dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+      return dl_fail(ctx, DL_ERR_IO, "the output folder %s is not a folder (--save, --csv and --chart choose other "
+                     "places)", paths->dir);
+  }
 #endif
   fprintf(out ? out : stdout, "outputs: %s/ (weights, CSV log%s; --save/--csv/--chart put them elsewhere)\n",
           paths->dir,
@@ -502,7 +508,7 @@ DL_API int dl__run_peek(const dl_safetensors *st, const char *key, int64_t *i, d
  * lacks are left to the strict load, which names them. */
 DL_API dl_status dl__run_check_resume(dl_run *r, const char *path) {
   static const struct { const char *key; double lo, hi; } range[] = {
-      {"extra/run/epoch", 0, DL_RUN_MAX_EPOCHS},   {"extra/run/step", 0, DL__IO_MAX_COUNT},
+      {"extra/run/epoch", 0, DL__IO_MAX_COUNT},    {"extra/run/step", 0, DL__IO_MAX_COUNT},
       {"extra/run/wall_s", 0, DBL_MAX},            {"extra/run/shuffle_epoch", 0, DL__IO_MAX_COUNT},
       {"extra/run/shuffle_pos", 0, DL__IO_MAX_COUNT}, {"extra/run/world", 1, 1 << 30},
       {"extra/run/batch_size", 1, DL__IO_MAX_COUNT}, {"extra/run/data_size", 0, DL__IO_MAX_COUNT},
@@ -529,10 +535,11 @@ DL_API dl_status dl__run_check_resume(dl_run *r, const char *path) {
   have_epoch = dl__run_peek(&st, "extra/run/epoch", &epoch, &dv);
   have_step = dl__run_peek(&st, "extra/run/step", &step, &dv);
   have_spe = dl__run_peek(&st, "extra/run/steps_per_epoch", &spe, &dv);
-  if (s == DL_OK && have_epoch && have_step && have_spe && step != epoch * spe)
-    s = dl_fail(ctx, DL_ERR_FORMAT, "'run/step' is %lld, but 'run/epoch' %lld x 'run/steps_per_epoch' %lld is %lld: "
-                "the checkpoint contradicts itself", (long long)step, (long long)epoch, (long long)spe,
-                (long long)(epoch * spe));
+  /* step = epoch x steps per epoch (checkpoints are written at epochs' ends); compared by division, which
+   * cannot overflow; a program that gives no steps per epoch (0: unknown) is not checked */
+  if (s == DL_OK && have_epoch && have_step && have_spe && spe > 0 && (step % spe != 0 || step / spe != epoch))
+    s = dl_fail(ctx, DL_ERR_FORMAT, "'run/step' is %lld, but 'run/epoch' %lld x 'run/steps_per_epoch' %lld is not: "
+                "the checkpoint contradicts itself", (long long)step, (long long)epoch, (long long)spe);
   if (s == DL_OK) { /* the number of ranks first: a batch size per rank only compares on as many */
     int64_t was = dl__run_peek(&st, "extra/run/world", &iv, &dv) ? iv : 1;
     if (was != r->world)
@@ -545,6 +552,9 @@ DL_API dl_status dl__run_check_resume(dl_run *r, const char *path) {
   if (s == DL_OK && b && dl__run_peek(&st, "extra/run/data_size", &iv, &dv) && iv != b->shuf.n)
     s = dl_fail(ctx, DL_ERR_ARG, "it was trained on %lld samples, this run has %lld (--subset or --data): resume on the "
                 "same data", (long long)iv, (long long)b->shuf.n);
+  if (s == DL_OK && b && dl__run_peek(&st, "extra/run/shuffle_pos", &iv, &dv) && iv > b->shuf.per_rank)
+    s = dl_fail(ctx, DL_ERR_FORMAT, "'run/shuffle_pos' is %lld, past the %lld samples of an epoch on this rank",
+                (long long)iv, (long long)b->shuf.per_rank);
   if (s == DL_OK && b && dl__run_peek(&st, "extra/run/shuffle_seed", &iv, &dv) && (uint64_t)iv != b->shuf.seed)
     s = dl_fail(ctx, DL_ERR_ARG, "its data order has seed %llu, this run's %llu (--seed): resume with --seed %llu",
                 (unsigned long long)(uint64_t)iv, (unsigned long long)b->shuf.seed, (unsigned long long)(uint64_t)iv);
@@ -554,8 +564,9 @@ DL_API dl_status dl__run_check_resume(dl_run *r, const char *path) {
   if (s == DL_OK && dl_dist_is_root(r->desc.dist)) { /* applied, with a note of what changed and from what */
     FILE *out = r->desc.out ? r->desc.out : stdout;
     if (dl__run_peek(&st, "extra/run/lr", &iv, &dv) && dv != o->lr)
-      fprintf(out, "note: --resume %.200s: --lr %.6g (the checkpoint's run had %.6g) applies from step %lld on\n", path,
-              o->lr, dv, (long long)(have_step ? step : 0));
+      fprintf(out, "note: --resume %.200s: --lr %.6g (the checkpoint's run had %.6g) applies from step %lld on (the "
+              "optimizer's lr scaled by %.6g)\n", path, o->lr, dv, (long long)(have_step ? step : 0),
+              dv > 0 ? o->lr / dv : 1.0);
     if (dl__run_peek(&st, "extra/run/epochs", &iv, &dv) && iv != o->epochs)
       fprintf(out, "note: --resume %.200s: --epochs %lld (the checkpoint's run had %lld)%s\n", path, (long long)o->epochs,
               (long long)iv, have_epoch && o->epochs <= epoch ? ": nothing left to train" : "");
@@ -586,6 +597,12 @@ DL_API dl_status dl__run_load(dl_run *r) {
       return dl_fail(ctx, s, "--resume %.200s: %s; nothing was loaded", o->resume, msg);
     }
     s = dl_checkpoint_load(r->desc.model, r->desc.optim, o->resume, r->vals, r->nvals, &r->report);
+    if (s == DL_OK && r->desc.optim && r->cfg_lr != o->lr) {
+      /* another --lr: the optimizer's lr (the schedule's value at the checkpoint) scaled by new / old, so
+       * that it applies to programs that never set the lr themselves too */
+      dl_optim *opt = r->desc.optim;
+      dl_optim_set_lr(opt, r->cfg_lr > 0 ? dl_optim_lr(opt) * (o->lr / r->cfg_lr) : o->lr);
+    }
     dl__run_settings(r); /* the checkpoint's settings were checked above; this run's apply from here */
     if (s != DL_OK) {
       char msg[sizeof ctx->message];
