@@ -1303,6 +1303,45 @@ static void test_checkpoint_resume(void) {
   run_free(&b);
 }
 
+/* A counter in a weight file (BatchNorm's num_batches_tracked, I64 0-d) is
+ * range-checked like a checkpoint's: -1 or 2^62 are refused by name, and
+ * nothing in the model changes; 5 loads. */
+static void test_counter_ranges(void) {
+  static const int64_t vals[] = {-1, (int64_t)1 << 62, 5};
+  dl_model *m = dl_model_make(&ctx, &(dl_model_desc){.dtype = DL_F32, .seed = 4});
+  void *buf = NULL;
+  size_t n = 0, k;
+  dl_batchnorm1d_make(m, NULL, NULL, &(dl_batchnorm_desc){.features = 3});
+  CHECK(dl_model_status(m) == DL_OK && dl_model_save_memory(m, NULL, &buf, &n) == DL_OK);
+  for (k = 0; buf && k < sizeof vals / sizeof *vals; k++) {
+    dl_safetensors st;
+    const dl_st_tensor *e;
+    dl_status s = DL_ERR_ARG;
+    CHECK(dl_safetensors_parse(&st, &ctx, buf, n) == DL_OK);
+    e = dl_safetensors_find(&st, "0.num_batches_tracked");
+    CHECK(e && e->dtype == DL_I64 && e->ndim == 0);
+    if (e) {
+      unsigned char *at = (unsigned char *)buf + (e->data - (const unsigned char *)buf);
+      int64_t v = vals[k];
+      memcpy(at, &v, 8); /* little-endian hosts, as the format */
+      dl_safetensors_free(&st);
+      CHECK(dl_safetensors_parse(&st, &ctx, buf, n) == DL_OK);
+      s = dl_model_load_st(m, &st, NULL, NULL);
+    }
+    dl_safetensors_free(&st);
+    if (vals[k] == 5) {
+      CHECK_MSG(s == DL_OK && dl_i64(dl_model_tensor(m, "0.num_batches_tracked"))[0] == 5, "%s", dl_ctx_message(&ctx));
+    } else {
+      CHECK_MSG(s == DL_ERR_FORMAT && strstr(dl_ctx_message(&ctx), "'0.num_batches_tracked' is") &&
+                    strstr(dl_ctx_message(&ctx), "nothing was changed"),
+                "%lld: %s", (long long)vals[k], dl_ctx_message(&ctx));
+      CHECK(dl_i64(dl_model_tensor(m, "0.num_batches_tracked"))[0] == 0);
+    }
+  }
+  dl_free(&ctx, buf);
+  dl_model_free(m);
+}
+
 static void test_checkpoint_refuses(void) {
   const char *path = TP("ckpt_refuse.safetensors");
   run a;
@@ -1408,6 +1447,7 @@ int main(int argc, char **argv) {
   RUN(test_atomic_injection);
   RUN(test_checkpoint_resume);
   RUN(test_checkpoint_refuses);
+  RUN(test_counter_ranges);
   dl_gemm_release_cache();
   if (!getenv("DL_IO_KEEP")) {
     remove_all(pydir);

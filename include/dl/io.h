@@ -1533,6 +1533,8 @@ DL_API dl_status dl__io_list_model(dl__io_list *l, const dl_model *m) {
     const dl_param *p = m->params[i];
     dl_status s = dl__io_list_add(l, p->t.dtype, p->t.ndim, p->t.shape, p->t.data, "%s", p->name);
     if (s != DL_OK) return s;
+    /* an integer scalar buffer is a counter (BatchNorm's num_batches_tracked, incremented every step) */
+    if (p->t.dtype == DL_I64 && p->t.ndim == 0) dl__io_list_range(l, 0, DL__IO_MAX_COUNT);
   }
   return DL_OK;
 }
