@@ -1910,7 +1910,8 @@ DL_API int dl__jpeg_tables_ok(const unsigned char *p, size_t n) {
 /* DL_OK when a PNG's image data inflates to no more than its header's
  * size needs (2 x the filtered rows + 4096 bytes, which covers
  * interlacing), or the data is not a PNG, or not one stb can read;
- * DL_ERR_FORMAT when it inflates to more or is corrupt; DL_ERR_NOMEM. stb inflates all of it into a buffer that grows with
+ * DL_ERR_FORMAT when it inflates to more, is corrupt, or an image-data
+ * chunk declares more bytes than the file holds; DL_ERR_NOMEM. stb inflates all of it into a buffer that grows with
  * the output, whatever the header says: a 261 KB PNG declaring 1 x 1
  * pixels made 256 MB. Checked with stb's own inflater into a buffer of the
  * bound (stbi_zlib_decode_buffer fails past its end), so the memory is
@@ -1933,6 +1934,9 @@ DL_API dl_status dl__png_data_ok(dl_ctx *ctx, const unsigned char *p, size_t n) 
       depth = d[8];
       ch = d[9] < 7 ? chans[d[9]] : 0;
     } else if (!memcmp(t, "IDAT", 4)) {
+      /* stb grows its buffer to a chunk's declared length before it reads the data: a few bytes declaring
+       * a 2 GB chunk made it allocate 2 GB. An image-data chunk must be there whole. */
+      if (have < len) return DL_ERR_FORMAT;
       total += have;
     } else if (!memcmp(t, "IEND", 4)) {
       break;
