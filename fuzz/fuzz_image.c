@@ -19,7 +19,7 @@
  * Seed corpus: fuzz/corpus/image/ (the test images of tests/data/images,
  * and the 74-byte decode bomb of tests/data/images_bomb).
  */
-/* dl-fuzz-ci: skip it drives Debian's stb_image 2.27, whose known bugs it finds in seconds (3 in 3 CI runs: two pre-checked in dl_image_load_memory, a PNM header int overflow not yet), so in CI it would fail at random */
+/* dl-fuzz-ci: skip it drives Debian's stb_image 2.27, whose known bugs it finds in seconds (3 in 3 CI runs: two pre-checked in dl_image_load_memory, a PNM header int overflow in stbi__pnm_getinteger not yet), so in CI it would fail at random */
 /* dl-fuzz-flags: -DDL_USE_STB_IMAGE -DDL_IMAGE_MAX_PIXELS=4194304 -fno-sanitize=pointer-overflow,nonnull-attribute */
 #include "dl/data.h"
 
