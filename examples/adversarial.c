@@ -217,6 +217,8 @@ int main(int argc, char **argv) {
   dl_flag fl[DL_TRAIN_NFLAGS + 3];
   int nf = dl_train_flags(&o, fl), rc;
   prog *p = calloc(1, sizeof *p);
+  const char *const argv0 = argv[0]; /* read after a jump: not changed after setjmp */
+  jmp_buf oom;
   if (!p) return fprintf(stderr, "%s: out of memory\n", argv[0]), 1;
   for (i = 0; i < nf; i++)
     if (strcmp(fl[i].name, "data") == 0) fl[i].help = "not used: the data are generated (see --data-seed)";
@@ -237,7 +239,12 @@ int main(int argc, char **argv) {
     rc = 2, fprintf(stderr, "%s: %s\n", argv[0], dl_ctx_message(&p->ctx));
   else {
     dl_ctx_init(&p->ctx, &(dl_ctx_desc){.threads = (int)o.threads});
-    rc = run(p, &o, data_seed, hidden, detach_a, argv[0]);
+    dl_ctx_on_nomem(&p->ctx, &oom); /* an op out of memory: its message and exit 1, not an abort (core.h) */
+    if (setjmp(oom))
+      rc = fail(p, argv0);
+    else
+      rc = run(p, &o, data_seed, hidden, detach_a, argv[0]);
+    dl_ctx_on_nomem(&p->ctx, NULL);
   }
   dl_run_free(&p->r);
   dl_tape_free(&p->tp);

@@ -211,6 +211,8 @@ int main(int argc, char **argv) {
   dl_flag fl[DL_TRAIN_NFLAGS + 3];
   int nf = dl_train_flags(&o, fl), rc;
   prog *p = calloc(1, sizeof *p);
+  const char *const argv0 = argv[0]; /* read after a jump: not changed after setjmp */
+  jmp_buf oom;
   if (!p) return fprintf(stderr, "%s: out of memory\n", argv[0]), 1;
   fl[nf++] = (dl_flag){"dropout", DL_FLAG_F64, &dropout, 0, 0.99, "dropout probability before the last layer", "P"};
   fl[nf++] = (dl_flag){"wd", DL_FLAG_F64, &wd, 0, 1, "Adam's (L2) weight decay", "X"};
@@ -223,10 +225,14 @@ int main(int argc, char **argv) {
     rc = 2, fprintf(stderr, "%s: %s\n", argv[0], dl_ctx_message(&p->ctx));
   else {
     dl_ctx_init(&p->ctx, &(dl_ctx_desc){.threads = (int)o.threads});
-    if (dl_dist_init(&p->dd, &p->ctx, &argc, &argv, NULL) != DL_OK)
+    dl_ctx_on_nomem(&p->ctx, &oom); /* an op out of memory: its message and exit 1, not an abort (core.h) */
+    if (setjmp(oom))
+      rc = fail(p, argv0);
+    else if (dl_dist_init(&p->dd, &p->ctx, &argc, &argv, NULL) != DL_OK)
       rc = 1, fprintf(stderr, "%s: %s\n", argv[0], dl_ctx_message(&p->ctx));
     else
       rc = run(p, &o, dropout, wd, test_n, argv[0]);
+    dl_ctx_on_nomem(&p->ctx, NULL);
   }
   dl_run_free(&p->r);
   dl_tape_free(&p->tp);

@@ -181,6 +181,8 @@ int main(int argc, char **argv) {
   dl_flag fl[DL_TRAIN_NFLAGS + 3];
   int nf = dl_train_flags(&o, fl), rc;
   prog *p = calloc(1, sizeof *p);
+  const char *const argv0 = argv[0]; /* read after a jump: not changed after setjmp */
+  jmp_buf oom;
   if (!p) return fprintf(stderr, "%s: out of memory\n", argv[0]), 1;
   fl[nf++] = (dl_flag){"hidden1", DL_FLAG_I64, &h1, 1, 65536, "units of the first hidden layer", "N"};
   fl[nf++] = (dl_flag){"hidden2", DL_FLAG_I64, &h2, 1, 65536, "units of the second hidden layer", "N"};
@@ -193,10 +195,14 @@ int main(int argc, char **argv) {
     rc = 2, fprintf(stderr, "%s: %s\n", argv[0], dl_ctx_message(&p->ctx));
   else {
     dl_ctx_init(&p->ctx, &(dl_ctx_desc){.threads = (int)o.threads});
-    if (dl_dist_init(&p->dd, &p->ctx, &argc, &argv, NULL) != DL_OK)
+    dl_ctx_on_nomem(&p->ctx, &oom); /* an op out of memory: its message and exit 1, not an abort (core.h) */
+    if (setjmp(oom))
+      rc = fail(p, argv0);
+    else if (dl_dist_init(&p->dd, &p->ctx, &argc, &argv, NULL) != DL_OK)
       rc = 1, fprintf(stderr, "%s: %s\n", argv[0], dl_ctx_message(&p->ctx));
     else
       rc = run(p, &o, h1, h2, wd, argv[0]);
+    dl_ctx_on_nomem(&p->ctx, NULL);
   }
   dl_run_free(&p->r);
   dl_tape_free(&p->tp);

@@ -36,6 +36,10 @@
 #      builds a consumer program against it with pkg-config, with CMake's
 #      find_package(dl CONFIG COMPONENTS ...) and vendored; version checks,
 #      `make uninstall`
+#   4d. tests/oom_ulimit.sh: fashion_mlp (plain and with OpenBLAS) under
+#      `ulimit -v` at 20 levels: it fits, or exits 1 saying "out of memory";
+#      never a signal or a hang (tests/test_oom.c fails each allocation of a
+#      training program through the allocator hooks)
 #   5. the test programs again under -fsanitize=address,undefined
 #   6. fuzz/run.sh 15: every fuzz/fuzz_*.c built with clang's libFuzzer, ASan
 #      and UBSan and run for 15 s on a copy of its seed corpus; each target
@@ -311,6 +315,15 @@ if [ $# = 4 ]; then
   pass=$((pass + $2)); skip=$((skip + $4))
   [ "$3" -gt 0 ] && { fail=$((fail + $3)); failed+=("installed and used downstream ($3 checks)"); }
 else bad "tests/downstream.sh (no result line)"; echo "$ds" | tail -n 20; fi
+
+# --- 4d. out of memory as the system reports it ----------------------------------
+om=$(bash tests/oom_ulimit.sh "$B" 2>&1)
+echo "$om" | grep -v '^OOM_ULIMIT '
+set -- $(echo "$om" | grep '^OOM_ULIMIT ' | tail -n 1)
+if [ $# = 4 ]; then
+  pass=$((pass + $2)); skip=$((skip + $4))
+  [ "$3" -gt 0 ] && { fail=$((fail + $3)); failed+=("out of memory under ulimit -v ($3 builds)"); }
+else bad "tests/oom_ulimit.sh (no result line)"; echo "$om" | tail -n 20; fi
 
 # --- 5. sanitizers ------------------------------------------------------------
 if [ "${DL_TEST_QUICK:-0}" != 1 ]; then

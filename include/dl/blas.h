@@ -94,6 +94,44 @@ DL__HEADER_BEGIN
 #undef FORCE_OPENBLAS_COMPLEX_STRUCT
 #undef DL__GEMM_FORCED_COMPLEX_STRUCT
 #endif
+
+/* OpenBLAS's pthread build (Debian's default) starts a worker per core when
+ * it is loaded, and each worker at once maps its 128 MiB buffer, retrying
+ * for ever when that fails: under `ulimit -v` a training program printed its
+ * out-of-memory message and then hung in exit, joining a worker stuck in
+ * blas_memory_alloc. The library never uses those workers (it runs OpenBLAS
+ * on one thread per call, see dl__openblas_single). So in an executable on
+ * Linux a pre-init function, which runs before any shared library's
+ * constructor, sets OpenBLAS's thread count (its exported blas_cpu_number and
+ * blas_num_threads, found weakly: another BLAS has neither and nothing
+ * happens) to 1 before OpenBLAS starts, unless the environment names one
+ * (OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS): no worker starts. (Setting the
+ * variable there would not do: the C library resets the environment after
+ * pre-init.) DL_OPENBLAS_KEEP_THREADS leaves it out; a shared library has no
+ * pre-init and gets OpenBLAS as its program started it. */
+#if defined(__linux__) && defined(__GNUC__) && (defined(__PIE__) || !defined(__PIC__)) && \
+    !defined(DL_OPENBLAS_KEEP_THREADS) && !defined(DL__OPENBLAS_PREINIT)
+#define DL__OPENBLAS_PREINIT
+#ifdef __cplusplus
+extern "C" {
+#endif
+extern int blas_cpu_number __attribute__((weak));
+extern int blas_num_threads __attribute__((weak));
+#ifdef __cplusplus
+}
+#endif
+static void dl__openblas_preinit(int argc, char **argv, char **envp) {
+  int i;
+  (void)argc;
+  (void)argv;
+  for (i = 0; envp && envp[i]; i++)
+    if (!strncmp(envp[i], "OPENBLAS_NUM_THREADS=", 21) || !strncmp(envp[i], "GOTO_NUM_THREADS=", 17)) return;
+  if (&blas_cpu_number && &blas_num_threads && blas_cpu_number == 0 && blas_num_threads == 0)
+    blas_cpu_number = blas_num_threads = 1;
+}
+__attribute__((section(".preinit_array"), used)) static void (*dl__openblas_preinit_p)(int, char **, char **) =
+    dl__openblas_preinit;
+#endif
 #endif
 
 #ifdef __cplusplus
@@ -614,11 +652,6 @@ DL_API void dl__gemm_tile(const dl__gemm_kind *k, const dl__gemm_problem *pr,
  * after the first step. dl_gemm_release_cache() returns the calling thread's.
  * A cache is tied to the allocator that made it: a call under a ctx with
  * another allocator drops it first. */
-#if defined(__cplusplus)
-#define DL__TLS thread_local
-#else
-#define DL__TLS _Thread_local
-#endif
 typedef struct dl__gemm_cache {
   void *p;
   size_t cap;
@@ -870,14 +903,40 @@ DL_API void dl__cblas_unit(size_t es, int ta, int tb, int64_t M, int64_t N, int6
     dl__cblas_block(es, ta, tb, hi - lo, N, K, alpha, a + (size_t)(ta ? lo : lo * lda) * es, lda, bb, ldb, beta,
                     c + (size_t)(lo * ldc) * es, ldc);
 }
-DL_API void dl__openblas_gemm(dl_ctx *ctx, size_t es, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
-                              const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb,
-                              double beta, void *C, int64_t ldc, int64_t sc, int64_t batch) {
+/* OpenBLAS takes a work buffer per concurrent call from its own pool and,
+ * when the pool has none free, maps a new one (BUFFER_SIZE: 128 MiB in
+ * Debian's build); when that mapping fails it retries for ever (measured:
+ * a training run under `ulimit -v` hung in blas_memory_alloc). So before
+ * OpenBLAS is asked to serve more concurrent calls than it has served so
+ * far, the address space is tried with that many buffers' worth (malloc and
+ * free, untouched: no memory is used); when it does not fit, that GEMM runs
+ * on the built-in kernels (blas.h's own, whose packing buffer falls back
+ * to a plain loop) and never reaches OpenBLAS's pool. Once served, OpenBLAS
+ * keeps its buffers: later calls at that level allocate nothing. */
+#ifndef DL_OPENBLAS_BUFFER_BYTES
+#define DL_OPENBLAS_BUFFER_BYTES ((size_t)136 << 20) /* one buffer and some room */
+#endif
+DL__GLOBAL(int dl__openblas_served, 0); /* the most concurrent calls OpenBLAS has had buffers for */
+DL_API int dl__openblas_room(int callers) {
+  void *p;
+  size_t bytes;
+  if (callers <= dl__openblas_served) return 1;
+  if (dl_size_mul((size_t)callers, DL_OPENBLAS_BUFFER_BYTES, &bytes)) return 0;
+  p = malloc(bytes); /* the C library's, not the ctx's: OpenBLAS maps from the system too */
+  if (!p) return 0;
+  free(p);
+  return 1;
+}
+/* 1 when OpenBLAS did the product, 0 when its pool could not grow (the
+ * caller then uses the built-in kernels). */
+DL_API int dl__openblas_gemm(dl_ctx *ctx, size_t es, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
+                             const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb,
+                             double beta, void *C, int64_t ldc, int64_t sc, int64_t batch) {
   const unsigned char *a = (const unsigned char *)A, *bb = (const unsigned char *)B;
   unsigned char *c = (unsigned char *)C;
   const double flops = 2.0 * (double)M * (double)N * (double)K * (double)batch;
   const int split_n = N >= M;
-  int threads = dl_ctx_threads(ctx);
+  int threads = dl_ctx_threads(ctx), callers;
   int64_t parts, units;
 #ifdef _OPENMP
   if (omp_in_parallel())
@@ -889,9 +948,16 @@ DL_API void dl__openblas_gemm(dl_ctx *ctx, size_t es, int ta, int tb, int64_t M,
   parts = batch >= 2 * (int64_t)threads ? 1 : threads;
   if (parts > 1 && (split_n ? N : M) < 32) parts = 1;
   units = batch * parts;
+  callers = units < (int64_t)threads ? (int)units : threads;
+#ifdef _OPENMP
+  if (omp_in_parallel()) callers = omp_get_num_threads(); /* the enclosing team may all be in here at once */
+#endif
+  if (!dl__openblas_room(callers)) return 0;
   DL_PARALLEL_FOR(ctx, threads > 1 ? (int64_t)flops : 0, units, v, {
     dl__cblas_unit(es, ta, tb, M, N, K, alpha, a, lda, sa, bb, ldb, sb, beta, c, ldc, sc, parts, split_n, v);
   });
+  if (callers > dl__openblas_served) dl__openblas_served = callers; /* a benign race: at worst a probe more */
+  return 1;
 }
 #endif
 
@@ -911,9 +977,9 @@ DL_API void dl__openblas_gemm(dl_ctx *ctx, size_t es, int ta, int tb, int64_t M,
       for (b = 0; b < (batch); b++) dl__gemm_scale_##sfx(M, N, beta, C + b * (sc), ldc);           \
       return;                                                                                      \
     }                                                                                              \
-    dl__openblas_gemm(ctx, sizeof(T), ta, tb, M, N, K, (double)alpha, A, lda, (sa), B, ldb, (sb),      \
-                      (double)beta, C, ldc, (sc), (batch));                                        \
-    return;                                                                                        \
+    if (dl__openblas_gemm(ctx, sizeof(T), ta, tb, M, N, K, (double)alpha, A, lda, (sa), B, ldb, (sb),  \
+                          (double)beta, C, ldc, (sc), (batch)))                                    \
+      return; /* else OpenBLAS's pool cannot grow: the built-in kernels below */                   \
   }
 #else
 #define DL__GEMM_TRY_OPENBLAS(T, sfx, cblas_gemm, sa, sb, sc, batch)

@@ -150,6 +150,12 @@
 #define DL__PRINTF(f, a)
 #define DL__NORETURN
 #endif
+/* Per-thread storage (blas.h's packing buffers, report.h's PNG encoder). */
+#if defined(__cplusplus)
+#define DL__TLS thread_local
+#else
+#define DL__TLS _Thread_local
+#endif
 
 /* Functions that nvcc must also compile for the device (scalar math, dual
  * numbers): DL_HD is __host__ __device__ under nvcc, empty elsewhere. */

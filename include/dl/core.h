@@ -15,12 +15,20 @@
  *     handler that returns is followed by abort(); tests leave with longjmp.
  *   - failures the caller must handle (out of memory, I/O, bad data) return a
  *     dl_status (or NULL) and leave a readable message in ctx->message.
+ * An op (dl_t_*, a layer's forward, dl_backward) returns a tensor, not a
+ * status; when its tape's arena (or the device, or a gradient) cannot grow,
+ * it sets DL_ERR_NOMEM and the message in ctx, then leaves through the
+ * recovery point the program gave with dl_ctx_on_nomem (a longjmp, as
+ * libpng's errors do); with none it panics. Library functions that return a
+ * status and run ops (dl_dist_train_step, dl_dist_evaluate, dl_model_summary)
+ * set their own point, undo what they changed and return DL_ERR_NOMEM.
  */
 #ifndef DL_CORE_H
 #define DL_CORE_H
 
 #include "config.h"
 DL__HEADER_BEGIN
+#include <setjmp.h> /* dl_ctx_on_nomem */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -140,6 +148,7 @@ typedef struct dl_ctx {
   dl_status status;      /* last failure reported through this context */
   char message[512];     /* its readable message ("" when none) */
   dl__team_state team;   /* whether fused loops' OpenMP teams pay (expr.h) */
+  jmp_buf *nomem;        /* where an op that runs out of memory jumps (dl_ctx_on_nomem); NULL: it panics */
 } dl_ctx;
 
 /* Fill *ctx from desc (NULL desc: all defaults). The ctx is plain memory the
@@ -219,6 +228,73 @@ DL_API DL__NORETURN void dl_panic_at(const dl_ctx *ctx, const char *file, int li
   abort();
 }
 #define DL_PANIC(ctx, op, ...) dl_panic_at((ctx), __FILE__, __LINE__, (op), __VA_ARGS__)
+
+/* >>out of memory inside an op ----------------------------------------------- */
+
+/* The recovery point for an op that runs out of memory (see the top of this
+ * file); returns the previous one, NULL: none (such an op panics). The usual
+ * use, in a function that stays active while the ops run (main):
+ *
+ *   jmp_buf oom;
+ *   dl_ctx_on_nomem(&ctx, &oom);
+ *   if (setjmp(oom)) {   // an op ran out: DL_ERR_NOMEM, message in ctx
+ *     fprintf(stderr, "%s\n", dl_ctx_message(&ctx));
+ *     ... free what the program owns, return 1 ...
+ *   }
+ *
+ * The jump leaves the op half done: rewind the tape (dl_tape_rewind) and
+ * zero the gradients (dl_model_zero_grad) before another step; parameters
+ * and optimizer state are untouched (the update allocates nothing). The
+ * usual setjmp rules hold: locals of the setjmp function changed after it
+ * and read after the jump must be volatile, and that function must not
+ * return while the point is set (set NULL, or the previous one, first). */
+DL_API jmp_buf *dl_ctx_on_nomem(dl_ctx *ctx, jmp_buf *jb) {
+  jmp_buf *prev = ctx->nomem;
+  ctx->nomem = jb;
+  return prev;
+}
+/* Out of memory inside op: DL_ERR_NOMEM and "op: out of memory: <message>"
+ * in ctx, then the jump to ctx's recovery point, or a panic without one.
+ * Use DL_NOMEM for the caller's file:line. */
+DL_API DL__NORETURN void dl_nomem_at(dl_ctx *ctx, const char *file, int line, const char *op, const char *fmt,
+                                     ...) DL__PRINTF(5, 6);
+DL_API DL__NORETURN void dl_nomem_at(dl_ctx *ctx, const char *file, int line, const char *op, const char *fmt,
+                                     ...) {
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (ctx) {
+    ctx->status = DL_ERR_NOMEM;
+    snprintf(ctx->message, sizeof ctx->message, "%s: out of memory: %s", op, msg);
+    if (ctx->nomem) longjmp(*ctx->nomem, 1);
+  }
+  dl_panic_at(ctx, file, line, op, "out of memory: %s (dl_ctx_on_nomem makes this a status)", msg);
+}
+#define DL_NOMEM(ctx, op, ...) dl_nomem_at((ctx), __FILE__, __LINE__, (op), __VA_ARGS__)
+/* fn(arg) under a recovery point of its own: DL_OK, or DL_ERR_NOMEM when an
+ * op in it ran out of memory (message in ctx); ctx's previous point is back
+ * either way. ctx NULL: fn(arg) with none (its ops panic). For library
+ * functions that return a status and run ops: they undo what they changed
+ * when this says DL_ERR_NOMEM. */
+DL_API dl_status dl_nomem_guard(dl_ctx *ctx, void (*fn)(void *arg), void *arg) {
+  jmp_buf jb;
+  jmp_buf *volatile prev;
+  if (!ctx) {
+    fn(arg);
+    return DL_OK;
+  }
+  prev = ctx->nomem;
+  ctx->nomem = &jb;
+  if (setjmp(jb)) {
+    ctx->nomem = prev;
+    return DL_ERR_NOMEM;
+  }
+  fn(arg);
+  ctx->nomem = prev;
+  return DL_OK;
+}
 
 /* >>alloc ------------------------------------------------------------------ */
 

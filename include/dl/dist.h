@@ -501,7 +501,8 @@ DL_API dl_status dl__dist_plan(dl_dist *dd, dl_model *m) {
   return DL_OK;
 nomem:
   dl__dist_free_plan(dd);
-  return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist_attach: out of memory for the bucket plan");
+  return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist_attach: out of memory for the bucket plan of %d parameters (%zu bytes)",
+                 m->nparams, (size_t)(m->nparams + 1) * (5 * sizeof(int) + sizeof(int64_t) + sizeof(void *)));
 }
 
 /* Broadcast rank 0's buffers (parameters of kind DL_PARAM_BUFFER) only. */
@@ -545,7 +546,14 @@ DL_API dl_status dl_dist_bcast_model(dl_dist *dd, dl_model *m) {
  * the same values). */
 DL_API dl_status dl_dist_attach(dl_dist *dd, dl_model *m) {
   dl_status s;
-  if ((s = dl_model_pack(m)) != DL_OK) return dl_fail(dd->ctx, s, "dl_dist_attach: cannot pack the model");
+  if ((s = dl_model_pack(m)) != DL_OK) {
+    char why[400];
+    const char *msg = dl_ctx_message(m->ctx); /* may be dd's own message: copied first */
+    size_t n = strlen(msg) < sizeof why ? strlen(msg) : sizeof why - 1;
+    memcpy(why, msg, n);
+    why[n] = 0;
+    return dl_fail(dd->ctx, s, "dl_dist_attach: cannot pack the model: %s", why);
+  }
   if (dd->world > 1 && m->nparams && m->params[0]->t.device != DL_CPU) /* the exchange reads host buffers */
     return dl_fail(dd->ctx, DL_ERR_UNSUPPORTED, "dl_dist_attach: a model on the GPU over several ranks "
                    "needs the NCCL path, which is not implemented yet");
@@ -695,7 +703,7 @@ DL_API dl_status dl__dist_sparse(dl_dist *dd) {
       if (total == 0) continue;
       /* scratch: the rows, then their values */
       need = sizeof(int64_t) * (size_t)total + es * (size_t)width * (size_t)total + 64;
-      if (!dl__dist_scratch(dd, need)) return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist: sparse gradients: out of memory");
+      if (!dl__dist_scratch(dd, need)) return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist: sparse gradients: out of memory (%zu bytes)", need);
       rows = (int64_t *)dd->sbuf;
       vals = (char *)(((uintptr_t)(rows + total) + 63) & ~(uintptr_t)63);
       for (r = 0, total = 0; r < dd->world; r++) {
@@ -721,7 +729,8 @@ DL_API dl_status dl__dist_sparse(dl_dist *dd) {
       MPI_Type_free(&rowt);
       if (s != DL_OK) return s;
       if (!sg && !(sg = dl_sgrad_attach(&p->t)))
-        return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist: sparse gradient of %s: out of memory", p->name);
+        return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist: sparse gradient of %s: out of memory (%zu bytes)", p->name,
+                       (size_t)p->t.shape[0] * sizeof(int64_t));
       dl_dist_merge_rows(sg, dd->world, nnz, rows, vals, 1.0 / dd->world);
     }
   }
@@ -835,7 +844,7 @@ DL_API dl_status dl_dist_check(dl_dist *dd) {
     char names[256];
     size_t at = 0;
     dl_status s;
-    if (!h) return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist_check: out of memory");
+    if (!h) return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist_check: out of memory (%zu bytes)", sizeof(int64_t) * 2 * (size_t)(n + 1));
     for (i = 0; i < n; i++) {
       const dl_param *p = m->params[i];
       uint64_t x = 1469598103934665603ULL;
@@ -876,8 +885,8 @@ DL_API dl_status dl_dist_check(dl_dist *dd) {
  * every rank and, every desc.check_every steps, dl_dist_check. *norm (may
  * be NULL) gets the global gradient norm dl_clip_grads returns. dd NULL or
  * a single process: exactly dl_train_step. */
-DL_API dl_status dl_dist_train_step(dl_dist *dd, dl_optim *o, dl_tape *tp, dl_tensor *loss, const dl_step_desc *d,
-                                    double *norm) {
+DL_API dl_status dl__dist_train_step(dl_dist *dd, dl_optim *o, dl_tape *tp, dl_tensor *loss, const dl_step_desc *d,
+                                     double *norm) {
   dl_model *m = o->model;
   dl_status s;
   double nm;
@@ -896,6 +905,35 @@ DL_API dl_status dl_dist_train_step(dl_dist *dd, dl_optim *o, dl_tape *tp, dl_te
   if (!dd->desc.no_buffer_sync && (s = dl__dist_bcast_buffers(dd, m)) != DL_OK) return s;
   if (dd->desc.check_every > 0 && dd->steps % dd->desc.check_every == 0) return dl_dist_check(dd);
   return DL_OK;
+}
+/* Out of memory in the backward pass or the clipping (an op's, see core.h's
+ * dl_ctx_on_nomem) returns DL_ERR_NOMEM, the message in the tape's ctx (the
+ * model's for the clipping when they differ);
+ * the gradients are zeroed, the parameters and the optimizer untouched. */
+typedef struct dl__dist_step_args {
+  dl_dist *dd;
+  dl_optim *o;
+  dl_tape *tp;
+  dl_tensor *loss;
+  const dl_step_desc *d;
+  double *norm;
+  dl_status s;
+} dl__dist_step_args;
+DL_API void dl__dist_step_call(void *arg) {
+  dl__dist_step_args *a = (dl__dist_step_args *)arg;
+  a->s = dl__dist_train_step(a->dd, a->o, a->tp, a->loss, a->d, a->norm);
+}
+DL_API void dl__dist_step_model_guard(void *arg) { /* the model's ctx too, when it is not the tape's */
+  dl__dist_step_args *a = (dl__dist_step_args *)arg;
+  if (dl_nomem_guard(a->o->model->ctx, dl__dist_step_call, a) != DL_OK) a->s = DL_ERR_NOMEM;
+}
+DL_API dl_status dl_dist_train_step(dl_dist *dd, dl_optim *o, dl_tape *tp, dl_tensor *loss, const dl_step_desc *d,
+                                    double *norm) {
+  dl__dist_step_args a = {dd, o, tp, loss, d, norm, DL_OK};
+  if (dl_nomem_guard(tp->ctx, o->model->ctx != tp->ctx ? dl__dist_step_model_guard : dl__dist_step_call, &a) != DL_OK)
+    a.s = DL_ERR_NOMEM;
+  if (a.s == DL_ERR_NOMEM) dl_model_zero_grad(o->model);
+  return a.s;
 }
 
 /* >>evaluate (one process: dl_evaluate; over the ranks: dl_dist_evaluate) --------- */
@@ -932,33 +970,53 @@ DL_API void dl_evaluate(dl_model *m, dl_tape *tp, dl_batcher *b, double *loss, d
   if (acc) *acc = v[1] > 0 ? v[2] / v[1] : (double)NAN;
 }
 
+typedef struct dl__eval_args {
+  dl_model *m;
+  dl_tape *tp;
+  dl_batcher *b;
+  double *v;
+  dl_confusion *cm;
+} dl__eval_args;
+DL_API void dl__eval_call(void *arg) {
+  dl__eval_args *a = (dl__eval_args *)arg;
+  dl__evaluate_sums(a->m, a->tp, a->b, a->v, a->cm);
+}
 /* dl_evaluate over the ranks: each evaluates its own shard (give b a
  * shuffler with .world, .rank and .pad = 2: every sample once over the
  * ranks), then the sums are exchanged; every rank gets the same loss,
  * accuracy and confusion matrix (cm: the whole set's counts are added to
- * it). dd NULL: dl_evaluate. DL_OK or the exchange's failure. */
+ * it). dd NULL: dl_evaluate. DL_OK, the exchange's failure, or DL_ERR_NOMEM
+ * when an op runs out of memory (core.h's dl_ctx_on_nomem): the model's mode,
+ * the tape (rewound) and cm as they were before the call. */
 DL_API dl_status dl_dist_evaluate(dl_dist *dd, dl_model *m, dl_tape *tp, dl_batcher *b, double *loss, double *acc,
                                   dl_confusion *cm) {
   double v[3];
   dl_status s;
   int64_t *before = NULL, k, n = 0;
-  if (!dd || dd->world <= 1) {
-    dl_evaluate(m, tp, b, loss, acc, cm);
-    return DL_OK;
-  }
-  if (cm) { /* only this evaluation's counts travel */
+  const int was = m->training, no_grad = tp->no_grad;
+  dl__eval_args ea = {m, tp, b, v, cm};
+  if (cm) { /* only this evaluation's counts travel; kept to undo a failed one */
     n = cm->matrix->numel;
-    before = (int64_t *)dl_alloc(dd->ctx, sizeof(int64_t) * (size_t)n);
-    if (!before) return dl_fail(dd->ctx, DL_ERR_NOMEM, "dl_dist_evaluate: out of memory");
+    before = (int64_t *)dl_alloc(tp->ctx, sizeof(int64_t) * (size_t)n);
+    if (!before) return dl_fail(tp->ctx, DL_ERR_NOMEM, "dl_dist_evaluate: out of memory (%zu bytes)", sizeof(int64_t) * (size_t)n);
     for (k = 0; k < n; k++) before[k] = dl_i64(cm->matrix)[k];
     dl_tensor_fill(cm->matrix, 0);
   }
-  dl__evaluate_sums(m, tp, b, v, cm);
-  s = dl_dist_sum(dd, v, 3);
-  if (s == DL_OK && cm) s = dl_dist_sum_i64(dd, dl_i64(cm->matrix), n);
+  if (dl_nomem_guard(tp->ctx, dl__eval_call, &ea) != DL_OK) { /* an op ran out: the model, tape, matrix as they were */
+    dl_tape_rewind(tp);
+    tp->no_grad = no_grad;
+    dl_model_train(m, was);
+    if (cm) {
+      for (k = 0; k < n; k++) dl_i64(cm->matrix)[k] = before[k];
+      dl_free(tp->ctx, before);
+    }
+    return DL_ERR_NOMEM;
+  }
+  s = dd && dd->world > 1 ? dl_dist_sum(dd, v, 3) : DL_OK;
+  if (s == DL_OK && cm && dd && dd->world > 1) s = dl_dist_sum_i64(dd, dl_i64(cm->matrix), n);
   if (cm) {
     for (k = 0; k < n; k++) dl_i64(cm->matrix)[k] += before[k];
-    dl_free(dd->ctx, before);
+    dl_free(tp->ctx, before);
   }
   if (s != DL_OK) return s;
   if (loss) *loss = v[1] > 0 ? v[0] / v[1] : (double)NAN;

@@ -259,7 +259,8 @@ DL_API dl_status dl_atomic_begin(dl_atomic_file *f, dl_ctx *ctx, const char *pat
   f->buf = (unsigned char *)dl_alloc(ctx, DL_IO_BUFFER);
   if (!f->path || !f->tmp || !f->dir || !f->buf) {
     dl__atomic_release(f);
-    return f->status = DL_ERR_NOMEM;
+    return f->status = dl_fail(ctx, DL_ERR_NOMEM, "cannot write '%.200s': out of memory for the writer (%zu bytes)",
+                               path, 2 * n + dn + 50 + (size_t)DL_IO_BUFFER);
   }
   if (slash) memcpy(f->dir, path, dn);
   else f->dir[0] = '.';

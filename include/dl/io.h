@@ -1192,7 +1192,7 @@ typedef struct dl__sb {
   dl_ctx *ctx;
   char *s;
   size_t n, cap;
-  int oom;
+  size_t oom; /* 0, or the bytes the allocation that failed asked for */
 } dl__sb;
 DL_API void dl__sb_put(dl__sb *b, const char *s, size_t n) {
   if (b->oom) return;
@@ -1201,7 +1201,7 @@ DL_API void dl__sb_put(dl__sb *b, const char *s, size_t n) {
     char *ns;
     while (nc < b->n + n + 1) nc *= 2;
     ns = (char *)dl_alloc(b->ctx, nc);
-    if (!ns) { b->oom = 1; return; }
+    if (!ns) { b->oom = nc; return; }
     if (b->s) { memcpy(ns, b->s, b->n); dl_free(b->ctx, b->s); }
     b->s = ns;
     b->cap = nc;
@@ -1307,9 +1307,10 @@ DL_API dl_status dl__st_layout(dl_st_writer *w, dl__sb *hdr, dl__st_item ***orde
   dl__sb_str(hdr, "}");
   while (!hdr->oom && (hdr->n + 8) % 8) dl__sb_str(hdr, " ");
   if (hdr->oom) {
+    size_t asked = hdr->oom;
     dl_free(w->ctx, ord);
     dl_free(w->ctx, hdr->s);
-    return dl_fail(w->ctx, DL_ERR_NOMEM, "safetensors writer: out of memory for the header");
+    return dl_fail(w->ctx, DL_ERR_NOMEM, "safetensors writer: out of memory for the header (%zu bytes)", asked);
   }
   *order = ord;
   *total = 8 + (uint64_t)hdr->n + at;

@@ -468,7 +468,8 @@ DL_API dl_status dl_model_pack(dl_model *m) {
   if (!gb) {
     dl_free(m->ctx, pb);
     for (i = 0; i < m->nparams; i++) m->params[i]->offset = -1;
-    return DL_ERR_NOMEM;
+    return dl_fail(m->ctx, DL_ERR_NOMEM, "dl_model_pack: out of memory for %lld parameters and their gradients (2 x %zu bytes)",
+                   (long long)total, (size_t)(total ? total : 1) * es);
   }
   memset(pb, 0, (size_t)(total ? total : 1) * es);
   memset(gb, 0, (size_t)(total ? total : 1) * es);
@@ -1598,29 +1599,42 @@ DL_API void dl__summary_rec(FILE *f, const dl_layer *l, int depth) {
   for (i = 0; i < l->nchild; i++) dl__summary_rec(f, l->child[i], depth + 1);
 }
 
+typedef struct dl__summary_args {
+  dl_model *m;
+  dl_tape tp;
+  dl_tensor *x;
+} dl__summary_args;
+DL_API void dl__summary_pass(void *arg) {
+  dl__summary_args *a = (dl__summary_args *)arg;
+  dl_no_grad_begin(&a->tp);
+  (void)dl_model_forward(a->m, &a->tp, a->x);
+  dl_no_grad_end(&a->tp);
+}
 /* Print the layer tree: each layer's name, type, output shape (from one
  * forward pass of `example` in eval mode on a scratch tape, no gradients;
  * NULL skips it and prints "-"), parameter count and bytes (its own and its
  * children's, buffers in the bytes), and its arguments; then the totals.
- * The model's mode and parameters are unchanged. DL_OK, or DL_ERR_NOMEM. */
+ * The model's mode and parameters are unchanged. DL_OK, or DL_ERR_NOMEM (the
+ * scratch tape, or the pass: nothing printed then). */
 DL_API dl_status dl_model_summary(dl_model *m, FILE *f, dl_tensor *example) {
   int64_t np = 0, nb = 0;
   int i;
   for (i = 0; i < m->nlayers; i++) m->layers[i]->out_ndim = -1;
   m->root.out_ndim = -1;
   if (example) {
-    dl_tape tp;
-    int was = m->training;
-    dl_status st = dl_tape_init(&tp, m->ctx, 0);
+    dl__summary_args a;
+    const int was = m->training;
+    dl_status st = dl_tape_init(&a.tp, m->ctx, 0);
     if (st != DL_OK) return st;
+    a.m = m;
+    a.x = example;
     m->training = 0;
     m->tracing = 1;
-    dl_no_grad_begin(&tp);
-    (void)dl_model_forward(m, &tp, example);
-    dl_no_grad_end(&tp);
+    st = dl_nomem_guard(m->ctx, dl__summary_pass, &a); /* out of memory: nothing printed */
     m->tracing = 0;
     m->training = was;
-    dl_tape_free(&tp);
+    dl_tape_free(&a.tp);
+    if (st != DL_OK) return st;
   }
   fprintf(f, "%-28s %-13s %-20s %11s %12s  %s\n", "layer", "type", "output", "params", "bytes", "arguments");
   dl__summary_rec(f, &m->root, 0);

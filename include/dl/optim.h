@@ -1148,7 +1148,7 @@ DL_API void dl__gsum_begin(dl__gsum *c, dl_model *m) {
     void *dv = NULL;
     c->h = dl__gpu_h(&m->params[0]->t, "dl_clip_grads");
     if (dl_gpu_alloc(m->ctx->gpu, &dv, sizeof(double) * (size_t)m->nparams) != DL_OK) /* the cache: no cudaMalloc */
-      DL_PANIC(m->ctx, "dl_clip_grads", "device out of memory for %d sums: %s", m->nparams, dl_ctx_message(m->ctx));
+      DL_NOMEM(m->ctx, "dl_clip_grads", "the device cannot hold %d sums: %s", m->nparams, dl_ctx_message(m->ctx));
     c->dsum = (double *)dv;
   }
 #endif

@@ -99,10 +99,92 @@ DL__HEADER_BEGIN
 #endif
 
 #if defined(DL_USE_STB_IMAGE_WRITE) && !defined(DL_NO_STDIO) && !defined(INCLUDE_STB_IMAGE_WRITE_H)
-#if !defined(STBIW_MALLOC) && !defined(STBIW_REALLOC) && !defined(STBIW_FREE) && !defined(STBIW_REALLOC_SIZED)
-#define STBIW_MALLOC(sz) DL_MALLOC((sz), NULL)
-#define STBIW_REALLOC(p, newsz) DL_REALLOC((p), (newsz), NULL)
-#define STBIW_FREE(p) DL_FREE((p), NULL)
+#if !defined(STBIW_MALLOC) && !defined(STBIW_REALLOC) && !defined(STBIW_FREE) && !defined(STBIW_REALLOC_SIZED) && \
+    !defined(DL__MODE_LINK)
+/* stb_image_write asserts (or, with NDEBUG, writes through NULL) when an
+ * allocation fails inside its deflate. Its allocations come here instead:
+ * during dl_chart_save_png each block is on that call's list (this thread's
+ * dl__png_cur) and the ctx's allocator makes it; a failure frees the list and
+ * jumps back to dl_chart_save_png, which returns DL_ERR_NOMEM. Outside it
+ * (a program calling stb itself) they are DL_MALLOC's, NULL on failure. */
+#include <setjmp.h>
+typedef struct dl__png_block { /* before each block: 32 bytes keep it 16-aligned */
+  struct dl__png_block *prev, *next;
+  size_t size;
+  int tracked;
+} dl__png_block;
+typedef struct dl__png_mem {
+  jmp_buf jb;
+  dl_ctx *ctx;
+  dl__png_block head; /* the list's sentinel */
+  size_t in_use, asked;
+} dl__png_mem;
+static DL__TLS dl__png_mem *dl__png_cur;
+#define DL__PNG_HDR ((sizeof(dl__png_block) + 31) & ~(size_t)31)
+static void dl__png_unlink(dl__png_block *b) {
+  b->prev->next = b->next;
+  b->next->prev = b->prev;
+}
+static void *dl__png_malloc(size_t n) {
+  dl__png_mem *m = dl__png_cur;
+  dl__png_block *b;
+  if (n > SIZE_MAX - DL__PNG_HDR) return NULL;
+  if (!m) {
+    b = (dl__png_block *)DL_MALLOC(DL__PNG_HDR + n, NULL);
+    if (!b) return NULL;
+    b->tracked = 0;
+  } else {
+    b = (dl__png_block *)dl_raw_alloc(m->ctx, DL__PNG_HDR + n);
+    if (!b) { /* give back everything this encode holds, then leave it */
+      m->asked = n;
+      while (m->head.next != &m->head) {
+        dl__png_block *f = m->head.next;
+        dl__png_unlink(f);
+        dl_raw_free(m->ctx, f);
+      }
+      longjmp(m->jb, 1);
+    }
+    b->tracked = 1;
+    b->next = m->head.next;
+    b->prev = &m->head;
+    m->head.next->prev = b;
+    m->head.next = b;
+    m->in_use += n;
+  }
+  b->size = n;
+  return (unsigned char *)b + DL__PNG_HDR;
+}
+static void dl__png_free(void *p) {
+  dl__png_block *b;
+  if (!p) return;
+  b = (dl__png_block *)((unsigned char *)p - DL__PNG_HDR);
+  if (!b->tracked) {
+    DL_FREE(b, NULL);
+    return;
+  }
+  dl__png_cur->in_use -= b->size;
+  dl__png_unlink(b);
+  dl_raw_free(dl__png_cur->ctx, b);
+}
+static void *dl__png_realloc(void *p, size_t n) {
+  void *q;
+  if (!p) return dl__png_malloc(n);
+  if (!((dl__png_block *)((unsigned char *)p - DL__PNG_HDR))->tracked) {
+    dl__png_block *b = (dl__png_block *)DL_REALLOC((unsigned char *)p - DL__PNG_HDR, DL__PNG_HDR + n, NULL);
+    if (!b) return NULL;
+    b->size = n;
+    return (unsigned char *)b + DL__PNG_HDR;
+  }
+  q = dl__png_malloc(n); /* jumps on failure with p still on the list */
+  memcpy(q, p, n < ((dl__png_block *)((unsigned char *)p - DL__PNG_HDR))->size
+                   ? n : ((dl__png_block *)((unsigned char *)p - DL__PNG_HDR))->size);
+  dl__png_free(p);
+  return q;
+}
+#define STBIW_MALLOC(sz) dl__png_malloc(sz)
+#define STBIW_REALLOC(p, newsz) dl__png_realloc((p), (newsz))
+#define STBIW_FREE(p) dl__png_free(p)
+#define DL__PNG_TRACKED 1
 #endif
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC diagnostic push
@@ -1337,6 +1419,25 @@ DL_API void dl__png_write(void *context, void *data, int size) {
 }
 #endif
 
+#ifdef DL__PNG_TRACKED
+/* stb's encoder with every block it takes on mem's list (see the hooks at
+ * the top): 1 written, 0 stb failed, -1 out of memory (the list freed). */
+static int dl__png_encode(dl__png_mem *mem, dl_ctx *ctx, dl_atomic_file *f, int w, int h, const unsigned char *rgb) {
+  int ok;
+  memset(mem, 0, sizeof *mem);
+  mem->ctx = ctx;
+  mem->head.next = mem->head.prev = &mem->head;
+  int (*volatile encode)(stbi_write_func *, void *, int, int, int, const void *, int) = stbi_write_png_to_func;
+  dl__png_cur = mem;
+  if (setjmp(mem->jb)) {
+    dl__png_cur = NULL;
+    return -1;
+  }
+  ok = encode(dl__png_write, f, w, h, 3, rgb, w * 3); /* through a pointer: stb is not inlined next to setjmp */
+  dl__png_cur = NULL;
+  return ok;
+}
+#endif
 /* Draw the chart and save it as a PNG at path through file.h's atomic
  * writer (a temporary in the same folder, created exclusively, renamed
  * over path), so a reader never sees half a file and a failure leaves the
@@ -1365,11 +1466,32 @@ DL_API dl_status dl_chart_save_png(dl_ctx *ctx, const char *path, const dl_chart
   st = dl_chart_layout_of(ctx, desc, &L);
   if (st != DL_OK) return st;
   rgb = (unsigned char *)dl_alloc(ctx, (size_t)L.width * (size_t)L.height * 3);
-  if (!rgb) return ctx ? ctx->status : DL_ERR_NOMEM;
+  if (!rgb)
+    return dl_fail(ctx, DL_ERR_NOMEM, "dl_chart_save_png(\"%s\"): out of memory for the %dx%d image (%zu bytes)", path,
+                   L.width, L.height, (size_t)L.width * (size_t)L.height * 3);
   st = dl_chart_render(ctx, desc, rgb, NULL);
+  if (st == DL_ERR_NOMEM) { /* the rasteriser's own message names no file */
+    char m[sizeof ctx->message];
+    memcpy(m, ctx->message, sizeof m);
+    dl_fail(ctx, st, "dl_chart_save_png(\"%s\"): %s", path, m);
+  }
   if (st == DL_OK) st = dl_atomic_begin(&f, ctx, path, NULL);
   if (st != DL_OK) { dl_free(ctx, rgb); return st; }
+#ifdef DL__PNG_TRACKED
+  {
+    dl__png_mem mem;
+    ok = dl__png_encode(&mem, ctx, &f, L.width, L.height, rgb);
+    if (ok < 0) {
+      dl_free(ctx, rgb);
+      dl_atomic_abort(&f);
+      return dl_fail(ctx, DL_ERR_NOMEM,
+                     "dl_chart_save_png(\"%s\"): the PNG encoder ran out of memory (%zu bytes asked, %zu in use)", path,
+                     mem.asked, mem.in_use);
+    }
+  }
+#else
   ok = stbi_write_png_to_func(dl__png_write, &f, L.width, L.height, 3, rgb, L.width * 3);
+#endif
   dl_free(ctx, rgb);
   if (!ok) {
     dl_atomic_abort(&f);

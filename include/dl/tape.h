@@ -148,7 +148,7 @@ DL_API void *dl__gpu_tape_alloc(dl_tape *tp, const char *op, size_t bytes) {
     size_t want = a->n ? a->cap[a->n - 1] * 2 : (a->high > ((size_t)1 << 20) ? a->high : ((size_t)1 << 20));
     if (want < b) want = b;
     if (a->n == DL__GPU_ARENA_CHUNKS || dl_gpu_alloc(a->g, &p, want) != DL_OK)
-      DL_PANIC(tp->ctx, op, "the device tape cannot hold %zu more bytes (%zu used this step): %s", bytes, a->step,
+      DL_NOMEM(tp->ctx, op, "the device tape cannot hold %zu more bytes (%zu in use this step): %s", bytes, a->step,
                a->n == DL__GPU_ARENA_CHUNKS ? "too many blocks" : dl_ctx_message(tp->ctx));
     a->chunk[a->n] = p;
     a->cap[a->n] = want;
@@ -188,6 +188,13 @@ DL_API void dl__gpu_tape_free(dl_tape *tp) {
 
 /* >>tape ------------------------------------------------------------------- */
 
+/* The tape's arena cannot hold `bytes` more for op: DL_NOMEM (core.h) with
+ * what was asked, what the step holds and what it needs in all. */
+DL_API DL__NORETURN void dl__tape_nomem(dl_tape *tp, const char *op, const char *what, size_t bytes) {
+  DL_NOMEM(tp->ctx, op, "the tape's arena cannot hold %s of %zu bytes (%zu bytes in use this step, %zu needed in all)",
+           what, bytes, tp->arena.used, dl_arena_bytes_needed(&tp->arena));
+}
+
 /* A tape whose arena starts with `capacity` bytes and grows on demand (0 is
  * fine: the first step sizes it). DL_OK or DL_ERR_NOMEM (message in ctx). */
 DL_API dl_status dl_tape_init(dl_tape *tp, dl_ctx *ctx, size_t capacity) {
@@ -196,8 +203,8 @@ DL_API dl_status dl_tape_init(dl_tape *tp, dl_ctx *ctx, size_t capacity) {
   return dl_arena_init(&tp->arena, ctx, capacity, 1);
 }
 /* A tape on a caller's buffer: never calls the allocator; an op that does
- * not fit panics naming dl_arena_bytes_needed(&tp->arena). For inference-only
- * builds and firmware. */
+ * not fit is out of memory (dl_ctx_on_nomem; the message names
+ * dl_arena_bytes_needed(&tp->arena)). For inference-only builds and firmware. */
 DL_API void dl_tape_init_buffer(dl_tape *tp, dl_ctx *ctx, void *buf, size_t size) {
   memset(tp, 0, sizeof *tp);
   tp->ctx = ctx;
@@ -286,8 +293,8 @@ DL_API void dl_keep_grad(dl_tensor *t) { t->flags |= DL_TENSOR_KEEP_GRAD; }
 
 /* >>recording -------------------------------------------------------------- */
 
-/* An output tensor in the tape's arena (uninitialised). Panics, naming the op
- * and the bytes the arena needs, when it cannot hold it. */
+/* An output tensor in the tape's arena (uninitialised). When the arena
+ * cannot hold it: out of memory in op (DL_NOMEM, core.h), naming the bytes. */
 DL_API dl_tensor *dl_tape_out(dl_tape *tp, const char *op, dl_dtype dtype, int ndim,
                               const int64_t *shape) {
   dl_tensor *t;
@@ -312,9 +319,12 @@ DL_API dl_tensor *dl_tape_out(dl_tape *tp, const char *op, dl_dtype dtype, int n
   } else
 #endif
   t = dl_tensor_new(&tp->arena, dtype, ndim, shape);
-  if (!t)
-    DL_PANIC(tp->ctx, op, "tape arena cannot hold the output (%zu bytes needed in all): %s",
-             dl_arena_bytes_needed(&tp->arena), dl_ctx_message(tp->ctx));
+  if (!t) {
+    size_t bytes = 0;
+    if (dl_shape_size(dtype, ndim, shape, NULL, &bytes) != DL_OK) /* not memory: a shape past size_t */
+      DL_PANIC(tp->ctx, op, "%s", dl_ctx_message(tp->ctx));
+    dl__tape_nomem(tp, op, "the output", bytes + sizeof *t);
+  }
   return t;
 }
 /* The same, zero-filled. */
@@ -332,19 +342,18 @@ DL_API dl_tensor *dl_tape_zeros(dl_tape *tp, const char *op, dl_dtype dtype, int
   return t;
 }
 #ifdef DL_USE_CUDA
-/* Device scratch bytes of a device tape (valid until the rewind); panics
- * naming op when the device is full. */
+/* Device scratch bytes of a device tape (valid until the rewind); out of
+ * memory in op (DL_NOMEM) when the device is full. */
 DL_API void *dl_tape_dev_scratch(dl_tape *tp, const char *op, size_t bytes) {
   if (!tp->gpu) DL_PANIC(tp->ctx, op, "device scratch asked of a host tape");
   return dl__gpu_tape_alloc(tp, op, bytes ? bytes : 1);
 }
 #endif
-/* Scratch bytes in the tape's arena (valid until the rewind); panics when full. */
+/* Scratch bytes in the tape's arena (valid until the rewind); out of memory
+ * in op (DL_NOMEM) when it cannot hold them. */
 DL_API void *dl_tape_scratch(dl_tape *tp, const char *op, size_t bytes) {
   void *p = dl_arena_alloc(&tp->arena, bytes ? bytes : 1);
-  if (!p)
-    DL_PANIC(tp->ctx, op, "tape arena cannot hold %zu bytes of scratch (%zu needed in all)", bytes,
-             dl_arena_bytes_needed(&tp->arena));
+  if (!p) dl__tape_nomem(tp, op, "scratch", bytes);
   return p;
 }
 /* A struct copy of t in the arena: a view of the same data with no history,
@@ -412,11 +421,13 @@ DL_API dl_tensor *dl_tape_input(dl_tape *tp, const dl_tensor *t) {
   if (t->device == want) return (dl_tensor *)(uintptr_t)t;
   if (want == DL_CUDA) c = dl_tape_out(tp, "dl_tape_input", t->dtype, t->ndim, t->shape);
   else if (!(c = dl_tensor_new(&tp->arena, t->dtype, t->ndim, t->shape)))
-    DL_PANIC(tp->ctx, "dl_tape_input", "the tape's arena cannot hold %s", DL_SHAPESTR(t));
+    dl__tape_nomem(tp, "dl_tape_input", DL_SHAPESTR(t), (size_t)t->numel * dl_dtype_size(t->dtype));
   if (t->numel && !dl_tensor_is_contiguous(t)) {
-    dl_tensor *tc = dl_tensor_new(&tp->arena, t->dtype, t->ndim, t->shape);
-    if (!tc || t->device != DL_CPU)
+    dl_tensor *tc;
+    if (t->device != DL_CPU)
       DL_PANIC(tp->ctx, "dl_tape_input", "%s: a strided device tensor cannot go to the host", DL_SHAPESTR(t));
+    if (!(tc = dl_tensor_new(&tp->arena, t->dtype, t->ndim, t->shape)))
+      dl__tape_nomem(tp, "dl_tape_input", DL_SHAPESTR(t), (size_t)t->numel * dl_dtype_size(t->dtype));
     dl_tensor_copy(tc, t);
     t = tc;
   }
@@ -430,7 +441,7 @@ DL_API dl_tensor *dl_tape_host(dl_tape *tp, const dl_tensor *t) {
   dl_tensor *c;
   if (t->device == DL_CPU) return (dl_tensor *)(uintptr_t)t;
   if (!(c = dl_tensor_new(&tp->arena, t->dtype, t->ndim, t->shape)))
-    DL_PANIC(tp->ctx, "dl_tape_host", "the tape's arena cannot hold %s", DL_SHAPESTR(t));
+    dl__tape_nomem(tp, "dl_tape_host", DL_SHAPESTR(t), (size_t)t->numel * dl_dtype_size(t->dtype));
   if (t->numel) dl_tensor_copy(c, t);
   return c;
 }
@@ -446,8 +457,8 @@ DL_API dl_tensor *dl_tape_grad(dl_tape *tp, dl_tensor *x) {
   if (x->grad) return x->grad;
   if (!x->node) {
     if (dl_requires_grad(x) != DL_OK)
-      DL_PANIC(tp->ctx, "dl_backward", "cannot allocate the gradient of leaf %s: %s",
-               DL_SHAPESTR(x), dl_ctx_message(tp->ctx));
+      DL_NOMEM(tp->ctx, "dl_backward", "the gradient of leaf %s (%zu bytes): %s", DL_SHAPESTR(x),
+               (size_t)x->numel * dl_dtype_size(x->dtype), dl_ctx_message(x->ctx));
     return x->grad;
   }
   x->grad = dl_tape_zeros(tp, "dl_backward", x->dtype, x->ndim, x->shape);
@@ -490,7 +501,7 @@ DL_API dl_sgrad *dl_tape_sgrad(dl_tape *tp, dl_tensor *x) {
              DL_SHAPESTR(x), x->node ? " (an op's output)" : "");
   if (x->sgrad) return (dl_sgrad *)x->sgrad;
   if (!(s = dl_sgrad_attach(x)))
-    DL_PANIC(tp->ctx, "dl_tape_sgrad", "cannot allocate the sparse gradient of %s", DL_SHAPESTR(x));
+    DL_NOMEM(tp->ctx, "dl_tape_sgrad", "the sparse gradient of %s: %s", DL_SHAPESTR(x), dl_ctx_message(x->ctx));
   return s;
 }
 /* Pointer to the values of `row` in s, adding the row (zeroed) when it is not
@@ -509,8 +520,12 @@ DL_API void *dl_sgrad_row(dl_sgrad *s, int64_t row) {
       if (cap > s->nrows) cap = s->nrows;
       rows = (int64_t *)dl_alloc(s->ctx, sizeof(int64_t) * (size_t)cap);
       vals = dl_alloc(s->ctx, rowb * (size_t)cap + 1);
-      if (!rows || !vals)
-        DL_PANIC(s->ctx, "dl_sgrad_row", "cannot grow a sparse gradient to %lld rows", (long long)cap);
+      if (!rows || !vals) {
+        dl_free(s->ctx, rows);
+        dl_free(s->ctx, vals);
+        DL_NOMEM(s->ctx, "dl_sgrad_row", "cannot grow a sparse gradient to %lld rows of %zu bytes", (long long)cap,
+                 rowb);
+      }
       if (s->nnz) {
         memcpy(rows, s->rows, sizeof(int64_t) * (size_t)s->nnz);
         memcpy(vals, s->values, rowb * (size_t)s->nnz);

@@ -57,12 +57,12 @@ DL_API dl_tensor *dl__mha_mask(dl_tape *tp, const char *op, const dl_tensor *q, 
   int64_t i, j;
 #ifdef DL_USE_CUDA
   if (m->device == DL_CUDA && !(mh = dl_tensor_new(&tp->arena, q->dtype, 2, m->shape)))
-    DL_PANIC(tp->ctx, op, "the tape's arena cannot hold the mask [%lld, %lld]", (long long)Tq, (long long)Tk);
+    dl__tape_nomem(tp, op, "the host mask", (size_t)(Tq * Tk) * dl_dtype_size(q->dtype));
   if (attn_mask && attn_mask->device == DL_CUDA) { /* its values on the host: contiguous on the device, then over */
     const dl_tensor *ac = attn_mask;
     dl_tensor *ah = dl_tensor_new(&tp->arena, attn_mask->dtype, 2, attn_mask->shape);
     if (!ah)
-      DL_PANIC(tp->ctx, op, "the tape's arena cannot hold a host copy of attn_mask %s", DL_SHAPESTR(attn_mask));
+      dl__tape_nomem(tp, op, "a host copy of attn_mask", (size_t)attn_mask->numel * dl_dtype_size(attn_mask->dtype));
     if (!dl_tensor_is_contiguous(attn_mask)) {
       dl_tensor *c = dl_tape_out(tp, op, attn_mask->dtype, 2, attn_mask->shape);
       if (c->device != DL_CUDA)

@@ -425,12 +425,12 @@ DL_API dl_tensor *dl__loss_labels(dl_tape *tp, const char *op, const dl_tensor *
     if (labels->device == DL_CUDA) {
       const dl_tensor *lc = dl_tensor_is_contiguous(labels) ? labels : dl__t_contig(tp, op, (dl_tensor *)labels);
       dl_tensor *hl = dl_tensor_new(&tp->arena, labels->dtype, 1, &N);
-      if (!hl) DL_PANIC(tp->ctx, op, "tape arena cannot hold the labels %s", DL_SHAPESTR(labels));
+      if (!hl) dl__tape_nomem(tp, op, "the labels", (size_t)N * dl_dtype_size(labels->dtype));
       dl_tensor_copy(hl, lc);
       labels = hl;
     }
     lab = dl_tensor_new(&tp->arena, DL_I64, 1, &N);
-    if (!lab) DL_PANIC(tp->ctx, op, "tape arena cannot hold the labels %s", DL_SHAPESTR(labels));
+    if (!lab) dl__tape_nomem(tp, op, "the labels", (size_t)N * sizeof(int64_t));
   } else
 #endif
   lab = dl_tape_out(tp, op, DL_I64, 1, &N);

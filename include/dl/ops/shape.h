@@ -472,12 +472,14 @@ DL_API int dl__shape_on_gpu(const dl_tape *tp, const char *op, const dl_tensor *
 }
 /* A tensor in the tape's arena in HOST memory, on a device tape too (where
  * dl_tape_out gives device memory): for what the host reads (indices,
- * pads). Uninitialised; panics naming op when the arena is full. */
+ * pads). Uninitialised; out of memory in op (DL_NOMEM) when the arena is full. */
 DL_API dl_tensor *dl__shape_host_out(dl_tape *tp, const char *op, dl_dtype dtype, int ndim, const int64_t *shape) {
   dl_tensor *t = dl_tensor_new(&tp->arena, dtype, ndim, shape);
-  if (!t)
-    DL_PANIC(tp->ctx, op, "tape arena cannot hold %s scratch (%zu bytes needed in all): %s", dl_dtype_name(dtype),
-             dl_arena_bytes_needed(&tp->arena), dl_ctx_message(tp->ctx));
+  if (!t) {
+    size_t bytes = 0;
+    (void)dl_shape_size(dtype, ndim, shape, NULL, &bytes);
+    dl__tape_nomem(tp, op, "host scratch", bytes);
+  }
   return t;
 }
 #endif

@@ -65,8 +65,11 @@ DL_API void dl__sgrad_touch_gpu(dl_sgrad *s, const dl_tensor *w, const int64_t *
     while (cap < s->nnz + fresh) cap *= 2;
     if (cap > s->nrows) cap = s->nrows;
     nr = (int64_t *)dl_alloc(s->ctx, sizeof(int64_t) * (size_t)cap);
-    if (!nr || dl_gpu_alloc(w->ctx->gpu, &nv, rowb * (size_t)cap + 1) != DL_OK)
-      DL_PANIC(w->ctx, op, "cannot grow the sparse gradient of %s to %lld rows", DL_SHAPESTR(w), (long long)cap);
+    if (!nr || dl_gpu_alloc(w->ctx->gpu, &nv, rowb * (size_t)cap + 1) != DL_OK) {
+      dl_free(s->ctx, nr);
+      DL_NOMEM(w->ctx, op, "cannot grow the sparse gradient of %s to %lld rows of %zu bytes", DL_SHAPESTR(w),
+               (long long)cap, rowb);
+    }
     if (s->nnz) {
       memcpy(nr, s->rows, sizeof(int64_t) * (size_t)s->nnz);
       dl__gpu_ok(w, op, dlg_copy(h, nv, s->values, rowb * (size_t)s->nnz, DLG_D2D));
@@ -206,7 +209,7 @@ DL_API void dl__embedding_backward(dl_tape *tp, const dl_tensor *gy, const dl_te
   }
 #endif
   if (!dl_tensor_is_contiguous(g)) g = dl_tensor_contiguous(dl_tape_arena(tp), gy);
-  if (!g) DL_PANIC(tp->ctx, "dl_t_embedding", "tape arena cannot hold the gradient %s", DL_SHAPESTR(gy));
+  if (!g) dl__tape_nomem(tp, "dl_t_embedding", "the gradient", (size_t)gy->numel * dl_dtype_size(gy->dtype));
   if (w->node) { /* an op's output: dense gradient */
     dl_tensor *gw = dl_tape_grad(tp, w);
     dl__embedding_scatter(g, gw->data, e->rows, e);
@@ -259,7 +262,7 @@ DL_API dl_tensor *dl_t_embedding(dl_tape *tp, dl_tensor *weight, const dl_tensor
   if (idx->device == DL_CUDA && idx->numel) { /* read on the host: one copy, which waits for the device */
     const dl_tensor *ic = dl_tensor_is_contiguous(idx) ? idx : dl__t_contig(tp, op, (dl_tensor *)(uintptr_t)idx);
     dl_tensor *hi = dl_tensor_new(&tp->arena, idx->dtype, idx->ndim, idx->shape);
-    if (!hi) DL_PANIC(tp->ctx, op, "tape arena cannot hold the indices %s", DL_SHAPESTR(idx));
+    if (!hi) dl__tape_nomem(tp, op, "the indices", (size_t)idx->numel * dl_dtype_size(idx->dtype));
     dl_tensor_copy(hi, ic);
     ix = hi;
   }
