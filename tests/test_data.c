@@ -1213,6 +1213,16 @@ static void test_image_folder(void) {
       /* stb reads FF fill bytes before the start marker as a JPEG too: so does the check */
       CHECK(!dl_image_load_memory(&ctx, fill, sizeof fill, "fill.jpg", 3, &w, &h) && ctx.status == DL_ERR_FORMAT);
       CHECK_HAS("fill.jpg: cannot decode the image (a JPEG Huffman table");
+      { /* a PNM whose height overflows stb 2.27's int (what fuzz_image found); one that fits still decodes */
+        static const char big[] = "P5\n# a comment\n2 99999999999\n255\n\x01\x02";
+        static const char ok2[] = "P5 2 1 # two pixels\n255\n\x07\x09";
+        unsigned char *g;
+        CHECK(!dl_image_load_memory(&ctx, big, sizeof big - 1, "big.pgm", 1, &w, &h) && ctx.status == DL_ERR_FORMAT);
+        CHECK_HAS("big.pgm: cannot decode the image (a PNM header number past 2147483647: corrupt)");
+        g = dl_image_load_memory(&ctx, ok2, sizeof ok2 - 1, "ok.pgm", 1, &w, &h);
+        CHECK(g && w == 2 && h == 1 && g[0] == 7 && g[1] == 9);
+        dl_image_free(g);
+      }
       { /* a PNG declaring 1 x 1 grey whose data inflates to 4 MB: stb inflates all of it (a few KB of file, GBs of
          * memory at scale); refused after a bounded inflate */
         static unsigned char zeros[4 << 20], png[64 << 10];

@@ -1884,6 +1884,28 @@ DL_API void dl_image_resize(const uint8_t *src, int sh, int sw, int c, uint8_t *
  * zeros past the end of the data), wherever stb's own parse would meet it:
  * a superset of the segments stb processes (valid entropy-coded data never
  * holds FF C4), so a table stb would build is never missed. */
+/* 1 when the three numbers of a binary PNM header (P5, P6: what stb reads)
+ * each fit an int, or when data is not such a PNM; 0 otherwise. stb_image
+ * 2.27 (Debian 12's) reads them as int with no overflow check (signed
+ * overflow: undefined behaviour, found by fuzz/fuzz_image.c); the header is
+ * walked here the way stb walks it (whitespace, # comments to the end of the
+ * line, digits) and a number past INT_MAX is refused first. */
+DL_API int dl__pnm_header_ok(const unsigned char *p, size_t n) {
+  size_t i = 2;
+  int k;
+  if (n < 2 || p[0] != 'P' || (p[1] != '5' && p[1] != '6')) return 1;
+  for (k = 0; k < 3; k++) { /* width, height, maximum value */
+    int64_t v = 0;
+    for (;;) {
+      while (i < n && (p[i] == ' ' || (p[i] >= '\t' && p[i] <= '\r'))) i++;
+      if (i >= n || p[i] != '#') break;
+      while (i < n && p[i] != '\n' && p[i] != '\r') i++;
+    }
+    for (; i < n && p[i] >= '0' && p[i] <= '9'; i++)
+      if ((v = v * 10 + (p[i] - '0')) > INT_MAX) return 0;
+  }
+  return 1;
+}
 DL_API int dl__jpeg_tables_ok(const unsigned char *p, size_t n) {
   size_t i = 1;
   /* a JPEG as stb tells one: FF, any number of FF fill bytes, D8 */
@@ -2050,6 +2072,11 @@ DL_API unsigned char *dl_image_load_memory(dl_ctx *ctx, const void *data, size_t
   if (!dl__jpeg_tables_ok((const unsigned char *)data, n)) {
     dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (a JPEG Huffman table of more than 256 "
             "codes: corrupt)", nm);
+    return NULL;
+  }
+  if (!dl__pnm_header_ok((const unsigned char *)data, n)) {
+    dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (a PNM header number past %d: corrupt)", nm,
+            INT_MAX);
     return NULL;
   }
   {
