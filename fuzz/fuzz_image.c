@@ -13,17 +13,17 @@
  * stb_image 2.27 (Debian 12's) is what decodes: this target found that it
  * writes past a Huffman table for a JPEG table of more than 256 codes
  * (dl_image_load now refuses such files first, dl__jpeg_tables_ok), and
- * that it reads a PNM header's numbers into an int with no overflow check
- * (refused first too, dl__pnm_header_ok), and that its PNG parser adds 0 to
- * a NULL pointer and copies 0 bytes from a
+ * that its PNG parser adds 0 to a NULL pointer and copies 0 bytes from a
  * NULL pointer (harmless; UBSan's pointer-overflow and nonnull-attribute
- * checks), which is why those two checks are off here. Not yet refused: a
- * JPEG scan whose Huffman table no DHT segment defined makes stb 2.27 index
- * its tables far out of bounds (fixed in 2.28).
+ * checks), which is why those two checks are off here; that it reads a PNM
+ * header's numbers into an int without an overflow check (refused first,
+ * dl__pnm_header_ok); and that a JPEG scan using a Huffman table no DHT
+ * segment defined indexes far outside the tables, reading what stb's
+ * malloc'd decoder state held (stb's blocks now come zeroed: such a scan
+ * decodes as corrupt).
  * Seed corpus: fuzz/corpus/image/ (the test images of tests/data/images,
  * and the 74-byte decode bomb of tests/data/images_bomb).
  */
-/* dl-fuzz-ci: skip it drives Debian's stb_image 2.27, whose known bugs it finds in seconds (4 so far: three pre-checked in dl_image_load_memory, and a read far outside a Huffman table in stbi__jpeg_huff_decode, a scan using a table that no DHT defined, not yet), so in CI it would fail at random */
 /* dl-fuzz-flags: -DDL_USE_STB_IMAGE -DDL_IMAGE_MAX_PIXELS=4194304 -fno-sanitize=pointer-overflow,nonnull-attribute */
 #include "dl/data.h"
 

@@ -68,6 +68,10 @@
  *   DL_IO_BUFFER            bytes of the buffered atomic file writer      file.h
  *   DL_DATA_MAX_BYTES       largest array a loader allocates (4 GiB)      data.h
  *   DL_IMAGE_MAX_PIXELS     largest image decoded (8192 x 8192)           data.h
+ *   DL_OPENBLAS_BUFFER_BYTES  address space one OpenBLAS call needs (136
+ *                           MiB); a GEMM it does not fit runs built-in    blas.h
+ *   DL_OPENBLAS_KEEP_THREADS  leave OpenBLAS's worker threads alone (by
+ *                           default an executable starts none)            blas.h
  *   DL_FASHION_MNIST_DIR    where dl_load_fashion_mnist looks by default  data.h
  *   DL_RUN_MAX_EPOCHS       epochs a training history keeps               run.h
  *   DL_DIST_BUCKET_BYTES, DL_DIST_CHECK_EVERY  all-reduce bucket size and
@@ -116,6 +120,9 @@
  * that can fail for reasons the caller must handle return dl_status (or NULL)
  * and leave a message in the dl_ctx; programmer errors (shape or dtype
  * mismatches) call the ctx's panic handler with the op, shapes and file:line.
+ * An op (which returns a tensor) that runs out of memory leaves through the
+ * recovery point set with dl_ctx_on_nomem (a longjmp; DL_ERR_NOMEM and the
+ * message in the ctx), or panics when there is none (core.h).
  * A NULL dl_ctx * means the defaults everywhere.
  */
 #ifndef DL_H

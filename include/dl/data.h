@@ -133,6 +133,21 @@ DL__HEADER_BEGIN
 #define STBI_ONLY_TGA
 #define STBI_ONLY_PNM
 #endif
+/* stb's blocks come zeroed: stb_image 2.27 (Debian 12's) decodes a JPEG scan
+ * with Huffman tables no DHT segment defined, reading whatever its malloc'd
+ * decoder state held and indexing far outside the tables (found by
+ * fuzz/fuzz_image.c); zeroed, such a table decodes nothing and the file is
+ * refused as corrupt. They go through DL_MALLOC/DL_REALLOC/DL_FREE too. */
+#if !defined(STBI_MALLOC) && !defined(STBI_REALLOC) && !defined(STBI_FREE) && !defined(DL__MODE_LINK)
+static void *dl__stbi_malloc(size_t n) {
+  void *p = DL_MALLOC(n, NULL);
+  if (p) memset(p, 0, n);
+  return p;
+}
+#define STBI_MALLOC(sz) dl__stbi_malloc(sz)
+#define STBI_REALLOC(p, newsz) DL_REALLOC((p), (newsz), NULL)
+#define STBI_FREE(p) DL_FREE((p), NULL)
+#endif
 /* stb_image 2.27/2.28 declare stbi_set_unpremultiply_on_load_thread but
  * define it as stbi__unpremultiply_on_load_thread; gcc's "declared static
  * but never defined" ignores pragmas, so both names become one function. */
