@@ -169,7 +169,7 @@ static int run(prog *p, dl_train_opts *o, int64_t data_seed, int64_t hidden, int
     printf("%lld training samples (%lld steps of %lld per epoch), %lld held out; head A's loss %s\n",
            (long long)p->train.n, (long long)steps_per_epoch, (long long)o->batch, (long long)N_TEST,
            detach_a ? "stops at the trunk (--detach-a)" : "reaches the trunk");
-    dl_model_summary(p->m, stdout, p->test.x);
+    if (dl_model_summary(p->m, stdout, p->test.x) != DL_OK) return fail(p, argv0);
     if (p->r.epoch > 0)
       printf("resumed from %s after epoch %lld (step %lld)\n", o->resume, (long long)p->r.epoch, (long long)p->r.step);
   }

@@ -427,7 +427,7 @@ static int run(prog *p, dl_train_opts *o, const lm_opts *lo, const char *argv0) 
            (long long)p->test_text->numel, dl_ctx_threads(ctx));
     if (L < p->test_text->numel) printf("evaluating on the first %lld test characters (--eval-chars)\n", (long long)L);
     memset(p->ex->data, 0, (size_t)T * sizeof(int64_t));
-    dl_model_summary(p->m, stdout, &xv);
+    if (dl_model_summary(p->m, stdout, &xv) != DL_OK) return fail(p, argv0);
     if (p->r.epoch > 0)
       printf("resumed from %s after epoch %lld (step %lld)\n", o->resume, (long long)p->r.epoch, (long long)p->r.step);
   }

@@ -156,7 +156,8 @@ static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t tes
            dl_ctx_threads(ctx));
     dl_batcher_set_epoch(&p->eb, 0);
     if (p->gpu) printf("device: %s\n", dl_gpu_name(p->gpu));
-    else if (dl_batcher_next(&p->eb, &first)) dl_model_summary(p->m, stdout, first.x); /* a host pass */
+    else if (dl_batcher_next(&p->eb, &first) && dl_model_summary(p->m, stdout, first.x) != DL_OK) /* a host pass */
+      return fail(p, argv0);
     if (p->r.epoch > 0)
       printf("resumed from %s after epoch %lld (step %lld)\n", o->resume, (long long)p->r.epoch, (long long)p->r.step);
   }

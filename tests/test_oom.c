@@ -132,7 +132,7 @@ static dl_status body(prog *p) {
     if (dl_batcher_next(&p->eb, &b) && (st = dl_model_summary(p->m, p->out, b.x)) != DL_OK) return st;
   }
   while (dl_run_next_epoch(&p->r)) {
-    double vl, va;
+    double vl = NAN, va = NAN;
     while (dl_batcher_next(&p->tb, &b)) {
       dl_tensor *logits = dl_model_forward(p->m, &p->tp, dl_tape_input(&p->tp, b.x));
       dl_tensor *loss = dl_t_cross_entropy(&p->tp, logits, b.y, 0, DL_REDUCE_MEAN);

@@ -917,15 +917,35 @@ DL_API void dl__cblas_unit(size_t es, int ta, int tb, int64_t M, int64_t N, int6
 #define DL_OPENBLAS_BUFFER_BYTES ((size_t)136 << 20) /* one buffer and some room */
 #endif
 DL__GLOBAL(int dl__openblas_served, 0); /* the most concurrent calls OpenBLAS has had buffers for */
-DL_API int dl__openblas_room(int callers) {
+DL__GLOBAL(int dl__openblas_warned, 0);
+#if defined(__GNUC__) || defined(__clang__)
+#define DL__ATOMIC_GET(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define DL__ATOMIC_MAX(x, v)                                                                     \
+  do {                                                                                           \
+    int dl__old = __atomic_load_n(&(x), __ATOMIC_RELAXED);                                       \
+    while (dl__old < (v) &&                                                                      \
+           !__atomic_compare_exchange_n(&(x), &dl__old, (v), 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) \
+      ;                                                                                          \
+  } while (0)
+#else
+#define DL__ATOMIC_GET(x) (x)
+#define DL__ATOMIC_MAX(x, v) do { if ((x) < (v)) (x) = (v); } while (0)
+#endif
+DL_API int dl__openblas_room(dl_ctx *ctx, int callers) {
   void *p;
   size_t bytes;
-  if (callers <= dl__openblas_served) return 1;
-  if (dl_size_mul((size_t)callers, DL_OPENBLAS_BUFFER_BYTES, &bytes)) return 0;
-  p = malloc(bytes); /* the C library's, not the ctx's: OpenBLAS maps from the system too */
-  if (!p) return 0;
-  free(p);
-  return 1;
+  if (callers <= DL__ATOMIC_GET(dl__openblas_served)) return 1;
+  p = dl_size_mul((size_t)callers, DL_OPENBLAS_BUFFER_BYTES, &bytes) ? NULL : malloc(bytes); /* the system's, as OpenBLAS's */
+  if (p) {
+    free(p);
+    return 1;
+  }
+  if (!DL__ATOMIC_GET(dl__openblas_warned)) { /* once per program: GEMM is slower from here */
+    DL__ATOMIC_MAX(dl__openblas_warned, 1);
+    dl_log_msg(ctx, 1, "OpenBLAS cannot map work buffers for %d concurrent calls (%zu MiB of address space): GEMMs that "
+               "need them run on the built-in kernels", callers, (size_t)callers * (DL_OPENBLAS_BUFFER_BYTES >> 20));
+  }
+  return 0;
 }
 /* 1 when OpenBLAS did the product, 0 when its pool could not grow (the
  * caller then uses the built-in kernels). */
@@ -952,11 +972,11 @@ DL_API int dl__openblas_gemm(dl_ctx *ctx, size_t es, int ta, int tb, int64_t M, 
 #ifdef _OPENMP
   if (omp_in_parallel()) callers = omp_get_num_threads(); /* the enclosing team may all be in here at once */
 #endif
-  if (!dl__openblas_room(callers)) return 0;
+  if (!dl__openblas_room(ctx, callers)) return 0;
   DL_PARALLEL_FOR(ctx, threads > 1 ? (int64_t)flops : 0, units, v, {
     dl__cblas_unit(es, ta, tb, M, N, K, alpha, a, lda, sa, bb, ldb, sb, beta, c, ldc, sc, parts, split_n, v);
   });
-  if (callers > dl__openblas_served) dl__openblas_served = callers; /* a benign race: at worst a probe more */
+  DL__ATOMIC_MAX(dl__openblas_served, callers);
   return 1;
 }
 #endif

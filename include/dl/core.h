@@ -247,7 +247,10 @@ DL_API DL__NORETURN void dl_panic_at(const dl_ctx *ctx, const char *file, int li
  * and optimizer state are untouched (the update allocates nothing). The
  * usual setjmp rules hold: locals of the setjmp function changed after it
  * and read after the jump must be volatile, and that function must not
- * return while the point is set (set NULL, or the previous one, first). */
+ * return while the point is set (set NULL, or the previous one, first).
+ * A panic handler that leaves by longjmp (as tests do) out of a function
+ * running under dl_nomem_guard skips its restore: set the point again
+ * after such a jump. */
 DL_API jmp_buf *dl_ctx_on_nomem(dl_ctx *ctx, jmp_buf *jb) {
   jmp_buf *prev = ctx->nomem;
   ctx->nomem = jb;

@@ -908,8 +908,11 @@ DL_API dl_status dl__dist_train_step(dl_dist *dd, dl_optim *o, dl_tape *tp, dl_t
 }
 /* Out of memory in the backward pass or the clipping (an op's, see core.h's
  * dl_ctx_on_nomem) returns DL_ERR_NOMEM, the message in the tape's ctx (the
- * model's for the clipping when they differ);
- * the gradients are zeroed, the parameters and the optimizer untouched. */
+ * model's for the clipping when they differ); in one process the gradients
+ * are zeroed and the parameters and the optimizer untouched. Over several
+ * ranks the gradient exchange was left half done (all-reduces in flight,
+ * the other ranks waiting in theirs): the job cannot go on, end it
+ * (dl_dist_finalize with a non-zero status aborts it). */
 typedef struct dl__dist_step_args {
   dl_dist *dd;
   dl_optim *o;
@@ -930,9 +933,15 @@ DL_API void dl__dist_step_model_guard(void *arg) { /* the model's ctx too, when 
 DL_API dl_status dl_dist_train_step(dl_dist *dd, dl_optim *o, dl_tape *tp, dl_tensor *loss, const dl_step_desc *d,
                                     double *norm) {
   dl__dist_step_args a = {dd, o, tp, loss, d, norm, DL_OK};
-  if (dl_nomem_guard(tp->ctx, o->model->ctx != tp->ctx ? dl__dist_step_model_guard : dl__dist_step_call, &a) != DL_OK)
-    a.s = DL_ERR_NOMEM;
-  if (a.s == DL_ERR_NOMEM) dl_model_zero_grad(o->model);
+  dl_ctx *const mc = o->model->ctx != tp->ctx ? o->model->ctx : NULL;
+  jmp_buf *const mprev = mc ? mc->nomem : NULL; /* a jump to the tape's point skips the inner guard's restore */
+  if (dl_nomem_guard(tp->ctx, mc ? dl__dist_step_model_guard : dl__dist_step_call, &a) != DL_OK) a.s = DL_ERR_NOMEM;
+  if (mc) mc->nomem = mprev;
+  if (a.s == DL_ERR_NOMEM) {
+    tp->on_node = NULL; /* the exchange's hook, when backward stopped inside dl_dist_backward */
+    tp->on_node_user = NULL;
+    if (!dd || dd->world <= 1) dl_model_zero_grad(o->model); /* over ranks in-flight all-reduces own them */
+  }
   return a.s;
 }
 
@@ -987,7 +996,9 @@ DL_API void dl__eval_call(void *arg) {
  * accuracy and confusion matrix (cm: the whole set's counts are added to
  * it). dd NULL: dl_evaluate. DL_OK, the exchange's failure, or DL_ERR_NOMEM
  * when an op runs out of memory (core.h's dl_ctx_on_nomem): the model's mode,
- * the tape (rewound) and cm as they were before the call. */
+ * the tape (rewound) and cm as they were before the call, *loss and *acc
+ * not written (over several ranks the others then wait in the exchange:
+ * end the job). */
 DL_API dl_status dl_dist_evaluate(dl_dist *dd, dl_model *m, dl_tape *tp, dl_batcher *b, double *loss, double *acc,
                                   dl_confusion *cm) {
   double v[3];
