@@ -426,6 +426,24 @@ static void test_resume_refusals(const dl_train_opts *base) {
     CHECK_MSG(fabs(dl_optim_lr(b.o) - 0.01) < 1e-15, "lr %.17g", dl_optim_lr(b.o));
     job_free(&b);
   }
+  { /* the old run's optimizer had weight decay 0.3, this one's has 0: applied, with a note */
+    dl_train_opts o = *base;
+    FILE *f = tmpfile();
+    char text[2048];
+    CHECK(ckpt_edit(TP("b.ckpt"), TP("wd.ckpt"), "extra/run/weight_decay", 0.3));
+    o.resume = TP("wd.ckpt");
+    job_out = f;
+    CHECK_MSG(f && job_init(&b, &o, H) == DL_OK, "%s", dl_ctx_message(&ctx));
+    job_out = NULL;
+    if (f) {
+      read_back(f, text, sizeof text);
+      CHECK_MSG(strstr(text, "note: --resume") && strstr(text, "weight decay 0 (the checkpoint's run had 0.3) applies "
+                                                               "from step 21 on"),
+                "%s", text);
+    }
+    CHECK(b.r.cfg_wd == 0); /* the next checkpoint records this run's */
+    job_free(&b);
+  }
   dl_model_free(fresh);
 }
 

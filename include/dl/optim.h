@@ -934,6 +934,17 @@ DL_API void dl_optim_free(dl_optim *o) {
 }
 
 DL_API double dl_optim_lr(const dl_optim *o) { return o->lr; }
+/* The weight decay o was made with (its kind's cfg; AdamW's decoupled one too). */
+DL_API double dl_optim_weight_decay(const dl_optim *o) {
+  switch (o->kind) {
+  case DL_OPT_SGD: return o->cfg.sgd.weight_decay;
+  case DL_OPT_ADAM: return o->cfg.adam.weight_decay;
+  case DL_OPT_RMSPROP: return o->cfg.rmsprop.weight_decay;
+  case DL_OPT_ADAGRAD: return o->cfg.adagrad.weight_decay;
+  case DL_OPT_LION: return o->cfg.lion.weight_decay;
+  }
+  return 0;
+}
 /* Set the base learning rate (what a schedule computes each step/epoch). */
 DL_API void dl_optim_set_lr(dl_optim *o, double lr) { o->lr = lr; }
 

@@ -57,8 +57,9 @@
  *   interrupted. Before it loads anything, a resume checks the run's values
  *   in the checkpoint (ranges, step = epoch x steps per epoch) and compares
  *   the settings: another batch size, data size or seed is refused with
- *   the flag named; another --lr or --epochs is applied with a "note:" line
- *   saying what changed from what. end_epoch appends to the history (an f64 tensor saved in
+ *   the flag named; another --lr, --epochs or optimizer weight decay (an
+ *   example's --wd) is applied with a "note:" line saying what changed
+ *   from what. end_epoch appends to the history (an f64 tensor saved in
  *   the checkpoint, so a resumed run's log and chart are whole), rewrites
  *   the CSV log from it, redraws the chart and writes the checkpoint
  *   (atomic: a crash leaves the previous one). Throughput is training
@@ -437,6 +438,7 @@ typedef struct dl_run {
   int64_t world;          /* ranks (checkpointed as run/world when > 1) */
   int64_t cfg[4];         /* this run's batch size per rank, data size, steps per epoch, --epochs */
   double cfg_lr;          /* this run's --lr (all five checkpointed as run/...) */
+  double cfg_wd;          /* its optimizer's weight decay (run/weight_decay; 0 without one) */
   dl_named_value vals[DL_RUN_MAX_VALUES];
   int nvals;
   dl_load_report report;  /* what --load / --resume found wrong, name by name */
@@ -454,6 +456,7 @@ DL_API void dl__run_values(dl_run *r) {
   r->vals[n++] = (dl_named_value){"run/steps_per_epoch", &r->cfg[2], NULL, NULL};
   r->vals[n++] = (dl_named_value){"run/epochs", &r->cfg[3], NULL, NULL};
   r->vals[n++] = (dl_named_value){"run/lr", NULL, &r->cfg_lr, NULL};
+  r->vals[n++] = (dl_named_value){"run/weight_decay", NULL, &r->cfg_wd, NULL};
   if (r->desc.batcher) {
     r->vals[n++] = (dl_named_value){"run/batch_size", &r->cfg[0], NULL, NULL};
     r->vals[n++] = (dl_named_value){"run/data_size", &r->cfg[1], NULL, NULL};
@@ -480,6 +483,7 @@ DL_API void dl__run_settings(dl_run *r) {
   r->cfg[2] = r->desc.steps_per_epoch;
   r->cfg[3] = r->desc.opts->epochs;
   r->cfg_lr = r->desc.opts->lr;
+  r->cfg_wd = r->desc.optim ? dl_optim_weight_decay(r->desc.optim) : 0;
 }
 
 /* A 0-d I64 or F64 value of an open checkpoint: 1 and *i / *d (both set),
@@ -503,8 +507,8 @@ DL_API int dl__run_peek(const dl_safetensors *st, const char *key, int64_t *i, d
  * the setting: another number of ranks, another batch size or steps per
  * epoch (--batch), another data set size (--subset, --data), another data
  * order (--seed). What can
- * is applied, with a note on out: --lr and --epochs (the program's
- * schedule follows them from the checkpoint's step on). Keys a checkpoint
+ * is applied, with a note on out: --lr, --epochs and the optimizer's weight
+ * decay (the program's schedule follows them from the checkpoint's step on). Keys a checkpoint
  * lacks are left to the strict load, which names them. */
 DL_API dl_status dl__run_check_resume(dl_run *r, const char *path) {
   static const struct { const char *key; double lo, hi; } range[] = {
@@ -513,7 +517,7 @@ DL_API dl_status dl__run_check_resume(dl_run *r, const char *path) {
       {"extra/run/shuffle_pos", 0, DL__IO_MAX_COUNT}, {"extra/run/world", 1, 1 << 30},
       {"extra/run/batch_size", 1, DL__IO_MAX_COUNT}, {"extra/run/data_size", 0, DL__IO_MAX_COUNT},
       {"extra/run/steps_per_epoch", 0, DL__IO_MAX_COUNT}, {"extra/run/epochs", 0, DL__IO_MAX_COUNT},
-      {"extra/run/lr", 0, DBL_MAX}};
+      {"extra/run/lr", 0, DBL_MAX}, {"extra/run/weight_decay", 0, DBL_MAX}};
   const dl_train_opts *o = r->desc.opts;
   const dl_batcher *b = r->desc.batcher;
   dl_ctx *ctx = r->ctx;
@@ -570,6 +574,10 @@ DL_API dl_status dl__run_check_resume(dl_run *r, const char *path) {
     if (dl__run_peek(&st, "extra/run/epochs", &iv, &dv) && iv != o->epochs)
       fprintf(out, "note: --resume %.200s: --epochs %lld (the checkpoint's run had %lld)%s\n", path, (long long)o->epochs,
               (long long)iv, have_epoch && o->epochs <= epoch ? ": nothing left to train" : "");
+    if (r->desc.optim && dl__run_peek(&st, "extra/run/weight_decay", &iv, &dv) &&
+        dv != dl_optim_weight_decay(r->desc.optim))
+      fprintf(out, "note: --resume %.200s: weight decay %.6g (the checkpoint's run had %.6g) applies from step %lld on\n",
+              path, dl_optim_weight_decay(r->desc.optim), dv, (long long)(have_step ? step : 0));
   }
   dl_safetensors_free(&st);
   return s;
