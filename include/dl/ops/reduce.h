@@ -704,7 +704,7 @@ DL_API dl_tensor *dl__t_reduce_gpu(dl_tape *tp, const char *op, int kind, dl_ten
 
 DL_API dl_tensor *dl__t_reduce(dl_tape *tp, const char *op, int kind, dl_tensor *x, int naxes,
                                const int *axes, double correction, int keepdim) {
-  int64_t oshape[DL_MAX_DIMS], o;
+  int64_t oshape[DL_MAX_DIMS] = {0}, o; /* all set by dl__red_out_shape; gcc -O2 cannot always tell */
   dl_tensor *y, *xc, *ty = NULL, *tc = NULL, *means = NULL;
   dl__rplan p;
   double *out, *tmp, scale = 1.0, denom = 0.0;
