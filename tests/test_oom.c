@@ -96,8 +96,8 @@ static dl_status make_data(prog *p, dl_dataset *ds, int64_t n, uint64_t seed) {
   }
   return st;
 }
-static dl_model *make_model(prog *p) {
-  dl_model *m = dl_model_make(&p->ctx, &(dl_model_desc){.dtype = DL_F32, .seed = 3});
+static dl_model *make_model(dl_ctx *ctx) {
+  dl_model *m = dl_model_make(ctx, &(dl_model_desc){.dtype = DL_F32, .seed = 3});
   dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = D, .out = H});
   dl_layernorm_make(m, NULL, NULL, &(dl_norm_desc){.ndims = 1, .shape = {H}});
   dl_act_make(m, NULL, NULL, DL_ACT_RELU, 0);
@@ -116,7 +116,7 @@ static dl_status body(prog *p) {
       (st = dl_batcher_make(&p->ctx, &p->eb, &p->test,
                             &(dl_batcher_desc){.batch_size = 16, .dtype = DL_F32, .shuffle = {.no_shuffle = 1}})) != DL_OK)
     return st;
-  p->m = make_model(p);
+  p->m = make_model(&p->ctx);
   if (!p->m) return p->ctx.status;
   if ((st = dl_model_status(p->m)) != DL_OK) return st;
   if (!(p->o = dl_optim_adam(p->m, &(dl_adam_cfg){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8})))
@@ -147,7 +147,7 @@ static dl_status body(prog *p) {
   }
   if ((st = dl_run_finish(&p->r)) != DL_OK) return st;
   if (p->opts.resume) { /* the first run's weights into a second model */
-    p->m2 = make_model(p);
+    p->m2 = make_model(&p->ctx);
     if (!p->m2) return p->ctx.status;
     if ((st = dl_model_status(p->m2)) != DL_OK) return st;
     if ((st = dl_model_load(p->m2, TP("a.safetensors"), NULL)) != DL_OK) return st;
@@ -207,12 +207,7 @@ static int files_load(void) {
   const char *ck[2] = {"a.ckpt", "b.ckpt"}, *wt[2] = {"a.safetensors", "b.safetensors"};
   int i;
   dl_ctx_init(&c, NULL);
-  m = dl_model_make(&c, &(dl_model_desc){.dtype = DL_F32, .seed = 3});
-  dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = D, .out = H});
-  dl_layernorm_make(m, NULL, NULL, &(dl_norm_desc){.ndims = 1, .shape = {H}});
-  dl_act_make(m, NULL, NULL, DL_ACT_RELU, 0);
-  dl_dropout_make(m, NULL, NULL, 0.1);
-  dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = H, .out = C});
+  m = make_model(&c);
   o = dl_optim_adam(m, &(dl_adam_cfg){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8});
   for (i = 0; i < 2; i++) {
     if (access(TP(ck[i]), F_OK) == 0) { /* whole and parseable (its values are the run's: test_run.c loads them) */
