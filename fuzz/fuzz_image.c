@@ -17,15 +17,16 @@
  * NULL pointer (harmless; UBSan's pointer-overflow and nonnull-attribute
  * checks), which is why those two checks are off here; that it reads a PNM
  * header's numbers into an int without an overflow check (refused first,
- * dl__pnm_header_ok); and that a JPEG scan using a Huffman table no DHT
+ * dl__pnm_check); and that a JPEG scan using a Huffman table no DHT
  * segment defined indexes far outside the tables, reading what stb's
  * malloc'd decoder state held (stb's blocks now come zeroed: such a scan
- * decodes as corrupt). Not yet refused: a 16-bit image whose conversion to
- * 8 bits (stbi__convert_16_to_8) reads past stb's buffer.
+ * decodes as corrupt); and that a 16-bit PNM asked for other channels than
+ * its own is converted by stb's 8-bit routine, reading past its buffer
+ * (dl.h decodes 16-bit PNMs itself, dl__pnm_check, and refuses a PNM whose
+ * pixel data is shorter than its header declares).
  * Seed corpus: fuzz/corpus/image/ (the test images of tests/data/images,
  * and the 74-byte decode bomb of tests/data/images_bomb).
  */
-/* dl-fuzz-ci: skip it drives Debian's stb_image 2.27, which it keeps finding bugs in (5 so far, 4 now refused or defused before stb sees the file; the fifth, a heap overflow in stbi__convert_16_to_8 for a 16-bit image, found by CI's 15-s run after 77074 executions, is not), so in CI it would fail at random */
 /* dl-fuzz-flags: -DDL_USE_STB_IMAGE -DDL_IMAGE_MAX_PIXELS=4194304 -fno-sanitize=pointer-overflow,nonnull-attribute */
 #include "dl/data.h"
 

@@ -1223,6 +1223,30 @@ static void test_image_folder(void) {
         CHECK(g && w == 2 && h == 1 && g[0] == 7 && g[1] == 9);
         dl_image_free(g);
       }
+      { /* what fuzz_image found next: a 16-bit P6 with no pixel data, asked for other channels than its own: stb
+         * 2.27 converts 16-bit samples with its 8-bit routine and reads past its buffer. A PNM shorter than its
+         * header is refused; a whole 16-bit one decodes to any channel count, converted by dl.h */
+        static const char cut[] = "P6\n6666 6 6663\n", cut8[] = "P5 3 1 255\n\x01\x02";
+        /* 2 x 1 RGB, 16-bit big-endian samples: (0x1234, 0xFF00, 0x0101), (0x8000, 0x0000, 0xFFFF) */
+        static const unsigned char rgb16[] = {'P', '6', ' ', '2', ' ', '1', ' ', '6', '5', '5', '3', '5', '\n',
+                                              0x12, 0x34, 0xFF, 0x00, 0x01, 0x01, 0x80, 0x00, 0x00, 0x00, 0xFF, 0xFF};
+        unsigned char *g;
+        int c;
+        CHECK(!dl_image_load_memory(&ctx, cut, sizeof cut - 1, "cut.ppm", 1, &w, &h) && ctx.status == DL_ERR_FORMAT);
+        CHECK_HAS("cut.ppm: cannot decode the image (a PNM whose pixel data is shorter than its header declares: "
+                  "truncated)");
+        CHECK(!dl_image_load_memory(&ctx, cut8, sizeof cut8 - 1, "cut8.pgm", 1, &w, &h) && w == 0 && h == 0);
+        CHECK_HAS("cut8.pgm: cannot decode the image (a PNM whose pixel data is shorter");
+        for (c = 1; c <= 4; c++) { /* 16 -> 8 bits keeps the high byte (stb 2.27 took the low one) */
+          static const unsigned char want[5][8] = {{0}, {(77 * 0x12 + 150 * 0xFF + 29 * 0x01) >> 8, (77 * 0x80 + 29 * 0xFF) >> 8},
+                                                   {(77 * 0x12 + 150 * 0xFF + 29 * 0x01) >> 8, 255, (77 * 0x80 + 29 * 0xFF) >> 8, 255},
+                                                   {0x12, 0xFF, 0x01, 0x80, 0x00, 0xFF},
+                                                   {0x12, 0xFF, 0x01, 255, 0x80, 0x00, 0xFF, 255}};
+          g = dl_image_load_memory(&ctx, rgb16, sizeof rgb16, "rgb16.ppm", c, &w, &h);
+          CHECK(g && w == 2 && h == 1 && !memcmp(g, want[c], (size_t)(2 * c)));
+          dl_image_free(g);
+        }
+      }
       { /* a PNG declaring 1 x 1 grey whose data inflates to 4 MB: stb inflates all of it (a few KB of file, GBs of
          * memory at scale); refused after a bounded inflate */
         static unsigned char zeros[4 << 20], png[64 << 10];

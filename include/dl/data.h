@@ -1899,27 +1899,74 @@ DL_API void dl_image_resize(const uint8_t *src, int sh, int sw, int c, uint8_t *
  * zeros past the end of the data), wherever stb's own parse would meet it:
  * a superset of the segments stb processes (valid entropy-coded data never
  * holds FF C4), so a table stb would build is never missed. */
-/* 1 when the three numbers of a binary PNM header (P5, P6: what stb reads)
- * each fit an int, or when data is not such a PNM; 0 otherwise. stb_image
- * 2.27 (Debian 12's) reads them as int with no overflow check (signed
- * overflow: undefined behaviour, found by fuzz/fuzz_image.c); the header is
- * walked here the way stb walks it (whitespace, # comments to the end of the
- * line, digits) and a number past INT_MAX is refused first. */
-DL_API int dl__pnm_header_ok(const unsigned char *p, size_t n) {
+/* Checks a binary PNM (P5, P6: what stb reads) before stb_image 2.27
+ * (Debian 12's) sees it; data that is not such a PNM returns 1.
+ * - 0 when a header number (width, height, maximum value) is past INT_MAX:
+ *   stb reads them as int with no overflow check (signed overflow,
+ *   undefined behaviour, found by fuzz/fuzz_image.c). The header is walked
+ *   the way stb walks it (whitespace, # comments to the end of the line,
+ *   digits).
+ * - -1 when the pixel data after the header (one whitespace byte after the
+ *   maximum value, then width * height * channels samples of 1 byte, or 2
+ *   above 255) is shorter than the header declares: stb fills the rest with
+ *   whatever its buffer held, so a truncated file would load as an image.
+ * - 1 otherwise; *bits16 = 1 when the samples are 16-bit, *data_at the
+ *   offset of the first sample. stb 2.27 mishandles 16-bit PNMs twice: it
+ *   converts channels with its 8-bit routine over 16-bit data and reads past
+ *   its buffer (found by fuzz/fuzz_image.c), and it keeps the samples in
+ *   file (big-endian) order, so on a little-endian host every sample's low
+ *   byte becomes the 8-bit value. dl_image_load decodes them itself. */
+DL_API int dl__pnm_check(const unsigned char *p, size_t n, int *bits16, size_t *data_at) {
   size_t i = 2;
   int k;
+  int64_t v[3] = {0, 0, 0};
+  *bits16 = 0;
+  *data_at = 0;
   if (n < 2 || p[0] != 'P' || (p[1] != '5' && p[1] != '6')) return 1;
   for (k = 0; k < 3; k++) { /* width, height, maximum value */
-    int64_t v = 0;
     for (;;) {
       while (i < n && (p[i] == ' ' || (p[i] >= '\t' && p[i] <= '\r'))) i++;
       if (i >= n || p[i] != '#') break;
       while (i < n && p[i] != '\n' && p[i] != '\r') i++;
     }
     for (; i < n && p[i] >= '0' && p[i] <= '9'; i++)
-      if ((v = v * 10 + (p[i] - '0')) > INT_MAX) return 0;
+      if ((v[k] = v[k] * 10 + (p[i] - '0')) > INT_MAX) return 0;
+  }
+  if (v[0] <= 0 || v[1] <= 0 || v[2] <= 0 || v[2] > 65535) return 1; /* stb refuses these itself */
+  *bits16 = v[2] > 255;
+  *data_at = i + 1; /* the one whitespace byte stb consumes after the maximum value */
+  {
+    const double need = (double)v[0] * (double)v[1] * (p[1] == '6' ? 3.0 : 1.0) * (*bits16 ? 2.0 : 1.0);
+    if (*data_at > n || (double)(n - *data_at) < need) return -1;
   }
   return 1;
+}
+/* Converts pixels of `from` channels (1 grey, 3 RGB), each sample `bytes`
+ * wide (1, or 2 big-endian: its high byte is the 8-bit value, as stb_image
+ * reduces 16-bit PNGs), to `to` channels (1 grey, 2 grey+alpha, 3 RGB,
+ * 4 RGBA): grey from RGB as (77 r + 150 g + 29 b) >> 8 (what stb_image
+ * computes), alpha 255. Returns a block from stb's allocator (freed by
+ * dl_image_free), or NULL when out of memory. */
+static unsigned char *dl__image_channels(const unsigned char *src, int w, int h, int from, int bytes, int to) {
+  const size_t np = (size_t)w * (size_t)h;
+  unsigned char *o = (unsigned char *)STBI_MALLOC(np * (size_t)to);
+  size_t q;
+  if (!o) return NULL;
+  for (q = 0; q < np; q++) {
+    const unsigned char *s = src + q * (size_t)from * (size_t)bytes;
+    unsigned char *d = o + q * (size_t)to;
+    const int r = s[0], g = from == 3 ? s[bytes] : r, b = from == 3 ? s[2 * bytes] : r;
+    if (to <= 2) {
+      d[0] = (unsigned char)(from == 3 ? (77 * r + 150 * g + 29 * b) >> 8 : r);
+      if (to == 2) d[1] = 255;
+    } else {
+      d[0] = (unsigned char)r;
+      d[1] = (unsigned char)g;
+      d[2] = (unsigned char)b;
+      if (to == 4) d[3] = 255;
+    }
+  }
+  return o;
 }
 DL_API int dl__jpeg_tables_ok(const unsigned char *p, size_t n) {
   size_t i = 1;
@@ -2076,7 +2123,8 @@ DL_API unsigned char *dl_image_load(dl_ctx *ctx, const char *path, int channels,
  * messages; NULL: "<memory>"): the same header check before decoding. */
 DL_API unsigned char *dl_image_load_memory(dl_ctx *ctx, const void *data, size_t n, const char *name, int channels,
                                            int *w, int *h) {
-  int comp;
+  int comp, pnm, pnm16;
+  size_t pnm_at;
   unsigned char *img;
   const char *nm = name ? name : "<memory>";
   *w = *h = 0;
@@ -2089,9 +2137,14 @@ DL_API unsigned char *dl_image_load_memory(dl_ctx *ctx, const void *data, size_t
             "codes: corrupt)", nm);
     return NULL;
   }
-  if (!dl__pnm_header_ok((const unsigned char *)data, n)) {
-    dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (a PNM header number past %d: corrupt)", nm,
-            INT_MAX);
+  pnm = dl__pnm_check((const unsigned char *)data, n, &pnm16, &pnm_at);
+  if (pnm <= 0) {
+    if (pnm == 0)
+      dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (a PNM header number past %d: corrupt)",
+              nm, INT_MAX);
+    else
+      dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (a PNM whose pixel data is shorter "
+              "than its header declares: truncated)", nm);
     return NULL;
   }
   {
@@ -2113,6 +2166,14 @@ DL_API unsigned char *dl_image_load_memory(dl_ctx *ctx, const void *data, size_t
             (long long)DL_IMAGE_MAX_PIXELS);
     *w = *h = 0;
     return NULL;
+  }
+  if (pnm16) { /* a 16-bit PNM: decoded here (see dl__pnm_check) */
+    img = dl__image_channels((const unsigned char *)data + pnm_at, *w, *h, comp, 2, channels);
+    if (!img) {
+      dl_fail(ctx, DL_ERR_NOMEM, "dl_image_load: %s: out of memory decoding %d x %d pixels", nm, *w, *h);
+      *w = *h = 0;
+    }
+    return img;
   }
   img = stbi_load_from_memory((const stbi_uc *)data, (int)n, w, h, &comp, channels);
   if (!img) {
