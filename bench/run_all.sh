@@ -22,7 +22,7 @@
 #   8. the MLP example data-parallel over MPI: 1 rank vs 2 ranks, 1 thread
 #      each, speed-up and scaling efficiency (run_dist.sh)
 #   9. the Fashion examples trained on the GPU (--device cuda) vs PyTorch on
-#      the same GPU (run_gpu.sh; goals >= 2x MLP, >= 1x CNN; SKIP without a GPU)
+#      the same GPU, eager and graph-captured (run_gpu.sh; goal >= 1.2x the captured loop; SKIP without a GPU)
 #  10. compile cost: -O2 and fast-flag compile time and preprocessed size of
 #      a stdio.h-only file, a dl.h-only file and examples/fashion_mlp.c
 #      (run_compile.sh; goals <= 2 s -O2, <= 3 s fast, <= 3 MB preprocessed)

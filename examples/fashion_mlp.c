@@ -144,17 +144,14 @@ static int run(prog *p, dl_train_opts *o, int64_t h1, int64_t h2, double wd, con
     dl_batch b;
     while (dl_batcher_next(&p->tb, &b)) {
       dl_tensor *logits, *loss;
-      double lv;
-      int64_t correct;
       dl_optim_set_lr(p->opt, dl_lr_cosine_warmup(o->lr, p->r.step, 0, total_steps, 0));
       logits = dl_model_forward(p->m, &p->tp, dl_tape_input(&p->tp, b.x)); /* on the GPU: a copy there */
       loss = dl_t_cross_entropy(&p->tp, logits, b.y, 0, DL_REDUCE_MEAN); /* labels are read on the host */
-      lv = dl_item(loss);
-      correct = dl_accuracy_count(dl_tape_host(&p->tp, logits), b.y);
+      dl_run_step_async(&p->r, b.size, loss, logits, b.y); /* on the GPU: read a step later, nothing waits */
       if (dl_dist_train_step(&p->dd, p->opt, &p->tp, loss, NULL, NULL) != DL_OK) return fail(p, argv0);
       dl_tape_rewind(&p->tp);
-      dl_run_step(&p->r, b.size, lv, correct);
     }
+    dl_run_flush(&p->r); /* the epoch's last step counted before the evaluation */
     if (dl_dist_evaluate(&p->dd, p->m, &p->tp, &p->eb, &test_loss, &test_acc, NULL) != DL_OK) return fail(p, argv0);
     if (dl_run_end_epoch(&p->r, test_loss, test_acc) != DL_OK) return fail(p, argv0);
   }
@@ -168,6 +165,11 @@ static int run(prog *p, dl_train_opts *o, int64_t h1, int64_t h2, double wd, con
     dl_confusion_fprint(stdout, &p->cm, names);
   }
   if (dl_run_finish(&p->r) != DL_OK) return fail(p, argv0);
+  if (p->gpu) { /* torch.cuda.max_memory_allocated's figure: bytes handed out at the peak (the cache's classes) */
+    const dl_gpu_stats gs = dl_gpu_get_stats(p->gpu);
+    printf("device memory: peak %.1f MiB in use, %.1f MiB reserved\n", gs.peak_in_use / 1048576.0,
+           gs.peak_reserved / 1048576.0);
+  }
   if (!o->eval && o->save && dl_dist_is_root(&p->dd)) printf("weights: %s\n", o->save);
   if (!o->eval && o->chart && p->r.epoch > p->r.first_epoch && dl_dist_is_root(&p->dd)) printf("chart: %s\n", o->chart);
   dl_run_result(&p->r, stdout, test_acc, "test_loss=%.4f steps=%lld weights=%s", test_loss, (long long)p->r.step,

@@ -10,6 +10,9 @@
 // they are deterministic.
 #include "dnn_common.h"
 
+#include <new>
+#include <string.h>
+
 namespace {
 
 // >>convolution -------------------------------------------------------------
@@ -63,6 +66,7 @@ template <class T> int conv_descs(dlg_handle *h, const char *op, const dlg_conv2
                       (long long)g->W, (long long)g->N, (long long)g->O, (long long)g->Ho, (long long)g->Wo);
   }
   if ((rc = dlg_dnn(h, cudnnSetStream(h->dnn, h->stream), op)) != DLG_OK) return rc;
+  h->n.dnn_descriptors += 4;
   if ((rc = dlg_dnn(h, cudnnCreateTensorDescriptor(&d->x), op)) != DLG_OK) return rc;
   if ((rc = dlg_dnn(h, cudnnCreateTensorDescriptor(&d->y), op)) != DLG_OK) return rc;
   if ((rc = dlg_dnn(h, cudnnCreateFilterDescriptor(&d->w), op)) != DLG_OK) return rc;
@@ -106,26 +110,109 @@ bool exact_algo(cudnnConvolutionBwdFilterAlgo_t a) {
          a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
 }
 
-// Runs one convolution pass, trying cuDNN's heuristic candidates (perf[0..n),
-// best first) in this order: exact and deterministic, exact, the rest;
-// never with down-conversion, f32 never on tensor-op math (TF32).
-// Workspace from dlg_ws: first among the candidates needing at most
-// max(current workspace, 256 MiB), then any.
+// The workspace an algorithm may ask for when a cheaper one would do.
+constexpr size_t kWsBudget = DLG_CONV_WS_BUDGET;
+
+// What was chosen for one pass of one convolution shape.
+struct PassPlan {
+  bool chosen = false, deterministic = false; // the policy it was chosen under
+  int algo = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  size_t ws = 0;
+};
+// One convolution shape (dtype and geometry): its descriptors, made once,
+// and the algorithm of each pass (0 forward, 1 data gradient, 2 filter).
+struct ConvPlan {
+  int dtype = 0;
+  dlg_conv2d g{};
+  ConvDescs d;
+  PassPlan pass[3];
+  uint64_t used = 0;
+};
+
+} // namespace
+
+// The handle's plans (dlg_handle.conv): at most kPlans shapes, the least
+// recently used replaced (a model has a few; eval batches and a last short
+// batch add some).
+struct dlg_conv_cache {
+  static constexpr int kPlans = 64;
+  ConvPlan *p[kPlans] = {};
+  int n = 0;
+  uint64_t tick = 0;
+  ~dlg_conv_cache() {
+    for (int i = 0; i < n; i++) delete p[i];
+  }
+};
+void dlg_conv_cache_free(dlg_handle *h) {
+  delete h->conv;
+  h->conv = nullptr;
+}
+
+namespace {
+
+// The plan of g (descriptors made the first time the shape is seen).
+template <class T> int conv_plan(dlg_handle *h, const char *op, const dlg_conv2d *g, ConvPlan **out) {
+  const int dtype = sizeof(T) == 4 ? DLG_F32 : DLG_F64;
+  dlg_conv_cache *c = h->conv;
+  int rc, slot;
+  *out = nullptr;
+  if (!c) {
+    c = new (std::nothrow) dlg_conv_cache;
+    if (!c) return dlg_fail(h, DLG_OOM, "%s: out of host memory for the convolution plans", op);
+    h->conv = c;
+  }
+  c->tick++;
+  for (int i = 0; i < c->n; i++) {
+    ConvPlan *p = c->p[i];
+    if (p->dtype == dtype && !memcmp(&p->g, g, sizeof *g)) {
+      p->used = c->tick;
+      *out = p;
+      return DLG_OK;
+    }
+  }
+  ConvPlan *p = new (std::nothrow) ConvPlan;
+  if (!p) return dlg_fail(h, DLG_OOM, "%s: out of host memory for a convolution plan", op);
+  if ((rc = conv_descs<T>(h, op, g, &p->d)) != DLG_OK) {
+    delete p;
+    return rc;
+  }
+  p->dtype = dtype;
+  p->g = *g;
+  p->used = c->tick;
+  if (c->n < dlg_conv_cache::kPlans) slot = c->n++;
+  else { // replace the least recently used
+    slot = 0;
+    for (int i = 1; i < c->n; i++)
+      if (c->p[i]->used < c->p[slot]->used) slot = i;
+    delete c->p[slot];
+  }
+  c->p[slot] = p;
+  *out = p;
+  return DLG_OK;
+}
+
+// Chooses and runs one convolution pass from candidates perf[0..n) (in
+// cuDNN's order: best first by its heuristics, or fastest first when timed),
+// ranked: deterministic policy: exact and deterministic, exact, the rest;
+// fastest: exact, the rest. Never with down-conversion, f32 never on
+// tensor-op math (TF32). Workspace from dlg_ws: first among the candidates
+// needing at most max(current workspace, kWsBudget), then any.
 // size(algo, &bytes) and run(algo, ws, bytes) return cuDNN statuses; a
 // candidate that cuDNN refuses (NOT_SUPPORTED, BAD_PARAM) or whose
-// workspace does not fit is skipped.
+// workspace does not fit is skipped. The one that ran is kept in *pp.
 template <class Perf, class SizeFn, class RunFn>
-int conv_try(dlg_handle *h, const char *op, bool f32, cudnnConvolutionDescriptor_t cd, const Perf *perf, int n,
-             SizeFn size, RunFn run) {
-  const size_t cap = h->ws_bytes > ((size_t)256 << 20) ? h->ws_bytes : ((size_t)256 << 20);
+int conv_choose(dlg_handle *h, const char *op, bool f32, bool det, cudnnConvolutionDescriptor_t cd, const Perf *perf,
+                int n, PassPlan *pp, SizeFn size, RunFn run) {
+  const size_t cap = h->ws_bytes > kWsBudget ? h->ws_bytes : kWsBudget;
   cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
   int rc;
   for (int sweep = 0; sweep < 2; sweep++)
     for (int rank = 0; rank < 3; rank++)
       for (int i = 0; i < n; i++) {
         const Perf &p = perf[i];
-        const bool exact = exact_algo(p.algo), det = p.determinism == CUDNN_DETERMINISTIC;
-        const int r = !exact ? 2 : det ? 0 : 1;
+        const bool exact = exact_algo(p.algo), pdet = p.determinism == CUDNN_DETERMINISTIC;
+        const int r = !exact ? 2 : (pdet || !det) ? 0 : 1;
         size_t need = 0;
         cudnnStatus_t st;
         if (r != rank || p.status != CUDNN_STATUS_SUCCESS) continue;
@@ -140,7 +227,14 @@ int conv_try(dlg_handle *h, const char *op, bool f32, cudnnConvolutionDescriptor
         if ((sweep == 0) != (need <= cap)) continue;
         if (need > 0 && dlg_ws(h, need) != DLG_OK) continue; // out of memory: one needing less may run
         st = run(p.algo, need > 0 ? h->ws : nullptr, need);
-        if (st == CUDNN_STATUS_SUCCESS) return DLG_OK;
+        if (st == CUDNN_STATUS_SUCCESS) {
+          pp->chosen = true;
+          pp->deterministic = det;
+          pp->algo = (int)p.algo;
+          pp->math = p.mathType;
+          pp->ws = need;
+          return DLG_OK;
+        }
         if (CUDNN_STATUS_CATEGORY(st) == CUDNN_STATUS_NOT_SUPPORTED ||
             CUDNN_STATUS_CATEGORY(st) == CUDNN_STATUS_BAD_PARAM) {
           last = st;
@@ -152,6 +246,41 @@ int conv_try(dlg_handle *h, const char *op, bool f32, cudnnConvolutionDescriptor
                   cudnnGetErrorString(last));
 }
 
+// One pass of plan p: with the algorithm chosen before when there is one
+// (under the handle's current policy), else chosen now: candidates from
+// heuristics (deterministic policy) or from timing them (cudnnFind; its
+// failure, e.g. no memory for its trial buffers, falls back to heuristics).
+// query(find, perf, &n) fills the candidates.
+template <class Algo, class Perf, int N, class QueryFn, class SizeFn, class RunFn>
+int conv_pass(dlg_handle *h, const char *op, bool f32, ConvPlan *p, int k, QueryFn query, SizeFn size, RunFn run) {
+  PassPlan *pp = &p->pass[k];
+  const bool det = h->deterministic != 0;
+  int rc;
+  if (pp->chosen && pp->deterministic == det) {
+    cudnnStatus_t st;
+    if (!f32 && (rc = dlg_dnn(h, cudnnSetConvolutionMathType(p->d.c, pp->math), op)) != DLG_OK) return rc;
+    if (pp->ws > 0 && (rc = dlg_ws(h, pp->ws)) != DLG_OK) return rc;
+    st = run((Algo)pp->algo, pp->ws > 0 ? h->ws : nullptr, pp->ws);
+    if (st == CUDNN_STATUS_SUCCESS) return DLG_OK;
+    if (CUDNN_STATUS_CATEGORY(st) != CUDNN_STATUS_NOT_SUPPORTED &&
+        CUDNN_STATUS_CATEGORY(st) != CUDNN_STATUS_BAD_PARAM)
+      return dlg_dnn(h, st, op);
+    pp->chosen = false; // refused now: choose again
+  }
+  Perf perf[N];
+  int n = 0;
+  cudnnStatus_t st = CUDNN_STATUS_NOT_SUPPORTED;
+  h->n.dnn_queries++;
+  if (!det) {
+    st = query(true, perf, &n);
+    if (st != CUDNN_STATUS_SUCCESS) h->n.dnn_queries++;
+  }
+  if (det || st != CUDNN_STATUS_SUCCESS) {
+    if ((rc = dlg_dnn(h, query(false, perf, &n), op)) != DLG_OK) return rc;
+  }
+  return conv_choose(h, op, f32, det, p->d.c, perf, n, pp, size, run);
+}
+
 // y[n, o, p] = (acc ? y : 0) + b[o] over y [N, O, P] (C == 0) or y += b[o].
 template <class T> __global__ void conv_bias_k(int64_t total, int64_t O, int64_t P, const T *b, T *y, int keep) {
   for (int64_t e = gtid(); e < total; e += gstride()) {
@@ -159,22 +288,20 @@ template <class T> __global__ void conv_bias_k(int64_t total, int64_t O, int64_t
     y[e] = keep ? y[e] + b[o] : b[o];
   }
 }
-// gb[o] += sum over n, p of gy[n, o, p], in double (one block per channel).
-template <class T, class Red>
-__host__ __device__ void conv_bias_grad_at(const Red &rd, int64_t N, int64_t O, int64_t P, const T *gy, T *gb,
-                                           int64_t o) {
-  double s = 0, z = 0;
-  for (int64_t e = rd.tid(); e < N * P; e += Red::nt) {
-    const int64_t n = e / P, p = e - n * P;
-    s += (double)gy[(n * O + o) * P + p];
-  }
-  rd.sum2(s, z);
-  if (rd.lead()) gb[o] += (T)s;
+// gb[o] += sum over n, p of gy[n, o, p], in double: the sums split over
+// blocks (dnn_common.h's chan_part_k), then one thread per channel adds its
+// chunk sums in order and rounds once.
+template <class T> struct SumGy {
+  const T *gy;
+  __host__ __device__ void operator()(int64_t i, int64_t, double &a, double &) const { a += (double)gy[i]; }
+};
+template <class T> __host__ __device__ void conv_bias_final_at(const double *part, int64_t split, T *gb, int64_t o) {
+  double s, z;
+  chan_total(part, split, o, &s, &z);
+  gb[o] += (T)s;
 }
-template <class T> __global__ void conv_bias_grad_k(int64_t N, int64_t O, int64_t P, const T *gy, T *gb) {
-  __shared__ double sh[2 * kThreads];
-  const BlockRed rd{sh};
-  for (int64_t o = blockIdx.x; o < O; o += gridDim.x) conv_bias_grad_at<T>(rd, N, O, P, gy, gb, o);
+template <class T> __global__ void conv_bias_final_k(int64_t O, const double *part, int64_t split, T *gb) {
+  for (int64_t o = gtid(); o < O; o += gstride()) conv_bias_final_at<T>(part, split, gb, o);
 }
 
 template <class T>
@@ -190,25 +317,27 @@ int conv_fwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv,
       DLG_LAUNCH(dlg_blocks(h, ny, kThreads), kThreads, 0, h->stream, conv_bias_k<T>)(ny, g->O, g->Ho * g->Wo, b, y, acc);
       return dlg_launched(h, op);
     }
-    return acc ? DLG_OK : dlg_cuda(h, cudaMemsetAsync(y, 0, (size_t)ny * sizeof(T), h->stream), op);
+    return acc ? DLG_OK : dlg_cuda(h, dlg_memset_async(h, y, 0, (size_t)ny * sizeof(T)), op);
   }
   {
-    ConvDescs d;
+    ConvPlan *p;
     const T one = 1, beta = acc ? 1 : 0;
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int n = 0;
-    if ((rc = conv_descs<T>(h, op, g, &d)) != DLG_OK) return rc;
-    rc = dlg_dnn(h, cudnnGetConvolutionForwardAlgorithm_v7(h->dnn, d.x, d.w, d.c, d.y,
-                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf), op);
-    if (rc != DLG_OK) return rc;
-    rc = conv_try(h, op, sizeof(T) == 4, d.c, perf, n,
-                  [&](cudnnConvolutionFwdAlgo_t a, size_t *bytes) {
-                    return cudnnGetConvolutionForwardWorkspaceSize(h->dnn, d.x, d.w, d.c, d.y, a, bytes);
-                  },
-                  [&](cudnnConvolutionFwdAlgo_t a, void *ws, size_t bytes) {
-                    return cudnnConvolutionForward(h->dnn, &one, d.x, xv, d.w, wv, d.c, a, ws, bytes, &beta, d.y,
-                                                   yv);
-                  });
+    if ((rc = conv_plan<T>(h, op, g, &p)) != DLG_OK) return rc;
+    const ConvDescs &d = p->d;
+    rc = conv_pass<cudnnConvolutionFwdAlgo_t, cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
+        h, op, sizeof(T) == 4, p, 0,
+        [&](bool find, cudnnConvolutionFwdAlgoPerf_t *perf, int *n) {
+          return find ? cudnnFindConvolutionForwardAlgorithm(h->dnn, d.x, d.w, d.c, d.y,
+                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, perf)
+                      : cudnnGetConvolutionForwardAlgorithm_v7(h->dnn, d.x, d.w, d.c, d.y,
+                                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, perf);
+        },
+        [&](cudnnConvolutionFwdAlgo_t a, size_t *bytes) {
+          return cudnnGetConvolutionForwardWorkspaceSize(h->dnn, d.x, d.w, d.c, d.y, a, bytes);
+        },
+        [&](cudnnConvolutionFwdAlgo_t a, void *ws, size_t bytes) {
+          return cudnnConvolutionForward(h->dnn, &one, d.x, xv, d.w, wv, d.c, a, ws, bytes, &beta, d.y, yv);
+        });
     if (rc != DLG_OK) return rc;
   }
   if (b) {
@@ -225,50 +354,61 @@ int conv_bwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv,
   const int64_t P = g->Ho * g->Wo;
   int rc;
   if (gbv && g->O > 0) { // before cuDNN's passes: the same order as the CPU
-    DLG_LAUNCH(item_blocks(g->O), kThreads, 0, h->stream, conv_bias_grad_k<T>)(g->N, g->O, P, (const T *)gyv, (T *)gbv);
+    const ChanGeo cg = {g->N, g->O, P};
+    const int64_t split = chan_split(cg, h->sm_count);
+    double *part;
+    if ((rc = dlg_ws(h, sizeof(double) * 2 * (size_t)split * (size_t)g->O)) != DLG_OK) return rc;
+    part = (double *)h->ws;
+    DLG_LAUNCH(dlg_blocks(h, g->O * split, 1), kThreads, 0, h->stream, chan_part_k<SumGy<T>>)(
+        cg, split, SumGy<T>{(const T *)gyv}, part);
+    if ((rc = dlg_launched(h, op)) != DLG_OK) return rc;
+    DLG_LAUNCH(dlg_blocks(h, g->O, kThreads), kThreads, 0, h->stream, conv_bias_final_k<T>)(g->O, part, split,
+                                                                                          (T *)gbv);
     if ((rc = dlg_launched(h, op)) != DLG_OK) return rc;
   }
   // nothing flows when x, w or gy is empty
   if ((!gxv && !gwv) || g->N == 0 || g->C == 0 || g->O == 0 || P == 0 || g->H == 0 || g->W == 0) return DLG_OK;
   {
-    ConvDescs d;
+    ConvPlan *p;
     const T one = 1;
-    if ((rc = conv_descs<T>(h, op, g, &d)) != DLG_OK) return rc;
+    if ((rc = conv_plan<T>(h, op, g, &p)) != DLG_OK) return rc;
+    const ConvDescs &d = p->d;
     if (gxv) {
-      cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-      int n = 0;
-      rc = dlg_dnn(h, cudnnGetConvolutionBackwardDataAlgorithm_v7(h->dnn, d.w, d.y, d.c, d.x,
-                                                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf),
-                   op);
-      if (rc != DLG_OK) return rc;
-      rc = conv_try(h, op, sizeof(T) == 4, d.c, perf, n,
-                    [&](cudnnConvolutionBwdDataAlgo_t a, size_t *bytes) {
-                      return cudnnGetConvolutionBackwardDataWorkspaceSize(h->dnn, d.w, d.y, d.c, d.x, a, bytes);
-                    },
-                    [&](cudnnConvolutionBwdDataAlgo_t a, void *ws, size_t bytes) {
-                      // beta = 1: gx += ...
-                      return cudnnConvolutionBackwardData(h->dnn, &one, d.w, wv, d.y, gyv, d.c, a, ws, bytes, &one,
-                                                          d.x, gxv);
-                    });
+      rc = conv_pass<cudnnConvolutionBwdDataAlgo_t, cudnnConvolutionBwdDataAlgoPerf_t,
+                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
+          h, op, sizeof(T) == 4, p, 1,
+          [&](bool find, cudnnConvolutionBwdDataAlgoPerf_t *perf, int *n) {
+            return find ? cudnnFindConvolutionBackwardDataAlgorithm(h->dnn, d.w, d.y, d.c, d.x,
+                                                                    CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, perf)
+                        : cudnnGetConvolutionBackwardDataAlgorithm_v7(h->dnn, d.w, d.y, d.c, d.x,
+                                                                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, perf);
+          },
+          [&](cudnnConvolutionBwdDataAlgo_t a, size_t *bytes) {
+            return cudnnGetConvolutionBackwardDataWorkspaceSize(h->dnn, d.w, d.y, d.c, d.x, a, bytes);
+          },
+          [&](cudnnConvolutionBwdDataAlgo_t a, void *ws, size_t bytes) { // beta = 1: gx += ...
+            return cudnnConvolutionBackwardData(h->dnn, &one, d.w, wv, d.y, gyv, d.c, a, ws, bytes, &one, d.x, gxv);
+          });
       if (rc != DLG_OK) return rc;
     }
     if (gwv) {
-      cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-      int n = 0;
-      rc = dlg_dnn(h, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h->dnn, d.x, d.y, d.c, d.w,
-                                                                    CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n,
-                                                                    perf),
-                   op);
-      if (rc != DLG_OK) return rc;
-      rc = conv_try(h, op, sizeof(T) == 4, d.c, perf, n,
-                    [&](cudnnConvolutionBwdFilterAlgo_t a, size_t *bytes) {
-                      return cudnnGetConvolutionBackwardFilterWorkspaceSize(h->dnn, d.x, d.y, d.c, d.w, a, bytes);
-                    },
-                    [&](cudnnConvolutionBwdFilterAlgo_t a, void *ws, size_t bytes) {
-                      // beta = 1: gw += ...
-                      return cudnnConvolutionBackwardFilter(h->dnn, &one, d.x, xv, d.y, gyv, d.c, a, ws, bytes,
-                                                            &one, d.w, gwv);
-                    });
+      rc = conv_pass<cudnnConvolutionBwdFilterAlgo_t, cudnnConvolutionBwdFilterAlgoPerf_t,
+                     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
+          h, op, sizeof(T) == 4, p, 2,
+          [&](bool find, cudnnConvolutionBwdFilterAlgoPerf_t *perf, int *n) {
+            return find ? cudnnFindConvolutionBackwardFilterAlgorithm(h->dnn, d.x, d.y, d.c, d.w,
+                                                                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, perf)
+                        : cudnnGetConvolutionBackwardFilterAlgorithm_v7(h->dnn, d.x, d.y, d.c, d.w,
+                                                                        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n,
+                                                                        perf);
+          },
+          [&](cudnnConvolutionBwdFilterAlgo_t a, size_t *bytes) {
+            return cudnnGetConvolutionBackwardFilterWorkspaceSize(h->dnn, d.x, d.y, d.c, d.w, a, bytes);
+          },
+          [&](cudnnConvolutionBwdFilterAlgo_t a, void *ws, size_t bytes) { // beta = 1: gw += ...
+            return cudnnConvolutionBackwardFilter(h->dnn, &one, d.x, xv, d.y, gyv, d.c, a, ws, bytes, &one, d.w,
+                                                  gwv);
+          });
       if (rc != DLG_OK) return rc;
     }
   }

@@ -74,6 +74,7 @@ extern "C" int dlg_create(dlg_handle **out, int device, char *msg, size_t cap) {
 extern "C" void dlg_destroy(dlg_handle *h) {
   if (!h) return;
   cudaStreamSynchronize(h->stream);
+  dlg_conv_cache_free(h);
   if (h->ws) cudaFree(h->ws);
   cudnnDestroy(h->dnn);
   cublasDestroy(h->blas);
@@ -92,7 +93,7 @@ extern "C" int dlg_device_name(dlg_handle *h, char *buf, size_t cap) {
 }
 
 extern "C" int dlg_malloc(dlg_handle *h, void **p, size_t bytes) {
-  cudaError_t e = cudaMalloc(p, bytes);
+  cudaError_t e = dlg_cuda_malloc(h, p, bytes);
   if (e != cudaSuccess) {
     *p = NULL;
     return dlg_cuda(h, e, "cudaMalloc");
@@ -102,7 +103,9 @@ extern "C" int dlg_malloc(dlg_handle *h, void **p, size_t bytes) {
 
 extern "C" int dlg_free(dlg_handle *h, void *p) {
   // cudaFree synchronises the device: the block's queued users are done.
-  return p ? dlg_cuda(h, cudaFree(p), "cudaFree") : DLG_OK;
+  if (!p) return DLG_OK;
+  h->n.frees++;
+  return dlg_cuda(h, cudaFree(p), "cudaFree");
 }
 
 extern "C" int dlg_mem_info(dlg_handle *h, size_t *free_bytes, size_t *total_bytes) {
@@ -113,18 +116,74 @@ extern "C" int dlg_copy(dlg_handle *h, void *dst, const void *src, size_t bytes,
   cudaMemcpyKind k = kind == DLG_H2D ? cudaMemcpyHostToDevice : kind == DLG_D2H ? cudaMemcpyDeviceToHost
                                                                                  : cudaMemcpyDeviceToDevice;
   if (bytes == 0) return DLG_OK;
-  int rc = dlg_cuda(h, cudaMemcpyAsync(dst, src, bytes, k, h->stream), "dlg_copy");
-  // Host memory is pageable: the host side must not change (H2D) or be read
-  // (D2H) before the copy is done, so both wait.
-  if (rc == DLG_OK && kind != DLG_D2D) rc = dlg_cuda(h, cudaStreamSynchronize(h->stream), "dlg_copy");
+  int rc = dlg_cuda(h, dlg_memcpy_async(h, dst, src, bytes, k), "dlg_copy");
+  // D2H: the host reads the bytes on return, so it waits. H2D: from pageable
+  // host memory (malloc's) the call returns once the bytes are staged, so
+  // the caller may reuse them without waiting; from page-locked memory the
+  // copy runs later, and the host must not change them before: it waits.
+  if (rc == DLG_OK && kind == DLG_D2H) rc = dlg_cuda(h, dlg_stream_sync(h), "dlg_copy");
+  if (rc == DLG_OK && kind == DLG_H2D) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, src) != cudaSuccess) {
+      (void)cudaGetLastError();
+      a.type = cudaMemoryTypeHost; // unknown: wait, to be safe
+    }
+    if (a.type != cudaMemoryTypeUnregistered) rc = dlg_cuda(h, dlg_stream_sync(h), "dlg_copy");
+  }
   return rc;
 }
 
-extern "C" int dlg_memset0(dlg_handle *h, void *p, size_t bytes) {
-  return bytes ? dlg_cuda(h, cudaMemsetAsync(p, 0, bytes, h->stream), "dlg_memset0") : DLG_OK;
+extern "C" int dlg_host_alloc(dlg_handle *h, void **p, size_t bytes) {
+  cudaError_t e = cudaMallocHost(p, bytes ? bytes : 1);
+  if (e != cudaSuccess) {
+    *p = NULL;
+    return dlg_cuda(h, e, "cudaMallocHost");
+  }
+  return DLG_OK;
+}
+extern "C" void dlg_host_free(dlg_handle *h, void *p) {
+  (void)h;
+  if (p) cudaFreeHost(p);
+}
+extern "C" int dlg_copy_async(dlg_handle *h, void *dst, const void *src, size_t bytes, int kind) {
+  cudaMemcpyKind k = kind == DLG_H2D ? cudaMemcpyHostToDevice : kind == DLG_D2H ? cudaMemcpyDeviceToHost
+                                                                                 : cudaMemcpyDeviceToDevice;
+  return bytes ? dlg_cuda(h, dlg_memcpy_async(h, dst, src, bytes, k), "dlg_copy_async") : DLG_OK;
+}
+extern "C" int dlg_event_record(dlg_handle *h, void **ev) {
+  cudaEvent_t e = (cudaEvent_t)*ev;
+  if (!e) {
+    cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (r != cudaSuccess) return dlg_cuda(h, r, "cudaEventCreate");
+    *ev = (void *)e;
+  }
+  return dlg_cuda(h, cudaEventRecord(e, h->stream), "cudaEventRecord");
+}
+extern "C" int dlg_event_wait(dlg_handle *h, void *ev) {
+  cudaError_t r = cudaEventQuery((cudaEvent_t)ev);
+  if (r == cudaSuccess) return DLG_OK;
+  if (r != cudaErrorNotReady) return dlg_cuda(h, r, "cudaEventQuery");
+  (void)cudaGetLastError(); // cudaErrorNotReady is not an error
+  h->n.syncs++;
+  return dlg_cuda(h, cudaEventSynchronize((cudaEvent_t)ev), "cudaEventSynchronize");
+}
+extern "C" void dlg_event_free(dlg_handle *h, void *ev) {
+  (void)h;
+  if (ev) cudaEventDestroy((cudaEvent_t)ev);
 }
 
-extern "C" int dlg_sync(dlg_handle *h) { return dlg_cuda(h, cudaStreamSynchronize(h->stream), "dlg_sync"); }
+extern "C" void dlg_counters(const dlg_handle *h, dlg_counts *c) {
+  if (h) *c = h->n;
+  else memset(c, 0, sizeof *c);
+}
+extern "C" void dlg_set_deterministic(dlg_handle *h, int on) { h->deterministic = on != 0; }
+extern "C" int dlg_deterministic(const dlg_handle *h) { return h->deterministic; }
+
+extern "C" int dlg_memset0(dlg_handle *h, void *p, size_t bytes) {
+  return bytes ? dlg_cuda(h, dlg_memset_async(h, p, 0, bytes), "dlg_memset0") : DLG_OK;
+}
+
+extern "C" int dlg_sync(dlg_handle *h) { return dlg_cuda(h, dlg_stream_sync(h), "dlg_sync"); }
 
 template <typename T> __global__ void dlg_fill_k(T *y, int64_t n, T v) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -208,13 +267,14 @@ extern "C" int dlg_gemm_batched(dlg_handle *h, int dtype, int ta, int tb, int64_
       for (int64_t b = 0; b < batch; b++)
         for (int64_t r = 0; r < m; r++) {
           size_t es = dtype == DLG_F32 ? 4 : 8;
-          rc = dlg_cuda(h, cudaMemsetAsync((char *)C + (size_t)(b * sc + r * ldc) * es, 0, (size_t)n * es, h->stream),
+          rc = dlg_cuda(h, dlg_memset_async(h, (char *)C + (size_t)(b * sc + r * ldc) * es, 0, (size_t)n * es),
                         "dlg_gemm");
           if (rc != DLG_OK) return rc;
         }
       return DLG_OK;
     }
   }
+  h->n.blas++;
   if (dtype == DLG_F32) {
     float al = (float)alpha, be = (float)beta;
     if (batch == 1)

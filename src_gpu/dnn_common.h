@@ -75,6 +75,65 @@ struct BlockRed {
   }
 };
 
+// >>per-channel sums split over blocks -------------------------------------------
+// A tensor [N, C, S] (S: the plane) reduced per channel c over its m = N S
+// elements. One block per channel leaves most of a GPU idle when C is small
+// (a CNN's 32 channels on 132 multiprocessors), so each channel is cut into
+// `split` chunks of consecutive elements (n-major, as the CPU walks them),
+// one block each; chunk sums go to part [C, split, 2] and are added per
+// channel in chunk order afterwards. The split depends only on the sizes
+// and the device, so reruns give the same bits.
+struct ChanGeo {
+  int64_t N, C, S;
+};
+// Chunks per channel: enough blocks for about four per multiprocessor, each
+// with at least 2048 elements.
+inline int64_t chan_split(const ChanGeo &g, int sm_count) {
+  const int64_t m = g.N * g.S, want = (4 * (int64_t)(sm_count > 0 ? sm_count : 80) + g.C - 1) / (g.C > 0 ? g.C : 1);
+  int64_t by_size = m / 2048;
+  if (by_size < 1) by_size = 1;
+  return want < by_size ? (want > 0 ? want : 1) : by_size;
+}
+// Chunk j of channel c: elements [lo, hi) of its m.
+__host__ __device__ inline void chan_chunk(const ChanGeo &g, int64_t split, int64_t j, int64_t *lo, int64_t *hi) {
+  const int64_t m = g.N * g.S, len = (m + split - 1) / split;
+  *lo = j * len < m ? j * len : m;
+  *hi = *lo + len < m ? *lo + len : m;
+}
+// The two sums of f over chunk j of channel c (f(i, c, a, b) adds element
+// i's terms to a and b); the lead writes them to part[2 (c split + j) + 0, 1].
+template <class F, class Red>
+__host__ __device__ void chan_part_at(const Red &rd, const ChanGeo &g, int64_t split, const F &f, double *part,
+                                      int64_t c, int64_t j) {
+  int64_t lo, hi;
+  double a = 0, b = 0;
+  chan_chunk(g, split, j, &lo, &hi);
+  for (int64_t e = lo + rd.tid(); e < hi; e += Red::nt) {
+    const int64_t n = e / g.S, s = e - n * g.S;
+    f((n * g.C + c) * g.S + s, c, a, b);
+  }
+  rd.sum2(a, b);
+  if (rd.lead()) {
+    part[2 * (c * split + j)] = a;
+    part[2 * (c * split + j) + 1] = b;
+  }
+}
+template <class F> __global__ void chan_part_k(ChanGeo g, int64_t split, F f, double *part) {
+  __shared__ double sh[2 * kThreads];
+  const BlockRed rd{sh};
+  for (int64_t q = blockIdx.x; q < g.C * split; q += gridDim.x) chan_part_at(rd, g, split, f, part, q / split, q % split);
+}
+// Channel c's totals: its chunk sums added in chunk order.
+__host__ __device__ inline void chan_total(const double *part, int64_t split, int64_t c, double *a, double *b) {
+  double x = 0, y = 0;
+  for (int64_t j = 0; j < split; j++) {
+    x += part[2 * (c * split + j)];
+    y += part[2 * (c * split + j) + 1];
+  }
+  *a = x;
+  *b = y;
+}
+
 } // namespace
 
 #if defined(__GNUC__) && !defined(__CUDACC__)

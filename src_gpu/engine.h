@@ -339,7 +339,7 @@ template <typename P> P *piece(dlg_handle *h, const Carve &c, int k) { return (P
 // Host array -> device (in the stream's order: after the work queued before).
 inline int stage(dlg_handle *h, void *dst, const void *src, size_t bytes, const char *op) {
   if (bytes == 0) return DLG_OK;
-  return dlg_cuda(h, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, h->stream), op);
+  return dlg_cuda(h, dlg_memcpy_async(h, dst, src, bytes, cudaMemcpyHostToDevice), op);
 }
 // The workspace taken as carved by c, whose piece 0 is n int64_t, and the
 // host index array idx (n entries) staged into that piece: *dev.

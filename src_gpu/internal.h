@@ -24,8 +24,13 @@ struct dlg_handle {
   void *ws;         // workspace for cuDNN / reductions (device), grown by dlg_ws
   size_t ws_bytes;
   int sm_count;     // multiprocessors, for grid sizes
+  int deterministic; // dlg_set_deterministic: convolution algorithms as chosen before (see conv.cu)
+  struct dlg_conv_cache *conv; // convolution plans per shape (conv.cu; NULL until the first)
+  dlg_counts n;     // what this handle asked of the device (dlg_counters)
   char msg[512];    // last failure
 };
+// conv.cu: frees the convolution plans (dlg_destroy).
+void dlg_conv_cache_free(dlg_handle *h);
 
 // Records a failure: "op: text" into h->msg; returns code.
 static inline int dlg_fail(dlg_handle *h, int code, const char *fmt, ...) {
@@ -42,8 +47,32 @@ static inline int dlg_cuda(dlg_handle *h, cudaError_t e, const char *op) {
   return dlg_fail(h, e == cudaErrorMemoryAllocation ? DLG_OOM : DLG_ERR, "%s: CUDA error %d (%s)", op,
                   (int)e, cudaGetErrorString(e));
 }
-// After a kernel launch: reports a bad configuration or an earlier fault.
-static inline int dlg_launched(dlg_handle *h, const char *op) { return dlg_cuda(h, cudaGetLastError(), op); }
+// After a kernel launch (every launch calls it once, so it counts them):
+// reports a bad configuration or an earlier fault.
+static inline int dlg_launched(dlg_handle *h, const char *op) {
+  h->n.launches++;
+  return dlg_cuda(h, cudaGetLastError(), op);
+}
+// The stream's queued work done (counted: a host synchronisation).
+static inline cudaError_t dlg_stream_sync(dlg_handle *h) {
+  h->n.syncs++;
+  return cudaStreamSynchronize(h->stream);
+}
+// Queued copy / fill on the handle's stream (counted).
+static inline cudaError_t dlg_memcpy_async(dlg_handle *h, void *dst, const void *src, size_t bytes,
+                                           cudaMemcpyKind k) {
+  h->n.copies++;
+  return cudaMemcpyAsync(dst, src, bytes, k, h->stream);
+}
+static inline cudaError_t dlg_memset_async(dlg_handle *h, void *p, int v, size_t bytes) {
+  h->n.memsets++;
+  return cudaMemsetAsync(p, v, bytes, h->stream);
+}
+// cudaMalloc, counted.
+static inline cudaError_t dlg_cuda_malloc(dlg_handle *h, void **p, size_t bytes) {
+  h->n.mallocs++;
+  return cudaMalloc(p, bytes);
+}
 static inline int dlg_blas(dlg_handle *h, cublasStatus_t s, const char *op) {
   if (s == CUBLAS_STATUS_SUCCESS) return DLG_OK;
   return dlg_fail(h, s == CUBLAS_STATUS_ALLOC_FAILED ? DLG_OOM : DLG_ERR, "%s: cuBLAS error %d (%s)", op, (int)s,
@@ -58,13 +87,13 @@ static inline int dlg_dnn(dlg_handle *h, cudnnStatus_t s, const char *op) {
 static inline int dlg_ws(dlg_handle *h, size_t bytes) {
   if (bytes <= h->ws_bytes) return DLG_OK;
   if (h->ws) {
-    cudaError_t e = cudaStreamSynchronize(h->stream); // the old workspace may still be in use
+    cudaError_t e = dlg_stream_sync(h); // the old workspace may still be in use
     if (e != cudaSuccess) return dlg_cuda(h, e, "dlg_ws");
     cudaFree(h->ws);
     h->ws = NULL;
     h->ws_bytes = 0;
   }
-  if (cudaMalloc(&h->ws, bytes) != cudaSuccess) {
+  if (dlg_cuda_malloc(h, &h->ws, bytes) != cudaSuccess) {
     (void)cudaGetLastError();
     h->ws = NULL;
     return dlg_fail(h, DLG_OOM, "workspace: out of device memory allocating %zu bytes", bytes);

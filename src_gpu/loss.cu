@@ -183,6 +183,46 @@ __global__ void k_nll_bw(int64_t N, int64_t C, const int64_t *__restrict__ lab, 
   GRID_STRIDE(i, N) nll_bw_at(C, lab, gy, gs, f, gx, i);
 }
 
+// >>metrics
+
+// Column of row i's first maximum; a NaN counts as the maximum (report.h's dl__argmax_row).
+template <typename T>
+__host__ __device__ __forceinline__ int64_t argmax_row(const T *__restrict__ x, int64_t C, int64_t s0, int64_t s1,
+                                                       int64_t i) {
+  const T *r = x + i * s0;
+  T bv = r[0];
+  int64_t best = 0;
+  if (bv != bv) return 0;
+  for (int64_t j = 1; j < C; j++) {
+    const T v = r[j * s1];
+    if (v != v) return j;
+    if (v > bv) {
+      bv = v;
+      best = j;
+    }
+  }
+  return best;
+}
+// One block: *count = the rows whose argmax is their label (labels: lab64, or lab32 when lab64 is NULL).
+template <typename T>
+__global__ void k_argmax_hits(int64_t N, int64_t C, const T *__restrict__ x, int64_t s0, int64_t s1,
+                              const int64_t *__restrict__ lab64, const int32_t *__restrict__ lab32, int64_t ls,
+                              int64_t *__restrict__ count) {
+  __shared__ int64_t sh[TPB];
+  const int t = threadIdx.x;
+  int64_t hits = 0;
+  for (int64_t i = t; i < N; i += TPB) {
+    const int64_t l = lab64 ? lab64[i * ls] : (int64_t)lab32[i * ls];
+    hits += (l >= 0 && l < C && argmax_row(x, C, s0, s1, i) == l) ? 1 : 0;
+  }
+  sh[t] = hits;
+  __syncthreads();
+  for (int k = TPB / 2; k > 0; k >>= 1) {
+    if (t < k) sh[t] += sh[t + k];
+    __syncthreads();
+  }
+  if (t == 0) *count = sh[0];
+}
 
 #ifndef DLG_HOST_TEST
 template <typename T>
@@ -343,6 +383,28 @@ int dlg_nll_backward(dlg_handle *h, int dtype, int64_t N, int64_t C, const int64
   else
     DLG_LAUNCH(dlg_blocks(h, N, TPB), TPB, 0, h->stream, k_nll_bw<double>)(N, C, lab, (const double *)gy, gstride, gscale,
                                                                     (double *)gx);
+  return dlg_launched(h, op);
+}
+
+int dlg_argmax_hits(dlg_handle *h, int dtype, int64_t N, int64_t C, const void *x, int64_t s0, int64_t s1,
+                    const int64_t *labels_host, const void *labels_dev, int ldtype, int64_t ls, int64_t *count) {
+  static const char *op = "dlg_argmax_hits";
+  DLG_CHECK_DTYPE(op, dtype);
+  const int64_t *l64 = nullptr;
+  const int32_t *l32 = nullptr;
+  if (N == 0 || C == 0) return dlg_cuda(h, dlg_memset_async(h, count, 0, sizeof(int64_t)), op);
+  if (labels_host) {
+    int64_t *lab = NULL;
+    DLG_TRY(stage_index(h, op, carve(sizeof(int64_t) * (size_t)N), labels_host, (size_t)N, &lab));
+    l64 = lab;
+    ls = 1;
+  } else if (ldtype == DLG_I64) l64 = (const int64_t *)labels_dev;
+  else if (ldtype == DLG_I32) l32 = (const int32_t *)labels_dev;
+  else return dlg_fail(h, DLG_ERR, "%s: label dtype %d is not DLG_I32 or DLG_I64", op, ldtype);
+  if (dtype == DLG_F32)
+    DLG_LAUNCH(1, TPB, 0, h->stream, k_argmax_hits<float>)(N, C, (const float *)x, s0, s1, l64, l32, ls, count);
+  else
+    DLG_LAUNCH(1, TPB, 0, h->stream, k_argmax_hits<double>)(N, C, (const double *)x, s0, s1, l64, l32, ls, count);
   return dlg_launched(h, op);
 }
 

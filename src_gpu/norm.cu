@@ -4,9 +4,11 @@
 // Why own kernels where cuDNN has a call: batch norm: cuDNN requires eps >=
 // CUDNN_BN_MIN_EPSILON in some versions, keeps f32 statistics for f32 data,
 // and folds the running variance update into its own expression; the CPU
-// accumulates in double (two passes) and takes eps >= 0. One block per
-// channel here does the CPU's per-channel work (the plane form of
-// ops/norm.h) in double. Backward passes gather (one thread per element
+// accumulates in double (two passes) and takes eps >= 0. The CPU's
+// per-channel work (the plane form of ops/norm.h) is done here in double:
+// each channel's sums split over several blocks (dnn_common.h's
+// chan_part_k: a CNN has too few channels to fill a GPU with one block
+// each), then one thread per channel for what follows. Backward passes gather (one thread per element
 // written, sums in the CPU's order) instead of scattering with atomics, so
 // they are deterministic. Sums reduce in double through a shared-memory tree
 // (a different order from the CPU's loop: the last bits of a double sum may
@@ -16,8 +18,8 @@
 namespace {
 
 // >>batch norm ------------------------------------------------------------------
-// ops/norm.h's plane form: per channel c (one block), the statistics or the
-// sums, then the constants k1, k2, k3 (dl__bn_consts), then one map pass
+// ops/norm.h's plane form: per channel c, the statistics or the sums (split
+// over blocks), then the constants k1, k2, k3 (dl__bn_consts), then one map pass
 //   out = (or +=, BWD) k1 v + (x - mu) k2 + k3      (v = tx, gy, or x).
 
 enum { kFwd, kTan, kBwd };
@@ -51,63 +53,72 @@ __host__ __device__ void bn_consts(int mode, const dlg_bn &p, int64_t c, bool ha
   k[2 * p.C + c] = k3;
 }
 
-// Channel c: FWD statistics (batch: two passes over x; else from the running
-// statistics) and the running update; TAN / BWD sums of v and v (x - mu)
-// when needed; then the constants into k [3, C].
-template <class T, class Red>
-__host__ __device__ void bn_chan_at(const Red &rd, int mode, const dlg_bn &p, const T *x, const T *v, const T *tw,
-                                    const T *tb, T *gw, T *gb, double *k, int64_t c) {
-  const int64_t C = p.C, S = p.S, mn = p.N * S;
-  const double m = (double)mn;
+// The per-channel sums of the passes (dnn_common.h's chan_part_at, split
+// over blocks): FWD batch: sum x, then sum (x - mu)^2 (the CPU's two
+// passes); TAN / BWD: sum v and sum v (x - mu).
+template <class T> struct BnSumX {
+  const T *x;
+  __host__ __device__ void operator()(int64_t i, int64_t, double &a, double &) const { a += (double)x[i]; }
+};
+template <class T> struct BnSumSq {
+  const T *x;
+  const double *mu;
+  __host__ __device__ void operator()(int64_t i, int64_t c, double &a, double &) const {
+    const double d = (double)x[i] - mu[c];
+    a += d * d;
+  }
+};
+template <class T> struct BnSumV {
+  const T *x, *v;
+  const double *mu;
+  __host__ __device__ void operator()(int64_t i, int64_t c, double &a, double &b) const {
+    a += (double)v[i];
+    b += (double)v[i] * ((double)x[i] - mu[c]);
+  }
+};
+// Which sums a pass needs (none: its constants come from the statistics alone).
+inline bool bn_needs_sums(int mode, const dlg_bn &p, bool has_v, bool has_gw, bool has_gb) {
+  if (mode == kFwd) return p.batch != 0;
+  if (mode == kTan) return p.batch && has_v;
+  return p.batch || has_gw || has_gb;
+}
+// Channel c after its sums (part: the chunk sums, split per channel; NULL:
+// none were needed), the CPU's per-channel work: FWD batch stage 0: the
+// mean into stats[c]; FWD stage 1: istd (batch: from the squared
+// deviations' sum), the running update, the constants; TAN / BWD: the
+// constants from the two sums. The constants go to k [3, C].
+template <class T>
+__host__ __device__ void bn_final_at(int mode, int stage, const dlg_bn &p, const double *part, int64_t split,
+                                     bool has_v, const T *tw, const T *tb, T *gw, T *gb, double *k, int64_t c) {
+  const int64_t C = p.C;
+  const double m = (double)(p.N * p.S);
   const double w = p.w ? (double)((const T *)p.w)[c * p.ws] : 1.0;
   double s0 = 0, s1 = 0;
+  if (part) chan_total(part, split, c, &s0, &s1);
   if (mode == kFwd && p.batch) {
-    double mu, z = 0;
-    for (int64_t e = rd.tid(); e < mn; e += Red::nt) {
-      const int64_t n = e / S, s = e - n * S;
-      s0 += (double)x[(n * C + c) * S + s];
+    if (stage == 0) {
+      p.stats[c] = s0 / m;
+      return;
     }
-    rd.sum2(s0, z);
-    mu = s0 / m;
-    s0 = 0;
-    z = 0;
-    for (int64_t e = rd.tid(); e < mn; e += Red::nt) {
-      const int64_t n = e / S, s = e - n * S;
-      s0 += ((double)x[(n * C + c) * S + s] - mu) * ((double)x[(n * C + c) * S + s] - mu);
-    }
-    rd.sum2(s0, z);
-    if (rd.lead()) {
-      p.stats[c] = mu;
-      p.stats[C + c] = 1.0 / sqrt(s0 / m + p.eps);
-      if (p.update) {
-        T *rm = (T *)p.rmean + c * p.rms, *rv = (T *)p.rvar + c * p.rvs;
-        *rm = (T)((1 - p.momentum) * (double)*rm + p.momentum * mu);
-        *rv = (T)((1 - p.momentum) * (double)*rv + p.momentum * (s0 / m) * m / (m - 1));
-      }
-    }
-    s0 = 0;
-  } else if (mode == kFwd) {
-    if (rd.lead()) {
-      p.stats[c] = (double)((const T *)p.rmean)[c * p.rms];
-      p.stats[C + c] = 1.0 / sqrt((double)((const T *)p.rvar)[c * p.rvs] + p.eps);
-    }
-  } else if ((mode == kTan && p.batch && v) || (mode == kBwd && (p.batch || gw || gb))) {
     const double mu = p.stats[c];
-    for (int64_t e = rd.tid(); e < mn; e += Red::nt) {
-      const int64_t n = e / S, s = e - n * S, i = (n * C + c) * S + s;
-      s0 += (double)v[i];
-      s1 += (double)v[i] * ((double)x[i] - mu);
+    p.stats[C + c] = 1.0 / sqrt(s0 / m + p.eps);
+    if (p.update) {
+      T *rm = (T *)p.rmean + c * p.rms, *rv = (T *)p.rvar + c * p.rvs;
+      *rm = (T)((1 - p.momentum) * (double)*rm + p.momentum * mu);
+      *rv = (T)((1 - p.momentum) * (double)*rv + p.momentum * (s0 / m) * m / (m - 1));
     }
-    rd.sum2(s0, s1);
+    s0 = s1 = 0;
+  } else if (mode == kFwd) {
+    p.stats[c] = (double)((const T *)p.rmean)[c * p.rms];
+    p.stats[C + c] = 1.0 / sqrt((double)((const T *)p.rvar)[c * p.rvs] + p.eps);
   }
-  if (rd.lead()) bn_consts<T>(mode, p, c, v != nullptr, s0, s1, w, tw, tb, gw, gb, k);
+  bn_consts<T>(mode, p, c, has_v, s0, s1, w, tw, tb, gw, gb, k);
 }
 template <class T>
-__global__ void bn_chan_k(int mode, dlg_bn p, const T *x, const T *v, const T *tw, const T *tb, T *gw, T *gb,
-                          double *k) {
-  __shared__ double sh[2 * kThreads];
-  const BlockRed rd{sh};
-  for (int64_t c = blockIdx.x; c < p.C; c += gridDim.x) bn_chan_at<T>(rd, mode, p, x, v, tw, tb, gw, gb, k, c);
+__global__ void bn_final_k(int mode, int stage, dlg_bn p, const double *part, int64_t split, int has_v, const T *tw,
+                           const T *tb, T *gw, T *gb, double *k) {
+  for (int64_t c = gtid(); c < p.C; c += gstride())
+    bn_final_at<T>(mode, stage, p, part, split, has_v != 0, tw, tb, gw, gb, k, c);
 }
 
 // Element e of [N, C, S]: out = (acc: +=) k1 v + (x - mu) k2 + k3.
@@ -138,11 +149,33 @@ int bn_run(dlg_handle *h, const char *op, int mode, const dlg_bn *p, const void 
   if (!p->stats || (mode == kFwd && (!p->batch || p->update) && (!p->rmean || !p->rvar)))
     return dlg_fail(h, DLG_ERR, "%s: no stats, or running statistics missing (x [%lld, %lld, %lld])", op,
                     (long long)p->N, (long long)p->C, (long long)p->S);
-  if ((rc = dlg_ws(h, sizeof(double) * 3 * (size_t)p->C)) != DLG_OK) return rc;
-  k = (double *)h->ws;
-  DLG_LAUNCH(item_blocks(p->C), kThreads, 0, h->stream, bn_chan_k<T>)(mode, *p, (const T *)xv, (const T *)vv,
-                                                              (const T *)tw, (const T *)tb, (T *)gw, (T *)gb, k);
-  if ((rc = dlg_launched(h, op)) != DLG_OK) return rc;
+  {
+    const ChanGeo g = {p->N, p->C, p->S};
+    const int64_t split = chan_split(g, h->sm_count);
+    const bool sums = bn_needs_sums(mode, *p, vv != nullptr, gw != nullptr, gb != nullptr);
+    const unsigned pb = dlg_blocks(h, p->C * split, 1), cb = dlg_blocks(h, p->C, kThreads);
+    double *part;
+    const T *x = (const T *)xv, *v = (const T *)vv;
+    // workspace: k [3, C], then the chunk sums [C, split, 2]
+    if ((rc = dlg_ws(h, sizeof(double) * (3 + 2 * (size_t)split) * (size_t)p->C)) != DLG_OK) return rc;
+    k = (double *)h->ws;
+    part = k + 3 * p->C;
+    if (mode == kFwd && p->batch) { // mean, then the squared deviations from it
+      DLG_LAUNCH(pb, kThreads, 0, h->stream, chan_part_k<BnSumX<T>>)(g, split, BnSumX<T>{x}, part);
+      if ((rc = dlg_launched(h, op)) != DLG_OK) return rc;
+      DLG_LAUNCH(cb, kThreads, 0, h->stream, bn_final_k<T>)(mode, 0, *p, part, split, 0, nullptr, nullptr, nullptr,
+                                                           nullptr, k);
+      if ((rc = dlg_launched(h, op)) != DLG_OK) return rc;
+      DLG_LAUNCH(pb, kThreads, 0, h->stream, chan_part_k<BnSumSq<T>>)(g, split, BnSumSq<T>{x, p->stats}, part);
+      if ((rc = dlg_launched(h, op)) != DLG_OK) return rc;
+    } else if (sums) {
+      DLG_LAUNCH(pb, kThreads, 0, h->stream, chan_part_k<BnSumV<T>>)(g, split, BnSumV<T>{x, v, p->stats}, part);
+      if ((rc = dlg_launched(h, op)) != DLG_OK) return rc;
+    }
+    DLG_LAUNCH(cb, kThreads, 0, h->stream, bn_final_k<T>)(mode, 1, *p, sums ? part : nullptr, split, vv != nullptr,
+                                                         (const T *)tw, (const T *)tb, (T *)gw, (T *)gb, k);
+    if ((rc = dlg_launched(h, op)) != DLG_OK) return rc;
+  }
   if (!outv || total <= 0) return DLG_OK;
   DLG_LAUNCH(dlg_blocks(h, total, kThreads), kThreads, 0, h->stream, bn_map_k<T>)(
       mode == kBwd, total, p->C, p->S, (const T *)xv, (const T *)(vv ? vv : xv), p->stats, k, (T *)outv);

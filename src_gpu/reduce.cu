@@ -205,7 +205,7 @@ int dlg_sum_axis(dlg_handle *h, int dtype, void *y, const void *x, int64_t outer
   if (outer == 0 || inner == 0) return DLG_OK;
   if (n == 0) { // nothing summed: y = y or 0
     if (accumulate) return DLG_OK;
-    return dlg_cuda(h, cudaMemsetAsync(y, 0, (size_t)(outer * inner) * (dtype == DLG_F32 ? 4 : 8), h->stream), op);
+    return dlg_cuda(h, dlg_memset_async(h, y, 0, (size_t)(outer * inner) * (dtype == DLG_F32 ? 4 : 8)), op);
   }
   if (dtype == DLG_F32)
     DLG_LAUNCH(geo_blocks(h, g), TPB, 0, h->stream, k_sum_axis<float>)(g, (float *)y, (const float *)x, scale, accumulate);

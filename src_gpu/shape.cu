@@ -237,8 +237,7 @@ size_t up256(size_t b) { return (b + 255) & ~(size_t)255; }
 // after the work queued before; the host array may be reused on return).
 int stage(dlg_handle *h, size_t at, const int64_t *src, int64_t n, const char *op) {
   if (n == 0) return DLG_OK;
-  return dlg_cuda(h, cudaMemcpyAsync((char *)h->ws + at, src, sizeof(int64_t) * (size_t)n, cudaMemcpyHostToDevice,
-                                     h->stream),
+  return dlg_cuda(h, dlg_memcpy_async(h, (char *)h->ws + at, src, sizeof(int64_t) * (size_t)n, cudaMemcpyHostToDevice),
                   op);
 }
 // n host int64 into the workspace (grown as needed); *dev points at them.

@@ -1227,6 +1227,101 @@ static void test_training(void) {
   print_worst("training steps (MLP, CNN; SGD momentum, Adam)");
 }
 
+/* What a training step asks of the device once warm (dl_gpu_get_counts: counted on the host, so the fake device
+ * shows what a GPU would be asked): no cuDNN algorithm query or descriptor, no cudaMalloc, and no host wait
+ * (dl_dist_train_step without a norm wanted: nothing is read back; the batch on the device, the labels on the
+ * host, staged to the device without a wait).
+ * The MLP and the CNN (convolution, pooling, linear), Adam. */
+typedef struct counts_arg {
+  int cnn;
+  int deterministic;
+} counts_arg;
+static void counts_body(const void *arg) {
+  const counts_arg *a = (const counts_arg *)arg;
+  dl_model *m = build_net(DL_F32, a->cnn);
+  dl_tensor *x = a->cnn ? nrm(DL_SHAPE(4, 1, 8, 8)) : nrm(DL_SHAPE(8, 6)), *xg, *lg;
+  dl_tensor *lab = ints(DL_I64, DL_SHAPE(x->shape[0]), 2, 1, 3);
+  dl_optim *o;
+  dl_gpu_counts c0 = dl_gpu_get_counts(gpu), c1;
+  double first = 0, want_loss = 0;
+  int64_t want_correct = 0;
+  dl_run r; /* what dl_run_step_async needs of a run: its ctx and progress */
+  int step;
+  memset(&r, 0, sizeof r);
+  r.ctx = &ctx;
+  dl_progress_init(&r.pg, &(dl_progress_desc){.stream = stdout, .mode = DL_PROGRESS_LINES, .every_frac = -1,
+                                              .every_s = -1});
+  dl_progress_begin(&r.pg, 1);
+  CHECK(dl_model_to_device(m, gpu) == DL_OK);
+  o = make_optim(m, 1);
+  xg = dev(as_dtype(x, DL_F32));
+  lg = lab; /* on the host, as the examples' batches give them: device labels are read back for the range check */
+  dl_gpu_set_deterministic(gpu, a->deterministic);
+  tapes_open();
+  for (step = 0; step < 6; step++) {
+    dl_tensor *l;
+    if (step == 2) c0 = dl_gpu_get_counts(gpu);
+    {
+      dl_tensor *logits = dl_model_forward(m, &tp_d, xg);
+      l = dl_t_cross_entropy(&tp_d, logits, lg, 0, DL_REDUCE_MEAN);
+      { /* the values dl_run_step_async must count, read here the slow way (and not counted as the step's) */
+        dl_gpu_counts cw = dl_gpu_get_counts(gpu);
+        want_loss += dl_item(l) * (double)x->shape[0];
+        want_correct += dl_accuracy_count(host(logits), lab);
+        if (step >= 2) {
+          c0.syncs += dl_gpu_get_counts(gpu).syncs - cw.syncs;
+          c0.copies += dl_gpu_get_counts(gpu).copies - cw.copies;
+        }
+      }
+      dl_run_step_async(&r, x->shape[0], l, logits, lg);
+    }
+    if (step == 0) { /* the norm read back: a wait */
+      first = dl_train_step(o, &tp_d, l, NULL);
+    } else {
+      CHECK(dl_dist_train_step(NULL, o, &tp_d, l, NULL, NULL) == DL_OK);
+    }
+    dl_tape_rewind(&tp_d);
+  }
+  c1 = dl_gpu_get_counts(gpu);
+  CHECK_MSG(r.step == 6 && r.pg.samples == 5 * x->shape[0], "dl_run_step_async: %lld steps, %lld samples in the "
+            "progress (6 steps; 5 shown, one pending)", (long long)r.step, (long long)r.pg.samples);
+  dl_run_flush(&r);
+  CHECK(r.step == 6 && r.pg.samples == 6 * x->shape[0] && !r.dev->pending);
+  CHECK_MSG(fabs(r.pg.loss_sum - want_loss) <= 1e-12 * fabs(want_loss) && r.pg.correct == want_correct &&
+                r.pg.acc_samples == 6 * x->shape[0],
+            "dl_run_step_async: loss sum %.17g, %lld correct; read on the host: %.17g, %lld", r.pg.loss_sum,
+            (long long)r.pg.correct, want_loss, (long long)want_correct);
+  dl_run_free(&r);
+  {
+    const double k = 4; /* steps counted */
+    printf("  per step (%s, %s): %.1f launches, %.1f GEMMs, %.1f host waits, %.1f copies, %.1f fills, %.1f cudaMalloc, "
+           "%.1f cuDNN queries, %.1f descriptors\n", a->cnn ? "CNN" : "MLP", a->deterministic ? "deterministic" : "fastest",
+           (double)(c1.launches - c0.launches) / k, (double)(c1.blas - c0.blas) / k, (double)(c1.syncs - c0.syncs) / k,
+           (double)(c1.copies - c0.copies) / k, (double)(c1.memsets - c0.memsets) / k,
+           (double)(c1.mallocs - c0.mallocs) / k, (double)(c1.dnn_queries - c0.dnn_queries) / k,
+           (double)(c1.dnn_descriptors - c0.dnn_descriptors) / k);
+  }
+  CHECK_MSG(c1.dnn_queries == c0.dnn_queries, "%lld cuDNN algorithm queries in 4 warm steps",
+            (long long)(c1.dnn_queries - c0.dnn_queries));
+  CHECK_MSG(c1.dnn_descriptors == c0.dnn_descriptors, "%lld cuDNN descriptors made in 4 warm steps",
+            (long long)(c1.dnn_descriptors - c0.dnn_descriptors));
+  CHECK_MSG(c1.mallocs == c0.mallocs, "%lld cudaMalloc in 4 warm steps", (long long)(c1.mallocs - c0.mallocs));
+  CHECK_MSG(c1.syncs == c0.syncs, "%lld host waits in 4 warm steps (none: nothing is read back)",
+            (long long)(c1.syncs - c0.syncs));
+  CHECK(c1.launches > c0.launches);
+  if (a->cnn) CHECK(c0.dnn_queries >= 3 && c0.dnn_descriptors >= 4); /* the first step chose the algorithms */
+  CHECK(first == first);
+  dl_gpu_set_deterministic(gpu, 0);
+  nruns++;
+}
+static void test_step_counts(void) {
+  static const counts_arg args[3] = {{0, 0}, {1, 0}, {1, 1}};
+  NEED_GPU();
+  guarded(counts_body, &args[0], "MLP step counts");
+  guarded(counts_body, &args[1], "CNN step counts");
+  guarded(counts_body, &args[2], "CNN step counts (deterministic)");
+}
+
 int main(void) {
   dl_ctx_desc d;
   memset(&d, 0, sizeof d);
@@ -1253,6 +1348,7 @@ int main(void) {
   RUN(test_out_of_memory);
   RUN(test_model_round_trip);
   RUN(test_training);
+  RUN(test_step_counts);
   if (gpu) {
     dl_gpu_stats s = dl_gpu_get_stats(gpu);
     printf("  device memory: peak %.1f MiB in use, %.1f MiB reserved; %llu allocations, %llu from the cache\n",

@@ -368,6 +368,36 @@ DL_API void dl_gpu_close(dl_gpu *g) {
 
 DL_API const char *dl_gpu_name(const dl_gpu *g) { return g ? g->name : "none"; }
 DL_API dl_gpu_stats dl_gpu_get_stats(const dl_gpu *g) { return g->cache.st; }
+/* What the device was asked since dl_gpu_open (gpu/abi.h's dlg_counts:
+ * kernel launches, GEMM calls, host waits, cudaMalloc / cudaFree, copies,
+ * fills, cuDNN algorithm queries and descriptors made). The difference of
+ * two readings around a training step is its cost; in the steady state it
+ * asks for no algorithm and no descriptor and allocates nothing. Zeros
+ * without DL_USE_CUDA. */
+typedef dlg_counts dl_gpu_counts;
+DL_API dl_gpu_counts dl_gpu_get_counts(const dl_gpu *g) {
+  dl_gpu_counts c;
+  memset(&c, 0, sizeof c);
+#ifdef DL_USE_CUDA
+  if (g) dlg_counters(g->h, &c);
+#else
+  (void)g;
+#endif
+  return c;
+}
+/* Convolution algorithms on this device: 0 (after dl_gpu_open): the
+ * fastest that cuDNN times for each shape, once (results may differ in the
+ * last bits between runs: some add with atomics); 1: deterministic ones,
+ * so that a rerun gives the same bits (what --deterministic sets). The
+ * CPU is always deterministic. */
+DL_API void dl_gpu_set_deterministic(dl_gpu *g, int on) {
+#ifdef DL_USE_CUDA
+  if (g) dlg_set_deterministic(g->h, on);
+#else
+  (void)g;
+  (void)on;
+#endif
+}
 /* Gives the cached (free) blocks back to the device, e.g. for another
  * process; blocks in use stay. */
 DL_API void dl_gpu_release_cache(dl_gpu *g) {

@@ -883,15 +883,17 @@ DL_API dl_status dl_dist_check(dl_dist *dd) {
  * (dl_dist_backward), then clipping and regularisation on the averaged
  * gradients, the optimizer update, zeroed gradients, rank 0's buffers to
  * every rank and, every desc.check_every steps, dl_dist_check. *norm (may
- * be NULL) gets the global gradient norm dl_clip_grads returns. dd NULL or
- * a single process: exactly dl_train_step. */
+ * be NULL) gets the global gradient norm dl_clip_grads returns; with norm
+ * NULL it is computed only where clipping by norm needs it. dd NULL or a
+ * single process: dl_train_step. */
 DL_API dl_status dl__dist_train_step(dl_dist *dd, dl_optim *o, dl_tape *tp, dl_tensor *loss, const dl_step_desc *d,
                                      double *norm) {
   dl_model *m = o->model;
   dl_status s;
   double nm;
-  if (!dd || dd->world <= 1) {
-    nm = dl_train_step(o, tp, loss, d);
+  if (!dd || dd->world <= 1) { /* dl_train_step; no norm computed when none is wanted (on the GPU: no wait) */
+    dl_backward(tp, loss, NULL);
+    nm = dl__apply_grads(o, d, norm != NULL);
     if (norm) *norm = nm;
     if (dd) dd->steps++;
     return DL_OK;
@@ -899,7 +901,7 @@ DL_API dl_status dl__dist_train_step(dl_dist *dd, dl_optim *o, dl_tape *tp, dl_t
   if (dd->model != m)
     return dl_fail(dd->ctx, DL_ERR_ARG, "dl_dist_train_step: the optimizer's model is not the attached one (dl_dist_attach)");
   if ((s = dl_dist_backward(dd, tp, loss)) != DL_OK) return s;
-  nm = dl_apply_grads(o, d);
+  nm = dl__apply_grads(o, d, norm != NULL);
   if (norm) *norm = nm;
   dd->steps++;
   if (!dd->desc.no_buffer_sync && (s = dl__dist_bcast_buffers(dd, m)) != DL_OK) return s;

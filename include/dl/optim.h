@@ -1244,10 +1244,32 @@ DL_API int dl__clip_skips(const dl_param *p) { return p->kind == DL_PARAM_BUFFER
  * Frozen parameters are left out. NaN or inf gradients give a NaN/inf norm
  * and, with clip_norm set, NaN gradients (as PyTorch). On the host or on
  * the model's GPU. */
-DL_API double dl_clip_grads(dl_model *m, const dl_step_desc *d) {
+DL_API double dl__clip_grads(dl_model *m, const dl_step_desc *d, int want_norm);
+DL_API double dl_clip_grads(dl_model *m, const dl_step_desc *d) { return dl__clip_grads(m, d, 1); }
+/* dl_clip_grads; want_norm 0: the norm is not wanted, so when no clipping
+ * by norm needs it (no clip_norm in d or on a parameter) no sum of squares
+ * is computed (on the GPU: no reduction launched, nothing read back) and
+ * NaN is returned. The gradients come out the same either way. */
+DL_API double dl__clip_grads(dl_model *m, const dl_step_desc *d, int want_norm) {
   double total, f;
   dl__gsum c;
   int i;
+  if (!want_norm && !(d && d->clip_norm > 0)) {
+    int by_norm = 0;
+    for (i = 0; i < m->nparams && !by_norm; i++) by_norm = !dl__clip_skips(m->params[i]) && m->params[i]->clip_norm > 0;
+    if (!by_norm) {
+      for (i = 0; i < m->nparams; i++) {
+        dl_param *p = m->params[i];
+        double cv = p->clip_value > 0 ? p->clip_value : d ? d->clip_value : 0;
+        int64_t n;
+        void *g;
+        if (dl__clip_skips(p) || !(cv > 0)) continue;
+        g = dl__grad_mem(p, &n);
+        dl__gbuf_clamp(p, g, n, cv);
+      }
+      return (double)NAN;
+    }
+  }
   dl__gsum_begin(&c, m);
   for (i = 0; i < m->nparams; i++) {
     dl_param *p = m->params[i];
@@ -1334,13 +1356,14 @@ DL_API void dl_regularize(dl_model *m, const dl_step_desc *d) {
  * dl_model_zero_grad. Returns the gradient norm dl_clip_grads gives. The one
  * place the order is written: dl_train_step and dist.h's dl_dist_train_step
  * (whose backward also all-reduces) both end with it. */
-DL_API double dl_apply_grads(dl_optim *o, const dl_step_desc *d) {
-  const double norm = dl_clip_grads(o->model, d);
+DL_API double dl__apply_grads(dl_optim *o, const dl_step_desc *d, int want_norm) {
+  const double norm = dl__clip_grads(o->model, d, want_norm);
   dl_regularize(o->model, d);
   dl_optim_step(o);
   dl_model_zero_grad(o->model);
   return norm;
 }
+DL_API double dl_apply_grads(dl_optim *o, const dl_step_desc *d) { return dl__apply_grads(o, d, 1); }
 
 /* Stages 2-5 in their fixed order, then zero the gradients:
  *   dl_backward(tp, loss) -> dl_apply_grads (dl_clip_grads -> dl_regularize
@@ -1351,6 +1374,13 @@ DL_API double dl_apply_grads(dl_optim *o, const dl_step_desc *d) {
 DL_API double dl_train_step(dl_optim *o, dl_tape *tp, dl_tensor *loss, const dl_step_desc *d) {
   dl_backward(tp, loss, NULL);
   return dl_apply_grads(o, d);
+}
+/* dl_train_step without its return value: the gradient norm is computed
+ * only where clipping by norm needs it, so on the GPU the host does not
+ * wait for the step (nothing is read back). The same update. */
+DL_API void dl_train_step_nowait(dl_optim *o, dl_tape *tp, dl_tensor *loss, const dl_step_desc *d) {
+  dl_backward(tp, loss, NULL);
+  (void)dl__apply_grads(o, d, 0);
 }
 
 #endif /* __cplusplus */

@@ -18,9 +18,11 @@
  *     return fprintf(stderr, "%s\n", dl_ctx_message(&ctx)), 1;   // --load / --resume failed
  *   while (dl_run_next_epoch(&r)) {             // from the resumed epoch to --epochs
  *     while (dl_batcher_next(&b, &batch)) {
- *       ... loss = forward; dl_train_step(opt, &tp, loss, &sd); dl_tape_rewind(&tp);
- *       dl_run_step(&r, batch.size, loss_value, correct);
+ *       ... logits, loss = forward;
+ *       dl_run_step_async(&r, batch.size, loss, logits, batch.y);  // or dl_run_step with numbers
+ *       dl_train_step_nowait(opt, &tp, loss, &sd); dl_tape_rewind(&tp);
  *     }
+ *     dl_run_flush(&r);                         // on the GPU: the last step counted
  *     dl_evaluate(m, &tp, &test_batcher, &vl, &va, NULL);
  *     if (dl_run_end_epoch(&r, vl, va) != DL_OK) return ..., 1;   // checkpoint, CSV, chart
  *   }
@@ -45,7 +47,8 @@
  *     --stop-after N (end the process after N epochs as if interrupted:
  *     schedules still plan for --epochs) --csv FILE (per-epoch log) --chart FILE (PNG of the curves; needs
  *     DL_USE_STB_IMAGE_WRITE) --data DIR --subset N (the first N training
- *     samples only) --quiet (no progress line) --help
+ *     samples only) --deterministic (on the GPU: the same bits on every run)
+ *     --quiet (no progress line) --help
  *   dl_train_flags fills DL_TRAIN_NFLAGS descriptors pointing into the
  *   opts (the caller sets defaults first); dl_train_opts_check rejects
  *   contradictions (--eval without --load/--resume, --load with --resume).
@@ -249,9 +252,10 @@ typedef struct dl_train_opts {
   const char *save, *load, *checkpoint, *resume, *csv, *chart, *data;
   const char *device; /* "cpu" (NULL too) or "cuda" / "cuda:N": see dl_train_device */
   int eval, quiet, help;
+  int deterministic; /* --deterministic: the GPU's deterministic algorithms (dl_gpu_set_deterministic) */
 } dl_train_opts;
 
-#define DL_TRAIN_NFLAGS 18
+#define DL_TRAIN_NFLAGS 19
 
 /* Fill out[0..DL_TRAIN_NFLAGS) with the standard flags, pointing into o;
  * returns DL_TRAIN_NFLAGS. */
@@ -275,6 +279,8 @@ DL_API int dl_train_flags(dl_train_opts *o, dl_flag *out) {
   out[n++] = (dl_flag){"subset", DL_FLAG_I64, &o->subset, 0, 1e15, "train on the first N samples only (0: all)", "N"};
   out[n++] = (dl_flag){"device", DL_FLAG_STR, (void *)&o->device, 0, 0,
                        "cpu, or cuda[:N] to train on GPU N (a build with DL_USE_CUDA, see dl/gpu.h)", "DEV"};
+  out[n++] = (dl_flag){"deterministic", DL_FLAG_SWITCH, &o->deterministic, 0, 0,
+                       "on the GPU, algorithms that give the same bits on every run (the CPU always does)", NULL};
   out[n++] = (dl_flag){"quiet", DL_FLAG_SWITCH, &o->quiet, 0, 0, "no progress line", NULL};
   out[n++] = (dl_flag){"help", DL_FLAG_SWITCH, &o->help, 0, 0, "this list", NULL};
   return n;
@@ -371,6 +377,7 @@ DL_API dl_status dl_train_device(dl_ctx *ctx, const dl_train_opts *o, dl_model *
     return dl_fail(ctx, DL_ERR_ARG, "--device %.100s: cpu, cuda or cuda:N", o->device);
   if (o->device[4] == ':') dev = atoi(o->device + 5);
   if ((s = dl_gpu_open(gpu, ctx, dev)) != DL_OK) return s;
+  dl_gpu_set_deterministic(*gpu, o->deterministic);
   if ((s = dl_model_to_device(m, *gpu)) != DL_OK) {
     dl_gpu_close(*gpu);
     *gpu = NULL;
@@ -442,6 +449,7 @@ typedef struct dl_run {
   dl_named_value vals[DL_RUN_MAX_VALUES];
   int nvals;
   dl_load_report report;  /* what --load / --resume found wrong, name by name */
+  struct dl__run_dev *dev; /* dl_run_step_async on the GPU: the step waiting to be counted (NULL: none yet) */
 } dl_run;
 
 DL_API double *dl__run_col(const dl_run *r, int c) { return dl_f64(r->hist) + (size_t)c * DL_RUN_MAX_EPOCHS; }
@@ -469,8 +477,42 @@ DL_API void dl__run_values(dl_run *r) {
   r->nvals = n;
 }
 
+/* dl_run_step_async's state on the GPU: the metrics of the last step,
+ * computed there and on their way to page-locked memory (two slots, used
+ * in turn, so that a step's copy never overwrites the one being read). */
+typedef struct dl__run_dev {
+  dl_gpu *gpu;
+  unsigned char *pin; /* page-locked: per slot, the loss's bytes (8) then the count (int64) */
+  int64_t *dcount;    /* device: one count per slot */
+  void *ev[2];        /* recorded after each slot's copies */
+  int64_t *lab;       /* host labels widened to int64 */
+  int64_t labcap;
+  int slot, pending, counted;
+  int64_t psamples;
+  dl_dtype pdtype;
+} dl__run_dev;
+
+DL_API void dl__run_dev_free(dl_run *r) {
+  dl__run_dev *d = r->dev;
+  if (!d) return;
+#ifdef DL_USE_CUDA
+  if (d->gpu) {
+    dlg_handle *h = dl__gpu_handle(d->gpu);
+    (void)dl_gpu_sync(d->gpu);
+    dlg_event_free(h, d->ev[0]);
+    dlg_event_free(h, d->ev[1]);
+    dlg_host_free(h, d->pin);
+    if (d->dcount) dl_gpu_free(d->gpu, d->dcount);
+  }
+#endif
+  dl_free(r->ctx, d->lab);
+  dl_free(r->ctx, d);
+  r->dev = NULL;
+}
+
 DL_API void dl_run_free(dl_run *r) {
   if (!r) return;
+  dl__run_dev_free(r);
   dl_tensor_free(r->hist);
   r->hist = NULL;
 }
@@ -704,13 +746,133 @@ DL_API int dl_run_next_epoch(dl_run *r) {
 
 /* One optimizer step of the current epoch: its samples, its loss and (for
  * a classifier; < 0: none) how many it got right. */
+DL_API void dl__run_progress(dl_run *r, int64_t samples, double loss, int64_t correct);
 DL_API void dl_run_step(dl_run *r, int64_t samples, double loss, int64_t correct) {
   r->step++;
   r->samples += samples;
+  dl__run_progress(r, samples, loss, correct);
+}
+/* The progress line's part of dl_run_step (dl_run_step_async's late half). */
+DL_API void dl__run_progress(dl_run *r, int64_t samples, double loss, int64_t correct) {
   if (correct >= 0)
     dl_progress_update_acc(&r->pg, samples, loss, correct);
   else
     dl_progress_update(&r->pg, samples, loss);
+}
+
+/* The GPU step dl_run_step_async left pending, counted now (its values
+ * are on the host once the device reached its event). */
+DL_API void dl__run_drain(dl_run *r);
+/* After an epoch's last step, before evaluating: counts the step
+ * dl_run_step_async left pending (waiting for the device to reach it), so
+ * that the epoch's training time ends there. dl_run_end_epoch does it too
+ * (but then the evaluation's time counts as training). Nothing to do on
+ * the host. */
+DL_API void dl_run_flush(dl_run *r) { dl__run_drain(r); }
+DL_API void dl__run_drain(dl_run *r) {
+#ifdef DL_USE_CUDA
+  dl__run_dev *d = r->dev;
+  if (d && d->pending) {
+    const int s = d->slot ^ 1; /* the slot written last */
+    const unsigned char *p = d->pin + 16 * s;
+    double lv;
+    int64_t c;
+    if (dlg_event_wait(dl__gpu_handle(d->gpu), d->ev[s]) != DLG_OK)
+      DL_PANIC(r->ctx, "dl_run_step_async", "on the GPU: %s", dlg_message(dl__gpu_handle(d->gpu)));
+    if (d->pdtype == DL_F32) {
+      float f;
+      memcpy(&f, p, sizeof f);
+      lv = f;
+    } else memcpy(&lv, p, sizeof lv);
+    memcpy(&c, p + 8, sizeof c);
+    d->pending = 0;
+    dl__run_progress(r, d->psamples, lv, d->counted ? c : -1);
+  }
+#else
+  (void)r;
+#endif
+}
+
+/* One optimizer step given by its tensors: loss (one element) and, for a
+ * classifier, logits [N, C] and labels [N] (i64 / i32; logits NULL: no
+ * accuracy). On the host: dl_run_step(r, samples, dl_item(loss),
+ * dl_accuracy_count(logits, labels)) now. On the GPU nothing waits: the
+ * count is computed there, loss and count are copied to page-locked memory
+ * behind the step's work, and they reach the progress line one step later
+ * (at the next call, or at dl_run_flush / dl_run_end_epoch), when the
+ * device has long reached them (r->step counts the step at once);
+ * so a training loop that reads nothing else never waits for the device
+ * inside an epoch. Call it after the forward pass, before the tape is
+ * rewound (the logits must still be there; labels the loss already
+ * checked), and dl_run_flush after the epoch's last step. Out of memory or
+ * a device failure panics (op named). */
+DL_API void dl_run_step_async(dl_run *r, int64_t samples, const dl_tensor *loss, const dl_tensor *logits,
+                              const dl_tensor *labels) {
+#ifdef DL_USE_CUDA
+  if (loss->device == DL_CUDA) {
+    dl_gpu *g = loss->ctx->gpu;
+    dlg_handle *h = dl__gpu_handle(g);
+    dl__run_dev *d = r->dev;
+    const int64_t *lh = NULL;
+    const void *ldev = NULL;
+    const char *op = "dl_run_step_async";
+    int s;
+    if (!d) {
+      d = (dl__run_dev *)dl_alloc(r->ctx, sizeof *d);
+      if (!d) DL_NOMEM(r->ctx, op, "%zu bytes of host memory", sizeof *d);
+      memset(d, 0, sizeof *d);
+      r->dev = d;
+      d->gpu = g;
+      if (dlg_host_alloc(h, (void **)&d->pin, 32) != DLG_OK)
+        DL_NOMEM(r->ctx, op, "32 bytes of page-locked host memory: %s", dlg_message(h));
+      if (dl_gpu_alloc(g, (void **)&d->dcount, 2 * sizeof(int64_t)) != DL_OK)
+        DL_NOMEM(r->ctx, op, "16 bytes of device memory: %s", dl_ctx_message(r->ctx));
+    }
+    if (d->gpu != g) DL_PANIC(r->ctx, op, "the loss is on another device than this run's earlier steps");
+    if (loss->numel != 1) DL_PANIC(r->ctx, op, "the loss %s is not one element", DL_SHAPESTR(loss));
+    dl__run_drain(r); /* the step before: its event was passed long ago */
+    s = d->slot;
+    d->counted = logits != NULL;
+    if (logits) {
+      const int64_t N = logits->ndim == 2 ? logits->shape[0] : -1;
+      if (logits->ndim != 2 || logits->device != DL_CUDA || !labels || labels->ndim != 1 || labels->shape[0] != N ||
+          (labels->dtype != DL_I64 && labels->dtype != DL_I32) || (logits->dtype != DL_F32 && logits->dtype != DL_F64))
+        DL_PANIC(r->ctx, op, "logits %s (f32/f64 [N, C] on the GPU) and labels %s (i64/i32 [N]) do not fit",
+                 DL_SHAPESTR(logits), labels ? DL_SHAPESTR(labels) : "none");
+      if (labels->device == DL_CUDA) ldev = labels->data;
+      else if (labels->dtype == DL_I64 && labels->strides[0] == 1) lh = (const int64_t *)labels->data;
+      else { /* widened to int64 in a buffer kept for the next steps */
+        int64_t i;
+        if (N > d->labcap) {
+          int64_t *nl = (int64_t *)dl_alloc(r->ctx, (size_t)N * sizeof(int64_t));
+          if (!nl) DL_NOMEM(r->ctx, op, "%lld labels", (long long)N);
+          dl_free(r->ctx, d->lab);
+          d->lab = nl;
+          d->labcap = N;
+        }
+        for (i = 0; i < N; i++)
+          d->lab[i] = labels->dtype == DL_I64 ? ((const int64_t *)labels->data)[i * labels->strides[0]]
+                                              : (int64_t)((const int32_t *)labels->data)[i * labels->strides[0]];
+        lh = d->lab;
+      }
+      dl__gpu_ok(logits, op,
+                 dlg_argmax_hits(h, (int)logits->dtype, N, logits->shape[1], logits->data, logits->strides[0],
+                                 logits->strides[1], lh, ldev, labels->dtype == DL_I64 ? DLG_I64 : DLG_I32,
+                                 labels->strides[0], d->dcount + s));
+      dl__gpu_ok(logits, op, dlg_copy_async(h, d->pin + 16 * s + 8, d->dcount + s, sizeof(int64_t), DLG_D2H));
+    }
+    dl__gpu_ok(loss, op, dlg_copy_async(h, d->pin + 16 * s, loss->data, dl_dtype_size(loss->dtype), DLG_D2H));
+    dl__gpu_ok(loss, op, dlg_event_record(h, &d->ev[s]));
+    d->pdtype = loss->dtype;
+    d->psamples = samples;
+    d->pending = 1;
+    d->slot = s ^ 1;
+    r->step++; /* counted now (a learning-rate schedule reads it); its values reach the progress a step later */
+    r->samples += samples;
+    return;
+  }
+#endif
+  dl_run_step(r, samples, dl_item(loss), logits ? dl_accuracy_count(logits, labels) : -1);
 }
 
 /* Rewrite the CSV log from the history, atomically (dl_csv_save): a
@@ -778,6 +940,8 @@ DL_API dl_status dl_run_end_epoch(dl_run *r, double val_loss, double val_acc) {
   dl_status s;
   int64_t e;
   if (!r->in_epoch) return dl_fail(r->ctx, DL_ERR_ARG, "dl_run_end_epoch: no epoch was started (dl_run_next_epoch)");
+  dl__run_drain(r); /* dl_run_step_async's last step */
+  now = dl_clock_monotonic(NULL);
   r->in_epoch = 0;
   r->train_s += r->pg.t_update - r->pg.t_epoch; /* the epoch's start to its last step */
   if (r->world > 1) { /* the epoch over all ranks */

@@ -99,6 +99,7 @@ enum cudaError {
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevicePointer = 17,
   cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorNotReady = 600,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
 };
@@ -111,6 +112,17 @@ enum cudaMemcpyKind {
   cudaMemcpyDefault = 4
 };
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+enum cudaMemoryType {
+  cudaMemoryTypeUnregistered = 0,
+  cudaMemoryTypeHost = 1,
+  cudaMemoryTypeDevice = 2,
+  cudaMemoryTypeManaged = 3
+};
+struct cudaPointerAttributes {
+  cudaMemoryType type;
+  int device;
+  void *devicePointer, *hostPointer;
+};
 #define cudaStreamNonBlocking 0x01
 typedef struct CUstream_st *cudaStream_t;
 struct cudaDeviceProp {
@@ -132,6 +144,18 @@ cudaError_t cudaMalloc(void **p, size_t bytes);
 template <typename T> inline cudaError_t cudaMalloc(T **p, size_t bytes) { return cudaMalloc((void **)p, bytes); }
 cudaError_t cudaFree(void *p);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+// Device memory of the fake device, page-locked host memory (cudaMallocHost), or plain host memory.
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p);
+cudaError_t cudaMallocHost(void **p, size_t bytes);
+cudaError_t cudaFreeHost(void *p);
+// Events: the fake device runs every call at once, so an event is always reached.
+typedef struct CUevent_st *cudaEvent_t;
+#define cudaEventDisableTiming 0x02
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
+cudaError_t cudaEventQuery(cudaEvent_t e);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = 0);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s = 0);
@@ -332,6 +356,18 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t h, cud
                                                             cudnnConvolutionDescriptor_t c,
                                                             cudnnFilterDescriptor_t dw, int want, int *got,
                                                             cudnnConvolutionBwdFilterAlgoPerf_t *perf);
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t h, cudnnTensorDescriptor_t x,
+                                                   cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t c,
+                                                   cudnnTensorDescriptor_t y, int want, int *got,
+                                                   cudnnConvolutionFwdAlgoPerf_t *perf);
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(cudnnHandle_t h, cudnnFilterDescriptor_t w,
+                                                        cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t c,
+                                                        cudnnTensorDescriptor_t dx, int want, int *got,
+                                                        cudnnConvolutionBwdDataAlgoPerf_t *perf);
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t h, cudnnTensorDescriptor_t x,
+                                                          cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t c,
+                                                          cudnnFilterDescriptor_t dw, int want, int *got,
+                                                          cudnnConvolutionBwdFilterAlgoPerf_t *perf);
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, cudnnTensorDescriptor_t x,
                                                       cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t c,
                                                       cudnnTensorDescriptor_t y, cudnnConvolutionFwdAlgo_t a,

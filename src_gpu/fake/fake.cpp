@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <set>
 #include <vector>
 
 uint3 threadIdx, blockIdx;
@@ -315,6 +316,49 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
   *total_bytes = budget();
   return cudaSuccess;
 }
+static std::set<const void *> g_pinned; // cudaMallocHost's blocks
+struct CUevent_st {
+  int recorded;
+};
+cudaError_t cudaMallocHost(void **p, size_t bytes) {
+  *p = malloc(bytes ? bytes : 1);
+  if (!*p) return fail(cudaErrorMemoryAllocation);
+  g_pinned.insert(*p);
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void *p) {
+  if (p && !g_pinned.erase(p)) {
+    fprintf(stderr, "DLG_FAKE: cudaFreeHost(%p): not from cudaMallocHost\n", p);
+    abort();
+  }
+  free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+  (void)flags;
+  *e = new CUevent_st{0};
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  (void)s;
+  if (!e) return fail(cudaErrorInvalidValue);
+  e->recorded = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : fail(cudaErrorInvalidValue); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : fail(cudaErrorInvalidValue); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
+  const bool dev = find(p, 0) != nullptr;
+  a->type = dev ? cudaMemoryTypeDevice : g_pinned.count(p) ? cudaMemoryTypeHost : cudaMemoryTypeUnregistered;
+  a->device = dev ? 0 : -1;
+  a->devicePointer = dev ? (void *)p : nullptr;
+  a->hostPointer = dev ? nullptr : (void *)p;
+  return cudaSuccess;
+}
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
   (void)s;
   if (bytes == 0) return cudaSuccess;
@@ -365,6 +409,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNotReady: return "device not ready";
   }
   return "unknown error";
 }
@@ -709,6 +754,25 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t h, cud
   Conv g;
   if (!h || conv_geo(x, dw, c, dy, &g) != CUDNN_STATUS_SUCCESS) return CUDNN_STATUS_BAD_PARAM;
   return one_algo(c, want, got, perf, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
+}
+// cudnnFind...: the same single candidate, as if timed (nothing runs).
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t h, cudnnTensorDescriptor_t x,
+                                                   cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t c,
+                                                   cudnnTensorDescriptor_t y, int want, int *got,
+                                                   cudnnConvolutionFwdAlgoPerf_t *perf) {
+  return cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, c, y, want, got, perf);
+}
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(cudnnHandle_t h, cudnnFilterDescriptor_t w,
+                                                        cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t c,
+                                                        cudnnTensorDescriptor_t dx, int want, int *got,
+                                                        cudnnConvolutionBwdDataAlgoPerf_t *perf) {
+  return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, dy, c, dx, want, got, perf);
+}
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t h, cudnnTensorDescriptor_t x,
+                                                          cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t c,
+                                                          cudnnFilterDescriptor_t dw, int want, int *got,
+                                                          cudnnConvolutionBwdFilterAlgoPerf_t *perf) {
+  return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, dy, c, dw, want, got, perf);
 }
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, cudnnTensorDescriptor_t x,
                                                       cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t c,

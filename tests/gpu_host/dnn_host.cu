@@ -5,7 +5,7 @@
 // Why: there is no GPU in CI, so tests/test_gpu.c skips there and nothing
 // would ever execute these kernels. The files write each kernel's work for one
 // element / channel / row as a __host__ __device__ function (maxpool_fwd_at,
-// bn_chan_at, ln_row_at, ...), templated over a reduction policy for the
+// chan_part_at, bn_final_at, ln_row_at, ...), templated over a reduction policy for the
 // per-channel and per-row sums. This file #includes both, calls those
 // bodies in plain host loops over every element / channel / row, with
 // HostRed (one "thread" that does the whole sum, and is the lead) in place
@@ -23,7 +23,8 @@
 //   - layer norm and RMS norm over the last dimension of [R, D]: y, ty, gx,
 //     and gw, gb through the chunked column sums (ln_chunks, ln_colpart_at,
 //     ln_colsum_at), with / without weight and bias, R up to 300;
-//   - conv2d's bias gradient (conv_bias_grad_at).
+//   - conv2d's bias gradient (chan_part_at with SumGy, conv_bias_final_at),
+//     the per-channel sums cut into 1 to 4 chunks as the kernels cut them.
 // Outputs the bodies assign start at a value no op gives (an element left
 // unwritten fails); gradients they add to (gx, gw, gb) start at random
 // values, and want is the CPU's gradient plus those (for the pools, a second
@@ -69,6 +70,9 @@
 #pragma weak cudnnCreateConvolutionDescriptor
 #pragma weak cudnnCreateFilterDescriptor
 #pragma weak cudnnCreateTensorDescriptor
+#pragma weak cudnnFindConvolutionBackwardDataAlgorithm
+#pragma weak cudnnFindConvolutionBackwardFilterAlgorithm
+#pragma weak cudnnFindConvolutionForwardAlgorithm
 #pragma weak cudnnDestroyConvolutionDescriptor
 #pragma weak cudnnDestroyFilterDescriptor
 #pragma weak cudnnDestroyTensorDescriptor
@@ -202,11 +206,36 @@ static void avg_pool_f64(void) { pool_cases<double>(1); }
 
 // >>batch norm ----------------------------------------------------------------
 
+// The bodies as bn_run runs them, on the host: each channel's sums in
+// `split` chunks (chan_part_at), then bn_final_at per channel.
+template <class T>
+static void bn_host(int mode, const dlg_bn &p, const T *x, const T *v, const T *tw, const T *tb, T *gw, T *gb,
+                    double *k, int64_t split) {
+  const HostRed rd;
+  const ChanGeo g = {p.N, p.C, p.S};
+  std::vector<double> part((size_t)(2 * p.C * split), -1.0);
+  const bool sums = bn_needs_sums(mode, p, v != nullptr, gw != nullptr, gb != nullptr);
+  auto parts = [&](const auto &f) {
+    for (int64_t c = 0; c < p.C; c++)
+      for (int64_t j = 0; j < split; j++) chan_part_at(rd, g, split, f, part.data(), c, j);
+  };
+  if (mode == kFwd && p.batch) {
+    parts(BnSumX<T>{x});
+    for (int64_t c = 0; c < p.C; c++)
+      bn_final_at<T>(mode, 0, p, part.data(), split, false, nullptr, nullptr, nullptr, nullptr, k, c);
+    parts(BnSumSq<T>{x, p.stats});
+  } else if (sums) {
+    parts(BnSumV<T>{x, v, p.stats});
+  }
+  for (int64_t c = 0; c < p.C; c++)
+    bn_final_at<T>(mode, 1, p, sums ? part.data() : nullptr, split, v != nullptr, tw, tb, gw, gb, k, c);
+}
+
 // One batch norm case on x [N, C, S]: training (batch statistics, running
 // update when track), eval with running statistics (track), or eval without
 // them (!track: batch statistics, no update); hw, hb: weight, bias. The
-// bodies run as bn_run would: per channel bn_chan_at, then bn_map_at over
-// the elements, for FWD, TAN (tx, tw, tb) and BWD (gy; gx += ).
+// bodies run as bn_run would (bn_host), then bn_map_at over the elements,
+// for FWD, TAN (tx, tw, tb) and BWD (gy; gx += ).
 template <class T>
 static void bn_case(int64_t N, int64_t C, int64_t S, int training, int track, int hw, int hb, double mom,
                     double eps) {
@@ -241,17 +270,14 @@ static void bn_case(int64_t N, int64_t C, int64_t S, int training, int track, in
   p.b = hb ? b.data() : nullptr; p.bs = 1;
   p.rmean = track ? rm.data() : nullptr; p.rvar = track ? rv.data() : nullptr; p.rms = 1; p.rvs = 1;
   p.stats = stats.data();
-  const HostRed rd;
-  for (int64_t c = 0; c < C; c++)
-    bn_chan_at<T>(rd, kFwd, p, x.data(), nullptr, nullptr, nullptr, nullptr, nullptr, k.data(), c);
+  const int64_t split = 1 + (N * S) % 4; // 1 to 4 chunks per channel (uneven ones too)
+  bn_host<T>(kFwd, p, x.data(), nullptr, nullptr, nullptr, nullptr, nullptr, k.data(), split);
   for (int64_t e = 0; e < n; e++) bn_map_at(0, C, S, x.data(), x.data(), stats.data(), k.data(), y.data(), e);
-  for (int64_t c = 0; c < C; c++)
-    bn_chan_at<T>(rd, kTan, p, x.data(), tx.data(), hw ? tw.data() : nullptr, hb ? tb.data() : nullptr, nullptr,
-                  nullptr, k.data(), c);
+  bn_host<T>(kTan, p, x.data(), tx.data(), hw ? tw.data() : nullptr, hb ? tb.data() : nullptr, nullptr, nullptr,
+             k.data(), split);
   for (int64_t e = 0; e < n; e++) bn_map_at(0, C, S, x.data(), tx.data(), stats.data(), k.data(), ty.data(), e);
-  for (int64_t c = 0; c < C; c++)
-    bn_chan_at<T>(rd, kBwd, p, x.data(), gy.data(), nullptr, nullptr, hw ? gw.data() : nullptr,
-                  hb ? gb.data() : nullptr, k.data(), c);
+  bn_host<T>(kBwd, p, x.data(), gy.data(), nullptr, nullptr, hw ? gw.data() : nullptr, hb ? gb.data() : nullptr,
+             k.data(), split);
   for (int64_t e = 0; e < n; e++) bn_map_at(1, C, S, x.data(), gy.data(), stats.data(), k.data(), gx.data(), e);
   char name[200];
   snprintf(name, sizeof name, "batch norm %s [%lld, %lld, %lld] %s weight %d bias %d momentum %g eps %g",
@@ -355,7 +381,12 @@ template <class T> static void conv_gb_case(int64_t N, int64_t O, int64_t Hh, in
   hc_fill(gy, -1, 1);
   dnn_ref_conv_gb(dt, N, O, Hh, Ww, gy.data(), rgb.data());
   const HostRed rd;
-  for (int64_t o = 0; o < O; o++) conv_bias_grad_at<T>(rd, N, O, Hh * Ww, gy.data(), gb.data(), o);
+  const ChanGeo g = {N, O, Hh * Ww};
+  const int64_t split = 1 + (N * Hh * Ww) % 3; // as conv_bwd, with 1 to 3 chunks per channel
+  std::vector<double> part((size_t)(2 * O * split), -1.0);
+  for (int64_t o = 0; o < O; o++)
+    for (int64_t j = 0; j < split; j++) chan_part_at(rd, g, split, SumGy<T>{gy.data()}, part.data(), o, j);
+  for (int64_t o = 0; o < O; o++) conv_bias_final_at<T>(part.data(), split, gb.data(), o);
   char name[120];
   snprintf(name, sizeof name, "conv bias grad %s gy [%lld, %lld, %lld, %lld]", hc_dt(dt), (long long)N,
            (long long)O, (long long)Hh, (long long)Ww);

@@ -54,6 +54,45 @@ int dlg_memset0(dlg_handle *h, void *p, size_t bytes);
 /* Waits for all queued work; reports an asynchronous kernel failure. */
 int dlg_sync(dlg_handle *h);
 
+/* Page-locked host memory (cudaMallocHost): what dlg_copy_async copies
+ * into and out of without the host waiting. */
+int dlg_host_alloc(dlg_handle *h, void **p, size_t bytes);
+void dlg_host_free(dlg_handle *h, void *p);
+/* A copy queued on the stream; the host does not wait: D2H into
+ * page-locked memory is there once an event recorded after it has
+ * completed (dlg_event_wait); H2D from page-locked memory must not be
+ * changed before that. */
+int dlg_copy_async(dlg_handle *h, void *dst, const void *src, size_t bytes, int kind);
+/* Events on the stream: record (*ev NULL: made first, no timing), wait on
+ * the host until the work queued before the record is done (counted as a
+ * host wait only when it was not done yet), free. */
+int dlg_event_record(dlg_handle *h, void **ev);
+int dlg_event_wait(dlg_handle *h, void *ev);
+void dlg_event_free(dlg_handle *h, void *ev);
+
+/* What the handle has asked of the device since dlg_create, counted on the
+ * host as the calls are made (so a test on the fake device sees what a GPU
+ * would be asked): kernel launches, cuBLAS GEMM calls, host waits for the
+ * stream (dlg_sync, a D2H copy, an event not yet reached), cudaMalloc /
+ * cudaFree, queued copies and fills; cuDNN algorithm
+ * queries (heuristics and timed searches) and descriptors created. The
+ * difference of two readings is what the code between them cost: a training
+ * step in the steady state asks for no algorithm, creates no descriptor and
+ * allocates nothing (tests/test_gpu.c checks). */
+typedef struct dlg_counts {
+  int64_t launches, blas, syncs, mallocs, frees, copies, memsets, dnn_queries, dnn_descriptors;
+} dlg_counts;
+void dlg_counters(const dlg_handle *h, dlg_counts *c);
+/* Convolution algorithms (conv.cu): 0 (the default): for each shape, once,
+ * cuDNN times its candidates (cudnnFind) and the fastest that computes the
+ * plain sum of products (no FFT or Winograd, no TF32; workspace within
+ * DLG_CONV_WS_BUDGET) is kept: results may vary in the last bits from run
+ * to run (some of those algorithms add with atomics). 1: deterministic
+ * algorithms first, from cuDNN's heuristics: reruns are bit-identical.
+ * Plans already chosen are chosen again after a switch. */
+void dlg_set_deterministic(dlg_handle *h, int on);
+int dlg_deterministic(const dlg_handle *h);
+
 /* y[0..n) = v for dtype DLG_F32 / DLG_F64 / DLG_I32 / DLG_I64. */
 int dlg_fill(dlg_handle *h, int dtype, void *y, int64_t n, double v);
 /* *p += delta for one int64 on the device (BatchNorm's num_batches_tracked). */

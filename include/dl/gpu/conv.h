@@ -33,8 +33,19 @@ typedef struct dlg_handle dlg_handle; /* as in abi.h (a repeated typedef: C11) *
  * ph = 0. Cross-correlation (no kernel flip), as the CPU. Every size of x,
  * w and y must fit cuDNN's int (each tensor below 2^31 elements), else
  * DLG_ERR. f32 runs on FMA kernels only (no TF32 tensor cores), f64 on
- * cuDNN's default math; among those cuDNN's heuristics (the _v7 queries)
- * pick the algorithm, deterministic ones first. */
+ * cuDNN's default math. The descriptors and the algorithm of each pass are
+ * chosen once per shape and kept in the handle (at most 64 shapes, the
+ * least recently used replaced), so a training step in the steady state
+ * asks cuDNN for nothing but the convolutions themselves. The algorithm:
+ * by default the fastest cuDNN times (cudnnFind, once per shape) among
+ * those computing the plain sum of products (no FFT, no Winograd), with a
+ * workspace of at most DLG_CONV_WS_BUDGET bytes unless nothing smaller
+ * runs; with dlg_set_deterministic(h, 1), cuDNN's heuristics (the _v7
+ * queries), deterministic algorithms first, so that reruns are
+ * bit-identical. */
+#ifndef DLG_CONV_WS_BUDGET
+#define DLG_CONV_WS_BUDGET ((size_t)256 << 20)
+#endif
 typedef struct dlg_conv2d {
   int64_t N, C, H, W, O, kh, kw, Ho, Wo;
   int64_t sh, sw, ph, pw, dh, dw, G;

@@ -64,6 +64,17 @@ int dlg_nll(dlg_handle *h, int dtype, int64_t N, int64_t C, const void *x, int64
 int dlg_nll_backward(dlg_handle *h, int dtype, int64_t N, int64_t C, const int64_t *labels, const void *gy,
                      int64_t gstride, double gscale, void *gx);
 
+/* >>metrics (report.h) ------------------------------------------------------ */
+
+/* *count (one device int64, written) = the rows i of x [N, C] (element
+ * strides s0, s1) whose first maximum (a NaN counts as the maximum, as
+ * report.h's dl__argmax_row) is at column label_i. Labels: HOST int64 [N]
+ * (labels_host, staged through the workspace) or, labels_host NULL, DEVICE
+ * labels_dev of dtype DLG_I32 / DLG_I64 with element stride ls. A label
+ * outside [0, C) counts as a miss (the loss that ran first checked them). */
+int dlg_argmax_hits(dlg_handle *h, int dtype, int64_t N, int64_t C, const void *x, int64_t s0, int64_t s1,
+                    const int64_t *labels_host, const void *labels_dev, int ldtype, int64_t ls, int64_t *count);
+
 #ifdef __cplusplus
 }
 #endif
