@@ -506,7 +506,7 @@ static void test_csv(void) {
     d.columns = cols; d.ncolumns = 2;
     CHECK(dl_csv_log_open(&log, &ctx, &d) == DL_ERR_FORMAT);
     CHECK(strstr(dl_ctx_message(&ctx), "fresh") != NULL && strstr(dl_ctx_message(&ctx), path) != NULL);
-    CHECK(log.f == NULL);
+    CHECK(log.text == NULL);
     txt = slurp_path(path);
     CHECK(txt && strcmp(txt, want) == 0);
     free(txt);
@@ -532,6 +532,26 @@ static void test_csv(void) {
     dl_csv_log_close(&log);
     txt = slurp_path(path);
     CHECK_MSG(txt && strcmp(txt, "step,loss\n1,0.\n2,0.2\n") == 0, "got '%s'", txt ? txt : "(null)");
+    free(txt);
+  }
+  /* each row rewrites the file atomically: a row whose write fails (the path is a folder now) leaves the file
+   * as it was and is written with the next row that succeeds */
+  {
+    const char *cols[2] = {"step", "loss"};
+    const double v1[2] = {1, 0.5}, v2[2] = {2, 0.25}, v3[2] = {3, 0.125};
+    memset(&d, 0, sizeof d);
+    d.path = path; d.columns = cols; d.ncolumns = 2; d.fresh = 1;
+    CHECK(dl_csv_log_open(&log, &ctx, &d) == DL_OK);
+    CHECK(dl_csv_log_row(&log, v1) == DL_OK);
+    CHECK(remove(path) == 0 && mkdir(path, 0700) == 0);
+    CHECK(dl_csv_log_row(&log, v2) == DL_ERR_IO);
+    CHECK_MSG(strstr(dl_ctx_message(&ctx), "dl_csv_log_row") && strstr(dl_ctx_message(&ctx), path),
+              "message: %s", dl_ctx_message(&ctx));
+    CHECK(rmdir(path) == 0);
+    CHECK(dl_csv_log_row(&log, v3) == DL_OK && log.rows == 2);
+    dl_csv_log_close(&log);
+    txt = slurp_path(path);
+    CHECK_MSG(txt && strcmp(txt, "step,loss\n1,0.5\n2,0.25\n3,0.125\n") == 0, "got '%s'", txt ? txt : "(null)");
     free(txt);
   }
   /* bad columns, bad path */

@@ -823,16 +823,24 @@ typedef struct dl_csv_log_desc {
   int digits;
 } dl_csv_log_desc;
 
+/* The log keeps the file's whole text and rewrites it through the atomic
+ * writer (file.h: a unique temporary, fsync, rename) after every row: a
+ * reader, a crash or a full disk sees the log as it was before the row or
+ * after it, never half a row. Meant for a row per epoch (each row costs a
+ * write of the file and an fsync); text NULL: not open. */
 typedef struct dl_csv_log {
-  FILE *f;
+  char *path;          /* the file (a copy) */
+  char *text;          /* its content: header and rows */
+  size_t len, cap;
   int ncolumns, digits, default_columns;
   int64_t rows;        /* rows written by this log object */
   dl_ctx *ctx;
 } dl_csv_log;
 
 /* Open (or create) the log and write the header if the file is new or
- * empty. DL_ERR_ARG (bad columns), DL_ERR_IO (cannot open: the message names
- * the path and the reason) or DL_ERR_FORMAT (existing header differs). */
+ * empty. DL_ERR_ARG (bad columns), DL_ERR_IO (cannot read or write it: the
+ * message names the path and the reason), DL_ERR_FORMAT (existing header
+ * differs), DL_ERR_NOMEM. */
 /* The header line of desc's columns into header[size] (no newline), and
  * log's ncolumns / default_columns; DL_ERR_ARG naming op and the column. */
 DL_API dl_status dl__csv_header(dl_ctx *ctx, const char *op, const dl_csv_log_desc *desc, char *header, size_t size,
@@ -858,79 +866,140 @@ DL_API dl_status dl__csv_header(dl_ctx *ctx, const char *op, const dl_csv_log_de
   return DL_OK;
 }
 
+/* n more bytes of room in the log's text. */
+DL_API dl_status dl__csv_room(dl_csv_log *log, size_t n) {
+  size_t cap = log->cap ? log->cap : 4096;
+  char *t;
+  if (log->len + n + 1 <= log->cap) return DL_OK;
+  while (cap < log->len + n + 1) cap *= 2;
+  t = (char *)dl_alloc(log->ctx, cap);
+  if (!t) return dl_fail(log->ctx, DL_ERR_NOMEM, "dl_csv_log: out of memory holding %zu bytes of \"%s\"", cap, log->path);
+  if (log->len) memcpy(t, log->text, log->len);
+  dl_free(log->ctx, log->text);
+  log->text = t;
+  log->cap = cap;
+  return DL_OK;
+}
+DL_API dl_status dl__csv_add(dl_csv_log *log, const char *s, size_t n) {
+  dl_status st = dl__csv_room(log, n);
+  if (st != DL_OK) return st;
+  memcpy(log->text + log->len, s, n);
+  log->len += n;
+  log->text[log->len] = 0;
+  return DL_OK;
+}
+DL_API void dl__csv_free(dl_csv_log *log) {
+  dl_free(log->ctx, log->text);
+  dl_free(log->ctx, log->path);
+  log->text = log->path = NULL;
+  log->len = log->cap = 0;
+}
+/* The log's text to its file, atomically. */
+DL_API dl_status dl__csv_write(dl_csv_log *log, const char *op) {
+#ifdef DL__IO_FILES
+  dl_status st = dl_atomic_write(log->ctx, log->path, log->text, log->len, NULL);
+  if (st != DL_OK)
+    return dl_fail(log->ctx, st, "%s: cannot write \"%s\": %s", op, log->path, dl_ctx_message(log->ctx));
+  return DL_OK;
+#else
+  return dl_fail(log->ctx, DL_ERR_UNSUPPORTED, "%s(\"%s\"): files are written through POSIX (file.h)", op, log->path);
+#endif
+}
+
 DL_API dl_status dl_csv_log_open(dl_csv_log *log, dl_ctx *ctx, const dl_csv_log_desc *desc) {
   char header[4096];
-  int n, need_header = 1, need_nl = 0;
   dl_status st;
   FILE *f;
   memset(log, 0, sizeof *log);
   log->ctx = ctx;
   if (!desc->path) return dl_fail(ctx, DL_ERR_ARG, "dl_csv_log_open: no path");
   if ((st = dl__csv_header(ctx, "dl_csv_log_open", desc, header, sizeof header, log)) != DL_OK) return st;
-  n = log->ncolumns;
-  if (!desc->fresh && (f = fopen(desc->path, "rb")) != NULL) {
-    char line[4096 + 2];
-    long end;
-    if (fgets(line, (int)sizeof line, f)) {
-      size_t l = strlen(line);
-      while (l && (line[l - 1] == '\n' || line[l - 1] == '\r')) line[--l] = 0;
-      if (strcmp(line, header) != 0) {
-        fclose(f);
-        return dl_fail(ctx, DL_ERR_FORMAT,
-                       "dl_csv_log_open(\"%s\"): the file's columns \"%.200s\" are not this log's \"%.200s\" "
-                       "(set .fresh = 1 to start a new log)", desc->path, line, header);
-      }
-      need_header = 0;
-      if (fseek(f, -1, SEEK_END) == 0 && (end = fgetc(f)) != EOF && end != '\n') need_nl = 1;
+  log->path = dl__io_strdup(ctx, desc->path);
+  if (!log->path || dl__csv_room(log, 0) != DL_OK) {
+    dl__csv_free(log);
+    return dl_fail(ctx, DL_ERR_NOMEM, "dl_csv_log_open(\"%s\"): out of memory", desc->path);
+  }
+  if (!desc->fresh && (f = fopen(desc->path, "rb")) != NULL) { /* the existing log, kept */
+    char buf[4096];
+    size_t got;
+    int bad = 0;
+    while (!bad && (got = fread(buf, 1, sizeof buf, f)) > 0)
+      if (log->len + got > ((size_t)1 << 30) || dl__csv_add(log, buf, got) != DL_OK) bad = 1;
+    if (ferror(f) || bad) {
+      fclose(f);
+      st = bad ? DL_ERR_NOMEM : DL_ERR_IO;
+      dl_fail(ctx, st, "dl_csv_log_open: cannot read \"%s\"%s", desc->path, bad ? " (past 1 GiB, or out of memory)" : "");
+      dl__csv_free(log);
+      return st;
     }
     fclose(f);
   }
-  f = fopen(desc->path, desc->fresh ? "wb" : "ab");
-  if (!f)
-    return dl_fail(ctx, DL_ERR_IO, "dl_csv_log_open: cannot open \"%s\": %s", desc->path, strerror(errno));
-  if (need_nl) fputc('\n', f); /* a row cut short by a crash stays on its own line */
-  if (need_header) fprintf(f, "%s\n", header);
-  if (fflush(f) != 0 || ferror(f)) {
-    fclose(f);
-    return dl_fail(ctx, DL_ERR_IO, "dl_csv_log_open: cannot write \"%s\": %s", desc->path, strerror(errno));
+  if (log->len) {
+    const size_t hl = strlen(header);
+    const char *nl = strchr(log->text, '\n');
+    size_t l = nl ? (size_t)(nl - log->text) : log->len;
+    while (l && log->text[l - 1] == '\r') l--;
+    if (l != hl || memcmp(log->text, header, hl) != 0) {
+      char first[256];
+      const size_t fl = l < sizeof first - 1 ? l : sizeof first - 1;
+      memcpy(first, log->text, fl);
+      first[fl] = 0;
+      dl_fail(ctx, DL_ERR_FORMAT,
+              "dl_csv_log_open(\"%s\"): the file's columns \"%.200s\" are not this log's \"%.200s\" "
+              "(set .fresh = 1 to start a new log)", desc->path, first, header);
+      dl__csv_free(log);
+      return DL_ERR_FORMAT;
+    }
+    if (log->text[log->len - 1] != '\n' && dl__csv_add(log, "\n", 1) != DL_OK) { /* a row cut short: own line */
+      dl__csv_free(log);
+      return DL_ERR_NOMEM;
+    }
+  } else if ((st = dl__csv_add(log, header, strlen(header))) != DL_OK || (st = dl__csv_add(log, "\n", 1)) != DL_OK) {
+    dl__csv_free(log);
+    return st;
   }
-  log->f = f;
-  log->ncolumns = n;
+  if ((st = dl__csv_write(log, "dl_csv_log_open")) != DL_OK) {
+    dl__csv_free(log);
+    return st;
+  }
   log->digits = desc->digits > 0 && desc->digits <= 17 ? desc->digits : 10;
   return DL_OK;
 }
 
-/* Append one row of ncolumns values (NaN: an empty cell) and flush it.
- * DL_ERR_IO when the write fails (disk full...). */
+/* Append one row of ncolumns values (NaN: an empty cell): the file is
+ * rewritten atomically with it. DL_ERR_IO when the write fails (disk
+ * full...): the file keeps its rows before this one, and this row stays in
+ * the log's text, written with the next row that succeeds. */
 DL_API dl_status dl_csv_log_row(dl_csv_log *log, const double *values) {
+  char cell[40];
   int i;
-  if (!log->f) return dl_fail(log->ctx, DL_ERR_ARG, "dl_csv_log_row: the log is not open");
+  dl_status st;
+  if (!log->text) return dl_fail(log->ctx, DL_ERR_ARG, "dl_csv_log_row: the log is not open");
   for (i = 0; i < log->ncolumns; i++) {
-    if (i) fputc(',', log->f);
-    if (values[i] == values[i]) fprintf(log->f, "%.*g", log->digits, values[i]);
+    int k = 0;
+    if (i && (st = dl__csv_add(log, ",", 1)) != DL_OK) return st;
+    if (values[i] == values[i]) k = snprintf(cell, sizeof cell, "%.*g", log->digits, values[i]);
+    if (k > 0 && (st = dl__csv_add(log, cell, (size_t)k)) != DL_OK) return st;
   }
-  fputc('\n', log->f);
-  if (fflush(log->f) != 0 || ferror(log->f))
-    return dl_fail(log->ctx, DL_ERR_IO, "dl_csv_log_row: write failed: %s", strerror(errno));
+  if ((st = dl__csv_add(log, "\n", 1)) != DL_OK) return st;
+  if ((st = dl__csv_write(log, "dl_csv_log_row")) != DL_OK) return st;
   log->rows++;
   return DL_OK;
 }
 /* A row of the default columns (the log must use them: panics otherwise). */
 DL_API dl_status dl_csv_log_epoch(dl_csv_log *log, const dl_epoch_stats *s) {
   double v[DL_EPOCH_STATS_COLUMNS];
-  if (log->f && !log->default_columns)
+  if (log->text && !log->default_columns)
     DL_PANIC(log->ctx, "dl_csv_log_epoch", "the log has its own %d columns; use dl_csv_log_row", log->ncolumns);
   v[0] = s->epoch; v[1] = s->train_loss; v[2] = s->train_acc; v[3] = s->val_loss;
   v[4] = s->val_acc; v[5] = s->lr; v[6] = s->samples_per_s; v[7] = s->wall_s;
   return dl_csv_log_row(log, v);
 }
-/* Close the file (NULL-safe, idempotent). DL_ERR_IO if the close fails. */
+/* Close the log (idempotent): every row was written when it was given, so
+ * this only frees the text. DL_OK. */
 DL_API dl_status dl_csv_log_close(dl_csv_log *log) {
-  int bad;
-  if (!log->f) return DL_OK;
-  bad = fclose(log->f) != 0;
-  log->f = NULL;
-  return bad ? dl_fail(log->ctx, DL_ERR_IO, "dl_csv_log_close: %s", strerror(errno)) : DL_OK;
+  if (log->text || log->path) dl__csv_free(log);
+  return DL_OK;
 }
 
 /* Write a whole log at once through file.h's atomic writer: the header
