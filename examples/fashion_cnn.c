@@ -133,6 +133,9 @@ static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t tes
   p->m = make_cnn(ctx, (uint64_t)o->seed, dropout);
   if (!p->m || dl_model_status(p->m) != DL_OK) return fail(p, argv0);
   if (dl_train_device(ctx, o, p->m, &p->gpu) != DL_OK) return fail(p, argv0); /* before the optimizer */
+  /* on the GPU the images live there too (u8), and each batch is gathered and standardised there */
+  if (p->gpu && (dl_batcher_to_device(&p->tb, p->gpu) != DL_OK || dl_batcher_to_device(&p->eb, p->gpu) != DL_OK))
+    return fail(p, argv0);
   /* rank 0's initial weights everywhere (a model on the GPU over several ranks: refused, no NCCL path yet) */
   if (dl_dist_attach(&p->dd, p->m) != DL_OK) return fail(p, argv0);
   ac = dl_adam_defaults(o->lr);
@@ -167,7 +170,7 @@ static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t tes
     while (dl_batcher_next(&p->tb, &b)) {
       dl_tensor *logits, *loss;
       dl_optim_set_lr(p->opt, dl_lr_cosine_warmup(o->lr, p->r.step, 0, total_steps, 0));
-      logits = dl_model_forward(p->m, &p->tp, dl_tape_input(&p->tp, b.x)); /* on the GPU: a copy there */
+      logits = dl_model_forward(p->m, &p->tp, dl_tape_input(&p->tp, b.x)); /* on the GPU: made there */
       loss = dl_t_cross_entropy(&p->tp, logits, b.y, 0, DL_REDUCE_MEAN); /* labels are read on the host */
       dl_run_step_async(&p->r, b.size, loss, logits, b.y); /* on the GPU: read a step later, nothing waits */
       if (dl_dist_train_step(&p->dd, p->opt, &p->tp, loss, NULL, NULL) != DL_OK) return fail(p, argv0);

@@ -17,6 +17,25 @@ __global__ void k_gather(T *__restrict__ y, const T *__restrict__ w, int64_t s0,
                          const int64_t *__restrict__ rows, int64_t n) {
   GRID_STRIDE(k, n * D) gather_at(y, w, s0, s1, V, D, rows, k);
 }
+// Element k of the batch gather (dlg_batch_gather): row rows[k / D] of x [V, D], converted.
+template <typename T, int CONVERT>
+__host__ __device__ __forceinline__ void batch_gather_at(T *__restrict__ y, const void *__restrict__ x, int64_t V,
+                                                         int64_t D, const int64_t *__restrict__ rows,
+                                                         const T *__restrict__ lut, T mul, T add, int64_t k) {
+  const int64_t i = k / D, j = k - i * D, r = rows[i];
+  if (r < 0 || r >= V) {
+    y[k] = (T)0;
+    return;
+  }
+  if (CONVERT == 1) y[k] = lut[((const uint8_t *)x)[r * D + j]];
+  else if (CONVERT == 2) y[k] = radd(rmul(((const T *)x)[r * D + j], mul), add);
+  else y[k] = ((const T *)x)[r * D + j];
+}
+template <typename T, int CONVERT>
+__global__ void k_batch_gather(T *__restrict__ y, const void *__restrict__ x, int64_t V, int64_t D,
+                               const int64_t *__restrict__ rows, const T *__restrict__ lut, T mul, T add, int64_t n) {
+  GRID_STRIDE(k, n * D) batch_gather_at<T, CONVERT>(y, x, V, D, rows, lut, mul, add, k);
+}
 // The groups of dlg_rows_scatter, built on the host: the indices i with a
 // key in [0, nrows), stably sorted by key, then one group per distinct key,
 // into all = [dst_row (ng) | beg (ng + 1) | order (m)]: group q adds src
@@ -97,6 +116,33 @@ __global__ void k_dropout_apply(int64_t n, T *__restrict__ y, const T *__restric
 // ================================================================ the ABI
 
 extern "C" {
+
+int dlg_batch_gather(dlg_handle *h, int ydt, int convert, void *y, const void *x, int64_t V, int64_t D,
+                     const int64_t *rows, int64_t count, const void *lut, double mul, double add) {
+  static const char *op = "dlg_batch_gather";
+  DLG_CHECK_DTYPE(op, ydt);
+  if (convert < 0 || convert > 2 || (convert == 1 && !lut))
+    return dlg_fail(h, DLG_ERR, "%s: conversion %d (0 copy, 1 table, 2 multiply-add)%s", op, convert,
+                    convert == 1 ? " without its table" : "");
+  if (count == 0 || D == 0) return DLG_OK;
+  const Carve c = carve(sizeof(int64_t) * (size_t)count);
+  int64_t *r = NULL;
+  DLG_TRY(stage_index(h, op, c, rows, (size_t)count, &r));
+  const unsigned nb = dlg_blocks(h, count * D, TPB);
+#define DLG_BG(T, C)                                                                                          \
+  DLG_LAUNCH(nb, TPB, 0, h->stream, k_batch_gather<T, C>)((T *)y, x, V, D, r, (const T *)lut, (T)mul, (T)add, count)
+  if (ydt == DLG_F32) {
+    if (convert == 1) DLG_BG(float, 1);
+    else if (convert == 2) DLG_BG(float, 2);
+    else DLG_BG(float, 0);
+  } else {
+    if (convert == 1) DLG_BG(double, 1);
+    else if (convert == 2) DLG_BG(double, 2);
+    else DLG_BG(double, 0);
+  }
+#undef DLG_BG
+  return dlg_launched(h, op);
+}
 
 int dlg_embedding_forward(dlg_handle *h, int dtype, void *y, const void *w, int64_t s0, int64_t s1, int64_t V,
                           int64_t D, const int64_t *rows, int64_t n) {

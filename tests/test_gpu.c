@@ -1322,6 +1322,76 @@ static void test_step_counts(void) {
   guarded(counts_body, &args[2], "CNN step counts (deterministic)");
 }
 
+/* dl_batcher_to_device: batches made on the device are the host batcher's bit for bit (u8 through the table,
+ * f32 and f64 through multiply-add, a subset's row map, a short last batch), over two epochs, labels on the host;
+ * what only the host does is refused with a status, the batcher left as it was. */
+static void batcher_body(const void *arg) {
+  static const dl_dtype xdts[3] = {DL_U8, DL_F32, DL_F64};
+  const dl_dtype xdt = xdts[*(const int *)arg];
+  const dl_dtype bdt = xdt == DL_F64 ? DL_F64 : DL_F32;
+  const int64_t N = 37, xs[4] = {N, 2, 3, 5};
+  dl_dataset ds;
+  dl_batcher bh, bd;
+  dl_batcher_desc desc;
+  int64_t i, sub[29];
+  int e;
+  memset(&ds, 0, sizeof ds);
+  memset(&desc, 0, sizeof desc);
+  ds.x = own(dl_tensor_make(&ctx, xdt, 4, xs));
+  ds.y = ints(DL_I64, DL_SHAPE(N), 3, 1, 10);
+  for (i = 0; i < ds.x->numel; i++) dl__set_at(ds.x, i, xdt == DL_U8 ? (double)((i * 37) % 256) : sin((double)i) * 3);
+  for (i = 0; i < 29; i++) sub[i] = (i * 5) % N; /* a subset: sample k is row sub[k] */
+  ds.n = 29;
+  ds.index = sub;
+  ds.ctx = &ctx;
+  desc.batch_size = 8;
+  desc.dtype = bdt;
+  desc.shuffle.seed = 11;
+  desc.norm = DL_NORM_STANDARDIZE;
+  desc.mean = 0.25;
+  desc.std = 0.75;
+  CHECK(dl_batcher_make(&ctx, &bh, &ds, &desc) == DL_OK && dl_batcher_make(&ctx, &bd, &ds, &desc) == DL_OK);
+  CHECK(dl_batcher_to_device(&bd, gpu) == DL_OK && bd.gpu == gpu);
+  for (e = 0; e < 2; e++) {
+    dl_batch a, b;
+    int64_t nb = 0;
+    while (dl_batcher_next(&bh, &a)) {
+      dl_tensor *bx;
+      CHECK(dl_batcher_next(&bd, &b) == 1);
+      CHECK(b.x->device == DL_CUDA && b.y->device == DL_CPU && b.size == a.size && b.epoch == a.epoch);
+      bx = host(b.x);
+      CHECK_MSG(dl_tensor_same_shape(bx, a.x) && !memcmp(bx->data, a.x->data, (size_t)a.x->numel * dl_dtype_size(bdt)),
+                "%s batch %lld of epoch %d: the device's x differs from the host's", dl_dtype_name(xdt), (long long)nb, e);
+      CHECK(!memcmp(b.y->data, a.y->data, (size_t)a.y->numel * sizeof(int64_t)));
+      nb++;
+    }
+    CHECK(nb == 4 && dl_batcher_next(&bd, &b) == 0);
+  }
+  dl_batcher_free(&bd);
+  dl_batcher_free(&bh);
+  if (xdt == DL_U8) { /* augmentation is the host's: refused, nothing changed */
+    dl_augment_desc aug;
+    memset(&aug, 0, sizeof aug);
+    aug.hflip = 1;
+    desc.augment = &aug;
+    ds.x = own(dl_tensor_make(&ctx, xdt, 4, xs));
+    CHECK(dl_batcher_make(&ctx, &bd, &ds, &desc) == DL_OK);
+    CHECK(dl_batcher_to_device(&bd, gpu) == DL_ERR_UNSUPPORTED && !bd.gpu && !bd.dx);
+    CHECK_MSG(strstr(dl_ctx_message(&ctx), "dl_batcher_to_device") && strstr(dl_ctx_message(&ctx), "augmented"),
+              "message: %s", dl_ctx_message(&ctx));
+    dl_ctx_clear(&ctx);
+    dl_batcher_free(&bd);
+  }
+  nruns++;
+}
+static void test_batcher(void) {
+  static const int k[3] = {0, 1, 2};
+  NEED_GPU();
+  guarded(batcher_body, &k[0], "dl_batcher_to_device (u8)");
+  guarded(batcher_body, &k[1], "dl_batcher_to_device (f32)");
+  guarded(batcher_body, &k[2], "dl_batcher_to_device (f64)");
+}
+
 int main(void) {
   dl_ctx_desc d;
   memset(&d, 0, sizeof d);
@@ -1349,6 +1419,7 @@ int main(void) {
   RUN(test_model_round_trip);
   RUN(test_training);
   RUN(test_step_counts);
+  RUN(test_batcher);
   if (gpu) {
     dl_gpu_stats s = dl_gpu_get_stats(gpu);
     printf("  device memory: peak %.1f MiB in use, %.1f MiB reserved; %llu allocations, %llu from the cache\n",

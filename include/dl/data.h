@@ -714,10 +714,28 @@ typedef struct dl_batcher {
   double *aug_stats;
   int has_aug;
   dl_ctx *ctx;
+  struct dl_gpu *gpu;     /* dl_batcher_to_device: batches made on this GPU (NULL: on the host) */
+  void *dx, *dlut;        /* there: the dataset's x (its own dtype) and the u8 table */
+  dl_tensor *dxbuf;       /* there: the batch buffer [batch_size, ...] */
 } dl_batcher;
+
+DL_API void dl__batcher_device_free(dl_batcher *b) {
+#ifdef DL__CUDA_C
+  if (b->gpu) {
+    (void)dl_gpu_sync(b->gpu); /* queued batches may still read them */
+    if (b->dx) dl_gpu_free(b->gpu, b->dx);
+    if (b->dlut) dl_gpu_free(b->gpu, b->dlut);
+    dl_tensor_free(b->dxbuf);
+  }
+#endif
+  b->gpu = NULL;
+  b->dx = b->dlut = NULL;
+  b->dxbuf = NULL;
+}
 
 DL_API void dl_batcher_free(dl_batcher *b) {
   if (!b) return;
+  dl__batcher_device_free(b);
   dl_shuffler_free(&b->shuf);
   dl_tensor_free(b->xbuf);
   dl_tensor_free(b->ybuf);
@@ -925,9 +943,26 @@ DL_API int dl_batcher_next(dl_batcher *b, dl_batch *out) {
   step = s->pos / b->batch_size;
   for (k = 0; k < count; k++) b->idx[k] = dl_dataset_row(b->ds, dl_shuffler_index(s, s->pos + k));
   s->pos += count;
-  DL_PARALLEL_FOR(b->ctx, count * b->x_elems * (int64_t)dl_dtype_size(b->xbuf->dtype), count, r,
-                  { dl__batch_gather(b, r, b->idx[r], epoch); });
-  b->xv = dl__view_base(b->xbuf);
+#ifdef DL__CUDA_C
+  if (b->gpu) { /* x gathered and converted on the device; the labels below, on the host */
+    const dl_dataset *ds = b->ds;
+    int64_t r;
+    dl__gpu_ok(b->dxbuf, "dl_batcher_next",
+               dlg_batch_gather(dl__gpu_handle(b->gpu), (int)b->dxbuf->dtype, b->convert, b->dxbuf->data, b->dx,
+                                ds->x->shape[0], b->x_elems, b->idx, count, b->dlut, b->mul, b->add));
+    if (b->ybuf) {
+      const size_t ye = (size_t)b->y_elems * dl_dtype_size(b->ybuf->dtype);
+      for (r = 0; r < count; r++)
+        memcpy((unsigned char *)b->ybuf->data + (size_t)r * ye, (const unsigned char *)ds->y->data + (size_t)b->idx[r] * ye, ye);
+    }
+    b->xv = dl__view_base(b->dxbuf);
+  } else
+#endif
+  {
+    DL_PARALLEL_FOR(b->ctx, count * b->x_elems * (int64_t)dl_dtype_size(b->xbuf->dtype), count, r,
+                    { dl__batch_gather(b, r, b->idx[r], epoch); });
+    b->xv = dl__view_base(b->xbuf);
+  }
   b->xv.shape[0] = count;
   b->xv.numel = count * b->x_elems;
   out->x = &b->xv;
@@ -942,6 +977,69 @@ DL_API int dl_batcher_next(dl_batcher *b, dl_batch *out) {
   out->epoch = epoch;
   out->step = step;
   return 1;
+}
+
+/* Batches made on the GPU from now on: the dataset's x is copied there once
+ * (in its own dtype: u8 images stay one byte a pixel, the dataset's bytes
+ * again on the device), and each batch's rows are gathered and converted
+ * there by one kernel (dlg_batch_gather), bit for bit the host batcher's
+ * values; the batch's x is a device tensor (give it to the model as
+ * before: dl_tape_input passes it through), its labels stay on the host,
+ * where the loss checks them. Per step the host sends only the batch's row
+ * indices. Order, epochs, resume: as on the host. The batcher's device
+ * memory is freed by dl_batcher_free (before dl_gpu_close).
+ * DL_OK; DL_ERR_UNSUPPORTED for what only the host does (augmentation, text
+ * windows, integer inputs), with the reason; DL_ERR_NOMEM (the figures in
+ * the message) or DL_ERR_NO_DEVICE (g NULL, a build without DL_USE_CUDA).
+ * On failure the batcher is unchanged (on the host). */
+DL_API dl_status dl_batcher_to_device(dl_batcher *b, struct dl_gpu *g) {
+  const char *op = "dl_batcher_to_device";
+#ifdef DL__CUDA_C
+  const dl_dataset *ds = b->ds;
+  dl_dtype bdt = b->xbuf->dtype;
+  size_t xbytes;
+  dl_status st;
+  if (!g) return dl_fail(b->ctx, DL_ERR_NO_DEVICE, "%s: no GPU (NULL)", op);
+  if (b->gpu == g) return DL_OK;
+  if (b->gpu) return dl_fail(b->ctx, DL_ERR_ARG, "%s: the batcher is on another GPU already", op);
+  if (ds->window > 0 || b->has_aug || (bdt != DL_F32 && bdt != DL_F64) ||
+      (b->convert == 0 && ds->x->dtype != bdt))
+    return dl_fail(b->ctx, DL_ERR_UNSUPPORTED, "%s: %s batches are made on the host only (x %s, batch %s)", op,
+                   ds->window > 0 ? "text-window" : b->has_aug ? "augmented" : "these", DL_SHAPESTR(ds->x),
+                   dl_dtype_name(bdt));
+  if (!dl_tensor_is_contiguous(ds->x))
+    return dl_fail(b->ctx, DL_ERR_UNSUPPORTED, "%s: x %s is not contiguous", op, DL_SHAPESTR(ds->x));
+  xbytes = (size_t)ds->x->numel * dl_dtype_size(ds->x->dtype);
+  b->gpu = g;
+  if ((st = dl_gpu_alloc(g, &b->dx, xbytes ? xbytes : 1)) != DL_OK) goto fail;
+  if (xbytes && dlg_copy(dl__gpu_handle(g), b->dx, ds->x->data, xbytes, DLG_H2D) != DLG_OK) {
+    st = dl_fail(b->ctx, DL_ERR_NO_DEVICE, "%s: %s", op, dlg_message(dl__gpu_handle(g)));
+    goto fail;
+  }
+  if (b->convert == 1) {
+    const size_t lb = 256 * dl_dtype_size(bdt);
+    if ((st = dl_gpu_alloc(g, &b->dlut, lb)) != DL_OK) goto fail;
+    if (dlg_copy(dl__gpu_handle(g), b->dlut, bdt == DL_F32 ? (const void *)b->lut32 : (const void *)b->lut64, lb,
+                 DLG_H2D) != DLG_OK) {
+      st = dl_fail(b->ctx, DL_ERR_NO_DEVICE, "%s: %s", op, dlg_message(dl__gpu_handle(g)));
+      goto fail;
+    }
+  }
+  if (!(b->dxbuf = dl_gpu_tensor(g, bdt, b->xbuf->ndim, b->xbuf->shape))) {
+    st = b->ctx->status != DL_OK ? b->ctx->status : DL_ERR_NOMEM;
+    goto fail;
+  }
+  (void)dl_gpu_sync(g); /* the uploads done before the host's copies may change */
+  return DL_OK;
+fail:
+  dl__batcher_device_free(b);
+  b->gpu = NULL;
+  return st;
+#else
+  (void)b;
+  (void)g;
+  return dl_fail(b->ctx, DL_ERR_NO_DEVICE, "%s: dl.h was built without DL_USE_CUDA (see dl/gpu.h)", op);
+#endif
 }
 
 /* Jump to the start of epoch e. */

@@ -41,6 +41,17 @@ int dlg_dropout(dlg_handle *h, int dtype, int64_t n, const void *x, void *y, uns
 int dlg_dropout_apply(dlg_handle *h, int dtype, int64_t n, void *y, const void *x, const unsigned char *mask,
                       double scale, int accumulate);
 
+/* The batcher's gather (data.h's dl__batch_gather) on the device: y [count,
+ * D] (dtype ydt, DLG_F32 / DLG_F64, contiguous) from the rows `rows` (HOST
+ * int64 [count], each in [0, V); outside: zeros) of x [V, D] (contiguous),
+ *   convert 0: y = x (x of ydt too: the bytes copied)
+ *   convert 1: y = lut[x], x u8 (lut: 256 values of ydt on the device)
+ *   convert 2: y = x * mul + add, x of ydt, rounded as two operations (no
+ *              fused multiply-add: the host's bits)
+ * so a batch made here is bit for bit the host batcher's. */
+int dlg_batch_gather(dlg_handle *h, int ydt, int convert, void *y, const void *x, int64_t V, int64_t D,
+                     const int64_t *rows, int64_t count, const void *lut, double mul, double add);
+
 #ifdef __cplusplus
 }
 #endif
