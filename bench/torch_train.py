@@ -47,6 +47,28 @@ def read_idx(path, header):
     return np.frombuffer(raw, dtype=np.uint8, offset=header)
 
 
+def load_fashion(data, subset):
+    """The first `subset` training images and labels (0: all) and the test set, as numpy u8 arrays
+    (images [N, 1, 28, 28]); also used by torch_train_graph.py."""
+    xtr = read_idx(os.path.join(data, "train-images-idx3-ubyte.gz"), 16).reshape(-1, 1, 28, 28)
+    ytr = read_idx(os.path.join(data, "train-labels-idx1-ubyte.gz"), 8)
+    xte = read_idx(os.path.join(data, "t10k-images-idx3-ubyte.gz"), 16).reshape(-1, 1, 28, 28)
+    yte = read_idx(os.path.join(data, "t10k-labels-idx1-ubyte.gz"), 8)
+    if subset > 0:
+        xtr, ytr = xtr[:subset], ytr[:subset]
+    return xtr, ytr, xte, yte
+
+
+def build_model(nn, kind):
+    """The C example's model (see the module's text) and its evaluation batch size."""
+    if kind == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                             nn.Linear(128, 10)), 1000
+    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10)), 500
+
+
 def main():
     if len(sys.argv) < 2 or sys.argv[1] not in ("mlp", "cnn"):
         print(__doc__)
@@ -73,25 +95,12 @@ def main():
         return 0
     dev = torch.device(device)
 
-    xtr = read_idx(os.path.join(data, "train-images-idx3-ubyte.gz"), 16).reshape(-1, 1, 28, 28)
-    ytr = read_idx(os.path.join(data, "train-labels-idx1-ubyte.gz"), 8)
-    xte = read_idx(os.path.join(data, "t10k-images-idx3-ubyte.gz"), 16).reshape(-1, 1, 28, 28)
-    yte = read_idx(os.path.join(data, "t10k-labels-idx1-ubyte.gz"), 8)
-    if subset > 0:
-        xtr, ytr = xtr[:subset], ytr[:subset]
+    xtr, ytr, xte, yte = load_fashion(data, subset)
     xtr = torch.from_numpy(xtr.copy())          # u8 [N, 1, 28, 28]
     ytr = torch.from_numpy(ytr.astype("int64"))
     n = xtr.shape[0]
 
-    if kind == "mlp":
-        model = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
-                              nn.Linear(128, 10))
-        eval_batch = 1000
-    else:
-        model = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-                              nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-                              nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
-        eval_batch = 500
+    model, eval_batch = build_model(nn, kind)
     model.to(dev)
     lr0 = 1e-3
     opt = torch.optim.Adam(model.parameters(), lr=lr0)

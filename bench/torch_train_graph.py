@@ -28,20 +28,13 @@ Prints one line:
   torch_graph model=mlp samples_per_s=... steps=... batch=... capture_s=... peak_mib=... test_acc=...
 or SKIP (exit 0) without torch or a CUDA device.
 """
-import gzip
 import math
 import os
 import sys
 import time
 
-MEAN, STD = 0.2860, 0.3530
-
-
-def read_idx(path, header):
-    import numpy as np
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    return np.frombuffer(raw, dtype=np.uint8, offset=header)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_train import MEAN, STD, build_model, load_fashion  # noqa: E402  the same data and models
 
 
 def main():
@@ -65,12 +58,7 @@ def main():
         return 0
     torch.manual_seed(1)
     dev = torch.device("cuda")
-    xtr = read_idx(os.path.join(data, "train-images-idx3-ubyte.gz"), 16).reshape(-1, 1, 28, 28)
-    ytr = read_idx(os.path.join(data, "train-labels-idx1-ubyte.gz"), 8)
-    xte = read_idx(os.path.join(data, "t10k-images-idx3-ubyte.gz"), 16).reshape(-1, 1, 28, 28)
-    yte = read_idx(os.path.join(data, "t10k-labels-idx1-ubyte.gz"), 8)
-    if subset > 0:
-        xtr, ytr = xtr[:subset], ytr[:subset]
+    xtr, ytr, xte, yte = load_fashion(data, subset)
     X = torch.from_numpy(xtr.copy()).to(dev)                    # u8 [N, 1, 28, 28] on the GPU
     Y = torch.from_numpy(ytr.astype("int64")).to(dev)
     n = X.shape[0]
@@ -79,15 +67,7 @@ def main():
         print("torch_graph: fewer than 4 full batches")
         return 2
 
-    if kind == "mlp":
-        model = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
-                              nn.Linear(128, 10))
-        eval_batch = 1000
-    else:
-        model = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-                              nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-                              nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
-        eval_batch = 500
+    model, eval_batch = build_model(nn, kind)
     model.to(dev).train()
     lr0 = 1e-3
     lr = torch.tensor(lr0, device=dev)
