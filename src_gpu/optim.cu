@@ -60,6 +60,14 @@ __global__ void k_adam(int64_t n, int64_t w, const int64_t *__restrict__ rows, T
                        T b1, T b1c, T b2, T b2c, T dec, T ss, T bc, T eps) {
   GRID_STRIDE(i, n) adam_at(w, rows, p, g, m, v, vm, sg, wd, b1, b1c, b2, b2c, dec, ss, bc, eps, i);
 }
+// The multi-tensor Adam: blockIdx.y picks the tensor, blocks along x stride over its elements.
+template <typename T> __global__ void k_adam_multi(const dlg_adam_tensor *__restrict__ tab) {
+  const dlg_adam_tensor t = tab[blockIdx.y];
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < t.n; i += stride)
+    adam_at<T>(0, nullptr, (T *)t.p, (const T *)t.g, (T *)t.m, (T *)t.v, (T *)t.vmax, (T)t.sg, (T)t.wd, (T)t.b1,
+               (T)t.b1c, (T)t.b2, (T)t.b2c, (T)t.decay, (T)t.step_size, (T)t.bc2_sqrt, (T)t.eps, i);
+}
 template <typename T>
 __host__ __device__ __forceinline__ void rmsprop_at(int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
                                                     const T *__restrict__ g, T *__restrict__ sq, T *__restrict__ ga,
@@ -215,6 +223,27 @@ int dlg_adam_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const in
     DLG_LAUNCH(nb, TPB, 0, h->stream, k_adam<double>)(n, width, r, (double *)p, (const double *)g, (double *)m, (double *)v,
                                               (double *)vmax, sg, wd, b1, b1c, b2, b2c, decay, step_size, bc2_sqrt,
                                               eps);
+  return dlg_launched(h, op);
+}
+
+int dlg_adam_multi(dlg_handle *h, int dtype, int nt, const dlg_adam_tensor *t) {
+  static const char *op = "dlg_adam_multi";
+  int64_t most = 0;
+  DLG_CHECK_DTYPE(op, dtype);
+  if (nt <= 0) return DLG_OK;
+  if (nt > 65535) return dlg_fail(h, DLG_ERR, "%s: %d tensors (at most 65535 per launch)", op, nt);
+  for (int k = 0; k < nt; k++) most = t[k].n > most ? t[k].n : most;
+  if (most == 0) return DLG_OK;
+  const size_t bytes = sizeof(dlg_adam_tensor) * (size_t)nt;
+  DLG_TRY(dlg_ws(h, bytes));
+  DLG_TRY(dlg_cuda(h, dlg_memcpy_async(h, h->ws, t, bytes, cudaMemcpyHostToDevice), op));
+  unsigned bx = dlg_blocks(h, most, TPB), cap = (unsigned)((h->sm_count > 0 ? h->sm_count : 80) * 8 / nt + 1);
+  if (bx > cap) bx = cap; // all tensors together: about eight blocks per multiprocessor
+  const dim3 grid(bx, (unsigned)nt);
+  if (dtype == DLG_F32)
+    DLG_LAUNCH(grid, TPB, 0, h->stream, k_adam_multi<float>)((const dlg_adam_tensor *)h->ws);
+  else
+    DLG_LAUNCH(grid, TPB, 0, h->stream, k_adam_multi<double>)((const dlg_adam_tensor *)h->ws);
   return dlg_launched(h, op);
 }
 

@@ -1310,6 +1310,18 @@ static void counts_body(const void *arg) {
             (long long)(c1.syncs - c0.syncs));
   CHECK(c1.launches > c0.launches);
   if (a->cnn) CHECK(c0.dnn_queries >= 3 && c0.dnn_descriptors >= 4); /* the first step chose the algorithms */
+  { /* Adam's update of every parameter: one launch (dlg_adam_multi) */
+    dl_gpu_counts u0, u1;
+    dl_backward(&tp_d, dl_t_cross_entropy(&tp_d, dl_model_forward(m, &tp_d, xg), lg, 0, DL_REDUCE_MEAN), NULL);
+    u0 = dl_gpu_get_counts(gpu);
+    dl_optim_step(o);
+    u1 = dl_gpu_get_counts(gpu);
+    CHECK_MSG(u1.launches - u0.launches == 1 && u1.syncs == u0.syncs,
+              "dl_optim_step (Adam, %d parameters): %lld launches, %lld waits", m->nparams,
+              (long long)(u1.launches - u0.launches), (long long)(u1.syncs - u0.syncs));
+    dl_model_zero_grad(m);
+    dl_tape_rewind(&tp_d);
+  }
   CHECK(first == first);
   dl_gpu_set_deterministic(gpu, 0);
   nruns++;

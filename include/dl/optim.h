@@ -248,11 +248,47 @@ DL_API void dl__sgd_gpu(dl_tensor *p, const dl_tensor *g, dl_tensor *buf, int64_
                                    c->momentum != 0 ? buf->data : NULL, c->maximize ? -1.0 : 1.0, c->weight_decay,
                                    c->momentum, 1 - c->dampening, c->lr, step == 1, c->nesterov));
 }
+/* The checks of dl_adam_update for a dense update on the GPU, and its
+ * kernel's pointers and scalars in *e (for dlg_adam_multi). */
+DL_API void dl__adam_gpu_entry(dl_tensor *p, const dl_tensor *g, dl_tensor *m, dl_tensor *v, dl_tensor *vmax,
+                               int64_t step, const dl_adam_cfg *c, dlg_adam_tensor *e) {
+  const char *fn = "dl_adam_update";
+  const double b1 = c->beta1, b2 = c->beta2;
+  dl__optim_param(fn, p, g, c, step);
+  dl__optim_same(fn, p, m, "m (first moment)");
+  dl__optim_same(fn, p, v, "v (second moment)");
+  (void)dl__optim_gpu_width(fn, p, g, NULL);
+  dl__optim_gpu_need(fn, p, m, "m (first moment)", 1);
+  dl__optim_gpu_need(fn, p, v, "v (second moment)", 1);
+  if (c->amsgrad) dl__optim_gpu_need(fn, p, vmax, "vmax (amsgrad)", 1);
+  e->p = p->data;
+  e->g = g->data;
+  e->m = m->data;
+  e->v = v->data;
+  e->vmax = c->amsgrad ? vmax->data : NULL;
+  e->n = g->numel;
+  e->sg = c->maximize ? -1.0 : 1.0;
+  e->wd = c->decoupled ? 0.0 : c->weight_decay;
+  e->b1 = b1;
+  e->b1c = 1 - b1;
+  e->b2 = b2;
+  e->b2c = 1 - b2;
+  e->decay = c->decoupled ? 1 - c->lr * c->weight_decay : 1.0;
+  e->step_size = c->lr / (1 - pow(b1, (double)step));
+  e->bc2_sqrt = sqrt(1 - pow(b2, (double)step));
+  e->eps = c->eps;
+}
 DL_API void dl__adam_gpu(dl_tensor *p, const dl_tensor *g, dl_tensor *m, dl_tensor *v, dl_tensor *vmax, int64_t step,
                          const dl_adam_cfg *c, const int64_t *rows) {
   const char *fn = "dl_adam_update";
   const int64_t w = dl__optim_gpu_width(fn, p, g, rows);
   const double b1 = c->beta1, b2 = c->beta2;
+  if (!rows) { /* dense: the one-tensor case of the multi-tensor kernel */
+    dlg_adam_tensor e;
+    dl__adam_gpu_entry(p, g, m, v, vmax, step, c, &e);
+    dl__gpu_ok(p, fn, dlg_adam_multi(dl__gpu_h(p, fn), (int)p->dtype, 1, &e));
+    return;
+  }
   dl__optim_gpu_need(fn, p, m, "m (first moment)", 1);
   dl__optim_gpu_need(fn, p, v, "v (second moment)", 1);
   if (c->amsgrad) dl__optim_gpu_need(fn, p, vmax, "vmax (amsgrad)", 1);
@@ -710,6 +746,7 @@ typedef struct dl_optim {
   int64_t *steps;                            /* per parameter */
   int64_t nsteps;                            /* dl_optim_step calls */
   dl_device device;                          /* where sbuf lives: the model's device when made */
+  dlg_adam_tensor *multi;                    /* Adam on the GPU: the step's dense tensors, one launch */
 } dl_optim;
 
 DL_API dl_optim *dl__optim_make(dl_model *m, dl_optim_kind kind, dl__optim_update_fn update) {
@@ -930,6 +967,7 @@ DL_API void dl_optim_free(dl_optim *o) {
   dl_free(ctx, o->sbuf);
   dl_free(ctx, o->state);
   dl_free(ctx, o->steps);
+  dl_free(ctx, o->multi);
   dl_free(ctx, o);
 }
 
@@ -1004,8 +1042,15 @@ DL_API dl_tensor dl__row(const dl_tensor *t, int64_t r, int64_t width) {
  * the touched rows of a row-sparse one). Does not zero the gradients. */
 DL_API void dl_optim_step(dl_optim *o) {
   dl_model *m = o->model;
-  int i, k;
+  int i, k, nmulti = 0;
   o->nsteps++;
+#ifdef DL_USE_CUDA
+  /* Adam on the GPU: every dense update in one launch (dlg_adam_multi), the same arithmetic per element */
+  if (o->kind == DL_OPT_ADAM && o->device == DL_CUDA && !o->multi && m->nparams > 0) {
+    o->multi = (dlg_adam_tensor *)dl_alloc(m->ctx, sizeof(dlg_adam_tensor) * (size_t)m->nparams);
+    if (!o->multi) DL_NOMEM(m->ctx, "dl_optim_step", "%d tensors' update table", m->nparams);
+  }
+#endif
   for (i = 0; i < m->nparams; i++) {
     dl_param *pr = m->params[i];
     dl_tensor *st = &o->state[i * DL_OPTIM_MAX_STATE];
@@ -1031,6 +1076,14 @@ DL_API void dl_optim_step(dl_optim *o) {
         continue;
       }
       o->steps[i]++;
+      if (o->multi) {
+        dl_adam_cfg c = o->cfg.adam; /* as dl__optim_update_adam (dense) */
+        c.lr = o->lr * pr->lr_mult;
+        c.weight_decay *= pr->wd_mult;
+        dl__adam_gpu_entry(&pr->t, &pr->g, &st[0], &st[1], c.amsgrad ? &st[2] : NULL, o->steps[i], &c,
+                           &o->multi[nmulti++]);
+        continue;
+      }
       dl__optim_update(o, pr, &pr->t, &pr->g, st, o->steps[i], 0);
       continue;
     }
@@ -1053,6 +1106,13 @@ DL_API void dl_optim_step(dl_optim *o) {
     o->steps[i]++;
     dl__optim_update(o, pr, &pr->t, &pr->g, st, o->steps[i], 0);
   }
+#ifdef DL_USE_CUDA
+  if (nmulti > 0)
+    dl__gpu_ok(&m->params[0]->t, "dl_optim_step",
+               dlg_adam_multi(dl__gpu_h(&m->params[0]->t, "dl_optim_step"), (int)m->dtype, nmulti, o->multi));
+#else
+  (void)nmulti;
+#endif
 }
 
 /* >>clipping and regularisation -------------------------------------------- */

@@ -36,6 +36,18 @@ int dlg_sgd_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const int
 int dlg_adam_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const int64_t *rows, void *p, const void *g,
                     void *m, void *v, void *vmax, double sg, double wd, double b1, double b1c, double b2, double b2c,
                     double decay, double step_size, double bc2_sqrt, double eps);
+/* Adam / AdamW over nt dense tensors in one launch (the multi-tensor form
+ * dl_optim_step uses for a model's parameters): tensor k updates t[k].n
+ * elements of t[k].p from t[k].g with its own state and scalars, exactly as
+ * dlg_adam_update (rows NULL) would. t: a HOST array, staged through the
+ * workspace; vmax NULL: no amsgrad for that tensor. */
+typedef struct dlg_adam_tensor {
+  void *p, *m, *v, *vmax;
+  const void *g;
+  int64_t n;
+  double sg, wd, b1, b1c, b2, b2c, decay, step_size, bc2_sqrt, eps;
+} dlg_adam_tensor;
+int dlg_adam_multi(dlg_handle *h, int dtype, int nt, const dlg_adam_tensor *t);
 /* RMSprop (dl_rmsprop_update): d = sg g + wd p;  sq = sq alpha + alpha1 (d d);
  * ga != NULL (centered): ga = ga alpha + alpha1 d, avg = sqrt(sq - ga ga) + eps; else avg = sqrt(sq) + eps;
  * mb != NULL (momentum > 0): mb = mb momentum + d / avg, p = p - lr mb; else p = p - (lr d) / avg. */
