@@ -656,6 +656,52 @@ static void test_train_step_is_the_stages(void) {
     }
 }
 
+/* dl_train_step_nowait and dl_dist_train_step without a norm wanted skip the sums of squares when no clipping
+ * by norm needs them (a readback per step on the GPU): the same update as dl_train_step, bit for bit, with a
+ * value clip (which still applies) and with a parameter's clip_norm (which needs the sums again). */
+static void test_train_step_nowait(void) {
+  int cfg;
+  for (cfg = 0; cfg < 2; cfg++) {
+    const dl_step_desc d = {.clip_value = 0.2, .l2 = 1e-2};
+    dl_model *m[3];
+    dl_optim *o[3];
+    dl_tape tp[3];
+    dl_tensor *idx = dl_tensor_make(&ctx, DL_I64, DL_SHAPE(SB, SK)), *lab = dl_tensor_make(&ctx, DL_I64, DL_SHAPE(SB));
+    int64_t j;
+    int i, step, same = 1;
+    for (j = 0; j < idx->numel; j++) dl_i64(idx)[j] = (j * 5 + 1) % 10;
+    for (j = 0; j < lab->numel; j++) dl_i64(lab)[j] = j % 3;
+    for (i = 0; i < 3; i++) {
+      dl_adam_cfg ac = dl_adamw_defaults(0.05);
+      m[i] = build_stage(&ctx, DL_F32, 1);
+      o[i] = dl_optim_adam(m[i], &ac);
+      CHECK(dl_model_configure(m[i], cfg ? "fc1.weight:clip_norm=0.05" : "fc1.weight:clip_value=0.01") == DL_OK);
+      CHECK(dl_tape_init(&tp[i], &ctx, 0) == DL_OK);
+    }
+    for (step = 0; step < 4; step++) {
+      for (i = 0; i < 3; i++) {
+        dl_tensor *loss = dl_t_cross_entropy(&tp[i], dl_model_forward(m[i], &tp[i], idx), lab, 0, DL_REDUCE_MEAN);
+        if (i == 0) CHECK(dl_train_step(o[0], &tp[0], loss, &d) > 0);
+        else if (i == 1) dl_train_step_nowait(o[1], &tp[1], loss, &d);
+        else CHECK(dl_dist_train_step(NULL, o[2], &tp[2], loss, &d, NULL) == DL_OK);
+        dl_tape_rewind(&tp[i]);
+      }
+      for (i = 1; i < 3; i++)
+        same &= !memcmp(m[0]->pbuf, m[i]->pbuf, (size_t)m[0]->pnumel * sizeof(float)) &&
+                !memcmp(o[0]->sbuf, o[i]->sbuf, (size_t)(o[0]->nstate * m[0]->pnumel) * sizeof(float));
+    }
+    CHECK_MSG(same, "%s: dl_train_step_nowait or dl_dist_train_step (norm NULL) differs from dl_train_step",
+              cfg ? "clip_norm on a parameter" : "value clipping only");
+    for (i = 0; i < 3; i++) {
+      dl_tape_free(&tp[i]);
+      dl_optim_free(o[i]);
+      dl_model_free(m[i]);
+    }
+    dl_tensor_free(idx);
+    dl_tensor_free(lab);
+  }
+}
+
 /* >>no allocation in steady state ------------------------------------------- */
 
 static long count_allocs, count_frees;
@@ -788,6 +834,7 @@ int main(void) {
   RUN(test_vs_torch);
   RUN(test_state_lookup);
   RUN(test_train_step_is_the_stages);
+  RUN(test_train_step_nowait);
   RUN(test_steady_state_no_alloc);
   RUN(test_tied_sparse_and_dense);
   if (fx_ok) {
