@@ -799,10 +799,10 @@ DL_API void dl__run_drain(dl_run *r) {
  * dl_accuracy_count(logits, labels)) now. On the GPU nothing waits: the
  * count is computed there, loss and count are copied to page-locked memory
  * behind the step's work, and they reach the progress line one step later
- * (at the next call, or at dl_run_flush / dl_run_end_epoch), when the
- * device has long reached them (r->step counts the step at once);
- * so a training loop that reads nothing else never waits for the device
- * inside an epoch. Call it after the forward pass, before the tape is
+ * (at the next call, or at dl_run_flush / dl_run_end_epoch; r->step counts
+ * the step at once). So the host runs at most a step ahead of the device:
+ * it waits there only when the device is the slower of the two, and a
+ * training loop that reads nothing else never waits for anything else. Call it after the forward pass, before the tape is
  * rewound (the logits must still be there; labels the loss already
  * checked), and dl_run_flush after the epoch's last step. Out of memory or
  * a device failure panics (op named). */
@@ -830,7 +830,7 @@ DL_API void dl_run_step_async(dl_run *r, int64_t samples, const dl_tensor *loss,
     }
     if (d->gpu != g) DL_PANIC(r->ctx, op, "the loss is on another device than this run's earlier steps");
     if (loss->numel != 1) DL_PANIC(r->ctx, op, "the loss %s is not one element", DL_SHAPESTR(loss));
-    dl__run_drain(r); /* the step before: its event was passed long ago */
+    dl__run_drain(r); /* the step before (the device is usually past it: no wait) */
     s = d->slot;
     d->counted = logits != NULL;
     if (logits) {
