@@ -23,7 +23,10 @@
  * decodes as corrupt); and that a 16-bit PNM asked for other channels than
  * its own is converted by stb's 8-bit routine, reading past its buffer
  * (dl.h decodes 16-bit PNMs itself, dl__pnm_check, and refuses a PNM whose
- * pixel data is shorter than its header declares).
+ * pixel data is shorter than its header declares); and that stb reads a
+ * number ending at the end of its input one digit short (a maximum value
+ * of 66020 read as 6602: 16-bit again, behind dl.h's back), so a header
+ * running to the end of the data is refused first.
  * Seed corpus: fuzz/corpus/image/ (the test images of tests/data/images,
  * and the 74-byte decode bomb of tests/data/images_bomb).
  */

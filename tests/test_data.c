@@ -1237,6 +1237,15 @@ static void test_image_folder(void) {
                   "truncated)");
         CHECK(!dl_image_load_memory(&ctx, cut8, sizeof cut8 - 1, "cut8.pgm", 1, &w, &h) && w == 0 && h == 0);
         CHECK_HAS("cut8.pgm: cannot decode the image (a PNM whose pixel data is shorter");
+        { /* the next fuzz_image find: a header ending at the end of the data, where stb reads the maximum value
+           * one digit short (66020 as 6602: a 16-bit image through its 8-bit channel conversion); and a maximum
+           * past 65535 with data after it */
+          static const char eof[] = "P66\v06\v66020", big[] = "P5 1 1 70000\n\x01\x02";
+          CHECK(!dl_image_load_memory(&ctx, eof, sizeof eof - 1, "eof.ppm", 1, &w, &h) && ctx.status == DL_ERR_FORMAT);
+          CHECK_HAS("eof.ppm: cannot decode the image (a PNM whose pixel data is shorter");
+          CHECK(!dl_image_load_memory(&ctx, big, sizeof big - 1, "big.pgm", 3, &w, &h) && ctx.status == DL_ERR_FORMAT);
+          CHECK_HAS("big.pgm: cannot decode the image (a PNM maximum value past 65535)");
+        }
         for (c = 1; c <= 4; c++) { /* 16 -> 8 bits keeps the high byte (stb 2.27 took the low one) */
           static const unsigned char want[5][8] = {{0}, {(77 * 0x12 + 150 * 0xFF + 29 * 0x01) >> 8, (77 * 0x80 + 29 * 0xFF) >> 8},
                                                    {(77 * 0x12 + 150 * 0xFF + 29 * 0x01) >> 8, 255, (77 * 0x80 + 29 * 0xFF) >> 8, 255},

@@ -2007,7 +2007,8 @@ DL_API void dl_image_resize(const uint8_t *src, int sh, int sw, int c, uint8_t *
  * - -1 when the pixel data after the header (one whitespace byte after the
  *   maximum value, then width * height * channels samples of 1 byte, or 2
  *   above 255) is shorter than the header declares: stb fills the rest with
- *   whatever its buffer held, so a truncated file would load as an image.
+ *   whatever its buffer held, so a truncated file would load as an image;
+ *   -2 when the maximum value is past 65535.
  * - 1 otherwise; *bits16 = 1 when the samples are 16-bit, *data_at the
  *   offset of the first sample. stb 2.27 mishandles 16-bit PNMs twice: it
  *   converts channels with its 8-bit routine over 16-bit data and reads past
@@ -2030,12 +2031,16 @@ DL_API int dl__pnm_check(const unsigned char *p, size_t n, int *bits16, size_t *
     for (; i < n && p[i] >= '0' && p[i] <= '9'; i++)
       if ((v[k] = v[k] * 10 + (p[i] - '0')) > INT_MAX) return 0;
   }
-  if (v[0] <= 0 || v[1] <= 0 || v[2] <= 0 || v[2] > 65535) return 1; /* stb refuses these itself */
-  *bits16 = v[2] > 255;
+  if (v[0] <= 0 || v[1] <= 0 || v[2] <= 0) return 1; /* stb refuses these itself */
   *data_at = i + 1; /* the one whitespace byte stb consumes after the maximum value */
+  /* a header that runs to the end of the data is refused before the maximum value is looked at: stb stops
+   * reading a number at the end of its input one digit early (maximum 66020 read as 6602: 16-bit) */
+  if (*data_at > n) return -1;
+  if (v[2] > 65535) return -2;
+  *bits16 = v[2] > 255;
   {
     const double need = (double)v[0] * (double)v[1] * (p[1] == '6' ? 3.0 : 1.0) * (*bits16 ? 2.0 : 1.0);
-    if (*data_at > n || (double)(n - *data_at) < need) return -1;
+    if ((double)(n - *data_at) < need) return -1;
   }
   return 1;
 }
@@ -2240,6 +2245,8 @@ DL_API unsigned char *dl_image_load_memory(dl_ctx *ctx, const void *data, size_t
     if (pnm == 0)
       dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (a PNM header number past %d: corrupt)",
               nm, INT_MAX);
+    else if (pnm == -2)
+      dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (a PNM maximum value past 65535)", nm);
     else
       dl_fail(ctx, DL_ERR_FORMAT, "dl_image_load: %s: cannot decode the image (a PNM whose pixel data is shorter "
               "than its header declares: truncated)", nm);
