@@ -1313,32 +1313,18 @@ DL_API double dl_clip_grads(dl_model *m, const dl_step_desc *d) { return dl__cli
 DL_API double dl__clip_grads(dl_model *m, const dl_step_desc *d, int want_norm) {
   double total, f;
   dl__gsum c;
-  int i;
-  if (!want_norm && !(d && d->clip_norm > 0)) {
-    int by_norm = 0;
-    for (i = 0; i < m->nparams && !by_norm; i++) by_norm = !dl__clip_skips(m->params[i]) && m->params[i]->clip_norm > 0;
-    if (!by_norm) {
-      for (i = 0; i < m->nparams; i++) {
-        dl_param *p = m->params[i];
-        double cv = p->clip_value > 0 ? p->clip_value : d ? d->clip_value : 0;
-        int64_t n;
-        void *g;
-        if (dl__clip_skips(p) || !(cv > 0)) continue;
-        g = dl__grad_mem(p, &n);
-        dl__gbuf_clamp(p, g, n, cv);
-      }
-      return (double)NAN;
-    }
-  }
-  dl__gsum_begin(&c, m);
+  int i, sums = want_norm || (d && d->clip_norm > 0); /* the sums of squares: wanted, or needed to clip */
+  for (i = 0; i < m->nparams && !sums; i++) sums = !dl__clip_skips(m->params[i]) && m->params[i]->clip_norm > 0;
+  if (sums) dl__gsum_begin(&c, m);
   for (i = 0; i < m->nparams; i++) {
     dl_param *p = m->params[i];
     double cv = p->clip_value > 0 ? p->clip_value : d ? d->clip_value : 0, s;
     int64_t n;
     void *g;
-    if (dl__clip_skips(p)) continue;
+    if (dl__clip_skips(p) || (!sums && !(cv > 0))) continue;
     g = dl__grad_mem(p, &n);
     if (cv > 0) dl__gbuf_clamp(p, g, n, cv);
+    if (!sums) continue;
     s = dl__gsum_sumsq(&c, i, g, n);
     if (p->clip_norm > 0) {
       f = p->clip_norm / (sqrt(dl__gsum_get(&c, i, s)) + 1e-6);
@@ -1349,6 +1335,7 @@ DL_API double dl__clip_grads(dl_model *m, const dl_step_desc *d, int want_norm) 
     }
     dl__gsum_add(&c, s);
   }
+  if (!sums) return (double)NAN;
   total = sqrt(dl__gsum_total(&c, dl__clip_skips));
   if (d && d->clip_norm > 0) {
     f = d->clip_norm / (total + 1e-6);
