@@ -50,6 +50,8 @@
  *                           cuDNN and cudart (make gpu)                  gpu.h
  *   DL_USE_MPI              data parallelism over Open MPI (mpicc);
  *                           without it dist.h is a one-process fallback   dist.h
+ *   DL_FREESTANDING         dl.h is dl/micro.h alone: inference of an exported
+ *                           model on a microcontroller (no OS, no heap)  micro.h
  *   DL_NO_STDIO             no FILE printing helpers (firmware); run.h and
  *                           the printing parts of report.h drop out       config.h
  *   DL_NO_GNU_EXTENSIONS    generic math without gcc/clang's statement
@@ -115,6 +117,9 @@
  *   dl/report.h     progress, metrics, confusion matrix, CSV log, PNG chart
  *   dl/dist.h       data parallelism over MPI (one-process fallback), evaluation
  *   dl/run.h        a training program's flags, epochs, checkpoints, result line
+ *   dl/export.h     a trained model as a micro model: f32 or int8, host
+ *                   evaluation, C source for firmware (dl_micro_*)
+ *   dl/micro.h      the firmware's inference runtime (dlm_*), freestanding
  *
  * Conventions: public names start dl_/DL_, private ones dl__/DL__. Functions
  * that can fail for reasons the caller must handle return dl_status (or NULL)
@@ -128,6 +133,11 @@
 #ifndef DL_H
 #define DL_H
 
+#ifdef DL_FREESTANDING
+/* Firmware: the inference runtime alone (dl/micro.h): no allocator, no
+ * stdio, no files, no time, no threads, no thread-local storage. */
+#include "dl/micro.h"
+#else
 #include "dl/config.h"
 #include "dl/core.h"
 #include "dl/file.h"
@@ -146,5 +156,7 @@
 #include "dl/report.h"
 #include "dl/dist.h"
 #include "dl/run.h"
+#include "dl/export.h"
+#endif /* DL_FREESTANDING */
 
 #endif /* DL_H */
