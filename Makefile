@@ -23,7 +23,7 @@ WARN = -std=c11 -Wall -Wextra -Wpedantic -Werror
 BUILD = build
 
 .PHONY: all run examples test quick bench clean deps-run deps-test deps-bench gpu gpu-lib gpu-fake \
-  install uninstall version fuzz-long
+  install uninstall version fuzz-long firmware deps-firmware
 
 all: test
 
@@ -33,6 +33,8 @@ deps-test:
 	@bash tools/deps.sh test
 deps-bench:
 	@bash tools/deps.sh bench
+deps-firmware:
+	@bash tools/deps.sh firmware
 
 # The main job: train the MLP on Fashion-MNIST, built from its one file the
 # way a user builds it (threads, OpenBLAS GEMM, zlib for the gzip files, stb
@@ -58,6 +60,13 @@ test: deps-test
 
 quick: deps-test
 	DL_TEST_QUICK=1 bash tests/run.sh
+
+# Inference on a microcontroller: the MLP and the small CNN trained, exported
+# in f32 and int8 (dl/export.h), built for a Cortex-M4 and run under QEMU
+# (mps2-an386), their predictions compared with the host's; one result: line
+# per model and precision (examples/firmware/run.sh).
+firmware: deps-firmware
+	bash examples/firmware/run.sh
 
 bench: deps-bench
 	bash bench/run_all.sh

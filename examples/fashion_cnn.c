@@ -52,6 +52,25 @@
 #endif
 #include "dl.h"
 
+/* --small: three convolutions of 16, 32 and 64 channels, each with batch
+ * normalisation, ReLU and 2x2 max pooling (28 -> 14 -> 7 -> 3), then a
+ * 576-10 classifier: 29k parameters instead of 420k, small enough for a
+ * microcontroller's flash in int8 (examples/firmware). */
+static dl_model *make_small_cnn(dl_ctx *ctx, uint64_t seed) {
+  dl_model *m = dl_model_make(ctx, &(dl_model_desc){.dtype = DL_F32, .seed = seed});
+  int64_t in = 1, out = 16;
+  int k;
+  for (k = 0; k < 3; k++, in = out, out *= 2) {
+    dl_conv2d_make(m, NULL, NULL, &(dl_conv2d_desc){.in = in, .out = out, .kernel = 3, .padding = 1});
+    dl_batchnorm2d_make(m, NULL, NULL, &(dl_batchnorm_desc){.features = out});
+    dl_act_make(m, NULL, NULL, DL_ACT_RELU, 0);
+    dl_maxpool2d_make(m, NULL, NULL, &(dl_pool2d_desc){.kernel = 2});
+  }
+  dl_flatten_make(m, NULL, NULL, 1);                                               /* "12": 64 * 3 * 3 */
+  dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = 64 * 3 * 3, .out = 10}); /* "13" */
+  return m;
+}
+
 static dl_model *make_cnn(dl_ctx *ctx, uint64_t seed, double dropout) {
   dl_model *m = dl_model_make(ctx, &(dl_model_desc){.dtype = DL_F32, .seed = seed});
   dl_conv2d_make(m, NULL, NULL, &(dl_conv2d_desc){.in = 1, .out = 32, .kernel = 3, .padding = 1});  /* "0": 28x28 */
@@ -94,7 +113,23 @@ static int fail(prog *p, const char *argv0) {
 
 /* The first n rows of all into *part (n <= 0 or >= all's size: all of it,
  * borrowed: freeing that copy frees nothing). */
-static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t test_n, const char *argv0) {
+/* --export DIR: the trained model as a micro model (dl/micro.h) in f32 and
+ * int8 (activation ranges from the first 500 training images), each run on
+ * the whole test set with the firmware's kernels (their accuracies
+ * printed), written to DIR/fashion_cnn_{f32,int8}.{c,h} (examples/firmware/). */
+static int export_micro(prog *p, const char *dir, double mean, double std, const char *argv0) {
+  if (!dl_dist_is_root(&p->dd)) return 0;
+  if (p->gpu && dl_model_to_host(p->m) != DL_OK) return fail(p, argv0);
+  dl_model_train(p->m, 0);
+  if (dl_micro_export(&p->ctx, p->m,
+                      &(dl_micro_desc){.name = "fashion_cnn", .c = 1, .h = 28, .w = 28, .norm = DL_NORM_STANDARDIZE,
+                                       .mean = mean, .std = std, .calib = &p->train, .calib_n = 500},
+                      dir, &p->test, stdout, NULL) != DL_OK)
+    return fail(p, argv0);
+  return 0;
+}
+
+static int run(prog *p, dl_train_opts *o, const char *export_dir, int small, double dropout, double wd, int64_t test_n, const char *argv0) {
   dl_ctx *ctx = &p->ctx;
   /* standardised with Fashion-MNIST's training mean and deviation of x / 255 */
   const double mean = 0.2860, std = 0.3530;
@@ -130,7 +165,7 @@ static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t tes
   steps_per_epoch = (p->tb.shuf.per_rank + p->tb.batch_size - 1) / p->tb.batch_size;
   total_steps = steps_per_epoch * o->epochs;
 
-  p->m = make_cnn(ctx, (uint64_t)o->seed, dropout);
+  p->m = small ? make_small_cnn(ctx, (uint64_t)o->seed) : make_cnn(ctx, (uint64_t)o->seed, dropout);
   if (!p->m || dl_model_status(p->m) != DL_OK) return fail(p, argv0);
   if (dl_train_device(ctx, o, p->m, &p->gpu) != DL_OK) return fail(p, argv0); /* before the optimizer */
   /* on the GPU the images live there too (u8), and each batch is gathered and standardised there */
@@ -146,7 +181,7 @@ static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t tes
     return fail(p, argv0);
   if (dl_run_begin(&p->r, ctx, &(dl_run_desc){.opts = o, .model = p->m, .optim = p->opt, .batcher = &p->tb,
                                               .steps_per_epoch = steps_per_epoch, .dist = &p->dd,
-                                              .title = "conv 32-64 + 128-10 CNN, Fashion-MNIST"}) != DL_OK) {
+                                              .title = small ? "conv 16-32-64 + 10 CNN (--small), Fashion-MNIST" : "conv 32-64 + 128-10 CNN, Fashion-MNIST"}) != DL_OK) {
     dl_run_print_error(&p->r, stderr, argv0);
     return 1;
   }
@@ -203,6 +238,7 @@ static int run(prog *p, dl_train_opts *o, double dropout, double wd, int64_t tes
     printf("device memory: peak %.1f MiB in use, %.1f MiB reserved\n", gs.peak_in_use / 1048576.0,
            gs.peak_reserved / 1048576.0);
   }
+  if (export_dir && export_micro(p, export_dir, mean, std, argv0)) return 1;
   if (!o->eval && o->save && dl_dist_is_root(&p->dd)) printf("weights: %s\n", o->save);
   if (!o->eval && o->chart && p->r.epoch > p->r.first_epoch && dl_dist_is_root(&p->dd)) printf("chart: %s\n", o->chart);
   dl_run_result(&p->r, stdout, test_acc, "test_loss=%.4f steps=%lld weights=%s", test_loss, (long long)p->r.step,
@@ -214,7 +250,9 @@ int main(int argc, char **argv) {
   dl_train_opts o = {.epochs = 6, .batch = 64, .lr = 1e-3, .seed = 1};
   double dropout = 0.25, wd = 0;
   int64_t test_n = 0;
-  dl_flag fl[DL_TRAIN_NFLAGS + 3];
+  const char *export_dir = NULL;
+  int small = 0;
+  dl_flag fl[DL_TRAIN_NFLAGS + 5];
   int nf = dl_train_flags(&o, fl), rc;
   prog *p = calloc(1, sizeof *p);
   const char *const argv0 = argv[0]; /* read after a jump: not changed after setjmp */
@@ -223,6 +261,10 @@ int main(int argc, char **argv) {
   fl[nf++] = (dl_flag){"dropout", DL_FLAG_F64, &dropout, 0, 0.99, "dropout probability before the last layer", "P"};
   fl[nf++] = (dl_flag){"wd", DL_FLAG_F64, &wd, 0, 1, "Adam's (L2) weight decay", "X"};
   fl[nf++] = (dl_flag){"test-subset", DL_FLAG_I64, &test_n, 0, 1e15, "evaluate on the first N test images only (0: all)", "N"};
+  fl[nf++] = (dl_flag){"small", DL_FLAG_SWITCH, &small, 0, 0,
+                       "the 16-32-64-channel CNN of 29k parameters (for a microcontroller)", NULL};
+  fl[nf++] = (dl_flag){"export", DL_FLAG_STR, (void *)&export_dir, 0, 0,
+                       "write the trained model as C source for firmware, f32 and int8 (examples/firmware)", "DIR"};
   dl_ctx_init(&p->ctx, NULL);
   if (dl_flags_main(&p->ctx, argc, argv, fl, nf, NULL, 0, NULL,
                     "Train a small CNN (conv 32, conv 64, 128, 10) on Fashion-MNIST (Adam, cosine learning rate).") != DL_OK)
@@ -237,7 +279,7 @@ int main(int argc, char **argv) {
     else if (dl_dist_init(&p->dd, &p->ctx, &argc, &argv, NULL) != DL_OK)
       rc = 1, fprintf(stderr, "%s: %s\n", argv[0], dl_ctx_message(&p->ctx));
     else
-      rc = run(p, &o, dropout, wd, test_n, argv[0]);
+      rc = run(p, &o, export_dir, small, dropout, wd, test_n, argv[0]);
     dl_ctx_on_nomem(&p->ctx, NULL);
   }
   dl_run_free(&p->r);

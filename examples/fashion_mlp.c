@@ -74,7 +74,23 @@ static int fail(prog *p, const char *argv0) {
   return 1;
 }
 
-static int run(prog *p, dl_train_opts *o, int64_t h1, int64_t h2, double wd, const char *argv0) {
+/* --export DIR: the trained model as a micro model (dl/micro.h) in f32 and
+ * int8 (activation ranges from the first 500 training images), each run on
+ * the whole test set with the firmware's kernels (their accuracies
+ * printed), written to DIR/fashion_mlp_{f32,int8}.{c,h} (examples/firmware/). */
+static int export_micro(prog *p, const char *dir, double mean, double std, const char *argv0) {
+  if (!dl_dist_is_root(&p->dd)) return 0;
+  if (p->gpu && dl_model_to_host(p->m) != DL_OK) return fail(p, argv0);
+  dl_model_train(p->m, 0);
+  if (dl_micro_export(&p->ctx, p->m,
+                      &(dl_micro_desc){.name = "fashion_mlp", .c = 1, .h = 28, .w = 28, .norm = DL_NORM_STANDARDIZE,
+                                       .mean = mean, .std = std, .calib = &p->train, .calib_n = 500},
+                      dir, &p->test, stdout, NULL) != DL_OK)
+    return fail(p, argv0);
+  return 0;
+}
+
+static int run(prog *p, dl_train_opts *o, const char *export_dir, int64_t h1, int64_t h2, double wd, const char *argv0) {
   dl_ctx *ctx = &p->ctx;
   /* standardised with Fashion-MNIST's training mean and deviation of x / 255 */
   const double mean = 0.2860, std = 0.3530;
@@ -173,6 +189,7 @@ static int run(prog *p, dl_train_opts *o, int64_t h1, int64_t h2, double wd, con
     printf("device memory: peak %.1f MiB in use, %.1f MiB reserved\n", gs.peak_in_use / 1048576.0,
            gs.peak_reserved / 1048576.0);
   }
+  if (export_dir && export_micro(p, export_dir, mean, std, argv0)) return 1;
   if (!o->eval && o->save && dl_dist_is_root(&p->dd)) printf("weights: %s\n", o->save);
   if (!o->eval && o->chart && p->r.epoch > p->r.first_epoch && dl_dist_is_root(&p->dd)) printf("chart: %s\n", o->chart);
   dl_run_result(&p->r, stdout, test_acc, "test_loss=%.4f steps=%lld weights=%s", test_loss, (long long)p->r.step,
@@ -184,7 +201,8 @@ int main(int argc, char **argv) {
   dl_train_opts o = {.epochs = 15, .batch = 64, .lr = 1e-3, .seed = 1};
   int64_t h1 = 256, h2 = 128;
   double wd = 0;
-  dl_flag fl[DL_TRAIN_NFLAGS + 3];
+  const char *export_dir = NULL;
+  dl_flag fl[DL_TRAIN_NFLAGS + 4];
   int nf = dl_train_flags(&o, fl), rc;
   prog *p = calloc(1, sizeof *p);
   const char *const argv0 = argv[0]; /* read after a jump: not changed after setjmp */
@@ -193,6 +211,8 @@ int main(int argc, char **argv) {
   fl[nf++] = (dl_flag){"hidden1", DL_FLAG_I64, &h1, 1, 65536, "units of the first hidden layer", "N"};
   fl[nf++] = (dl_flag){"hidden2", DL_FLAG_I64, &h2, 1, 65536, "units of the second hidden layer", "N"};
   fl[nf++] = (dl_flag){"wd", DL_FLAG_F64, &wd, 0, 1, "Adam's (L2) weight decay", "X"};
+  fl[nf++] = (dl_flag){"export", DL_FLAG_STR, (void *)&export_dir, 0, 0,
+                       "write the trained model as C source for firmware, f32 and int8 (examples/firmware)", "DIR"};
   dl_ctx_init(&p->ctx, NULL);
   if (dl_flags_main(&p->ctx, argc, argv, fl, nf, NULL, 0, NULL,
                     "Train a 784-256-128-10 MLP on Fashion-MNIST (Adam, cosine learning rate).") != DL_OK)
@@ -207,7 +227,7 @@ int main(int argc, char **argv) {
     else if (dl_dist_init(&p->dd, &p->ctx, &argc, &argv, NULL) != DL_OK)
       rc = 1, fprintf(stderr, "%s: %s\n", argv[0], dl_ctx_message(&p->ctx));
     else
-      rc = run(p, &o, h1, h2, wd, argv[0]);
+      rc = run(p, &o, export_dir, h1, h2, wd, argv[0]);
     dl_ctx_on_nomem(&p->ctx, NULL);
   }
   dl_run_free(&p->r);

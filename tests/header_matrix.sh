@@ -42,6 +42,15 @@ for h in include/dl.h include/dl/*.h include/dl/ops/*.h; do
     done
   fi
 done
+# firmware: dl.h with DL_FREESTANDING (dl/micro.h alone) for a Cortex-M4, freestanding
+if command -v arm-none-eabi-gcc >/dev/null; then
+  for h in include/dl.h include/dl/micro.h; do
+    add "$h freestanding for a Cortex-M4" "arm-none-eabi-gcc $WARN -mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16 -ffreestanding -Os -DDL_FREESTANDING -I$(dirname "$h") -Iinclude -x c - -c -o /dev/null"
+  done
+else
+  echo "SKIP freestanding header checks: arm-none-eabi-gcc not found (apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi)"
+  skip=$((skip + 1))
+fi
 [ -n "$MPI_CFLAGS" ] || { echo "SKIP header checks with DL_USE_MPI: mpicc not found"; skip=$((skip + 1)); }
 command -v nvcc >/dev/null || { echo "SKIP nvcc header checks: nvcc not found (the CUDA toolkit is not installed here)"; skip=$((skip + 1)); }
 run_job() { # index

@@ -307,6 +307,21 @@ else
   echo "SKIP examples/multi: Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"; skip=$((skip + 1))
 fi
 
+# --- 4b. firmware: a trained model on a Cortex-M4 under QEMU ----------------------
+# examples/firmware/run.sh --quick: the MLP and the small CNN trained one
+# epoch, exported in f32 and int8, built for the Cortex-M4 (no allocator
+# symbol), run under qemu-system-arm; int8 predictions identical to the
+# host's, f32 agreeing on 99.5%, int8 within a point of f32 on the test set.
+if [ "${DL_TEST_QUICK:-0}" = 1 ]; then
+  echo "SKIP firmware: not in a quick run (make test or make firmware runs it)"; skip=$((skip + 1))
+else
+  fw=$(FW_OUT="$B/firmware" bash examples/firmware/run.sh --quick 2>&1); rc=$?
+  echo "$fw" | grep -E '^(result|FAIL|SKIP|micro)'
+  if [ $rc = 3 ]; then skip=$((skip + 1))
+  elif [ $rc = 0 ] && [ "$(echo "$fw" | grep -c '^result: model=')" = 4 ]; then pass=$((pass + 4))
+  else bad "firmware (examples/firmware/run.sh --quick, exit $rc)"; echo "$fw" | tail -n 15; fi
+fi
+
 # --- 4c. installed, as another project uses it -------------------------------
 ds=$(bash tests/downstream.sh "$B/downstream" 2>&1)
 echo "$ds" | grep -v '^PASS'

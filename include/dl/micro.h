@@ -1,8 +1,9 @@
 /* dl/micro.h - inference on a microcontroller: a trained model as a plan
  * of layers over one caller-provided arena, in f32 or int8.
  *
- * This header stands alone: it includes <stddef.h>, <stdint.h> and
- * <string.h> (memcpy, memset) and nothing else, allocates nothing, keeps no
+ * This header stands alone: it includes <stddef.h>, <stdint.h>,
+ * <string.h> (memcpy, memset) and <math.h> (expf, in dlm_softmax only:
+ * a firmware that does not call it links no libm) and nothing else, allocates nothing, keeps no
  * state, uses no threads or thread-local storage, and compiles freestanding
  * (arm-none-eabi-gcc -ffreestanding, newlib for memcpy). dl.h includes it;
  * with -DDL_FREESTANDING dl.h includes only it (and config.h's version).
@@ -58,14 +59,24 @@
 #ifndef DL_MICRO_H
 #define DL_MICRO_H
 
+#include <math.h> /* expf, for dlm_softmax only */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
+/* Storage class of the functions: dl.h's (DL_API, the compile-once modes of
+ * config.h) when dl.h includes this header; static inline alone. */
 #ifndef DLM_API
+#ifdef DL_API
+#define DLM_API DL_API
+#else
 #define DLM_API static inline
 #endif
+#endif
 
+#ifdef DL__HEADER_BEGIN /* dl.h's compile-once modes (config.h) */
+DL__HEADER_BEGIN
+#endif
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -677,8 +688,22 @@ DLM_API int32_t dlm_argmax(const dlm_model *m, const void *arena) {
   return best;
 }
 
+/* probs[i] = the softmax of the outputs (int8: dequantised), n =
+ * dlm_output_count; the largest subtracted first. */
+DLM_API void dlm_softmax(const dlm_model *m, const void *arena, float *probs) {
+  const int32_t n = dlm_output_count(m);
+  float mx = dlm_output(m, arena, 0), sum = 0;
+  int32_t i;
+  for (i = 1; i < n; i++) mx = dlm_output(m, arena, i) > mx ? dlm_output(m, arena, i) : mx;
+  for (i = 0; i < n; i++) sum += probs[i] = expf(dlm_output(m, arena, i) - mx);
+  for (i = 0; i < n; i++) probs[i] /= sum;
+}
+
 #ifdef __cplusplus
 }
+#endif
+#ifdef DL__HEADER_END
+DL__HEADER_END
 #endif
 
 #endif /* DL_MICRO_H */
