@@ -599,10 +599,14 @@ DLM_API void dlm__layers(const dlm_model *m, unsigned char *arena) {
   }
 }
 
-/* Checks the plan and the arena: 4-byte aligned, at least dlm_arena_size. */
-DLM_API dlm_status dlm__prepare(const dlm_model *m, const void *arena, size_t arena_bytes, dlm_error *e) {
+/* Checks the plan, the arena (4-byte aligned, at least dlm_arena_size) and
+ * the input (n values, the input tensor's size). */
+DLM_API dlm_status dlm__prepare(const dlm_model *m, const void *arena, size_t arena_bytes, const void *in, size_t n,
+                                dlm_error *e) {
   dlm_status s = dlm_check(m, e);
+  const uint32_t want = s == DLM_OK ? dlm_tensor_numel(&m->tensors[m->input]) : 0;
   if (s != DLM_OK) return s;
+  if (!in || n != want) return dlm__fail(m, e, DLM_ERR_INPUT, -1, "the input must have ", want, " values");
   if (!arena || ((uintptr_t)arena & 3u))
     return dlm__fail(m, e, DLM_ERR_ARENA, -1, "the arena must be a 4-byte aligned buffer", 0, NULL);
   if (arena_bytes < m->arena_bytes) {
@@ -622,13 +626,11 @@ DLM_API dlm_status dlm__prepare(const dlm_model *m, const void *arena, size_t ar
  * (dlm_argmax, dlm_output). */
 DLM_API dlm_status dlm_run_u8(const dlm_model *m, void *arena, size_t arena_bytes, const uint8_t *pixels, size_t n,
                               dlm_error *e) {
-  dlm_status s = dlm__prepare(m, arena, arena_bytes, e);
+  dlm_status s = dlm__prepare(m, arena, arena_bytes, pixels, n, e);
   const dlm_tensor *X;
   size_t k;
   if (s != DLM_OK) return s;
   X = &m->tensors[m->input];
-  if (!pixels || n != dlm_tensor_numel(X))
-    return dlm__fail(m, e, DLM_ERR_INPUT, -1, "the input must have ", dlm_tensor_numel(X), " values");
   if (m->precision == DLM_F32 ? !m->input_lut : !m->input_lut_q)
     return dlm__fail(m, e, DLM_ERR_MODEL, -1, "the model has no pixel table: use dlm_run_f32", 0, NULL);
   if (m->precision == DLM_F32) {
@@ -646,15 +648,14 @@ DLM_API dlm_status dlm_run_u8(const dlm_model *m, void *arena, size_t arena_byte
  * and zero point, rounding to nearest). */
 DLM_API dlm_status dlm_run_f32(const dlm_model *m, void *arena, size_t arena_bytes, const float *in, size_t n,
                                dlm_error *e) {
-  dlm_status s = dlm__prepare(m, arena, arena_bytes, e);
+  dlm_status s = dlm__prepare(m, arena, arena_bytes, in, n, e);
   const dlm_tensor *X;
   size_t k;
   if (s != DLM_OK) return s;
   X = &m->tensors[m->input];
-  if (!in || n != dlm_tensor_numel(X))
-    return dlm__fail(m, e, DLM_ERR_INPUT, -1, "the input must have ", dlm_tensor_numel(X), " values");
   if (m->precision == DLM_F32) {
-    memcpy((unsigned char *)arena + X->offset, in, n * sizeof *in);
+    float *x = (float *)(void *)((unsigned char *)arena + X->offset);
+    for (k = 0; k < n; k++) x[k] = in[k];
   } else {
     int8_t *x = (int8_t *)((unsigned char *)arena + X->offset);
     for (k = 0; k < n; k++) {
