@@ -120,6 +120,8 @@
  *   dl/export.h     a trained model as a micro model: f32 or int8, host
  *                   evaluation, C source for firmware (dl_micro_*)
  *   dl/micro.h      the firmware's inference runtime (dlm_*), freestanding
+ *   dl/site.h       (last) the caller's file:line in the panics of every
+ *                   public op and layer call
  *
  * Conventions: public names start dl_/DL_, private ones dl__/DL__. Functions
  * that can fail for reasons the caller must handle return dl_status (or NULL)
@@ -157,6 +159,7 @@
 #include "dl/dist.h"
 #include "dl/run.h"
 #include "dl/export.h"
+#include "dl/site.h"
 #endif /* DL_FREESTANDING */
 
 #endif /* DL_H */

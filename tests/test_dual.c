@@ -60,6 +60,8 @@ static double r_neg(double x) { return -x; }
 static double d_neg(double x) { (void)x; return -1.0; }
 static double r_abs(double x) { return x < 0 ? -x : x; }
 static double d_abs(double x) { return x < 0 ? -1.0 : 1.0; }
+static double r_square(double x) { return x * x; }
+static double d_square(double x) { return 2.0 * x; }
 static double r_relu(double x) { return x > 0 ? x : 0.0; }
 static double d_relu(double x) { return x > 0 ? 1.0 : 0.0; }
 #define SLOPE 0.01
@@ -72,17 +74,17 @@ static double r_elu(double x) { return x > 0 ? x : ALPHA * expm1(x); }
 static double d_elu(double x) { return x > 0 ? 1.0 : ALPHA * exp(x); }
 static double r_clamp(double x) { return x < LO ? LO : x > HI ? HI : x; }
 static double d_clamp(double x) { return x < LO || x > HI ? 0.0 : 1.0; }
-/* gelu (tanh form): 0.5 (1 + tanh u) = sigmoid(2u), u = c (x + k x^3) */
+/* gelu_tanh (tanh form): 0.5 (1 + tanh u) = sigmoid(2u), u = c (x + k x^3) */
 #define GELU_C 0.79788456080286535588
 #define GELU_K 0.044715
-static double r_gelu(double x) { return x * sigm(2.0 * GELU_C * (x + GELU_K * x * x * x)); }
-static double d_gelu(double x) {
+static double r_gelu_tanh(double x) { return x * sigm(2.0 * GELU_C * (x + GELU_K * x * x * x)); }
+static double d_gelu_tanh(double x) {
   double u2 = 2.0 * GELU_C * (x + GELU_K * x * x * x);
   return sigm(u2) + x * sigm_d(u2) * 2.0 * GELU_C * (1.0 + 3.0 * GELU_K * x * x);
 }
-/* exact gelu: x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2; derivative Phi + x phi */
-static double r_gelu_erf(double x) { return 0.5 * x * erfc(-x / sqrt(2.0)); }
-static double d_gelu_erf(double x) {
+/* exact gelu_tanh: x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2; derivative Phi + x phi */
+static double r_gelu(double x) { return 0.5 * x * erfc(-x / sqrt(2.0)); }
+static double d_gelu(double x) {
   return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) / sqrt(2.0 * acos(-1.0));
 }
 static double r_silu(double x) { return x * sigm(x); }
@@ -152,13 +154,14 @@ static const unary_case UNARY[] = {
     {"erf", FNS(erf), r_erf, d_erf, PTS(X_ERF), TINY, TINY, TINY, TINY, 0},
     {"neg", FNS(neg), r_neg, d_neg, PTS(X_NEG), TINY, TINY, TINY, TINY, 0},
     {"abs", FNS(abs), r_abs, d_abs, PTS(X_KINKED), TINY, TINY, TINY, TINY, 0},
+    {"square", FNS(square), r_square, d_square, PTS(X_NEG), TINY, TINY, TINY, TINY, 0},
     {"relu", FNS(relu), r_relu, d_relu, PTS(X_KINKED), TINY, TINY, TINY, TINY, 0},
     {"leaky_relu", WFNS(leaky), r_leaky, d_leaky, PTS(X_KINKED), TINY, TINY, TINY, TINY, 0},
     /* elu: e^-100 is subnormal in float, so the f32 derivative gets a floor */
     {"elu", WFNS(elu), r_elu, d_elu, PTS(X_KINKED), TINY, TINY, TINY, 1e-30, 0},
     {"clamp", WFNS(clamp), r_clamp, d_clamp, PTS(X_CLAMP), TINY, TINY, TINY, TINY, 0},
-    {"gelu", FNS(gelu), r_gelu, d_gelu, PTS(X_GELU), 0.1, 1e-4, 1.0, 1.0, 1},
-    {"gelu_erf", FNS(gelu_erf), r_gelu_erf, d_gelu_erf, PTS(X_GELU), 0.1, 1e-4, 1.0, 0.1, 1},
+    {"gelu_tanh", FNS(gelu_tanh), r_gelu_tanh, d_gelu_tanh, PTS(X_GELU), 0.1, 1e-4, 1.0, 1.0, 1},
+    {"gelu", FNS(gelu), r_gelu, d_gelu, PTS(X_GELU), 0.1, 1e-4, 1.0, 0.1, 1},
     {"silu", FNS(silu), r_silu, d_silu, PTS(X_SILU), TINY, 1e-5, TINY, 0.1, 0},
     {"softplus", FNS(softplus), r_softplus, d_softplus, PTS(X_SILU), TINY, TINY, TINY, TINY, 0},
 };
@@ -177,7 +180,7 @@ static double central_diff(double (*f)(double), double x) {
 }
 /* Allowed |dual - central difference|: 1e-6 relative, plus the difference's
  * own rounding, about eps * noise / h where noise is |f| (plus |x| for
- * formulas that cancel to an absolute error in x, like gelu's 1 + tanh). */
+ * formulas that cancel to an absolute error in x, like gelu_tanh's 1 + tanh). */
 static double fd_allow(double fd, double fx, double x, double xnoise) {
   return 1e-6 * fabs(fd) + 20 * DBL_EPSILON * (fabs(fx) + xnoise * fabs(x)) / fd_step(x);
 }

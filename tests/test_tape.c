@@ -689,9 +689,9 @@ static void jvp_identity(const char *what, int n, const int *nd, const int64_t *
   dl_tensor_free(w);
 }
 
-/* an MLP: y = W2 gelu(W1 x + b1) + b2 over a batch of 8; x, W1, b1, W2, b2 */
+/* an MLP: y = W2 gelu_tanh(W1 x + b1) + b2 over a batch of 8; x, W1, b1, W2, b2 */
 static dl_tensor *mlp_net(dl_tape *tp, dl_tensor **p) {
-  return dl_t_linear(tp, dl_t_gelu(tp, dl_t_linear(tp, p[0], p[1], p[2])), p[3], p[4]);
+  return dl_t_linear(tp, dl_t_gelu_tanh(tp, dl_t_linear(tp, p[0], p[1], p[2])), p[3], p[4]);
 }
 static void test_jvp_dot_product_mlp(void) {
   int64_t s0[] = {8, 6}, s1[] = {7, 6}, s2[] = {7}, s3[] = {3, 7}, s4[] = {3};

@@ -207,6 +207,34 @@ DL_API void dl_log_msg(const dl_ctx *ctx, int level, const char *fmt, ...) {
 #endif
 }
 
+/* >>call sites --------------------------------------------------------------
+ * The caller's file:line of the public call in progress on this thread. dl.h's
+ * last header, dl/site.h, wraps each public op (dl_t_*), dl_model_forward,
+ * dl_layer_call and the layer constructors in a macro that enters the site
+ * before the call and leaves it after; the outermost call of a nested
+ * expression sets it. A panic reports it as the place of the error (the
+ * library's own file:line after it), then resets it, as does an op that
+ * leaves through the out-of-memory recovery point. Diagnostics read it,
+ * nothing else. */
+typedef struct dl__site {
+  const char *file; /* NULL: no public call in progress */
+  int line, depth;
+} dl__site;
+DL__GLOBAL(DL__TLS dl__site dl__cur_site, DL__ZERO_INIT);
+DL__INL void dl__site_enter(const char *file, int line) {
+  if (dl__cur_site.depth++ == 0) {
+    dl__cur_site.file = file;
+    dl__cur_site.line = line;
+  }
+}
+DL__INL void dl__site_leave(void) {
+  if (dl__cur_site.depth > 0 && --dl__cur_site.depth == 0) dl__cur_site.file = NULL;
+}
+DL__INL void dl__site_reset(void) {
+  dl__cur_site.depth = 0;
+  dl__cur_site.file = NULL;
+}
+
 /* >>panic ------------------------------------------------------------------ */
 
 /* Report a programmer error and do not return. Use DL_PANIC for the caller's
@@ -216,10 +244,19 @@ DL_API DL__NORETURN void dl_panic_at(const dl_ctx *ctx, const char *file, int li
 DL_API DL__NORETURN void dl_panic_at(const dl_ctx *ctx, const char *file, int line,
                                      const char *op, const char *fmt, ...) {
   char msg[1024];
+  const char *lib_file = file;
+  const int lib_line = line;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  if (dl__cur_site.file && (dl__cur_site.file != file || dl__cur_site.line != line)) { /* the caller's line first */
+    size_t k = strlen(msg);
+    file = dl__cur_site.file;
+    line = dl__cur_site.line;
+    if (k + 1 < sizeof msg) snprintf(msg + k, sizeof msg - k, " [raised at %s:%d]", lib_file, lib_line);
+  }
+  dl__site_reset(); /* a handler that jumps out leaves no site behind */
   if (ctx && ctx->desc.panic) ctx->desc.panic(ctx->desc.panic_user, op, msg, file, line);
 #ifndef DL_NO_STDIO
   fprintf(stderr, "dl: %s: %s (%s:%d)\n", op, msg, file, line);
@@ -271,7 +308,10 @@ DL_API DL__NORETURN void dl_nomem_at(dl_ctx *ctx, const char *file, int line, co
   if (ctx) {
     ctx->status = DL_ERR_NOMEM;
     snprintf(ctx->message, sizeof ctx->message, "%s: out of memory: %s", op, msg);
-    if (ctx->nomem) longjmp(*ctx->nomem, 1);
+    if (ctx->nomem) {
+      dl__site_reset();
+      longjmp(*ctx->nomem, 1);
+    }
   }
   dl_panic_at(ctx, file, line, op, "out of memory: %s (dl_ctx_on_nomem makes this a status)", msg);
 }

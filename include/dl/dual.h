@@ -85,6 +85,7 @@ DL_HD DL__VAPI dl_dual64 dl_dual64_make(double v, double d) { dl_dual64 r; r.v =
   DL_HD DL__VAPI S dl_pow_##sfx(S a, S b) { return POW(a, b); }                          \
   /* |x| */                                                                            \
   DL_HD DL__VAPI S dl_abs_##sfx(S x) { return FABS(x); }                                 \
+  DL_HD DL__VAPI S dl_square_##sfx(S x) { return x * x; }                              \
   /* max(x, 0); NaN propagates */                                                      \
   DL_HD DL__VAPI S dl_relu_##sfx(S x) { return x < (S)0 ? (S)0 : x; }                    \
   /* x > 0 ? x : slope * x */                                                          \
@@ -92,11 +93,11 @@ DL_HD DL__VAPI dl_dual64 dl_dual64_make(double v, double d) { dl_dual64 r; r.v =
   /* x > 0 ? x : alpha * (e^x - 1) */                                                  \
   DL_HD DL__VAPI S dl_elu_##sfx(S x, S alpha) { return x > (S)0 ? x : alpha * EXPM1(x); } \
   /* x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))  (PyTorch approximate='tanh') */ \
-  DL_HD DL__VAPI S dl_gelu_##sfx(S x) {                                                  \
+  DL_HD DL__VAPI S dl_gelu_tanh_##sfx(S x) {                                           \
     return (S)0.5 * x * ((S)1 + TANH((S)DL__SQRT_2_OVER_PI * (x + (S)0.044715 * x * x * x))); \
   }                                                                                    \
   /* x/2 * (1 + erf(x / sqrt 2))  (exact GELU) */                                      \
-  DL_HD DL__VAPI S dl_gelu_erf_##sfx(S x) { return (S)0.5 * x * ((S)1 + ERF(x * (S)DL__INV_SQRT_2)); } \
+  DL_HD DL__VAPI S dl_gelu_##sfx(S x) { return (S)0.5 * x * ((S)1 + ERF(x * (S)DL__INV_SQRT_2)); } \
   /* x * sigmoid(x) */                                                                 \
   DL_HD DL__VAPI S dl_silu_##sfx(S x) { return x * SIGMOID(x); }                         \
   /* ln(1 + e^x), computed as max(x,0) + ln(1 + e^-|x|) */                             \
@@ -170,6 +171,7 @@ DL__SCALAR_FUNCS(double, f64, exp, log, log1p, expm1, sqrt, sin, cos, tanh, dl__
     if (b.d != (S)0 && p != (S)0) d += b.d * p * dl_log_##sfx(a.v);                    \
     return dl__mk_##dsfx(p, d);                                                        \
   }                                                                                    \
+  DL_HD DL__VAPI D dl_square_##dsfx(D a) { return dl__mk_##dsfx(a.v * a.v, (S)2 * a.v * a.d); } \
   DL_HD DL__VAPI D dl_abs_##dsfx(D a) {                                                  \
     return dl__mk_##dsfx(dl_abs_##sfx(a.v), a.v > (S)0 ? a.d : (a.v < (S)0 ? -a.d : (S)0)); \
   }                                                                                    \
@@ -183,14 +185,14 @@ DL__SCALAR_FUNCS(double, f64, exp, log, log1p, expm1, sqrt, sin, cos, tanh, dl__
     return a.v > (S)0 ? a                                                              \
                       : dl__mk_##dsfx(alpha * dl_expm1_##sfx(a.v), a.d * alpha * dl_exp_##sfx(a.v)); \
   }                                                                                    \
-  DL_HD DL__VAPI D dl_gelu_##dsfx(D a) {                                                 \
+  DL_HD DL__VAPI D dl_gelu_tanh_##dsfx(D a) {                                          \
     S x = a.v, u = (S)DL__SQRT_2_OVER_PI * (x + (S)0.044715 * x * x * x);              \
     S t = dl_tanh_##sfx(u);                                                            \
     S du = (S)DL__SQRT_2_OVER_PI * ((S)1 + (S)3 * (S)0.044715 * x * x);                \
     return dl__mk_##dsfx((S)0.5 * x * ((S)1 + t),                                      \
                          a.d * ((S)0.5 * ((S)1 + t) + (S)0.5 * x * ((S)1 - t * t) * du)); \
   }                                                                                    \
-  DL_HD DL__VAPI D dl_gelu_erf_##dsfx(D a) {                                             \
+  DL_HD DL__VAPI D dl_gelu_##dsfx(D a) {                                               \
     S x = a.v, cdf = (S)0.5 * ((S)1 + dl_erf_##sfx(x * (S)DL__INV_SQRT_2));            \
     S pdf = (S)DL__INV_SQRT_2PI * dl_exp_##sfx((S)-0.5 * x * x);                       \
     return dl__mk_##dsfx(x * cdf, a.d * (cdf + x * pdf));                              \
@@ -411,9 +413,10 @@ DL_API dl__probe *dl__probe_1nn(dl__probe *a, double n, double m) { (void)n; (vo
 #define dl_sigmoid(x) DL__FN(sigmoid, dl__probe_1)(DL__L(x))
 #define dl_erf(x) DL__FN(erf, dl__probe_1)(DL__L(x))
 #define dl_abs(x) DL__FN(abs, dl__probe_1)(DL__L(x))
+#define dl_square(x) DL__FN(square, dl__probe_1)(DL__L(x))
 #define dl_relu(x) DL__FN(relu, dl__probe_1)(DL__L(x))
+#define dl_gelu_tanh(x) DL__FN(gelu_tanh, dl__probe_1)(DL__L(x))
 #define dl_gelu(x) DL__FN(gelu, dl__probe_1)(DL__L(x))
-#define dl_gelu_erf(x) DL__FN(gelu_erf, dl__probe_1)(DL__L(x))
 #define dl_silu(x) DL__FN(silu, dl__probe_1)(DL__L(x))
 #define dl_softplus(x) DL__FN(softplus, dl__probe_1)(DL__L(x))
 /* slope, alpha, lo, hi are plain numbers (not differentiated) */
@@ -499,8 +502,8 @@ template <> struct dl__cxx_pt<dl_dual> { typedef float type; };
   }
 DL__CXX_UNARY(neg) DL__CXX_UNARY(exp) DL__CXX_UNARY(log) DL__CXX_UNARY(log1p)
 DL__CXX_UNARY(expm1) DL__CXX_UNARY(sqrt) DL__CXX_UNARY(sin) DL__CXX_UNARY(cos)
-DL__CXX_UNARY(tanh) DL__CXX_UNARY(sigmoid) DL__CXX_UNARY(erf) DL__CXX_UNARY(abs)
-DL__CXX_UNARY(relu) DL__CXX_UNARY(gelu) DL__CXX_UNARY(gelu_erf) DL__CXX_UNARY(silu)
+DL__CXX_UNARY(tanh) DL__CXX_UNARY(sigmoid) DL__CXX_UNARY(erf) DL__CXX_UNARY(abs) DL__CXX_UNARY(square)
+DL__CXX_UNARY(relu) DL__CXX_UNARY(gelu_tanh) DL__CXX_UNARY(gelu) DL__CXX_UNARY(silu)
 DL__CXX_UNARY(softplus)
 DL__CXX_BINARY(add) DL__CXX_BINARY(sub) DL__CXX_BINARY(mul) DL__CXX_BINARY(div)
 DL__CXX_BINARY(pow) DL__CXX_BINARY(max) DL__CXX_BINARY(min) DL__CXX_BINARY(gt)
@@ -527,6 +530,12 @@ DL_HD inline typename dl__cxx_common<typename dl__cxx_common<A, B>::type, C>::ty
 #define DL_APPLY1(f, a) f(a)
 #define DL_APPLY2(f, a, b) f(a, b)
 #endif /* __cplusplus */
+
+/* The element-wise list's names for dl_max and dl_min (as dl_t_maximum and
+ * dl_t_minimum; dl_t_max and dl_t_min are reductions, as torch.maximum and
+ * torch.max are), in C and C++. */
+#define dl_maximum(a, b) dl_max(a, b)
+#define dl_minimum(a, b) dl_min(a, b)
 
 DL__HEADER_END
 #endif /* DL_DUAL_H */

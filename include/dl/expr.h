@@ -66,11 +66,11 @@ DL__HEADER_BEGIN
   X(relu, dl_relu(x0))                                                                 \
   X(sigmoid, dl_sigmoid(x0))                                                           \
   X(tanh, dl_tanh(x0))                                                                 \
+  X(gelu_tanh, dl_gelu_tanh(x0))                                                       \
   X(gelu, dl_gelu(x0))                                                                 \
-  X(gelu_erf, dl_gelu_erf(x0))                                                         \
   X(silu, dl_silu(x0))                                                                 \
   X(softplus, dl_softplus(x0))                                                         \
-  X(square, dl_mul(x0, x0))
+  X(square, dl_square(x0))
 #define DL_OPS_UNARY_P(X)                                                              \
   X(leaky_relu, dl_leaky_relu(x0, p0))                                                 \
   X(elu, dl_elu(x0, p0))                                                               \
@@ -83,8 +83,8 @@ DL__HEADER_BEGIN
   X(mul, dl_mul(x0, x1))                                                               \
   X(div, dl_div(x0, x1))                                                               \
   X(pow, dl_pow(x0, x1))                                                               \
-  X(maximum, dl_max(x0, x1))                                                           \
-  X(minimum, dl_min(x0, x1))
+  X(maximum, dl_maximum(x0, x1))                                                           \
+  X(minimum, dl_minimum(x0, x1))
 
 #ifndef __cplusplus
 

@@ -873,8 +873,8 @@ DL_API dl_tensor *dl_t_act(dl_tape *tp, dl_tensor *x, dl_act a, double alpha) {
   case DL_ACT_RELU: return dl_t_relu(tp, x);
   case DL_ACT_LEAKY_RELU: return dl_t_leaky_relu(tp, x, alpha != 0 ? alpha : 0.01);
   case DL_ACT_ELU: return dl_t_elu(tp, x, alpha != 0 ? alpha : 1.0);
-  case DL_ACT_GELU: return dl_t_gelu_erf(tp, x);
-  case DL_ACT_GELU_TANH: return dl_t_gelu(tp, x);
+  case DL_ACT_GELU: return dl_t_gelu(tp, x);
+  case DL_ACT_GELU_TANH: return dl_t_gelu_tanh(tp, x);
   case DL_ACT_SILU: return dl_t_silu(tp, x);
   case DL_ACT_SIGMOID: return dl_t_sigmoid(tp, x);
   case DL_ACT_TANH: return dl_t_tanh(tp, x);
