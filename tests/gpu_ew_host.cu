@@ -96,7 +96,7 @@ static double param_of(const gt_op *op) {
   return 0.0;
 }
 static int positive_x0(const gt_op *op) {
-  return is(op, "log") || is(op, "sqrt") || is(op, "pow_scalar") || is(op, "pow");
+  return is(op, "log") || is(op, "log1p") || is(op, "sqrt") || is(op, "pow_scalar") || is(op, "pow");
 }
 
 // |a - b| <= tol * max(|b|, floor), NaN never passes.

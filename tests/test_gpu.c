@@ -429,10 +429,11 @@ static double ew_param(const ew_op *o) {
   if (!strcmp(o->name, "mul_scalar")) return -1.5;
   return 0;
 }
-/* Inputs in [-2, 2), but in [0.5, 2) for log, sqrt and pow's base (x0) and
+/* Inputs in [-2, 2), but in [0.5, 2) for log, log1p, sqrt and pow's base (x0) and
  * div's denominator (x1). */
 static double ew_lo(const ew_op *o, int k) {
-  if (k == 0 && (!strcmp(o->name, "log") || !strcmp(o->name, "sqrt") || !strcmp(o->name, "pow_scalar") ||
+  if (k == 0 && (!strcmp(o->name, "log") || !strcmp(o->name, "log1p") || !strcmp(o->name, "sqrt") ||
+                 !strcmp(o->name, "pow_scalar") ||
                  !strcmp(o->name, "pow")))
     return 0.5;
   if (k == 1 && !strcmp(o->name, "div")) return 0.5;

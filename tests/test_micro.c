@@ -360,6 +360,83 @@ done:
   dl_model_free(m);
 }
 
+/* A blob: loaded in place, the same output bytes as the in-memory model;
+ * a blob of the wrong size, damaged, cut short or with too few slots is
+ * refused with a message. */
+static void test_blob(void) {
+  dl_micro_model *q = NULL;
+  dl_model *m = cnn(17);
+  dl_dataset cal;
+  static unsigned char arena[1 << 16] __attribute__((aligned(16))), a2[1 << 16] __attribute__((aligned(16)));
+  dlm_layer L[16];
+  dlm_tensor T[16];
+  dlm_model bm;
+  dlm_error e;
+  unsigned char *blob = NULL, *copy;
+  size_t n = 0, k;
+  uint8_t px[288];
+  int32_t nl, nt, prec;
+  for (k = 0; k < 288; k++) px[k] = (uint8_t)(k * 13);
+  random_images(&cal, 50, 2, 12, 12, 3);
+  randomize(m, 18);
+  for (prec = DLM_F32; prec <= DLM_INT8; prec++) {
+    CHECK(dl_micro_from_model(&ctx, m, &(dl_micro_desc){.name = "blobbed", .precision = prec, .c = 2, .h = 12, .w = 12,
+                                                       .calib = &cal}, &q) == DL_OK);
+    if (!q) break;
+    CHECK(dl_micro_blob(&ctx, q, (void **)&blob, &n) == DL_OK);
+    dlm_blob_counts(blob, n, &nl, &nt);
+    CHECK(nl == q->m.nlayers && nt == q->m.ntensors);
+    CHECK(dlm_load_blob(blob, n, &bm, L, 16, T, 16, &e) == DLM_OK);
+    CHECK(strcmp(bm.name, "blobbed") == 0);
+    CHECK(dlm_run_u8(&q->m, arena, sizeof arena, px, 288, NULL) == DLM_OK);
+    CHECK(dlm_run_u8(&bm, a2, sizeof a2, px, 288, NULL) == DLM_OK);
+    CHECK(memcmp(arena + q->m.tensors[q->m.output].offset, a2 + bm.tensors[bm.output].offset,
+                 dlm_tensor_numel(&bm.tensors[bm.output]) * dlm_elem_size(&bm)) == 0);
+    /* wrong size, too few slots, every single flipped byte */
+    CHECK(dlm_load_blob(blob, n - 4, &bm, L, 16, T, 16, &e) == DLM_ERR_MODEL && strstr(e.msg, "header says"));
+    CHECK(dlm_load_blob(blob, n, &bm, L, 2, T, 16, &e) == DLM_ERR_MODEL && strstr(e.msg, "slots"));
+    CHECK(dlm_load_blob(blob + 1, n - 1, &bm, L, 16, T, 16, &e) == DLM_ERR_MODEL);
+    copy = (unsigned char *)dl_alloc(&ctx, n);
+    for (k = 0; copy && k < n; k += (k < 4096 ? 1 : 97)) {
+      memcpy(copy, blob, n);
+      copy[k] ^= 0x40;
+      if (dlm_load_blob(copy, n, &bm, L, 16, T, 16, &e) == DLM_OK) {
+        CHECK_MSG(0, "a blob with byte %zu flipped loaded", k);
+        break;
+      }
+    }
+    dl_free(&ctx, copy);
+    dl_free(&ctx, blob);
+    blob = NULL;
+    dl_micro_free(q);
+    q = NULL;
+  }
+  { /* written to a file, read back: the same bytes */
+    char path[] = "/tmp/dl_micro_blob_XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f;
+    unsigned char *back;
+    CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+    CHECK(dl_micro_from_model(&ctx, m, &(dl_micro_desc){.name = "w", .c = 2, .h = 12, .w = 12}, &q) == DL_OK);
+    if (q && fd >= 0) {
+      CHECK(dl_micro_write_blob(&ctx, q, path) == DL_OK);
+      CHECK(dl_micro_blob(&ctx, q, (void **)&blob, &n) == DL_OK);
+      back = (unsigned char *)dl_alloc(&ctx, n + 1);
+      f = fopen(path, "rb");
+      CHECK(f && fread(back, 1, n + 1, f) == n);
+      if (f) fclose(f);
+      CHECK(memcmp(back, blob, n) == 0);
+      dl_free(&ctx, back);
+      dl_free(&ctx, blob);
+      remove(path);
+    }
+    dl_micro_free(q);
+  }
+  dl_dataset_free(&cal);
+  dl_model_free(m);
+}
+
 /* What has no kernel is refused, naming the layer. */
 static void test_unsupported(void) {
   dl_micro_model *q = (dl_micro_model *)1;
@@ -439,6 +516,7 @@ int main(void) {
   RUN(test_int8_close);
   RUN(test_no_allocation);
   RUN(test_bad_input);
+  RUN(test_blob);
   RUN(test_unsupported);
   RUN(test_written_source);
   return harness_finish();

@@ -65,6 +65,7 @@ static void test_elementwise_gradcheck(void) {
     dl_tensor *x;
     int ok;
     if (!strcmp(un[k].name, "log") || !strcmp(un[k].name, "sqrt")) { un[k].lo = 0.3; un[k].hi = 3; }
+    if (!strcmp(un[k].name, "log1p")) { un[k].lo = -0.5; un[k].hi = 3; }
     if (!strcmp(un[k].name, "abs") || !strcmp(un[k].name, "relu")) un[k].away = 1;
     x = mk(DL_SHAPE(3, 5), 10 + k, un[k].lo, un[k].hi);
     if (un[k].away) away0(x);

@@ -78,15 +78,23 @@ static dl_tensor *make_from(const fx_case *c, int t, const double *v) {
   return x;
 }
 
-/* Count elements of got (a dl tensor) off scale*want beyond tolerance; print the first few. */
+/* Count elements of got (a dl tensor) off scale*want beyond tolerance; print the first few.
+ * f32 (alt given): an element also passes within tolerance of scale*alt, the same op in f64
+ * on the same f32 inputs (the f32 problem's exact answer to f64 precision; the f64 ops are
+ * held to PyTorch's f64 at 1e-12 by the f64 cases). Where a gradient cancels (gelu's
+ * cdf + x pdf near x = -0.75) torch's f32 result can be the less accurate of the two. */
 static int compare(const char *label, const char *what, const dl_tensor *got, const double *want,
-                   double scale) {
+                   double scale, const dl_tensor *alt) {
   int f64 = got->dtype == DL_F64, bad = 0;
   double tol = f64 ? 1e-12 : 1e-5, floor_ = f64 ? 1e-14 : 1e-6;
   int64_t i;
   for (i = 0; i < got->numel; i++) {
     double g = f64 ? dl_f64(got)[i] : (double)dl_f32(got)[i], w = scale * want[i];
     double den = fabs(w) > floor_ ? fabs(w) : floor_, err = fabs(g - w) / den;
+    if (!(err <= tol) && alt) { /* the exact answer instead */
+      double a = scale * dl_f64(alt)[i], da = fabs(a) > floor_ ? fabs(a) : floor_;
+      if (fabs(g - a) / da <= tol) continue;
+    }
     if (!(err <= tol)) {
       if (bad < 4)
         fprintf(stderr, "  MISMATCH %s: %s[%lld] dl %.17g torch %.17g (rel err %.3g, tol %g)\n",
@@ -97,10 +105,33 @@ static int compare(const char *label, const char *what, const dl_tensor *got, co
   return bad;
 }
 
+/* The op in f64 on the case's inputs (for an f32 case: its f32 values, exactly):
+ * *y64 and g64[0..nin) from one forward and one backward. */
+static void exact64(const fx_case *c, const op_entry *op, dl_tensor **y64, dl_tensor **g64) {
+  dl_tensor *x[2] = {NULL, NULL}, *gy;
+  int k;
+  for (k = 0; k < c->nin; k++) {
+    x[k] = dl_tensor_make(&ctx, DL_F64, c->ndim[k], c->shape[k]);
+    g64[k] = dl_tensor_make(&ctx, DL_F64, c->ndim[k], c->shape[k]);
+    memcpy(dl_f64(x[k]), c->x[k], (size_t)c->numel[k] * sizeof(double));
+    memset(dl_f64(g64[k]), 0, (size_t)c->numel[k] * sizeof(double));
+  }
+  *y64 = dl_tensor_make(&ctx, DL_F64, c->ndim[2], c->shape[2]);
+  gy = dl_tensor_make(&ctx, DL_F64, c->ndim[2], c->shape[2]);
+  memcpy(dl_f64(gy), c->gy, (size_t)c->numel[2] * sizeof(double));
+  switch (op->kind) {
+  case K_UNARY: op->f1(*y64, x[0]); op->b1(g64[0], gy, x[0]); break;
+  case K_UNARY_P: op->f1p(*y64, x[0], c->p0); op->b1p(g64[0], gy, x[0], c->p0); break;
+  default: op->f2(*y64, x[0], x[1]); op->b2(g64[0], g64[1], gy, x[0], x[1]); break;
+  }
+  for (k = 0; k < c->nin; k++) dl_tensor_free(x[k]);
+  dl_tensor_free(gy);
+}
+
 static int run_case(const fx_case *c) {
   char label[512];
   const op_entry *op = find_op(c->op);
-  dl_tensor *x[2] = {NULL, NULL}, *g[2] = {NULL, NULL}, *y, *gy;
+  dl_tensor *x[2] = {NULL, NULL}, *g[2] = {NULL, NULL}, *y, *gy, *y64 = NULL, *g64[2] = {NULL, NULL};
   int k, bad = 0;
   case_label(c, label, sizeof label);
   CHECK_MSG(op != NULL, "fixture op '%s' is not in dl.h's op lists (%s)", c->op, label);
@@ -114,13 +145,14 @@ static int run_case(const fx_case *c) {
   }
   y = make_from(c, 2, NULL);
   gy = make_from(c, 2, c->gy);
+  if (!c->f64) exact64(c, op, &y64, g64);
   /* forward */
   switch (op->kind) {
   case K_UNARY: op->f1(y, x[0]); break;
   case K_UNARY_P: op->f1p(y, x[0], c->p0); break;
   default: op->f2(y, x[0], x[1]); break;
   }
-  bad += compare(label, "y", y, c->y, 1.0);
+  bad += compare(label, "y", y, c->y, 1.0, y64);
   /* backward, twice: it accumulates */
   for (k = 1; k <= 2; k++) {
     switch (op->kind) {
@@ -128,8 +160,8 @@ static int run_case(const fx_case *c) {
     case K_UNARY_P: op->b1p(g[0], gy, x[0], c->p0); break;
     default: op->b2(g[0], g[1], gy, x[0], x[1]); break;
     }
-    bad += compare(label, k == 1 ? "g0" : "g0 (2nd call, 2x)", g[0], c->g[0], k);
-    if (c->nin == 2) bad += compare(label, k == 1 ? "g1" : "g1 (2nd call, 2x)", g[1], c->g[1], k);
+    bad += compare(label, k == 1 ? "g0" : "g0 (2nd call, 2x)", g[0], c->g[0], k, g64[0]);
+    if (c->nin == 2) bad += compare(label, k == 1 ? "g1" : "g1 (2nd call, 2x)", g[1], c->g[1], k, g64[1]);
   }
   /* a NULL gradient is skipped, the other still accumulated */
   switch (op->kind) {
@@ -137,13 +169,14 @@ static int run_case(const fx_case *c) {
   case K_UNARY_P: op->b1p(NULL, gy, x[0], c->p0); break;
   default:
     op->b2(NULL, g[1], gy, x[0], x[1]);
-    bad += compare(label, "g1 (3rd call, gx0 NULL)", g[1], c->g[1], 3);
+    bad += compare(label, "g1 (3rd call, gx0 NULL)", g[1], c->g[1], 3, g64[1]);
     op->b2(g[0], NULL, gy, x[0], x[1]);
-    bad += compare(label, "g0 (4th call, gx1 NULL)", g[0], c->g[0], 3);
+    bad += compare(label, "g0 (4th call, gx1 NULL)", g[0], c->g[0], 3, g64[0]);
     break;
   }
   CHECK_MSG(bad == 0, "%s: %d value(s) differ from PyTorch", label, bad);
-  for (k = 0; k < 2; k++) { dl_tensor_free(x[k]); dl_tensor_free(g[k]); }
+  for (k = 0; k < 2; k++) { dl_tensor_free(x[k]); dl_tensor_free(g[k]); dl_tensor_free(g64[k]); }
+  dl_tensor_free(y64);
   dl_tensor_free(y);
   dl_tensor_free(gy);
   return bad != 0;

@@ -778,6 +778,94 @@ done:
   return s;
 }
 
+/* >>blobs ----------------------------------------------------------------------- */
+
+DL_API void dl__micro_put32(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
+}
+/* Appends n bytes of src at the 4-aligned end *at of buf (NULL buf: counts
+ * only); returns the offset written at (0 for no array). */
+DL_API uint32_t dl__micro_put_array(unsigned char *buf, size_t *at, const void *src, size_t n) {
+  uint32_t off;
+  if (!src) return 0;
+  off = (uint32_t)*at;
+  if (buf) memcpy(buf + off, src, n);
+  *at = (*at + n + 3u) & ~(size_t)3u;
+  return off;
+}
+/* Lays the blob out in buf (NULL: measures it); returns its size. */
+DL_API size_t dl__micro_blob_layout(const dl_micro_model *q, unsigned char *buf) {
+  const dlm_model *m = &q->m;
+  const int f = m->precision == DLM_F32;
+  size_t at = DLM_BLOB_HEADER + 4u * (DLM_BLOB_TENSOR_WORDS * (size_t)m->ntensors + DLM_BLOB_LAYER_WORDS * (size_t)m->nlayers);
+  uint32_t lut;
+  int i, k;
+  lut = dl__micro_put_array(buf, &at, f ? (const void *)q->lut : (const void *)q->lut_q, f ? 1024 : 256);
+  for (i = 0; i < m->nlayers; i++) {
+    const dlm_layer *l = &m->layers[i];
+    unsigned char *r = buf ? buf + DLM_BLOB_HEADER + 4u * (DLM_BLOB_TENSOR_WORDS * (size_t)m->ntensors +
+                                                           DLM_BLOB_LAYER_WORDS * (size_t)i)
+                           : NULL;
+    const int32_t v[22] = {l->op, l->in, l->in2, l->out, l->kh, l->kw, l->sh, l->sw, l->ph, l->pw, l->dh,
+                           l->dw, l->relu, l->exclude_pad, (int32_t)l->nweight, (int32_t)l->nbias, l->mult_a,
+                           l->shift_a, l->mult_b, l->shift_b, l->mult_o, l->shift_o};
+    uint32_t off[4];
+    off[0] = dl__micro_put_array(buf, &at, f ? (const void *)l->wf : (const void *)l->wq, (size_t)l->nweight * (f ? 4 : 1));
+    off[1] = dl__micro_put_array(buf, &at, f ? (const void *)l->bf : (const void *)l->bq, (size_t)l->nbias * 4);
+    off[2] = f ? 0 : dl__micro_put_array(buf, &at, l->mult, (size_t)l->nbias * 4);
+    off[3] = f ? 0 : dl__micro_put_array(buf, &at, l->shift, (size_t)l->nbias * 4);
+    if (r) {
+      for (k = 0; k < 22; k++) dl__micro_put32(r + 4 * k, (uint32_t)v[k]);
+      for (k = 0; k < 4; k++) dl__micro_put32(r + 88 + 4 * k, off[k]);
+    }
+  }
+  if (buf) {
+    uint32_t hdr[12];
+    hdr[0] = DLM_BLOB_MAGIC; hdr[1] = DLM_VERSION; hdr[2] = (uint32_t)m->precision; hdr[3] = (uint32_t)m->nlayers;
+    hdr[4] = (uint32_t)m->ntensors; hdr[5] = (uint32_t)m->input; hdr[6] = (uint32_t)m->output; hdr[7] = m->arena_bytes;
+    hdr[8] = m->scratch_offset; hdr[9] = (uint32_t)at; hdr[10] = 0; hdr[11] = lut;
+    memset(buf, 0, 96);
+    for (k = 0; k < 12; k++) dl__micro_put32(buf + 4 * k, hdr[k]);
+    memcpy(buf + 64, q->name, strlen(q->name) < 31 ? strlen(q->name) : 31);
+    for (i = 0; i < m->ntensors; i++) {
+      const dlm_tensor *t = &m->tensors[i];
+      unsigned char *r = buf + DLM_BLOB_HEADER + 4u * DLM_BLOB_TENSOR_WORDS * (size_t)i;
+      uint32_t sb;
+      memcpy(&sb, &t->scale, 4);
+      dl__micro_put32(r, (uint32_t)t->c); dl__micro_put32(r + 4, (uint32_t)t->h); dl__micro_put32(r + 8, (uint32_t)t->w);
+      dl__micro_put32(r + 12, t->offset); dl__micro_put32(r + 16, sb); dl__micro_put32(r + 20, (uint32_t)t->zero);
+    }
+    dl__micro_put32(buf + 40, dlm_fnv1a(buf + 64, at - 64));
+  }
+  return at;
+}
+
+/* The model as one blob (dlm_load_blob reads it): *out (free with dl_free
+ * on ctx) of *n bytes, 64-byte aligned. */
+DL_API dl_status dl_micro_blob(dl_ctx *ctx, const dl_micro_model *q, void **out, size_t *n) {
+  const size_t size = dl__micro_blob_layout(q, NULL);
+  unsigned char *buf;
+  *out = NULL;
+  *n = 0;
+  if (size > 0x7fffffffu) return dl_fail(ctx, DL_ERR_OVERFLOW, "dl_micro_blob: %zu bytes is more than a blob holds", size);
+  if (!(buf = (unsigned char *)dl_alloc(ctx, size))) return ctx->status;
+  memset(buf, 0, size);
+  dl__micro_blob_layout(q, buf);
+  *out = buf;
+  *n = size;
+  return DL_OK;
+}
+/* The blob written to path, atomically. */
+DL_API dl_status dl_micro_write_blob(dl_ctx *ctx, const dl_micro_model *q, const char *path) {
+  void *b;
+  size_t n;
+  dl_status s = dl_micro_blob(ctx, q, &b, &n);
+  if (s != DL_OK) return s;
+  s = dl_atomic_write(ctx, path, b, n, NULL);
+  dl_free(ctx, b);
+  return s;
+}
+
 /* >>one call: both precisions --------------------------------------------------- */
 
 /* Bytes of constant data the model puts in flash: weights, biases,

@@ -61,6 +61,11 @@ DL__HEADER_BEGIN
   X(neg, dl_neg(x0))                                                                   \
   X(exp, dl_exp(x0))                                                                   \
   X(log, dl_log(x0))                                                                   \
+  X(log1p, dl_log1p(x0))                                                               \
+  X(expm1, dl_expm1(x0))                                                               \
+  X(sin, dl_sin(x0))                                                                   \
+  X(cos, dl_cos(x0))                                                                   \
+  X(erf, dl_erf(x0))                                                                   \
   X(sqrt, dl_sqrt(x0))                                                                 \
   X(abs, dl_abs(x0))                                                                   \
   X(relu, dl_relu(x0))                                                                 \

@@ -200,6 +200,12 @@ DLM_API dlm_status dlm__fail(const dlm_model *m, dlm_error *e, dlm_status s, int
 /* >>plan checks ---------------------------------------------------------------- */
 
 DLM_API uint32_t dlm_elem_size(const dlm_model *m) { return m->precision == DLM_INT8 ? 1u : 4u; }
+/* 1 when the tensor's dimensions are positive and c * h * w <= 2^29 - 1
+ * (checked without overflow). */
+DLM_API int dlm__shape_ok(const dlm_tensor *t) {
+  const int64_t lim = 0x1fffffff;
+  return t->c > 0 && t->h > 0 && t->w > 0 && t->c <= lim && t->h <= lim / t->c && t->w <= lim / ((int64_t)t->c * t->h);
+}
 DLM_API uint32_t dlm_tensor_numel(const dlm_tensor *t) { return (uint32_t)t->c * (uint32_t)t->h * (uint32_t)t->w; }
 
 /* Bytes of int32 scratch a layer needs (an int8 convolution's output plane). */
@@ -219,7 +225,7 @@ DLM_API uint32_t dlm_arena_size(const dlm_model *m) {
   for (i = 0; i < m->ntensors; i++) {
     const dlm_tensor *t = &m->tensors[i];
     uint64_t n;
-    if (t->c <= 0 || t->h <= 0 || t->w <= 0) return 0;
+    if (!dlm__shape_ok(t)) return 0;
     n = (uint64_t)t->c * (uint64_t)t->h * (uint64_t)t->w * dlm_elem_size(m);
     if (n > 0x7fffffffu || t->offset > 0x7fffffffu) return 0;
     if (t->offset + n > end) end = t->offset + n;
@@ -264,8 +270,7 @@ DLM_API dlm_status dlm_check(const dlm_model *m, dlm_error *e) {
     return dlm__fail(m, e, DLM_ERR_MODEL, -1, "input or output tensor out of range (", m->ntensors, " tensors)");
   for (i = 0; i < m->ntensors; i++) {
     const dlm_tensor *t = &m->tensors[i];
-    if (t->c <= 0 || t->h <= 0 || t->w <= 0 || (int64_t)t->c * t->h * t->w > 0x1fffffff)
-      return dlm__fail(m, e, DLM_ERR_MODEL, -1, "tensor ", i, " has a bad shape");
+    if (!dlm__shape_ok(t)) return dlm__fail(m, e, DLM_ERR_MODEL, -1, "tensor ", i, " has a bad shape");
     if (t->offset & 3u) return dlm__fail(m, e, DLM_ERR_MODEL, -1, "tensor ", i, " is not 4-byte aligned in the arena");
     if (m->precision == DLM_INT8 && (!(t->scale > 0) || t->zero < -128 || t->zero > 127))
       return dlm__fail(m, e, DLM_ERR_MODEL, -1, "tensor ", i, " has a bad int8 scale or zero point");
@@ -354,11 +359,18 @@ DLM_API dlm_status dlm_check(const dlm_model *m, dlm_error *e) {
       uint32_t c;
       if (m->precision == DLM_F32 ? !l->wf || !l->bf : !l->wq || !l->bq || !l->mult || !l->shift)
         return dlm__fail(m, e, DLM_ERR_MODEL, i, "weights, bias or requantisation arrays missing", 0, NULL);
-      if (ok_int8)
-        for (c = 0; c < cout; c++)
+      if (ok_int8) {
+        /* the int32 accumulator cannot overflow: |bias| + taps * 2^15 < 2^31 (each tap is at most
+         * |w| |x - zero| <= 128 * 255, and the linear kernel's two sums at most 2^14 each) */
+        const int64_t taps = (int64_t)l->nweight / (cout ? cout : 1);
+        for (c = 0; c < cout; c++) {
           if (l->shift[c] < -31 || l->shift[c] > 30 || l->mult[c] < 0)
             return dlm__fail(m, e, DLM_ERR_MODEL, i, "requantisation multiplier or shift out of range at channel ",
                              c, "");
+          if ((l->bq[c] < 0 ? -(int64_t)l->bq[c] : (int64_t)l->bq[c]) + taps * 32768 > INT32_MAX)
+            return dlm__fail(m, e, DLM_ERR_MODEL, i, "bias and taps could overflow the accumulator at channel ", c, "");
+        }
+      }
     }
   }
   return DLM_OK;
@@ -374,9 +386,14 @@ DLM_API int32_t dlm_requant(int32_t acc, int32_t mult, int32_t shift) {
   int64_t p = (int64_t)acc * mult, r = (p + ((int64_t)1 << (total - 1))) >> total;
   return r > INT32_MAX ? INT32_MAX : r < INT32_MIN ? INT32_MIN : (int32_t)r;
 }
-DLM_API int8_t dlm__clamp8(int32_t v, int32_t lo) { return (int8_t)(v < lo ? lo : v > 127 ? 127 : v); }
+DLM_API int8_t dlm__clamp8(int64_t v, int32_t lo) { return (int8_t)(v < lo ? lo : v > 127 ? 127 : v); }
 /* Integer division rounding half away from zero (d > 0). */
-DLM_API int32_t dlm__div_round(int32_t s, int32_t d) { return s >= 0 ? (s + d / 2) / d : -((-s + d / 2) / d); }
+DLM_API int64_t dlm__div_round(int64_t s, int64_t d) { return s >= 0 ? (s + d / 2) / d : -((-s + d / 2) / d); }
+/* a + b saturated to int32 */
+DLM_API int32_t dlm__sat_add(int32_t a, int32_t b) {
+  const int64_t s = (int64_t)a + b;
+  return s > INT32_MAX ? INT32_MAX : s < INT32_MIN ? INT32_MIN : (int32_t)s;
+}
 
 /* >>kernels -------------------------------------------------------------------- */
 
@@ -399,7 +416,7 @@ DLM_API void dlm__linear_i8(const dlm_layer *l, const int8_t *x, int32_t zin, in
     int32_t acc = 0, wsum = 0;
     for (i = 0; i < n; i++) { acc += (int32_t)w[i] * x[i]; wsum += w[i]; }
     acc = acc - zin * wsum + l->bq[o]; /* sum w (x - zin), the zero point taken out of the loop */
-    y[o] = dlm__clamp8(dlm_requant(acc, l->mult[o], l->shift[o]) + zout, lo);
+    y[o] = dlm__clamp8((int64_t)dlm_requant(acc, l->mult[o], l->shift[o]) + zout, lo);
   }
 }
 
@@ -464,7 +481,7 @@ DLM_API void dlm__conv_i8(const dlm_layer *l, const dlm_tensor *X, const int8_t 
           }
         }
     for (ox = 0; ox < plane; ox++)
-      y[(size_t)co * plane + ox] = dlm__clamp8(dlm_requant(acc[ox], l->mult[co], l->shift[co]) + zout, lo);
+      y[(size_t)co * plane + ox] = dlm__clamp8((int64_t)dlm_requant(acc[ox], l->mult[co], l->shift[co]) + zout, lo);
   }
 }
 
@@ -500,7 +517,8 @@ DLM_API void dlm__pool_i8(const dlm_layer *l, const dlm_tensor *X, const int8_t 
   for (c = 0; c < Y->c; c++)
     for (oy = 0; oy < Y->h; oy++)
       for (ox = 0; ox < Y->w; ox++) {
-        int32_t best = -128, sum = 0, n = 0;
+        int32_t best = -128, n = 0;
+        int64_t sum = 0;
         for (ky = 0; ky < l->kh; ky++) {
           const int32_t iy = oy * l->sh - l->ph + ky;
           if (iy < 0 || iy >= X->h) continue;
@@ -573,7 +591,8 @@ DLM_API void dlm__layers(const dlm_model *m, unsigned char *arena) {
       case DLM_OP_GLOBAL_AVGPOOL: {
         const int32_t hw = X->h * X->w;
         for (k = 0; k < X->c; k++) {
-          int32_t s = 0, j;
+          int64_t s = 0;
+          int32_t j;
           for (j = 0; j < hw; j++) s += xq[(size_t)k * hw + j] - X->zero;
           yq[k] = dlm__clamp8(X->zero + dlm__div_round(s, hw), -128);
         }
@@ -586,7 +605,7 @@ DLM_API void dlm__layers(const dlm_model *m, unsigned char *arena) {
         for (k = 0; k < n; k++) {
           const int32_t a = dlm_requant((xq[k] - X->zero) * (1 << 20), l->mult_a, l->shift_a);
           const int32_t b = dlm_requant((bq[k] - B->zero) * (1 << 20), l->mult_b, l->shift_b);
-          yq[k] = dlm__clamp8(dlm_requant(a + b, l->mult_o, l->shift_o) + Y->zero, lo);
+          yq[k] = dlm__clamp8((int64_t)dlm_requant(dlm__sat_add(a, b), l->mult_o, l->shift_o) + Y->zero, lo);
         }
         break;
       }
@@ -687,6 +706,167 @@ DLM_API int32_t dlm_argmax(const dlm_model *m, const void *arena) {
                                 : ((const int8_t *)p)[i] > ((const int8_t *)p)[best])
       best = i;
   return best;
+}
+
+/* >>blobs: a model as one byte array --------------------------------------------
+ * dl_micro_blob / dl_micro_write_blob (export.h) write a model as one
+ * little-endian byte array (a file, a flash partition, an update received
+ * over a radio) that dlm_load_blob turns into a dlm_model whose arrays
+ * point into it: nothing is copied, so the blob must stay where it is and be
+ * 4-byte aligned. The layout, in 32-bit words:
+ *   header, 16 words: magic "DLMB", version, precision, nlayers, ntensors,
+ *     input, output, arena_bytes, scratch_offset, total bytes, checksum
+ *     (32-bit FNV-1a of every byte after the header), the input table's
+ *     byte offset, 4 words of 0
+ *   the name: 32 bytes, NUL-terminated
+ *   tensors: 6 words each (c, h, w, offset, scale as f32 bits, zero)
+ *   layers: 26 words each (op .. nbias as in dlm_layer, the add's six
+ *     requantisation words, then the byte offsets of w, b, mult, shift; 0:
+ *     none)
+ *   the arrays, each at a 4-byte aligned offset.
+ * dlm_load_blob refuses a blob whose size is not the header's, whose
+ * checksum does not match, whose counts exceed the slots given, or whose
+ * offsets and lengths leave the blob, then runs dlm_check. */
+#define DLM_BLOB_MAGIC 0x424d4c44u /* "DLMB" read as a little-endian word */
+#define DLM_BLOB_HEADER 96u        /* header and name, bytes */
+#define DLM_BLOB_TENSOR_WORDS 6u
+#define DLM_BLOB_LAYER_WORDS 26u
+
+DLM_API uint32_t dlm__word(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+DLM_API uint32_t dlm_fnv1a(const unsigned char *p, size_t n) {
+  uint32_t h = 2166136261u;
+  size_t i;
+  for (i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+  return h;
+}
+
+/* The layer and tensor counts a blob declares (0 when it is too short or
+ * not a blob): how many slots dlm_load_blob needs. */
+DLM_API void dlm_blob_counts(const void *blob, size_t n, int32_t *nlayers, int32_t *ntensors) {
+  const unsigned char *b = (const unsigned char *)blob;
+  *nlayers = *ntensors = 0;
+  if (!b || n < DLM_BLOB_HEADER || dlm__word(b) != DLM_BLOB_MAGIC) return;
+  *nlayers = (int32_t)(dlm__word(b + 12) & 0x7fffffffu);
+  *ntensors = (int32_t)(dlm__word(b + 16) & 0x7fffffffu);
+}
+
+/* An array of count elements of size es at the byte offset in word k of
+ * the layer record: NULL for offset 0, else checked to lie in the blob. */
+DLM_API const void *dlm__blob_array(const unsigned char *b, size_t n, uint32_t off, uint64_t count, uint32_t es,
+                                    size_t data_start, int *bad) {
+  if (!off) return NULL;
+  if (off & 3u || off < data_start || off > n || count * es > (uint64_t)(n - off)) {
+    *bad = 1;
+    return NULL;
+  }
+  return b + off;
+}
+
+/* Fills *m, layers[0 .. max_layers) and tensors[0 .. max_tensors) from the
+ * blob (its arrays stay in the blob). DLM_OK, or DLM_ERR_MODEL with the
+ * reason in e. */
+DLM_API dlm_status dlm_load_blob(const void *blob, size_t n, dlm_model *m, dlm_layer *layers, int32_t max_layers,
+                                 dlm_tensor *tensors, int32_t max_tensors, dlm_error *e) {
+  const unsigned char *b = (const unsigned char *)blob;
+  const uint32_t one = 1;
+  uint32_t nl, nt, prec, lut;
+  uint64_t need;
+  size_t data_start;
+  int32_t i, bad = 0;
+  if (e) { e->status = DLM_OK; e->need = 0; e->layer = -1; e->msg[0] = 0; }
+  if (!m) return dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: no model to fill (NULL)", 0, NULL);
+  memset(m, 0, sizeof *m);
+  if (*(const unsigned char *)&one != 1)
+    return dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: blobs are little-endian and this machine is not", 0, NULL);
+  if (!b || ((uintptr_t)b & 3u)) return dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: not a 4-byte aligned buffer", 0, NULL);
+  if (n < DLM_BLOB_HEADER)
+    return dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: ", (int64_t)n, " bytes is shorter than a blob's header");
+  if (dlm__word(b) != DLM_BLOB_MAGIC) return dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: not a dl.h model blob (magic)", 0, NULL);
+  if (dlm__word(b + 4) != DLM_VERSION)
+    return dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: version ", dlm__word(b + 4), " is not this header's");
+  if (dlm__word(b + 36) != n) {
+    dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: ", (int64_t)n, " bytes given, the header says ");
+    if (e) dlm__putu(e, dlm__word(b + 36));
+    return DLM_ERR_MODEL;
+  }
+  if (dlm_fnv1a(b + 64, n - 64) != dlm__word(b + 40))
+    return dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: checksum mismatch (damaged or truncated)", 0, NULL);
+  for (i = 12; i < 16; i++)
+    if (dlm__word(b + 4 * (uint32_t)i)) return dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: reserved header words are not 0", 0, NULL);
+  if (!memchr(b + 64, 0, 32)) return dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: the name is not NUL-terminated", 0, NULL);
+  prec = dlm__word(b + 8);
+  nl = dlm__word(b + 12);
+  nt = dlm__word(b + 16);
+  if (prec != DLM_F32 && prec != DLM_INT8) return dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: unknown precision ", prec, "");
+  if (nl > DLM_MAX_LAYERS || nt > DLM_MAX_TENSORS || nt == 0)
+    return dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: bad layer or tensor count (", nt, " tensors)");
+  if ((int64_t)nl > max_layers || (int64_t)nt > max_tensors || (nl && !layers) || !tensors) {
+    dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: needs ", nl, " layer slots and ");
+    if (e) { dlm__putu(e, nt); dlm__put(e, " tensor slots"); }
+    return DLM_ERR_MODEL;
+  }
+  need = DLM_BLOB_HEADER + 4ull * (DLM_BLOB_TENSOR_WORDS * nt + DLM_BLOB_LAYER_WORDS * nl);
+  if (need > n) return dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: the records run past its end at byte ", (int64_t)need, "");
+  data_start = (size_t)need;
+  for (i = 0; i < (int32_t)nt; i++) {
+    const unsigned char *r = b + DLM_BLOB_HEADER + 4u * DLM_BLOB_TENSOR_WORDS * (uint32_t)i;
+    uint32_t sb = dlm__word(r + 16);
+    tensors[i].c = (int32_t)dlm__word(r);
+    tensors[i].h = (int32_t)dlm__word(r + 4);
+    tensors[i].w = (int32_t)dlm__word(r + 8);
+    tensors[i].offset = dlm__word(r + 12);
+    memcpy(&tensors[i].scale, &sb, 4);
+    tensors[i].zero = (int32_t)dlm__word(r + 20);
+  }
+  for (i = 0; i < (int32_t)nl; i++) {
+    const unsigned char *r = b + DLM_BLOB_HEADER + 4u * (DLM_BLOB_TENSOR_WORDS * nt + DLM_BLOB_LAYER_WORDS * (uint32_t)i);
+    dlm_layer *l = &layers[i];
+#define DLM__W(k) ((int32_t)dlm__word(r + 4 * (k)))
+    memset(l, 0, sizeof *l);
+    l->op = DLM__W(0); l->in = DLM__W(1); l->in2 = DLM__W(2); l->out = DLM__W(3);
+    l->kh = DLM__W(4); l->kw = DLM__W(5); l->sh = DLM__W(6); l->sw = DLM__W(7);
+    l->ph = DLM__W(8); l->pw = DLM__W(9); l->dh = DLM__W(10); l->dw = DLM__W(11);
+    l->relu = DLM__W(12); l->exclude_pad = DLM__W(13);
+#undef DLM__W
+    l->nweight = dlm__word(r + 56);
+    l->nbias = dlm__word(r + 60);
+    l->mult_a = (int32_t)dlm__word(r + 64);
+    l->shift_a = (int32_t)dlm__word(r + 68);
+    l->mult_b = (int32_t)dlm__word(r + 72);
+    l->shift_b = (int32_t)dlm__word(r + 76);
+    l->mult_o = (int32_t)dlm__word(r + 80);
+    l->shift_o = (int32_t)dlm__word(r + 84);
+    if (prec == DLM_F32) {
+      l->wf = (const float *)dlm__blob_array(b, n, dlm__word(r + 88), l->nweight, 4, data_start, &bad);
+      l->bf = (const float *)dlm__blob_array(b, n, dlm__word(r + 92), l->nbias, 4, data_start, &bad);
+    } else {
+      l->wq = (const int8_t *)dlm__blob_array(b, n, dlm__word(r + 88), l->nweight, 1, data_start, &bad);
+      l->bq = (const int32_t *)dlm__blob_array(b, n, dlm__word(r + 92), l->nbias, 4, data_start, &bad);
+      l->mult = (const int32_t *)dlm__blob_array(b, n, dlm__word(r + 96), l->nbias, 4, data_start, &bad);
+      l->shift = (const int32_t *)dlm__blob_array(b, n, dlm__word(r + 100), l->nbias, 4, data_start, &bad);
+    }
+    if (bad) return dlm__fail(NULL, e, DLM_ERR_MODEL, i, "blob: an array of this layer lies outside the blob", 0, NULL);
+    l->name = NULL; /* a blob names the model, not its layers */
+  }
+  lut = dlm__word(b + 44);
+  m->magic = DLM_MAGIC;
+  m->version = DLM_VERSION;
+  m->precision = (int32_t)prec;
+  m->nlayers = (int32_t)nl;
+  m->ntensors = (int32_t)nt;
+  m->layers = layers;
+  m->tensors = tensors;
+  m->input = (int32_t)dlm__word(b + 20);
+  m->output = (int32_t)dlm__word(b + 24);
+  m->arena_bytes = dlm__word(b + 28);
+  m->scratch_offset = dlm__word(b + 32);
+  m->name = (const char *)b + 64;
+  if (prec == DLM_F32) m->input_lut = (const float *)dlm__blob_array(b, n, lut, 256, 4, data_start, &bad);
+  else m->input_lut_q = (const int8_t *)dlm__blob_array(b, n, lut, 256, 1, data_start, &bad);
+  if (bad) return dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: the input table lies outside the blob", 0, NULL);
+  return dlm_check(m, e);
 }
 
 /* probs[i] = the softmax of the outputs (int8: dequantised), n =

@@ -19,7 +19,7 @@
  *
  * Where each op lives (one file each, under dl/ops/):
  *   ops/core.h       element-wise ops from expr.h's list (DL_OPS_*: neg exp
- *                    log sqrt abs relu sigmoid tanh gelu_tanh gelu silu
+ *                    log log1p expm1 sin cos erf sqrt abs relu sigmoid tanh gelu_tanh gelu silu
  *                    softplus square | leaky_relu elu pow_scalar add_scalar
  *                    mul_scalar | add sub mul div pow maximum minimum), clamp,
  *                    where, user element-wise ops (DL_T_MAP1/1P/2),
