@@ -774,7 +774,8 @@ DLM_API dlm_status dlm_load_blob(const void *blob, size_t n, dlm_model *m, dlm_l
   uint32_t nl, nt, prec, lut;
   uint64_t need;
   size_t data_start;
-  int32_t i, bad = 0;
+  int32_t i;
+  int bad = 0;
   if (e) { e->status = DLM_OK; e->need = 0; e->layer = -1; e->msg[0] = 0; }
   if (!m) return dlm__fail(NULL, e, DLM_ERR_MODEL, -1, "blob: no model to fill (NULL)", 0, NULL);
   memset(m, 0, sizeof *m);
