@@ -452,7 +452,41 @@ static void test_unsupported(void) {
   CHECK(strstr(dl_ctx_message(&ctx), "36 inputs") && strstr(dl_ctx_message(&ctx), "25"));
   CHECK(dl_micro_from_model(&ctx, m, &(dl_micro_desc){.name = "1x", .c = 36}, &q) == DL_ERR_ARG);
   CHECK(dl_micro_from_model(&ctx, m, &(dl_micro_desc){.name = "i", .precision = DLM_INT8, .c = 36}, &q) == DL_ERR_ARG);
+  /* a normalisation that overflows the pixel table */
+  CHECK(dl_micro_from_model(&ctx, m, &(dl_micro_desc){.name = "n", .c = 36, .norm = DL_NORM_STANDARDIZE, .std = 1e-45},
+                            &q) == DL_ERR_ARG);
+  CHECK(strstr(dl_ctx_message(&ctx), "maps pixel") != NULL);
   dl_model_free(m);
+  { /* an int8 layer whose fan-in could overflow the accumulator is refused by name */
+    dl_dataset cal;
+    m = dl_model_make(&ctx, &(dl_model_desc){.seed = 1});
+    dl_flatten_make(m, NULL, NULL, 1);
+    dl_linear_make(m, NULL, "wide", &(dl_linear_desc){.in = 65536, .out = 2});
+    random_images(&cal, 2, 1, 256, 256, 1);
+    CHECK(dl_micro_from_model(&ctx, m, &(dl_micro_desc){.name = "w", .precision = DLM_INT8, .c = 1, .h = 256, .w = 256,
+                                                       .calib = &cal}, &q) == DL_ERR_UNSUPPORTED);
+    CHECK(strstr(dl_ctx_message(&ctx), "'wide'") && strstr(dl_ctx_message(&ctx), "65536"));
+    dl_dataset_free(&cal);
+    dl_model_free(m);
+  }
+  { /* a layer that stays 0 on every calibration sample (a dead ReLU) still quantises */
+    dl_dataset cal;
+    int i, k;
+    m = dl_model_make(&ctx, &(dl_model_desc){.seed = 1});
+    dl_flatten_make(m, NULL, NULL, 1);
+    dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = 4, .out = 3});
+    dl_act_make(m, NULL, NULL, DL_ACT_RELU, 0);
+    dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = 3, .out = 2});
+    for (i = 0; i < m->nparams; i++)
+      if (!strcmp(m->params[i]->name, "1.bias"))
+        for (k = 0; k < 3; k++) ((float *)m->params[i]->t.data)[k] = -100;
+    random_images(&cal, 20, 4, 1, 1, 2);
+    CHECK(dl_micro_from_model(&ctx, m, &(dl_micro_desc){.name = "dead", .precision = DLM_INT8, .c = 4, .calib = &cal},
+                              &q) == DL_OK);
+    dl_micro_free(q);
+    dl_dataset_free(&cal);
+    dl_model_free(m);
+  }
 }
 
 /* The written source compiles (as C, -Werror) and its model gives the
@@ -465,6 +499,8 @@ static void test_written_source(void) {
   static unsigned char arena[1 << 16] __attribute__((aligned(16)));
   uint8_t px[288];
   FILE *f;
+  /* a last layer whose name would end a comment and make a trigraph: the source still compiles */
+  dl_linear_make(m, NULL, "x*/q?" "?/\"", &(dl_linear_desc){.in = 5, .out = 4}); /* split: no trigraph here */
   int k;
   if (!mkdtemp(dir)) { CHECK(0); return; }
   random_images(&cal, 50, 2, 12, 12, 3);

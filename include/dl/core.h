@@ -234,6 +234,11 @@ DL__INL void dl__site_reset(void) {
   dl__cur_site.depth = 0;
   dl__cur_site.file = NULL;
 }
+/* For a program that leaves a wrapped call by its own longjmp (out of a
+ * Module's forward, say; a panic handler's jump and dl_ctx_on_nomem's are
+ * handled): forget the call in progress, or later errors on this thread
+ * keep naming that call's line. */
+DL_API void dl_site_reset(void) { dl__site_reset(); }
 
 /* >>panic ------------------------------------------------------------------ */
 

@@ -272,8 +272,19 @@ DL_API dl_status dl__micro_one(dl_micro_model *q, dl_layer *l, int *cur, int *la
       for (k = 0; k < c; k++) {
         const double s = (g ? g[k] : 1.0) / sqrt((double)rv[k] + eps);
         int64_t j;
-        for (j = 0; j < per; j++) w[k * per + j] = (float)(w[k * per + j] * s);
+        if (!((double)rv[k] + eps > 0) || !isfinite(s))
+          return dl_fail(ctx, DL_ERR_FORMAT, "dl_micro_from_model: layer '%s' (%s): channel %lld has running_var %g: "
+                         "no finite scale to fold", l->name, type, (long long)k, (double)rv[k]);
+        for (j = 0; j < per; j++) {
+          w[k * per + j] = (float)(w[k * per + j] * s);
+          if (!isfinite(w[k * per + j]))
+            return dl_fail(ctx, DL_ERR_OVERFLOW, "dl_micro_from_model: layer '%s' (%s): folding channel %lld "
+                           "overflows float", l->name, type, (long long)k);
+        }
         b[k] = (float)(((double)b[k] - rm[k]) * s + (be ? be[k] : 0.0));
+        if (!isfinite(b[k]))
+          return dl_fail(ctx, DL_ERR_OVERFLOW, "dl_micro_from_model: layer '%s' (%s): folding channel %lld overflows "
+                         "float", l->name, type, (long long)k);
       }
     }
     return DL_OK; /* P stays the last layer: a ReLU after the batch norm fuses into it */
@@ -461,7 +472,7 @@ DL_API dl_status dl__micro_quantize(dl_micro_model *q, const dl_micro_desc *d) {
   }
   for (t = 0; t < m->ntensors; t++) { /* asymmetric: [lo, hi] onto [-128, 127] */
     double sc = ((double)hi[t] - lo[t]) / 255.0, z;
-    if (!(sc > 1e-12)) sc = 1e-12;
+    if (!(sc > 1e-9)) sc = 1.0 / 255.0; /* a tensor that stayed 0 (a dead ReLU): any scale holds it; a unit range */
     z = floor(-128.0 - lo[t] / sc + 0.5);
     q->tensors[t].scale = (float)sc;
     q->tensors[t].zero = (int32_t)(z < -128 ? -128 : z > 127 ? 127 : z);
@@ -486,7 +497,11 @@ DL_API dl_status dl__micro_quantize(dl_micro_model *q, const dl_micro_desc *d) {
     const dlm_tensor *X = &m->tensors[l->in], *Y = &m->tensors[l->out];
     if (l->op == DLM_OP_LINEAR || l->op == DLM_OP_CONV2D) {
       const uint32_t co = l->nbias, per_c = l->nweight / co;
-      int8_t *wq = (int8_t *)dl__micro_block(q, l->nweight);
+      int8_t *wq;
+      if (per_c >= 65536) /* |bias| + taps x 2^15 must stay below 2^31 (micro.h's check) */
+        return dl_fail(ctx, DL_ERR_UNSUPPORTED, "dl_micro_from_model: layer '%s' has %u inputs per output; an int8 "
+                       "layer takes at most 65535 (the int32 accumulator)", l->name, (unsigned)per_c);
+      wq = (int8_t *)dl__micro_block(q, l->nweight);
       int32_t *bq = (int32_t *)dl__micro_block(q, co * sizeof(int32_t));
       int32_t *mult = (int32_t *)dl__micro_block(q, co * sizeof(int32_t));
       int32_t *shift = (int32_t *)dl__micro_block(q, co * sizeof(int32_t));
@@ -505,6 +520,10 @@ DL_API dl_status dl__micro_quantize(dl_micro_model *q, const dl_micro_desc *d) {
         if (fabs(b) > 2147483647.0)
           return dl_fail(ctx, DL_ERR_OVERFLOW, "dl_micro_from_model: layer '%s': a bias of %g does not fit int32 at "
                          "scale %g", l->name, (double)l->bf[c], (double)X->scale * sw);
+        if (fabs(b) + (double)per_c * 32768.0 > 2147483647.0)
+          return dl_fail(ctx, DL_ERR_OVERFLOW, "dl_micro_from_model: layer '%s': a bias of %g at scale %g and %u taps "
+                         "could overflow the int32 accumulator", l->name, (double)l->bf[c], (double)X->scale * sw,
+                         (unsigned)per_c);
         bq[c] = (int32_t)b;
         if (dl__micro_multiplier((double)X->scale * sw / Y->scale, &mult[c], &shift[c]))
           return dl_fail(ctx, DL_ERR_OVERFLOW, "dl_micro_from_model: layer '%s': requantisation factor %g out of range",
@@ -562,6 +581,12 @@ DL_API dl_status dl_micro_from_model(dl_ctx *ctx, dl_model *model, const dl_micr
   for (i = 0; i < 256; i++)
     q->lut[i] = (float)(norm == DL_NORM_NONE ? i : norm == DL_NORM_SCALE ? i * sc : (i * sc - mean) / sd);
   q->m.input_lut = q->lut;
+  for (i = 0; i < 256; i++)
+    if (!isfinite(q->lut[i])) {
+      dl_fail(ctx, DL_ERR_ARG, "dl_micro_from_model: the normalisation (scale %g, mean %g, std %g) maps pixel %d to %g",
+              sc, mean, sd, i, (double)q->lut[i]);
+      goto fail;
+    }
   if ((cur = dl__micro_tensor(q, d->c ? d->c : 1, d->h ? d->h : 1, d->w ? d->w : 1)) < 0) goto fail;
   q->m.input = cur;
   if ((s = dl__micro_walk(q, model->root.child, model->root.nchild, &cur, &last)) != DL_OK) goto fail;
@@ -595,10 +620,11 @@ fail:
  * sample's class. One arena allocation for the whole pass. */
 DL_API dl_status dl_micro_evaluate(dl_ctx *ctx, const dl_micro_model *q, const dl_dataset *ds, int64_t n, double *acc,
                                    int32_t *preds) {
-  const dlm_model *m = &q->m;
+  const dlm_model *m = q ? &q->m : NULL;
   int64_t per, k, right = 0;
   void *arena;
   dlm_error e;
+  if (!m) return dl_fail(ctx, DL_ERR_ARG, "dl_micro_evaluate: no model (NULL)");
   if (!ds || !ds->x || ds->x->dtype != DL_U8 || !ds->y || ds->y->dtype != DL_I64)
     return dl_fail(ctx, DL_ERR_ARG, "dl_micro_evaluate: a dataset of u8 images and i64 labels");
   per = ds->x->numel / (ds->x->shape[0] ? ds->x->shape[0] : 1);
@@ -651,6 +677,17 @@ DL_API void dl__micro_printf(dl__micro_text *t, const char *fmt, ...) {
     }
   }
 }
+/* A layer name inside a C comment: letters, digits, '.', '-' and '_' as they
+ * are, anything else (a '*' before '/', a '?' of a trigraph) as '_'. */
+DL_API void dl__micro_comment_name(dl__micro_text *t, const char *name) {
+  const char *p;
+  for (p = name; *p; p++) {
+    const char ch = *p;
+    const int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+                   ch == '-' || ch == '_';
+    dl__micro_printf(t, "%c", ok ? ch : '_');
+  }
+}
 /* A float as a C literal that reads back to the same float ("1.0f", "-2.5e-07f"). */
 DL_API void dl__micro_float(dl__micro_text *t, const char *sep, float v) {
   char b[40];
@@ -680,11 +717,12 @@ DL_API void dl__micro_ints(dl__micro_text *t, const char *type, const char *id, 
 DL_API dl_status dl_micro_write(dl_ctx *ctx, const dl_micro_model *q, const char *prefix) {
   const dlm_model *m = &q->m;
   dl__micro_text h = {NULL, 0, 0, 0, ctx}, c = {NULL, 0, 0, 0, ctx};
-  const char *base = strrchr(prefix, '/');
+  const char *base = prefix ? strrchr(prefix, '/') : NULL;
   char up[64], *path = NULL;
-  size_t pl = strlen(prefix);
+  size_t pl = prefix ? strlen(prefix) : 0;
   int i;
   dl_status s = DL_OK;
+  if (!q || !prefix) return dl_fail(ctx, DL_ERR_ARG, "dl_micro_write: no model or no path (NULL)");
   base = base ? base + 1 : prefix;
   for (i = 0; q->name[i]; i++) up[i] = (char)(q->name[i] >= 'a' && q->name[i] <= 'z' ? q->name[i] - 32 : q->name[i]);
   up[i] = 0;
@@ -703,7 +741,9 @@ DL_API dl_status dl_micro_write(dl_ctx *ctx, const dl_micro_model *q, const char
     const dlm_layer *l = &m->layers[i];
     char id[96];
     if (l->op != DLM_OP_LINEAR && l->op != DLM_OP_CONV2D) continue;
-    dl__micro_printf(&c, "/* layer %d ('%s') */\n", i, l->name);
+    dl__micro_printf(&c, "/* layer %d (", i);
+    dl__micro_comment_name(&c, l->name);
+    dl__micro_printf(&c, ") */\n");
     if (m->precision == DLM_F32) {
       snprintf(id, sizeof id, "%s_w%d", q->name, i); dl__micro_floats(&c, id, l->wf, l->nweight);
       snprintf(id, sizeof id, "%s_b%d", q->name, i); dl__micro_floats(&c, id, l->bf, l->nbias);
@@ -746,11 +786,11 @@ DL_API dl_status dl_micro_write(dl_ctx *ctx, const dl_micro_model *q, const char
                      l->shift_o);
     { /* the name as a C string: printable ASCII, quotes and backslashes escaped */
       const char *p;
-      char e[3] = {0, 0, 0};
-      for (p = l->name; *p; p++) {
-        e[0] = *p == '"' || *p == '\\' ? '\\' : (*p < 32 || *p > 126) ? '?' : *p;
-        e[1] = e[0] == '\\' ? *p : 0;
-        dl__micro_printf(&c, "%s", e);
+      for (p = l->name; *p; p++) { /* quotes, backslashes and '?' (trigraphs) escaped, other bytes in octal */
+        const unsigned char ch = (unsigned char)*p;
+        if (ch == '"' || ch == '\\' || ch == '?') dl__micro_printf(&c, "\\%c", ch);
+        else if (ch < 32 || ch > 126) dl__micro_printf(&c, "\\%03o", ch);
+        else dl__micro_printf(&c, "%c", ch);
       }
     }
     dl__micro_printf(&c, "\"},\n");
@@ -843,10 +883,12 @@ DL_API size_t dl__micro_blob_layout(const dl_micro_model *q, unsigned char *buf)
 /* The model as one blob (dlm_load_blob reads it): *out (free with dl_free
  * on ctx) of *n bytes, 64-byte aligned. */
 DL_API dl_status dl_micro_blob(dl_ctx *ctx, const dl_micro_model *q, void **out, size_t *n) {
-  const size_t size = dl__micro_blob_layout(q, NULL);
+  size_t size;
   unsigned char *buf;
   *out = NULL;
   *n = 0;
+  if (!q) return dl_fail(ctx, DL_ERR_ARG, "dl_micro_blob: no model (NULL)");
+  size = dl__micro_blob_layout(q, NULL);
   if (size > 0x7fffffffu) return dl_fail(ctx, DL_ERR_OVERFLOW, "dl_micro_blob: %zu bytes is more than a blob holds", size);
   if (!(buf = (unsigned char *)dl_alloc(ctx, size))) return ctx->status;
   memset(buf, 0, size);

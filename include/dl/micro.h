@@ -281,6 +281,9 @@ DLM_API dlm_status dlm_check(const dlm_model *m, dlm_error *e) {
                      " bytes, not the arena_bytes it states");
   if (m->scratch_offset & 3u || m->scratch_offset > need)
     return dlm__fail(m, e, DLM_ERR_MODEL, -1, "scratch offset ", m->scratch_offset, " is outside the arena");
+  for (i = 0; i < m->ntensors; i++) /* the scratch lies above every tensor */
+    if ((uint64_t)m->tensors[i].offset + dlm_tensor_numel(&m->tensors[i]) * (uint64_t)dlm_elem_size(m) > m->scratch_offset)
+      return dlm__fail(m, e, DLM_ERR_MODEL, -1, "tensor ", i, " overlaps the scratch area");
   if (m->precision == DLM_F32 ? !m->input_lut && m->input_lut_q : 0) /* a LUT of the wrong kind */
     return dlm__fail(m, e, DLM_ERR_MODEL, -1, "f32 model with an int8 input table", 0, NULL);
   ok_int8 = m->precision == DLM_INT8;
@@ -327,9 +330,11 @@ DLM_API dlm_status dlm_check(const dlm_model *m, dlm_error *e) {
       if (l->kh <= 0 || l->kw <= 0 || l->sh <= 0 || l->sw <= 0 || l->ph < 0 || l->pw < 0 || l->dh <= 0 || l->dw <= 0 ||
           dlm__out_dim(x->h, l->kh, l->sh, l->ph, l->dh) != y->h || dlm__out_dim(x->w, l->kw, l->sw, l->pw, l->dw) != y->w)
         return dlm__fail(m, e, DLM_ERR_MODEL, i, "convolution geometry does not give the output's ", y->h, " rows");
-      if (l->nweight != (uint64_t)cout * cin * (uint32_t)l->kh * (uint32_t)l->kw || l->nbias != cout)
+      /* per output channel, so that the product cannot wrap: cin * kh * kw < 2^61 */
+      if (l->nweight % cout || l->nweight / cout != (uint64_t)cin * (uint32_t)l->kh * (uint32_t)l->kw ||
+          l->nbias != cout)
         return dlm__fail(m, e, DLM_ERR_MODEL, i, "weight and bias counts do not match the shapes (expected ",
-                         (int64_t)cout * cin * l->kh * l->kw, " weights)");
+                         (int64_t)((uint64_t)cin * (uint32_t)l->kh * (uint32_t)l->kw), " weights per output channel)");
       break;
     case DLM_OP_MAXPOOL2D:
     case DLM_OP_AVGPOOL2D:
@@ -449,8 +454,8 @@ DLM_API void dlm__conv_f32(const dlm_layer *l, const dlm_tensor *X, const float 
             const float *row;
             float *orow = out + (size_t)oy * Y->w;
             if (iy < 0 || iy >= X->h) continue;
-            row = x + ((size_t)ci * X->h + iy) * X->w - l->pw + kx * l->dw;
-            for (ox = a; ox < b; ox++) orow[ox] += wv * row[ox * l->sw];
+            row = x + ((size_t)ci * X->h + iy) * X->w; /* column ox * sw - pw + kx * dw, inside for ox in [a, b) */
+            for (ox = a; ox < b; ox++) orow[ox] += wv * row[ox * l->sw - l->pw + kx * l->dw];
           }
         }
     if (l->relu)
@@ -476,8 +481,8 @@ DLM_API void dlm__conv_i8(const dlm_layer *l, const dlm_tensor *X, const int8_t 
             const int8_t *row;
             int32_t *arow = acc + (size_t)oy * Y->w;
             if (iy < 0 || iy >= X->h) continue;
-            row = x + ((size_t)ci * X->h + iy) * X->w - l->pw + kx * l->dw;
-            for (ox = a; ox < b; ox++) arow[ox] += wv * ((int32_t)row[ox * l->sw] - zin);
+            row = x + ((size_t)ci * X->h + iy) * X->w;
+            for (ox = a; ox < b; ox++) arow[ox] += wv * ((int32_t)row[ox * l->sw - l->pw + kx * l->dw] - zin);
           }
         }
     for (ox = 0; ox < plane; ox++)
@@ -508,7 +513,7 @@ DLM_API void dlm__pool_f32(const dlm_layer *l, const dlm_tensor *X, const float 
           }
         }
         y[((size_t)c * Y->h + oy) * Y->w + ox] =
-            l->op == DLM_OP_MAXPOOL2D ? best : sum / (float)(l->exclude_pad ? n : l->kh * l->kw);
+            l->op == DLM_OP_MAXPOOL2D ? best : sum / (float)(l->exclude_pad ? n : (int64_t)l->kh * l->kw);
       }
 }
 DLM_API void dlm__pool_i8(const dlm_layer *l, const dlm_tensor *X, const int8_t *x, const dlm_tensor *Y, int8_t *y) {
@@ -534,7 +539,8 @@ DLM_API void dlm__pool_i8(const dlm_layer *l, const dlm_tensor *X, const int8_t 
         }
         y[((size_t)c * Y->h + oy) * Y->w + ox] =
             l->op == DLM_OP_MAXPOOL2D ? (int8_t)best
-                                      : dlm__clamp8(z + dlm__div_round(sum, l->exclude_pad ? n : l->kh * l->kw), -128);
+                                      : dlm__clamp8(z + dlm__div_round(sum, l->exclude_pad ? n : (int64_t)l->kh * l->kw),
+                                                    -128);
       }
 }
 

@@ -14,7 +14,12 @@
  * (&dl_t_matmul, a call through a pointer, (dl_t_matmul)(...) without
  * the site). The library's own calls come before this header, so they are
  * plain calls. tests/test_site.c checks that every public dl_t_* function
- * and layer constructor has its macro here.
+ * and layer constructor has its macro here. A program that jumps out of a
+ * wrapped call with its own longjmp calls dl_site_reset() after it (core.h).
+ * Inside a Module's forward, the ops it calls are nested in the outer
+ * dl_model_forward call: an error there names the dl_model_forward line
+ * (and the library's line and the layer's name), not the line inside the
+ * forward function.
  */
 #ifndef DL_SITE_H
 #define DL_SITE_H
