@@ -33,6 +33,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${FW_OUT:-build/firmware}
+case $OUT in /*) ;; *) OUT=./$OUT ;; esac # run its programs as $OUT/NAME, relative or absolute
 GEN=$OUT/gen
 QUICK=0
 [ "${1:-}" = --quick ] && QUICK=1
@@ -67,13 +68,13 @@ for ex in fashion_mlp fashion_cnn; do
   else args="$CNN_ARGS --save $GEN/$ex.safetensors"; fi
   echo "== $ex $extra $args --export $GEN"
   # shellcheck disable=SC2086
-  "./$OUT/$ex" $extra $args --quiet --data "$DATA" --csv "$GEN/$ex.csv" --chart "$GEN/$ex.png" --export "$GEN" \
+  "$OUT/$ex" $extra $args --quiet --data "$DATA" --csv "$GEN/$ex.csv" --chart "$GEN/$ex.png" --export "$GEN" \
     >"$GEN/$ex.log" 2>&1 || { tail -n 5 "$GEN/$ex.log"; die "$ex --export"; exit 1; }
   grep -E '^(micro|result)' "$GEN/$ex.log"
 done
 
 # --- 2. the test images as C ---------------------------------------------------------
-$CC -std=c11 -O2 -Iinclude examples/firmware/images.c -o "$OUT/images" -lz -lm && "./$OUT/images" "$OUT" 1000 "$DATA" ||
+$CC -std=c11 -O2 -Iinclude examples/firmware/images.c -o "$OUT/images" -lz -lm && "$OUT/images" "$OUT" 1000 "$DATA" ||
   { die "writing the test images"; exit 1; }
 
 # --- 3. host and firmware, each model and precision ----------------------------------
@@ -94,7 +95,7 @@ for model in mlp cnn; do
         "$OUT/test_images.c" -o "$d/host" -lz -lm 2>"$d/host.log"; then
       head -20 "$d/host.log"; die "$name: host build"; continue
     fi
-    "./$d/host" "$DATA" >"$d/host.out" 2>&1 || { tail -3 "$d/host.out"; die "$name: host run"; continue; }
+    "$d/host" "$DATA" >"$d/host.out" 2>&1 || { tail -3 "$d/host.out"; die "$name: host run"; continue; }
     # the firmware
     # shellcheck disable=SC2086
     if ! $ARM -ffunction-sections -fdata-sections -nostartfiles -Wl,--gc-sections -T examples/firmware/mps2_an386.ld \
