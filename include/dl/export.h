@@ -87,24 +87,10 @@ DL_API void dl_micro_free(dl_micro_model *q) {
 
 /* >>building -------------------------------------------------------------------- */
 
-/* Grows *p (of *cap elements of size sz) to hold n; 0 on success. */
-DL_API int dl__micro_grow(dl_ctx *ctx, void **p, int *cap, int n, size_t sz) {
-  void *np;
-  int nc;
-  if (n <= *cap) return 0;
-  nc = *cap ? *cap * 2 : 16;
-  while (nc < n) nc *= 2;
-  if (!(np = dl_alloc(ctx, (size_t)nc * sz))) return 1;
-  if (*p) memcpy(np, *p, (size_t)*cap * sz);
-  dl_free(ctx, *p);
-  *p = np;
-  *cap = nc;
-  return 0;
-}
 /* An owned zeroed array of n bytes (NULL: out of memory, in ctx). */
 DL_API void *dl__micro_block(dl_micro_model *q, size_t n) {
   void *p;
-  if (dl__micro_grow(q->ctx, (void **)&q->blocks, &q->capblocks, q->nblocks + 1, sizeof(void *))) return NULL;
+  if (!dl__grow(q->ctx, (void **)&q->blocks, &q->capblocks, q->nblocks + 1, sizeof(void *))) return NULL;
   if (!(p = dl_alloc(q->ctx, n ? n : 1))) return NULL;
   memset(p, 0, n ? n : 1);
   q->blocks[q->nblocks++] = p;
@@ -117,7 +103,7 @@ DL_API int dl__micro_tensor(dl_micro_model *q, int64_t c, int64_t h, int64_t w) 
             (long long)c, (long long)h, (long long)w);
     return -1;
   }
-  if (dl__micro_grow(q->ctx, (void **)&q->tensors, &q->captensors, q->m.ntensors + 1, sizeof(dlm_tensor))) return -1;
+  if (!dl__grow(q->ctx, (void **)&q->tensors, &q->captensors, q->m.ntensors + 1, sizeof(dlm_tensor))) return -1;
   t = &q->tensors[q->m.ntensors];
   memset(t, 0, sizeof *t);
   t->c = (int32_t)c; t->h = (int32_t)h; t->w = (int32_t)w;
@@ -129,7 +115,7 @@ DL_API int dl__micro_tensor(dl_micro_model *q, int64_t c, int64_t h, int64_t w) 
 DL_API dlm_layer *dl__micro_layer(dl_micro_model *q, int op, int in, const char *name) {
   dlm_layer *l;
   char *nm;
-  if (dl__micro_grow(q->ctx, (void **)&q->layers, &q->caplayers, q->m.nlayers + 1, sizeof(dlm_layer))) return NULL;
+  if (!dl__grow(q->ctx, (void **)&q->layers, &q->caplayers, q->m.nlayers + 1, sizeof(dlm_layer))) return NULL;
   if (!(nm = (char *)dl__micro_block(q, strlen(name) + 1))) return NULL;
   memcpy(nm, name, strlen(name) + 1);
   l = &q->layers[q->m.nlayers++];
