@@ -151,6 +151,7 @@
 #include "dl/tape.h"
 #include "dl/ops.h"
 #include "dl/layers.h"
+#include "dl/transformer.h"
 #include "dl/optim.h"
 #include "dl/gpu.h"
 #include "dl/io.h"

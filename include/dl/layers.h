@@ -260,12 +260,16 @@ typedef struct dl_model dl_model;
 /* What a layer type provides. forward(l, tp, x) -> y on the tape (NULL for
  * a layer that cannot be called with one input). describe writes the
  * constructor's arguments ("784, 256, bias=1"). free releases what the
- * layer allocated itself beyond its struct (usually NULL). */
+ * layer allocated itself beyond its struct (usually NULL). container 1:
+ * other layers may be made with it as their parent (a layer type that owns
+ * named parts, like transformer.h's GPT); Sequential, Residual and Module
+ * always may. */
 typedef struct dl_layer_vt {
   const char *type; /* "Linear", "Conv2d" ... */
   dl_tensor *(*forward)(dl_layer *l, dl_tape *tp, dl_tensor *x);
   void (*describe)(const dl_layer *l, char *buf, size_t n);
   void (*free)(dl_layer *l);
+  int container;
 } dl_layer_vt;
 
 typedef dl_tensor *(*dl_forward_fn)(dl_layer *l, dl_tape *tp, dl_tensor *x);
@@ -686,7 +690,8 @@ DL_API dl_layer *dl_layer_new(dl_model *m, dl_layer *parent, const char *name, c
   if (m->packed)
     DL_PANIC(m->ctx, vt->type, "cannot add a layer to a packed model (add every layer before making the optimizer)");
   if (p->model != m) DL_PANIC(m->ctx, vt->type, "parent layer '%s' belongs to another model", p->name);
-  if (p != &m->root && p->vt != &dl__lay_seq_vt && p->vt != &dl__lay_residual_vt && p->vt != &dl__lay_module_vt)
+  if (p != &m->root && p->vt != &dl__lay_seq_vt && p->vt != &dl__lay_residual_vt && p->vt != &dl__lay_module_vt &&
+      !p->vt->container)
     DL_PANIC(m->ctx, vt->type, "parent '%s' (%s) is not a container", p->name, p->vt->type);
   if (!name) {
     snprintf(local, sizeof local, "%d", p->nchild);
@@ -839,8 +844,8 @@ DL_API dl_tensor *dl__lay_seq_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
   for (i = 0; i < l->nchild; i++) x = dl_layer_call(l->child[i], tp, x);
   return x;
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_root_vt, {"Model", dl__lay_seq_forward, NULL, NULL});
-DL__GLOBAL(const dl_layer_vt dl__lay_seq_vt, {"Sequential", dl__lay_seq_forward, NULL, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_root_vt, {"Model", dl__lay_seq_forward, NULL, NULL, 0});
+DL__GLOBAL(const dl_layer_vt dl__lay_seq_vt, {"Sequential", dl__lay_seq_forward, NULL, NULL, 0});
 
 /* nn.Sequential: y = children in order. */
 DL_API dl_layer *dl_sequential_make(dl_model *m, dl_layer *parent, const char *name) {
@@ -850,7 +855,7 @@ DL_API dl_layer *dl_sequential_make(dl_model *m, dl_layer *parent, const char *n
 
 /* A layer whose forward is fn (plain C); its children are its named parts.
  * fn may be NULL for a named group that is only called part by part. */
-DL__GLOBAL(const dl_layer_vt dl__lay_module_vt, {"Module", NULL, NULL, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_module_vt, {"Module", NULL, NULL, NULL, 0});
 DL_API dl_layer *dl_module_make(dl_model *m, dl_layer *parent, const char *name, dl_forward_fn fn, void *user) {
   dl_layer *l = dl_layer_new(m, parent, name, &dl__lay_module_vt, sizeof(dl_layer));
   if (l) { l->fn = fn; l->user = user; }
@@ -902,7 +907,7 @@ DL_API void dl__lay_act_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "%s", a->alpha != 0 ? "alpha" : "");
   if (a->alpha != 0) snprintf(buf, n, "alpha=%g", a->alpha);
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_act_vt, {"Activation", dl__lay_act_forward, dl__lay_act_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_act_vt, {"Activation", dl__lay_act_forward, dl__lay_act_describe, NULL, 0});
 
 /* An activation as a layer (no parameters; takes an index in a Sequential
  * like nn.ReLU does). */
@@ -935,7 +940,7 @@ DL_API void dl__lay_residual_describe(const dl_layer *l, char *buf, size_t n) {
     snprintf(buf + k, n - k, ", then %s", dl_act_name(((const dl__lay_residual *)l)->act));
   }
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_residual_vt, {"Residual", dl__lay_residual_forward, dl__lay_residual_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_residual_vt, {"Residual", dl__lay_residual_forward, dl__lay_residual_describe, NULL, 0});
 DL_API dl_layer *dl_residual_make(dl_model *m, dl_layer *parent, const char *name, dl_act act) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_residual *r = (dl__lay_residual *)dl_layer_new(m, parent, name, &dl__lay_residual_vt, sizeof(dl__lay_residual));
@@ -967,7 +972,7 @@ DL_API void dl__lay_linear_describe(const dl_layer *l, char *buf, size_t n) {
   const dl__lay_linear *L = (const dl__lay_linear *)l;
   snprintf(buf, n, "%lld, %lld%s", (long long)L->d.in, (long long)L->d.out, L->d.no_bias ? ", bias=0" : "");
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_linear_vt, {"Linear", dl__lay_linear_forward, dl__lay_linear_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_linear_vt, {"Linear", dl__lay_linear_forward, dl__lay_linear_describe, NULL, 0});
 DL_API dl_layer *dl_linear_make(dl_model *m, dl_layer *parent, const char *name, const dl_linear_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_linear *L;
@@ -1035,8 +1040,8 @@ DL_API void dl__lay_conv_describe(const dl_layer *l, char *buf, size_t n) {
     snprintf(buf, n, "%lld, %lld, kernel=%dx%d, stride=%dx%d, padding=%dx%d%s", (long long)d->in, (long long)d->out,
              d->kernel, d->kernel_w, d->stride, d->stride_w, d->padding, d->padding_w, d->no_bias ? ", bias=0" : "");
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_conv2d_vt, {"Conv2d", dl__lay_conv_forward, dl__lay_conv_describe, NULL});
-DL__GLOBAL(const dl_layer_vt dl__lay_conv1d_vt, {"Conv1d", dl__lay_conv_forward, dl__lay_conv_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_conv2d_vt, {"Conv2d", dl__lay_conv_forward, dl__lay_conv_describe, NULL, 0});
+DL__GLOBAL(const dl_layer_vt dl__lay_conv1d_vt, {"Conv1d", dl__lay_conv_forward, dl__lay_conv_describe, NULL, 0});
 
 DL_API dl_layer *dl__lay_conv_make(dl_model *m, dl_layer *parent, const char *name, dl_conv2d_desc d, int one_d) {
   if (!m) return NULL; /* a dl_model_make that failed */
@@ -1116,8 +1121,8 @@ DL_API void dl__lay_pool_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "kernel=%dx%d, stride=%dx%d, padding=%dx%d", a->kernel_h, a->kernel_w, a->stride_h, a->stride_w,
            a->pad_h, a->pad_w);
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_maxpool_vt, {"MaxPool2d", dl__lay_maxpool_forward, dl__lay_pool_describe, NULL});
-DL__GLOBAL(const dl_layer_vt dl__lay_avgpool_vt, {"AvgPool2d", dl__lay_avgpool_forward, dl__lay_pool_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_maxpool_vt, {"MaxPool2d", dl__lay_maxpool_forward, dl__lay_pool_describe, NULL, 0});
+DL__GLOBAL(const dl_layer_vt dl__lay_avgpool_vt, {"AvgPool2d", dl__lay_avgpool_forward, dl__lay_pool_describe, NULL, 0});
 DL_API dl_layer *dl__lay_pool_make(dl_model *m, dl_layer *parent, const char *name, const dl_pool2d_desc *d,
                                const dl_layer_vt *vt) {
   if (!m) return NULL; /* a dl_model_make that failed */
@@ -1152,7 +1157,7 @@ DL_API dl_tensor *dl__lay_gap_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
   for (d = 2; d < x->ndim; d++) axes[d - 2] = d;
   return dl_t_mean(tp, x, x->ndim - 2, axes, 0);
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_gap_vt, {"GlobalAvgPool", dl__lay_gap_forward, NULL, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_gap_vt, {"GlobalAvgPool", dl__lay_gap_forward, NULL, NULL, 0});
 DL_API dl_layer *dl_global_avgpool_make(dl_model *m, dl_layer *parent, const char *name) {
   if (!m) return NULL; /* a dl_model_make that failed */
   return dl_layer_new(m, parent, name, &dl__lay_gap_vt, sizeof(dl_layer));
@@ -1168,7 +1173,7 @@ DL_API dl_tensor *dl__lay_flatten_forward(dl_layer *l, dl_tape *tp, dl_tensor *x
   int s = ((dl__lay_flatten *)l)->start;
   return dl_t_flatten(tp, x, s < 0 ? x->ndim + s : s);
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_flatten_vt, {"Flatten", dl__lay_flatten_forward, NULL, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_flatten_vt, {"Flatten", dl__lay_flatten_forward, NULL, NULL, 0});
 DL_API dl_layer *dl_flatten_make(dl_model *m, dl_layer *parent, const char *name, int start_dim) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_flatten *F = (dl__lay_flatten *)dl_layer_new(m, parent, name, &dl__lay_flatten_vt, sizeof *F);
@@ -1194,7 +1199,7 @@ DL_API dl_tensor *dl__lay_dropout_forward(dl_layer *l, dl_tape *tp, dl_tensor *x
 DL_API void dl__lay_dropout_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "p=%g", ((const dl__lay_dropout *)l)->p);
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_dropout_vt, {"Dropout", dl__lay_dropout_forward, dl__lay_dropout_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_dropout_vt, {"Dropout", dl__lay_dropout_forward, dl__lay_dropout_describe, NULL, 0});
 DL_API dl_layer *dl_dropout_make(dl_model *m, dl_layer *parent, const char *name, double p) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_dropout *D;
@@ -1236,7 +1241,7 @@ DL_API void dl__lay_embedding_describe(const dl_layer *l, char *buf, size_t n) {
   const dl__embedding *E = (const dl__embedding *)l;
   snprintf(buf, n, "%lld, %lld%s", (long long)E->d.num, (long long)E->d.dim, E->d.sparse ? ", sparse" : "");
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_embedding_vt, {"Embedding", dl__lay_embedding_forward, dl__lay_embedding_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_embedding_vt, {"Embedding", dl__lay_embedding_forward, dl__lay_embedding_describe, NULL, 0});
 DL_API dl_layer *dl_embedding_make(dl_model *m, dl_layer *parent, const char *name, const dl_embedding_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__embedding *E;
@@ -1288,8 +1293,8 @@ DL_API void dl__lay_batchnorm_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "%lld, eps=%g, momentum=%g%s%s", (long long)B->d.features, B->d.eps, B->d.momentum,
            B->d.no_affine ? ", affine=0" : "", B->d.no_running_stats ? ", running=0" : "");
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_bn1d_vt, {"BatchNorm1d", dl__lay_batchnorm_forward, dl__lay_batchnorm_describe, NULL});
-DL__GLOBAL(const dl_layer_vt dl__lay_bn2d_vt, {"BatchNorm2d", dl__lay_batchnorm_forward, dl__lay_batchnorm_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_bn1d_vt, {"BatchNorm1d", dl__lay_batchnorm_forward, dl__lay_batchnorm_describe, NULL, 0});
+DL__GLOBAL(const dl_layer_vt dl__lay_bn2d_vt, {"BatchNorm2d", dl__lay_batchnorm_forward, dl__lay_batchnorm_describe, NULL, 0});
 DL_API dl_layer *dl__lay_batchnorm_make(dl_model *m, dl_layer *parent, const char *name, const dl_batchnorm_desc *d,
                                     int two_d) {
   if (!m) return NULL; /* a dl_model_make that failed */
@@ -1359,8 +1364,8 @@ DL_API void dl__lay_norm_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "%lld%s, eps=%g%s", (long long)N->d.shape[0], N->d.ndims > 1 ? " ..." : "", N->d.eps,
            N->d.no_affine ? ", affine=0" : "");
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_layernorm_vt, {"LayerNorm", dl__lay_norm_forward, dl__lay_norm_describe, NULL});
-DL__GLOBAL(const dl_layer_vt dl__lay_rmsnorm_vt, {"RMSNorm", dl__lay_norm_forward, dl__lay_norm_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_layernorm_vt, {"LayerNorm", dl__lay_norm_forward, dl__lay_norm_describe, NULL, 0});
+DL__GLOBAL(const dl_layer_vt dl__lay_rmsnorm_vt, {"RMSNorm", dl__lay_norm_forward, dl__lay_norm_describe, NULL, 0});
 DL_API dl_layer *dl__lay_norm_make(dl_model *m, dl_layer *parent, const char *name, const dl_norm_desc *d, int rms) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_norm *N;
@@ -1462,9 +1467,9 @@ DL_API void dl__lay_rnn_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "%lld, %lld, layers=%d%s%s", (long long)R->d.input, (long long)R->d.hidden, R->d.num_layers,
            R->d.no_bias ? ", bias=0" : "", R->d.relu ? ", relu" : "");
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_rnn_vt, {"RNN", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL});
-DL__GLOBAL(const dl_layer_vt dl__lay_lstm_vt, {"LSTM", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL});
-DL__GLOBAL(const dl_layer_vt dl__lay_gru_vt, {"GRU", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_rnn_vt, {"RNN", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL, 0});
+DL__GLOBAL(const dl_layer_vt dl__lay_lstm_vt, {"LSTM", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL, 0});
+DL__GLOBAL(const dl_layer_vt dl__lay_gru_vt, {"GRU", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL, 0});
 DL_API dl_layer *dl__lay_rnn_make(dl_model *m, dl_layer *parent, const char *name, const dl_rnn_desc *d, dl__lay_rnn_kind kind) {
   if (!m) return NULL; /* a dl_model_make that failed */
   static const dl_layer_vt *const vts[] = {&dl__lay_rnn_vt, &dl__lay_lstm_vt, &dl__lay_gru_vt};
@@ -1547,7 +1552,7 @@ DL_API void dl__lay_mha_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "%lld, heads=%d%s%s", (long long)A->d.embed, A->d.heads, A->d.no_bias ? ", bias=0" : "",
            A->d.causal ? ", causal" : "");
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_mha_vt, {"MultiheadAttention", dl__lay_mha_forward1, dl__lay_mha_describe, NULL});
+DL__GLOBAL(const dl_layer_vt dl__lay_mha_vt, {"MultiheadAttention", dl__lay_mha_forward1, dl__lay_mha_describe, NULL, 0});
 DL_API dl_layer *dl_mha_make(dl_model *m, dl_layer *parent, const char *name, const dl_mha_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_mha *A;

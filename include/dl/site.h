@@ -25,6 +25,7 @@
 #define DL_SITE_H
 
 #include "layers.h"
+#include "transformer.h"
 
 #ifndef __cplusplus
 DL__HEADER_BEGIN
@@ -79,6 +80,8 @@ DL__INL dl_layer *dl__site_l(dl_layer *l) {
 #define dl_t_reshape(...) DL__AT_T(dl_t_reshape, __VA_ARGS__)
 #define dl_t_rms_norm(...) DL__AT_T(dl_t_rms_norm, __VA_ARGS__)
 #define dl_t_rnn(...) DL__AT_T(dl_t_rnn, __VA_ARGS__)
+#define dl_t_rope(...) DL__AT_T(dl_t_rope, __VA_ARGS__)
+#define dl_t_scaled_dot_product_attention(...) DL__AT_T(dl_t_scaled_dot_product_attention, __VA_ARGS__)
 #define dl_t_slice(...) DL__AT_T(dl_t_slice, __VA_ARGS__)
 #define dl_t_smooth_l1(...) DL__AT_T(dl_t_smooth_l1, __VA_ARGS__)
 #define dl_t_softmax(...) DL__AT_T(dl_t_softmax, __VA_ARGS__)
@@ -124,6 +127,8 @@ DL__INL dl_layer *dl__site_l(dl_layer *l) {
 /* models and layers */
 #define dl_model_forward(...) DL__AT_T(dl_model_forward, __VA_ARGS__)
 #define dl_layer_call(...) DL__AT_T(dl_layer_call, __VA_ARGS__)
+#define dl_block_forward(...) DL__AT_T(dl_block_forward, __VA_ARGS__)
+#define dl_gpt_forward(...) DL__AT_T(dl_gpt_forward, __VA_ARGS__)
 #define dl_sequential_make(...) DL__AT_L(dl_sequential_make, __VA_ARGS__)
 #define dl_module_make(...) DL__AT_L(dl_module_make, __VA_ARGS__)
 #define dl_act_make(...) DL__AT_L(dl_act_make, __VA_ARGS__)
@@ -145,6 +150,8 @@ DL__INL dl_layer *dl__site_l(dl_layer *l) {
 #define dl_lstm_make(...) DL__AT_L(dl_lstm_make, __VA_ARGS__)
 #define dl_gru_make(...) DL__AT_L(dl_gru_make, __VA_ARGS__)
 #define dl_mha_make(...) DL__AT_L(dl_mha_make, __VA_ARGS__)
+#define dl_block_make(...) DL__AT_L(dl_block_make, __VA_ARGS__)
+#define dl_gpt_make(...) DL__AT_L(dl_gpt_make, __VA_ARGS__)
 
 DL__HEADER_END
 #endif /* !__cplusplus */

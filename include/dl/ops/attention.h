@@ -1,4 +1,6 @@
-/* dl/ops/attention.h - multi-head attention on the tape, PyTorch's layout.
+/* dl/ops/attention.h - attention on the tape, PyTorch's layout:
+ * multi-head attention (composed), scaled dot-product attention (one fused
+ * op that never stores the scores) and rotary position embeddings.
  * Included by dl/ops.h (see there for the conventions every op follows).
  *
  *   dl_tensor *y = dl_t_multi_head_attention(tp, x, x, x, w_in, b_in, w_out, b_out,
@@ -46,13 +48,15 @@ DL_API void dl__mha_split(dl_tape *tp, dl_tensor *p, int n, int64_t nh, int64_t 
 }
 
 /* The additive mask [Tq, Tk] in q's dtype (tape arena): attn_mask's values
- * (float) or -inf where it is nonzero (u8), and -inf where causal and j > i.
+ * (float) or -inf where it is nonzero (u8), and -inf where causal and
+ * j > i + off (off 0: PyTorch's square mask; Tk - Tq: the queries are the
+ * last Tq positions, as with a KV cache).
  * On a device tape (DL_USE_CUDA) the mask is built on the host, in scratch of
  * the tape's host arena, and copied to the device tensor returned; an
  * attn_mask on the device is first copied to the host (both copies wait for
  * the device: the mask is [Tq, Tk], made once per call). */
 DL_API dl_tensor *dl__mha_mask(dl_tape *tp, const char *op, const dl_tensor *q, const dl_tensor *attn_mask,
-                               int causal, int64_t Tq, int64_t Tk) {
+                               int causal, int64_t off, int64_t Tq, int64_t Tk) {
   dl_tensor *m = dl_tape_out(tp, op, q->dtype, DL_SHAPE(Tq, Tk)), *mh = m;
   int64_t i, j;
 #ifdef DL_USE_CUDA
@@ -81,7 +85,7 @@ DL_API dl_tensor *dl__mha_mask(dl_tape *tp, const char *op, const dl_tensor *q, 
         double a = dl__get_at(attn_mask, i * attn_mask->strides[0] + j * attn_mask->strides[1]);
         v = attn_mask->dtype == DL_U8 ? (a != 0.0 ? -INFINITY : 0.0) : a;
       }
-      if (causal && j > i) v = -INFINITY;
+      if (causal && j > i + off) v = -INFINITY;
       dl__set_at(mh, i * Tk + j, v);
     }
 #ifdef DL_USE_CUDA
@@ -190,10 +194,445 @@ DL_API dl_tensor *dl_t_multi_head_attention(dl_tape *tp, dl_tensor *q, dl_tensor
   vh = heads[2];
   /* scores, mask, softmax over the keys, weighted values */
   s = dl_t_matmul(tp, qh, dl_t_transpose(tp, kh, 2, 3)); /* [B, nh, Tq, Tk] */
-  if (attn_mask || causal) s = dl_t_add(tp, s, dl__mha_mask(tp, op, q, attn_mask, causal, Tq, Tk));
+  if (attn_mask || causal) s = dl_t_add(tp, s, dl__mha_mask(tp, op, q, attn_mask, causal, 0, Tq, Tk));
   o = dl_t_matmul(tp, dl_t_softmax(tp, s, -1), vh); /* [B, nh, Tq, hd] */
   o = dl_t_reshape(tp, dl_t_permute(tp, o, back), 3, (const int64_t[]){B, Tq, E});
   return dl_t_linear(tp, o, out_proj_weight, out_proj_bias);
+}
+
+
+/* >>scaled dot-product attention ---------------------------------------------- */
+
+/* Query rows per block and keys per tile of the fused kernels: a block's
+ * scores [DL__SDPA_BQ, DL__SDPA_BK] and its accumulators [DL__SDPA_BQ, Dv]
+ * are the only per-thread memory; a key tile (DL__SDPA_BK x D) stays in
+ * cache while the block's rows pass over it. */
+#define DL__SDPA_BQ 16
+#define DL__SDPA_BK 64
+
+enum { DL__SDPA_FWD, DL__SDPA_TAN, DL__SDPA_BWD };
+
+/* One call of the fused kernel over units n = 0 .. N-1 (a unit is one
+ * (batch, head) pair: q [Tq, D], k [Tk, D], v [Tk, Dv], all contiguous). */
+typedef struct dl__sdpa_args {
+  int mode, causal;
+  int64_t N, Tq, Tk, D, Dv, off; /* causal: query i sees keys j <= i + off */
+  double scale;
+  const void *q, *k, *v;
+  void *o;                 /* FWD writes, TAN and BWD read */
+  double *lse;             /* [N, Tq]: FWD writes max + log(sum of exp) per row */
+  const void *tq, *tk, *tv; /* TAN: tangents (NULL = zero) */
+  void *to;                /* TAN: the output's tangent */
+  const void *go;          /* BWD: d loss / d o */
+  void *gq, *gk, *gv;      /* BWD: accumulated into (NULL = not wanted) */
+  unsigned char *scratch;  /* per worker: `per` bytes each */
+  size_t per;
+} dl__sdpa_args;
+
+/* Keys a row i may see in the tile starting at j0 of nk keys. */
+DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64_t nk) {
+  int64_t lim;
+  if (!A->causal) return nk;
+  lim = i + A->off + 1 - j0;
+  return lim < nk ? lim : nk;
+}
+
+#define DL__SDPA_KERNEL(T, SFX, EXP)                                                  \
+  DL_API T dl__sdpa_dot_##SFX(const T *a, const T *b, int64_t n) {                    \
+    T s = 0;                                                                          \
+    int64_t d;                                                                        \
+    DL__RSIMD_SUM(s)                                                                  \
+    for (d = 0; d < n; d++) s += a[d] * b[d];                                         \
+    return s;                                                                         \
+  }                                                                                   \
+  DL_API void dl__sdpa_axpy_##SFX(T *y, T a, const T *x, int64_t n) {                 \
+    int64_t d;                                                                        \
+    DL__RSIMD                                                                         \
+    for (d = 0; d < n; d++) y[d] += a * x[d];                                         \
+  }                                                                                   \
+  DL_API void dl__sdpa_unit_##SFX(const dl__sdpa_args *A, int64_t n) {                \
+    const int64_t Tq = A->Tq, Tk = A->Tk, D = A->D, Dv = A->Dv;                       \
+    const T sc = (T)A->scale;                                                         \
+    const T *Q = (const T *)A->q + n * Tq * D, *K = (const T *)A->k + n * Tk * D;     \
+    const T *V = (const T *)A->v + n * Tk * Dv;                                       \
+    T *O = (T *)A->o + n * Tq * Dv;                                                   \
+    double *L = A->lse + n * Tq;                                                      \
+    double *m = (double *)(void *)(A->scratch + (size_t)dl_worker() * A->per);       \
+    double *l = m + DL__SDPA_BQ;                                                      \
+    T *S = (T *)(void *)(l + DL__SDPA_BQ), *acc = S + DL__SDPA_BQ * DL__SDPA_BK;      \
+    int64_t i0, j0, r, c, d;                                                          \
+    for (i0 = 0; i0 < Tq; i0 += DL__SDPA_BQ) {                                        \
+      const int64_t nq = Tq - i0 < DL__SDPA_BQ ? Tq - i0 : DL__SDPA_BQ;               \
+      int64_t jend = Tk;                                                              \
+      if (A->causal && i0 + nq + A->off < Tk) jend = i0 + nq + A->off;                \
+      for (r = 0; r < nq; r++) {                                                      \
+        m[r] = A->mode == DL__SDPA_TAN ? 0.0 : -HUGE_VAL; /* TAN: mu */              \
+        l[r] = 0;                                                                     \
+        for (d = 0; d < Dv; d++) acc[r * Dv + d] = 0;                                 \
+      }                                                                               \
+      if (A->mode == DL__SDPA_BWD)                                                    \
+        for (r = 0; r < nq; r++) /* l: rowsum(dO * O) */                              \
+          l[r] = (double)dl__sdpa_dot_##SFX((const T *)A->go + (n * Tq + i0 + r) * Dv, \
+                                            O + (i0 + r) * Dv, Dv);                   \
+      for (j0 = 0; j0 < jend; j0 += DL__SDPA_BK) {                                    \
+        const int64_t nk = jend - j0 < DL__SDPA_BK ? jend - j0 : DL__SDPA_BK;         \
+        for (r = 0; r < nq; r++) {                                                    \
+          const int64_t i = i0 + r, lim = dl__sdpa_lim(A, i, j0, nk);                 \
+          const T *qi = Q + i * D;                                                    \
+          T *s = S + r * DL__SDPA_BK, *ar = acc + r * Dv;                             \
+          if (lim <= 0) continue;                                                     \
+          for (c = 0; c < lim; c++) s[c] = sc * dl__sdpa_dot_##SFX(qi, K + (j0 + c) * D, D); \
+          if (A->mode == DL__SDPA_FWD) { /* online softmax over the tiles */          \
+            double mt = m[r], alpha, sum = 0;                                         \
+            T mn;                                                                     \
+            for (c = 0; c < lim; c++)                                                 \
+              if ((double)s[c] > mt) mt = (double)s[c];                               \
+            alpha = exp(m[r] - mt);                                                   \
+            if (alpha != 1.0) {                                                       \
+              l[r] *= alpha;                                                          \
+              for (d = 0; d < Dv; d++) ar[d] *= (T)alpha;                             \
+            }                                                                         \
+            mn = (T)mt;                                                               \
+            DL__RSIMD                                                                 \
+            for (c = 0; c < lim; c++) s[c] = EXP(s[c] - mn);                          \
+            for (c = 0; c < lim; c++) {                                               \
+              sum += (double)s[c];                                                    \
+              dl__sdpa_axpy_##SFX(ar, s[c], V + (j0 + c) * Dv, Dv);                   \
+            }                                                                         \
+            l[r] += sum;                                                              \
+            m[r] = mt;                                                                \
+          } else if (A->mode == DL__SDPA_TAN) {                                       \
+            const T li = (T)L[i];                                                     \
+            const T *tqi = A->tq ? (const T *)A->tq + (n * Tq + i) * D : NULL;        \
+            DL__RSIMD                                                                 \
+            for (c = 0; c < lim; c++) s[c] = EXP(s[c] - li);                          \
+            for (c = 0; c < lim; c++) {                                               \
+              const int64_t j = j0 + c;                                               \
+              T ts = 0;                                                               \
+              if (tqi) ts += dl__sdpa_dot_##SFX(tqi, K + j * D, D);                   \
+              if (A->tk) ts += dl__sdpa_dot_##SFX(qi, (const T *)A->tk + (n * Tk + j) * D, D); \
+              ts *= sc;                                                               \
+              m[r] += (double)(s[c] * ts); /* m: mu = sum_j p ts */                   \
+              dl__sdpa_axpy_##SFX(ar, s[c] * ts, V + j * Dv, Dv);                     \
+              if (A->tv) dl__sdpa_axpy_##SFX(ar, s[c], (const T *)A->tv + (n * Tk + j) * Dv, Dv); \
+            }                                                                         \
+          } else {                                                                    \
+            const T li = (T)L[i], di = (T)l[r];                                       \
+            const T *goi = (const T *)A->go + (n * Tq + i) * Dv;                      \
+            T *gqi = A->gq ? (T *)A->gq + (n * Tq + i) * D : NULL;                    \
+            DL__RSIMD                                                                 \
+            for (c = 0; c < lim; c++) s[c] = EXP(s[c] - li);                          \
+            for (c = 0; c < lim; c++) {                                               \
+              const int64_t j = j0 + c;                                               \
+              const T p = s[c];                                                       \
+              const T ds = p * (dl__sdpa_dot_##SFX(goi, V + j * Dv, Dv) - di) * sc;   \
+              if (A->gv) dl__sdpa_axpy_##SFX((T *)A->gv + (n * Tk + j) * Dv, p, goi, Dv); \
+              if (gqi) dl__sdpa_axpy_##SFX(gqi, ds, K + j * D, D);                    \
+              if (A->gk) dl__sdpa_axpy_##SFX((T *)A->gk + (n * Tk + j) * D, ds, qi, D); \
+            }                                                                         \
+          }                                                                           \
+        }                                                                             \
+      }                                                                               \
+      if (A->mode == DL__SDPA_FWD) {                                                  \
+        for (r = 0; r < nq; r++) {                                                    \
+          const T inv = (T)(1.0 / l[r]);                                              \
+          T *oi = O + (i0 + r) * Dv;                                                  \
+          for (d = 0; d < Dv; d++) oi[d] = acc[r * Dv + d] * inv;                     \
+          L[i0 + r] = m[r] + log(l[r]);                                               \
+        }                                                                             \
+      } else if (A->mode == DL__SDPA_TAN) {                                           \
+        for (r = 0; r < nq; r++) {                                                    \
+          const T mu = (T)m[r];                                                       \
+          const T *oi = O + (i0 + r) * Dv;                                            \
+          T *ti = (T *)A->to + (n * Tq + i0 + r) * Dv;                                \
+          for (d = 0; d < Dv; d++) ti[d] = acc[r * Dv + d] - mu * oi[d];              \
+        }                                                                             \
+      }                                                                               \
+    }                                                                                 \
+  }
+DL__SDPA_KERNEL(float, f32, dl_vexp_f32)
+DL__SDPA_KERNEL(double, f64, dl_vexp_f64)
+
+DL_API void dl__sdpa_run(dl_tape *tp, const char *op, dl__sdpa_args *A, dl_dtype dt) {
+  const size_t es = dl_dtype_size(dt);
+  const int nw = dl_ctx_threads(tp->ctx) > 0 ? dl_ctx_threads(tp->ctx) : 1;
+  A->per = (sizeof(double) * 2 * DL__SDPA_BQ + es * (size_t)DL__SDPA_BQ * (size_t)(DL__SDPA_BK + A->Dv) + 63) & ~(size_t)63;
+  A->scratch = (unsigned char *)dl_tape_scratch(tp, op, A->per * (size_t)nw);
+  if (dt == DL_F32) {
+    DL_PARALLEL_FOR(tp->ctx, A->N * A->Tq * A->Tk * (A->D + A->Dv), A->N, dl__u, dl__sdpa_unit_f32(A, dl__u););
+  } else {
+    DL_PARALLEL_FOR(tp->ctx, A->N * A->Tq * A->Tk * (A->D + A->Dv), A->N, dl__u, dl__sdpa_unit_f64(A, dl__u););
+  }
+}
+
+/* saved[0..2] q, k, v (contiguous), saved[3] lse, the output o; i[0]
+ * causal, i[1] off; p[0] scale. */
+DL_API void dl__sdpa_fill(dl__sdpa_args *A, const dl_node *nd) {
+  const dl_tensor *q = nd->saved[0], *k = nd->saved[1], *v = nd->saved[2];
+  memset(A, 0, sizeof *A);
+  A->Tq = q->shape[q->ndim - 2];
+  A->Tk = k->shape[k->ndim - 2];
+  A->D = q->shape[q->ndim - 1];
+  A->Dv = v->shape[v->ndim - 1];
+  A->N = A->Tq ? q->numel / (A->Tq * A->D) : 0;
+  A->causal = (int)nd->i[0];
+  A->off = nd->i[1];
+  A->scale = nd->p[0];
+  A->q = q->data;
+  A->k = k->data;
+  A->v = v->data;
+  A->o = nd->out->data;
+  A->lse = (double *)nd->saved[3]->data;
+}
+
+DL_API void dl__t_sdpa_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *gq = dl_tape_grad(tp, n->in[0]), *gk = dl_tape_grad(tp, n->in[1]), *gv = dl_tape_grad(tp, n->in[2]);
+  dl__sdpa_args A;
+  if (!gq && !gk && !gv) return;
+  dl__sdpa_fill(&A, n);
+  A.mode = DL__SDPA_BWD;
+  A.go = dl__t_contig(tp, n->op, n->out->grad)->data;
+  A.gq = gq ? gq->data : NULL;
+  A.gk = gk ? gk->data : NULL;
+  A.gv = gv ? gv->data : NULL;
+  /* q, k, v one tensor: their gradients alias, which += allows (the kernel reads the saved values only) */
+  dl__sdpa_run(tp, n->op, &A, n->out->dtype);
+}
+
+/* The same attention composed of the library's ops (matmul, an additive
+ * -inf mask, softmax): it stores the [.., Tq, Tk] scores. The device path
+ * (every step on the GPU through those ops' kernels) and the tests'
+ * independent reference. */
+DL_API dl_tensor *dl__sdpa_composed(dl_tape *tp, const char *op, dl_tensor *q, dl_tensor *k, dl_tensor *v,
+                                    int causal, double scale) {
+  const int nd = q->ndim;
+  const int64_t Tq = q->shape[nd - 2], Tk = k->shape[nd - 2];
+  dl_tensor *s = dl_t_matmul(tp, dl_t_mul_scalar(tp, q, scale), dl_t_transpose(tp, k, nd - 2, nd - 1));
+  if (causal) s = dl_t_add(tp, s, dl__mha_mask(tp, op, q, NULL, 1, Tk - Tq, Tq, Tk));
+  return dl_t_matmul(tp, dl_t_softmax(tp, s, -1), v);
+}
+
+/* Scaled dot-product attention, torch.nn.functional.scaled_dot_product_attention
+ * (dropout 0) in one op:
+ *   q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (the same leading
+ *   dimensions, e.g. [B, heads]), scale 0 = 1/sqrt(D);
+ *   o = softmax(scale q k^T + M) v   -> [..., Tq, Dv],
+ * M = 0, or with causal != 0 -inf where key j > i + (Tk - Tq): the queries
+ * are the last Tq positions of the keys' sequence, as when they continue a
+ * KV cache (Tq == Tk: PyTorch's is_causal; causal needs Tk >= Tq).
+ * The scores are never stored whole (the flash-attention scheme): forward
+ * walks the keys in tiles of DL__SDPA_BK with a running max and sum per
+ * query row, and keeps only o and each row's log-sum-exp [..., Tq]; the
+ * backward and tangent rules recompute each tile's probabilities from them:
+ *   backward  P = exp(S - lse), dP = dO v^T, dS = P (dP - rowsum(dO o)),
+ *             gq += scale dS k, gk += scale dS^T q, gv += P^T dO;
+ *   tangent   tS = scale (tq k^T + q tk^T), to = P (tS - rowsum(P tS)) v + P tv.
+ * Activation memory is linear in T. Each (batch, head) pair runs on one
+ * thread, in a fixed order: results do not depend on the thread count.
+ * Inputs may be strided (copied to contiguous first); f32 sums in f32, the
+ * softmax's running sum in double. On a device tape (DL_USE_CUDA) it runs as
+ * the composition dl__sdpa_composed on the GPU's ops (which store the
+ * scores). Output contiguous, in the tape's arena until the rewind. */
+DL_API dl_tensor *dl_t_scaled_dot_product_attention(dl_tape *tp, dl_tensor *q, dl_tensor *k, dl_tensor *v,
+                                                    int causal, double scale) {
+  const char *const op = "dl_t_scaled_dot_product_attention";
+  dl_tensor *qc, *kc, *vc, *o, *lse;
+  dl__sdpa_args A;
+  dl_node *nd;
+  int64_t oshape[DL_MAX_DIMS];
+  int d, ok;
+  if (!q || !k || !v) DL_PANIC(tp->ctx, op, "q, k and v are required");
+  dl__ops_same_float(op, q, k);
+  dl__ops_same_float(op, q, v);
+  ok = q->ndim >= 2 && k->ndim == q->ndim && v->ndim == q->ndim && q->shape[q->ndim - 1] > 0 &&
+       k->shape[q->ndim - 1] == q->shape[q->ndim - 1] && v->shape[q->ndim - 2] == k->shape[q->ndim - 2] &&
+       k->shape[q->ndim - 2] > 0;
+  for (d = 0; ok && d < q->ndim - 2; d++) ok = k->shape[d] == q->shape[d] && v->shape[d] == q->shape[d];
+  if (!ok)
+    DL_PANIC(q->ctx, op, "shape mismatch: q %s, k %s, v %s (expected q [..., Tq, D], k [..., Tk, D], "
+             "v [..., Tk, Dv], the same leading dimensions)", DL_SHAPESTR(q), DL_SHAPESTR(k), DL_SHAPESTR(v));
+  if (causal && k->shape[k->ndim - 2] < q->shape[q->ndim - 2])
+    DL_PANIC(q->ctx, op, "causal attention needs at least as many keys as queries: q %s, k %s", DL_SHAPESTR(q),
+             DL_SHAPESTR(k));
+  if (!(scale >= 0) || scale == HUGE_VAL)
+    DL_PANIC(q->ctx, op, "scale must be finite and >= 0 (0: 1/sqrt(D)), not %g (q %s)", scale, DL_SHAPESTR(q));
+  if (scale == 0) scale = 1.0 / sqrt((double)q->shape[q->ndim - 1]);
+#ifdef DL_USE_CUDA
+  if (q->device == DL_CUDA || tp->gpu) return dl__sdpa_composed(tp, op, q, k, v, causal, scale);
+#endif
+  dl__ops_host_only(tp, op, q);
+  qc = dl__t_contig(tp, op, q);
+  kc = dl__t_contig(tp, op, k);
+  vc = dl__t_contig(tp, op, v);
+  for (d = 0; d < q->ndim - 1; d++) oshape[d] = q->shape[d];
+  oshape[q->ndim - 1] = v->shape[v->ndim - 1];
+  o = dl_tape_out(tp, op, q->dtype, q->ndim, oshape);
+  lse = dl_tape_out(tp, op, DL_F64, q->ndim - 1, q->shape);
+  memset(&A, 0, sizeof A);
+  A.mode = DL__SDPA_FWD;
+  A.causal = causal != 0;
+  A.Tq = q->shape[q->ndim - 2];
+  A.Tk = k->shape[k->ndim - 2];
+  A.off = A.Tk - A.Tq;
+  A.D = q->shape[q->ndim - 1];
+  A.Dv = oshape[q->ndim - 1];
+  A.N = A.Tq ? q->numel / (A.Tq * A.D) : 0;
+  A.scale = scale;
+  A.q = qc->data;
+  A.k = kc->data;
+  A.v = vc->data;
+  A.o = o->data;
+  A.lse = (double *)lse->data;
+  if (A.N && A.Tq && A.Dv) dl__sdpa_run(tp, op, &A, q->dtype);
+  if (A.N && A.Tq && A.Dv && (q->tangent || k->tangent || v->tangent)) {
+    dl__sdpa_args T = A;
+    T.mode = DL__SDPA_TAN;
+    T.tq = q->tangent ? dl__t_contig(tp, op, q->tangent)->data : NULL;
+    T.tk = k->tangent ? dl__t_contig(tp, op, k->tangent)->data : NULL;
+    T.tv = v->tangent ? dl__t_contig(tp, op, v->tangent)->data : NULL;
+    T.to = dl_tape_tangent(tp, o)->data;
+    dl__sdpa_run(tp, op, &T, q->dtype);
+  }
+  if ((nd = dl_tape_record(tp, op, dl__t_sdpa_bw, o, q, k, v)) != NULL) {
+    nd->i[0] = A.causal;
+    nd->i[1] = A.off;
+    nd->p[0] = scale;
+    nd->saved[0] = qc;
+    nd->saved[1] = kc;
+    nd->saved[2] = vc;
+    nd->saved[3] = lse;
+  }
+  return o;
+}
+
+/* >>rotary position embeddings ------------------------------------------------- */
+
+/* cos and sin of position pos0 + t times base^(-2i/D): a host f64 tensor
+ * [2, T, D/2] in the tape's arena. */
+DL_API dl_tensor *dl__rope_table(dl_tape *tp, const char *op, int64_t T, int64_t D, int64_t pos0, double base) {
+  const int64_t h = D / 2;
+  dl_tensor *tab = dl_tensor_new(&tp->arena, DL_F64, 3, (const int64_t[]){2, T, h});
+  double *cs;
+  int64_t t, i;
+  if (!tab) dl__tape_nomem(tp, op, "the rotary table", sizeof(double) * 2 * (size_t)(T * h));
+  cs = (double *)tab->data;
+  for (i = 0; i < h; i++) {
+    const double f = 1.0 / pow(base, (double)(2 * i) / (double)D);
+    for (t = 0; t < T; t++) {
+      const double a = (double)(pos0 + t) * f;
+      cs[t * h + i] = cos(a);
+      cs[T * h + t * h + i] = sin(a);
+    }
+  }
+  return tab;
+}
+/* Rows of x [R = N*T, D] rotated by the table: dir = 1 forward (and the
+ * tangent), -1 the transpose (backward, added into out). */
+#define DL__ROPE_KERNEL(T_, SFX)                                                      \
+  DL_API void dl__rope_rows_##SFX(const T_ *x, T_ *out, const double *cs, int64_t R, int64_t T, \
+                                  int64_t D, int dir) {                               \
+    const int64_t h = D / 2;                                                          \
+    int64_t r, i;                                                                     \
+    for (r = 0; r < R; r++) {                                                         \
+      const double *c = cs + (r % T) * h, *s = cs + T * h + (r % T) * h;              \
+      const T_ *a = x + r * D, *b = a + h;                                            \
+      T_ *oa = out + r * D, *ob = oa + h;                                             \
+      if (dir > 0) {                                                                  \
+        DL__RSIMD                                                                     \
+        for (i = 0; i < h; i++) {                                                     \
+          oa[i] = (T_)((double)a[i] * c[i] - (double)b[i] * s[i]);                    \
+          ob[i] = (T_)((double)b[i] * c[i] + (double)a[i] * s[i]);                    \
+        }                                                                             \
+      } else {                                                                        \
+        DL__RSIMD                                                                     \
+        for (i = 0; i < h; i++) {                                                     \
+          oa[i] += (T_)((double)a[i] * c[i] + (double)b[i] * s[i]);                   \
+          ob[i] += (T_)((double)b[i] * c[i] - (double)a[i] * s[i]);                   \
+        }                                                                             \
+      }                                                                               \
+    }                                                                                 \
+  }
+DL__ROPE_KERNEL(float, f32)
+DL__ROPE_KERNEL(double, f64)
+
+DL_API void dl__rope_apply(dl_tape *tp, const dl_tensor *x, void *out, const double *cs, int64_t T, int dir) {
+  const int64_t D = x->shape[x->ndim - 1], R = D ? x->numel / D : 0;
+  const int64_t per = T; /* rows per task: one sequence */
+  DL_PARALLEL_FOR(tp->ctx, x->numel, (R + per - 1) / per, dl__b, {
+    const int64_t r0 = dl__b * per, nr = R - r0 < per ? R - r0 : per;
+    if (x->dtype == DL_F32)
+      dl__rope_rows_f32((const float *)x->data + r0 * D, (float *)out + r0 * D, cs, nr, T, D, dir);
+    else
+      dl__rope_rows_f64((const double *)x->data + r0 * D, (double *)out + r0 * D, cs, nr, T, D, dir);
+  });
+}
+/* saved[0] the table as a [2, T, D/2] f64 tensor. */
+DL_API void dl__t_rope_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
+  if (!gx) return;
+  dl__rope_apply(tp, dl__t_contig(tp, n->op, n->out->grad), gx->data, (const double *)n->saved[0]->data,
+                 n->saved[0]->shape[1], -1);
+}
+
+/* Rotary position embedding (RoFormer; the "rotate half" layout of GPT-NeoX,
+ * Llama and Hugging Face's apply_rotary_pos_emb): x [..., T, D], D even,
+ * position p = pos0 + t for row t, frequencies f_i = base^(-2i/D), i < D/2:
+ *   y[i]       = x[i] cos(p f_i) - x[i + D/2] sin(p f_i)
+ *   y[i + D/2] = x[i + D/2] cos(p f_i) + x[i] sin(p f_i)
+ * (angles, cos and sin in double, each output rounded once). base 0 =
+ * 10000. A rotation: backward applies its transpose, the tangent the same
+ * rotation. pos0 >= 0 places the rows after a KV cache's. Apply it to q and
+ * k (per head) before attention. On a device tape it is composed of slice,
+ * mul, add and concat on the GPU with the table copied over. Output
+ * contiguous, in the tape's arena until the rewind. */
+DL_API dl_tensor *dl_t_rope(dl_tape *tp, dl_tensor *x, int64_t pos0, double base) {
+  const char *const op = "dl_t_rope";
+  dl_tensor *xc, *y, *tab;
+  dl_node *nd;
+  int64_t T, D;
+  const double *cs;
+  dl__ops_same_float(op, x, NULL);
+  if (x->ndim < 2 || x->shape[x->ndim - 1] % 2 || x->shape[x->ndim - 1] == 0)
+    DL_PANIC(x->ctx, op, "x %s must be [..., T, D] with D even and > 0", DL_SHAPESTR(x));
+  if (pos0 < 0 || !(base >= 0) || base == HUGE_VAL || (base > 0 && base <= 1))
+    DL_PANIC(x->ctx, op, "pos0 %lld must be >= 0 and base %g > 1 (0: 10000) (x %s)", (long long)pos0, base,
+             DL_SHAPESTR(x));
+  if (base == 0) base = 10000.0;
+  T = x->shape[x->ndim - 2];
+  D = x->shape[x->ndim - 1];
+  tab = dl__rope_table(tp, op, T, D, pos0, base);
+  cs = (const double *)tab->data;
+#ifdef DL_USE_CUDA
+  if (x->device == DL_CUDA || tp->gpu) { /* composed: x1 c - x2 s, x2 c + x1 s */
+    const int e = x->ndim - 1;
+    dl_tensor *ch = dl_tensor_new(&tp->arena, x->dtype, 2, (const int64_t[]){T, D / 2});
+    dl_tensor *sh = dl_tensor_new(&tp->arena, x->dtype, 2, (const int64_t[]){T, D / 2});
+    dl_tensor *c, *s, *x1, *x2, *parts[2];
+    int64_t j;
+    if (!ch || !sh) dl__tape_nomem(tp, op, "the rotary table", (size_t)(T * D) * dl_dtype_size(x->dtype));
+    for (j = 0; j < T * (D / 2); j++) {
+      dl__set_at(ch, j, cs[j]);
+      dl__set_at(sh, j, cs[T * (D / 2) + j]);
+    }
+    c = dl_tape_input(tp, ch);
+    s = dl_tape_input(tp, sh);
+    x1 = dl_t_slice(tp, x, e, 0, D / 2, 1);
+    x2 = dl_t_slice(tp, x, e, D / 2, D, 1);
+    parts[0] = dl_t_sub(tp, dl_t_mul(tp, x1, c), dl_t_mul(tp, x2, s));
+    parts[1] = dl_t_add(tp, dl_t_mul(tp, x2, c), dl_t_mul(tp, x1, s));
+    return dl_t_concat(tp, 2, parts, e);
+  }
+#endif
+  dl__ops_host_only(tp, op, x);
+  xc = dl__t_contig(tp, op, x);
+  y = dl_tape_out(tp, op, x->dtype, x->ndim, x->shape);
+  dl__rope_apply(tp, xc, y->data, cs, T, 1);
+  if (x->tangent) {
+    dl_tensor *ty = dl_tape_tangent(tp, y);
+    dl__rope_apply(tp, dl__t_contig(tp, op, x->tangent), ty->data, cs, T, 1);
+  }
+  if ((nd = dl_tape_record(tp, op, dl__t_rope_bw, y, x, NULL, NULL)) != NULL) nd->saved[0] = tab;
+  return y;
 }
 
 #endif /* !__cplusplus */
