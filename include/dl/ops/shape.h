@@ -300,7 +300,7 @@ DL_API void dl__t_permute_bw(dl_tape *tp, dl_node *n) {
  * (x->ndim entries, each dimension once, negative counts from the end). A
  * VIEW of x's data, in the tape's arena until the rewind. */
 DL_API dl_tensor *dl_t_permute(dl_tape *tp, dl_tensor *x, const int *perm) {
-  int p[DL_MAX_DIMS], seen[DL_MAX_DIMS] = {0}, d;
+  int p[DL_MAX_DIMS] = {0}, seen[DL_MAX_DIMS] = {0}, d;
   int64_t shown[DL_MAX_DIMS];
   dl_tensor *y;
   dl_node *n;
