@@ -875,6 +875,17 @@ DL_API void dl__openblas_single(void) {
 DL_API void dl__cblas_block(size_t es, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
                             const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C,
                             int64_t ldc) {
+  if (M == 1 && N > 1 && K > 0) { /* one row (a token at a time: generation): gemv reads B once, unpacked */
+    const int inc = ta ? (int)lda : 1;
+    if (beta == 0) memset(C, 0, (size_t)N * es); /* gemv scales y by beta: stale NaNs must not survive */
+    if (es == sizeof(float))
+      cblas_sgemv(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, (int)(tb ? N : K), (int)(tb ? K : N), (float)alpha,
+                  (const float *)B, (int)ldb, (const float *)A, inc, (float)beta, (float *)C, 1);
+    else
+      cblas_dgemv(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, (int)(tb ? N : K), (int)(tb ? K : N), alpha,
+                  (const double *)B, (int)ldb, (const double *)A, inc, beta, (double *)C, 1);
+    return;
+  }
   if (es == sizeof(float))
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
                 (int)K, (float)alpha, (const float *)A, (int)lda, (const float *)B, (int)ldb, (float)beta,

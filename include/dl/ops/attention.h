@@ -217,6 +217,7 @@ enum { DL__SDPA_FWD, DL__SDPA_TAN, DL__SDPA_BWD };
 typedef struct dl__sdpa_args {
   int mode, causal;
   int64_t N, Tq, Tk, D, Dv, off; /* causal: query i sees keys j <= i + off */
+  int64_t qs, ks, vs;            /* elements from one unit's q, k, v rows to the next unit's */
   double scale;
   const void *q, *k, *v;
   void *o;                 /* FWD writes, TAN and BWD read */
@@ -253,13 +254,15 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
   DL_API void dl__sdpa_unit_##SFX(const dl__sdpa_args *A, int64_t n) {                \
     const int64_t Tq = A->Tq, Tk = A->Tk, D = A->D, Dv = A->Dv;                       \
     const T sc = (T)A->scale;                                                         \
-    const T *Q = (const T *)A->q + n * Tq * D, *K = (const T *)A->k + n * Tk * D;     \
-    const T *V = (const T *)A->v + n * Tk * Dv;                                       \
+    const T *Q = (const T *)A->q + n * A->qs, *K = (const T *)A->k + n * A->ks;       \
+    const T *V = (const T *)A->v + n * A->vs;                                         \
     T *O = (T *)A->o + n * Tq * Dv;                                                   \
     double *L = A->lse + n * Tq;                                                      \
     double *m = (double *)(void *)(A->scratch + (size_t)dl_worker() * A->per);       \
     double *l = m + DL__SDPA_BQ;                                                      \
     T *S = (T *)(void *)(l + DL__SDPA_BQ), *acc = S + DL__SDPA_BQ * DL__SDPA_BK;      \
+    T *Kt = acc + (DL__SDPA_BQ * Dv > DL__SDPA_BK ? DL__SDPA_BQ * Dv : DL__SDPA_BK);  \
+    T *Vt = Kt + D * DL__SDPA_BK; /* the tile's K and V, transposed */              \
     int64_t i0, j0, r, c, d;                                                          \
     for (i0 = 0; i0 < Tq; i0 += DL__SDPA_BQ) {                                        \
       const int64_t nq = Tq - i0 < DL__SDPA_BQ ? Tq - i0 : DL__SDPA_BQ;               \
@@ -276,12 +279,25 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
                                             O + (i0 + r) * Dv, Dv);                   \
       for (j0 = 0; j0 < jend; j0 += DL__SDPA_BK) {                                    \
         const int64_t nk = jend - j0 < DL__SDPA_BK ? jend - j0 : DL__SDPA_BK;         \
+        for (c = 0; c < nk; c++) /* K (and for BWD V) of the tile as [D, nk]: rows vectorise over keys */ \
+          for (d = 0; d < D; d++) Kt[d * DL__SDPA_BK + c] = K[(j0 + c) * D + d];      \
+        if (A->mode == DL__SDPA_BWD)                                                  \
+          for (c = 0; c < nk; c++)                                                    \
+            for (d = 0; d < Dv; d++) Vt[d * DL__SDPA_BK + c] = V[(j0 + c) * Dv + d];  \
         for (r = 0; r < nq; r++) {                                                    \
           const int64_t i = i0 + r, lim = dl__sdpa_lim(A, i, j0, nk);                 \
           const T *qi = Q + i * D;                                                    \
           T *s = S + r * DL__SDPA_BK, *ar = acc + r * Dv;                             \
           if (lim <= 0) continue;                                                     \
-          for (c = 0; c < lim; c++) s[c] = sc * dl__sdpa_dot_##SFX(qi, K + (j0 + c) * D, D); \
+          for (c = 0; c < lim; c++) s[c] = 0;                                         \
+          for (d = 0; d < D; d++) {                                                   \
+            const T qd = qi[d];                                                       \
+            const T *kt = Kt + d * DL__SDPA_BK;                                       \
+            DL__RSIMD                                                                 \
+            for (c = 0; c < lim; c++) s[c] += qd * kt[c];                             \
+          }                                                                           \
+          DL__RSIMD                                                                   \
+          for (c = 0; c < lim; c++) s[c] *= sc;                                       \
           if (A->mode == DL__SDPA_FWD) { /* online softmax over the tiles */          \
             double mt = m[r], alpha, sum = 0;                                         \
             T mn;                                                                     \
@@ -320,12 +336,20 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
             const T li = (T)L[i], di = (T)l[r];                                       \
             const T *goi = (const T *)A->go + (n * Tq + i) * Dv;                      \
             T *gqi = A->gq ? (T *)A->gq + (n * Tq + i) * D : NULL;                    \
+            T *dp = acc; /* dO_i . V_j for the tile's keys (acc is free in BWD) */   \
             DL__RSIMD                                                                 \
             for (c = 0; c < lim; c++) s[c] = EXP(s[c] - li);                          \
+            for (c = 0; c < lim; c++) dp[c] = 0;                                      \
+            for (d = 0; d < Dv; d++) {                                                \
+              const T g = goi[d];                                                     \
+              const T *vt = Vt + d * DL__SDPA_BK;                                     \
+              DL__RSIMD                                                               \
+              for (c = 0; c < lim; c++) dp[c] += g * vt[c];                           \
+            }                                                                         \
             for (c = 0; c < lim; c++) {                                               \
               const int64_t j = j0 + c;                                               \
               const T p = s[c];                                                       \
-              const T ds = p * (dl__sdpa_dot_##SFX(goi, V + j * Dv, Dv) - di) * sc;   \
+              const T ds = p * (dp[c] - di) * sc;                                     \
               if (A->gv) dl__sdpa_axpy_##SFX((T *)A->gv + (n * Tk + j) * Dv, p, goi, Dv); \
               if (gqi) dl__sdpa_axpy_##SFX(gqi, ds, K + j * D, D);                    \
               if (A->gk) dl__sdpa_axpy_##SFX((T *)A->gk + (n * Tk + j) * D, ds, qi, D); \
@@ -356,7 +380,10 @@ DL__SDPA_KERNEL(double, f64, dl_vexp_f64)
 DL_API void dl__sdpa_run(dl_tape *tp, const char *op, dl__sdpa_args *A, dl_dtype dt) {
   const size_t es = dl_dtype_size(dt);
   const int nw = dl_ctx_threads(tp->ctx) > 0 ? dl_ctx_threads(tp->ctx) : 1;
-  A->per = (sizeof(double) * 2 * DL__SDPA_BQ + es * (size_t)DL__SDPA_BQ * (size_t)(DL__SDPA_BK + A->Dv) + 63) & ~(size_t)63;
+  const size_t accn = (size_t)(DL__SDPA_BQ * A->Dv > DL__SDPA_BK ? DL__SDPA_BQ * A->Dv : DL__SDPA_BK);
+  A->per = (sizeof(double) * 2 * DL__SDPA_BQ +
+            es * ((size_t)DL__SDPA_BQ * DL__SDPA_BK + accn + (size_t)DL__SDPA_BK * (size_t)(A->D + A->Dv)) + 63) &
+           ~(size_t)63;
   A->scratch = (unsigned char *)dl_tape_scratch(tp, op, A->per * (size_t)nw);
   if (dt == DL_F32) {
     DL_PARALLEL_FOR(tp->ctx, A->N * A->Tq * A->Tk * (A->D + A->Dv), A->N, dl__u, dl__sdpa_unit_f32(A, dl__u););
@@ -365,8 +392,9 @@ DL_API void dl__sdpa_run(dl_tape *tp, const char *op, dl__sdpa_args *A, dl_dtype
   }
 }
 
-/* saved[0..2] q, k, v (contiguous), saved[3] lse, the output o; i[0]
- * causal, i[1] off; p[0] scale. */
+/* saved[0..2] q, k, v (rows packed, see dl__sdpa_ustride), saved[3] lse,
+ * the output o; i[0] causal, i[1] off, i[2..4] the unit strides of q, k,
+ * v; p[0] scale. */
 DL_API void dl__sdpa_fill(dl__sdpa_args *A, const dl_node *nd) {
   const dl_tensor *q = nd->saved[0], *k = nd->saved[1], *v = nd->saved[2];
   memset(A, 0, sizeof *A);
@@ -378,6 +406,9 @@ DL_API void dl__sdpa_fill(dl__sdpa_args *A, const dl_node *nd) {
   A->causal = (int)nd->i[0];
   A->off = nd->i[1];
   A->scale = nd->p[0];
+  A->qs = nd->i[2];
+  A->ks = nd->i[3];
+  A->vs = nd->i[4];
   A->q = q->data;
   A->k = k->data;
   A->v = v->data;
@@ -397,6 +428,30 @@ DL_API void dl__t_sdpa_bw(dl_tape *tp, dl_node *n) {
   A.gv = gv ? gv->data : NULL;
   /* q, k, v one tensor: their gradients alias, which += allows (the kernel reads the saved values only) */
   dl__sdpa_run(tp, n->op, &A, n->out->dtype);
+}
+
+/* The elements between consecutive units ([T, D] blocks, the leading
+ * dimensions flattened) of t, when each unit's rows are packed (last
+ * stride 1, row stride D) and the leading dimensions collapse to one stride
+ * (a KV cache's [B, H, len, D] view of [B, H, cap, D] does); else -1. */
+DL_API int64_t dl__sdpa_ustride(const dl_tensor *t) {
+  const int nd = t->ndim;
+  int64_t us = -1, expect = 0;
+  int d;
+  if ((t->strides[nd - 1] != 1 && t->shape[nd - 1] > 1) ||
+      (t->strides[nd - 2] != t->shape[nd - 1] && t->shape[nd - 2] > 1))
+    return -1;
+  for (d = nd - 3; d >= 0; d--) {
+    if (t->shape[d] == 1) continue;
+    if (us < 0) {
+      us = t->strides[d];
+      expect = us * t->shape[d];
+    } else {
+      if (t->strides[d] != expect) return -1;
+      expect *= t->shape[d];
+    }
+  }
+  return us < 0 ? t->shape[nd - 2] * t->shape[nd - 1] : us;
 }
 
 /* The same attention composed of the library's ops (matmul, an additive
@@ -429,7 +484,8 @@ DL_API dl_tensor *dl__sdpa_composed(dl_tape *tp, const char *op, dl_tensor *q, d
  *   tangent   tS = scale (tq k^T + q tk^T), to = P (tS - rowsum(P tS)) v + P tv.
  * Activation memory is linear in T. Each (batch, head) pair runs on one
  * thread, in a fixed order: results do not depend on the thread count.
- * Inputs may be strided (copied to contiguous first); f32 sums in f32, the
+ * Inputs may be strided: read in place when each [T, D] block's rows are
+ * packed (as in a KV cache's view), else copied first; f32 sums in f32, the
  * softmax's running sum in double. On a device tape (DL_USE_CUDA) it runs as
  * the composition dl__sdpa_composed on the GPU's ops (which store the
  * scores). Output contiguous, in the tape's arena until the rewind. */
@@ -461,9 +517,10 @@ DL_API dl_tensor *dl_t_scaled_dot_product_attention(dl_tape *tp, dl_tensor *q, d
   if (q->device == DL_CUDA || tp->gpu) return dl__sdpa_composed(tp, op, q, k, v, causal, scale);
 #endif
   dl__ops_host_only(tp, op, q);
-  qc = dl__t_contig(tp, op, q);
-  kc = dl__t_contig(tp, op, k);
-  vc = dl__t_contig(tp, op, v);
+  /* strided inputs are read in place when their rows are packed, else copied */
+  qc = dl__sdpa_ustride(q) >= 0 ? q : dl__t_contig(tp, op, q);
+  kc = dl__sdpa_ustride(k) >= 0 ? k : dl__t_contig(tp, op, k);
+  vc = dl__sdpa_ustride(v) >= 0 ? v : dl__t_contig(tp, op, v);
   for (d = 0; d < q->ndim - 1; d++) oshape[d] = q->shape[d];
   oshape[q->ndim - 1] = v->shape[v->ndim - 1];
   o = dl_tape_out(tp, op, q->dtype, q->ndim, oshape);
@@ -478,6 +535,9 @@ DL_API dl_tensor *dl_t_scaled_dot_product_attention(dl_tape *tp, dl_tensor *q, d
   A.Dv = oshape[q->ndim - 1];
   A.N = A.Tq ? q->numel / (A.Tq * A.D) : 0;
   A.scale = scale;
+  A.qs = dl__sdpa_ustride(qc);
+  A.ks = dl__sdpa_ustride(kc);
+  A.vs = dl__sdpa_ustride(vc);
   A.q = qc->data;
   A.k = kc->data;
   A.v = vc->data;
@@ -496,6 +556,9 @@ DL_API dl_tensor *dl_t_scaled_dot_product_attention(dl_tape *tp, dl_tensor *q, d
   if ((nd = dl_tape_record(tp, op, dl__t_sdpa_bw, o, q, k, v)) != NULL) {
     nd->i[0] = A.causal;
     nd->i[1] = A.off;
+    nd->i[2] = A.qs;
+    nd->i[3] = A.ks;
+    nd->i[4] = A.vs;
     nd->p[0] = scale;
     nd->saved[0] = qc;
     nd->saved[1] = kc;
