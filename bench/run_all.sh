@@ -23,6 +23,9 @@
 #      each, speed-up and scaling efficiency (run_dist.sh)
 #   9. the Fashion examples trained on the GPU (--device cuda) vs PyTorch on
 #      the same GPU, eager and graph-captured (run_gpu.sh; goal >= 1.2x the captured loop; SKIP without a GPU)
+#  11. the GPT of examples/gpt.c: training tokens/s and peak RSS vs PyTorch,
+#      attention memory at T = 256 / 1024 / 2048, KV-cache generation
+#      (run_gpt.sh; goals >= 2x, <= 1/2, linear, >= 10x)
 #  10. compile cost: -O2 and fast-flag compile time and preprocessed size of
 #      a stdio.h-only file, a dl.h-only file and examples/fashion_mlp.c
 #      (run_compile.sh; goals <= 2 s -O2, <= 3 s fast, <= 3 MB preprocessed)
@@ -64,6 +67,9 @@ bash bench/run_step.sh || status=1
 echo
 echo "== training runs of the examples vs PyTorch =="
 bash bench/run_train.sh || status=1
+echo
+echo "== the GPT: training, memory and generation vs PyTorch (run_gpt.sh) =="
+bash bench/run_gpt.sh || status=1
 echo
 echo "== data-parallel training over MPI (run_dist.sh) =="
 bash bench/run_dist.sh || status=1
