@@ -353,7 +353,7 @@ static int run(prog *p, dl_train_opts *o, const gpt_opts *go, const char *argv0)
   p->m = make_gpt(ctx, (uint64_t)o->seed, go, &p->gpt);
   if (!p->m || dl_model_status(p->m) != DL_OK) return fail(p, argv0);
   if (dl_train_device(ctx, o, p->m, &p->gpu) != DL_OK) return fail(p, argv0); /* before the optimizer */
-  if (p->gpu && dl_batcher_to_device(&p->tb, p->gpu) != DL_OK) return fail(p, argv0);
+  /* text-window batches are made on the host; dl_tape_input moves each one to the GPU */
   /* AdamW as nanoGPT: decay on the matrices (the layers' weights), none on biases and norms */
   ac = dl_adam_defaults(o->lr);
   ac.beta2 = 0.95;

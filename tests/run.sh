@@ -216,6 +216,15 @@ if command -v "$CXX" >/dev/null && make -s gpu-fake CXX="$CXX" >"$B/fake.log" 2>
       else bad "$ex --device cuda on the fake device: '$gpu_out' vs the CPU '$cpu_out'"; fi
     else bad "$ex against the fake device (build)"; head -30 "$B/fake.log"; fi
   done
+  # the GPT (rotary positions, composed attention on the device): 2 steps, the CPU's bits per byte
+  gx="--subset 16 --ctx 16 --batch 8 --layers 1 --embed 16 --heads 2 --rope --eval-chars 300 --samples 1 --sample-len 20 --threads 1 --quiet"
+  if [ -d /usr/share/games/fortunes ] && $CC $WARN -O2 -DDL_USE_CUDA -Iinclude examples/gpt.c -o "$B/gpt_fake" \
+      build/libdlgpu_fake.a -lstdc++ -lm 2>"$B/fake.log" && $CC $WARN -O2 -Iinclude examples/gpt.c -o "$B/gpt_host" -lm 2>>"$B/fake.log"; then
+    g=$(cd "$B" && timeout 600 ./gpt_fake --device cuda $gx --save gpt_fake.st --csv gpt_fake.csv 2>&1 | grep -o 'test_acc=[0-9.]*\|test_bpb=[0-9.]*' | tr '\n' ' ')
+    c=$(cd "$B" && timeout 600 ./gpt_host $gx --save gpt_host.st --csv gpt_host.csv 2>&1 | grep -o 'test_acc=[0-9.]*\|test_bpb=[0-9.]*' | tr '\n' ' ')
+    if [ -n "$g" ] && [ "$g" = "$c" ]; then ok; echo "gpt --device cuda on the fake device: $g(the CPU: $c)"
+    else bad "gpt --device cuda on the fake device: '$g' vs the CPU '$c'"; fi
+  elif [ -d /usr/share/games/fortunes ]; then bad "gpt against the fake device (build)"; head -30 "$B/fake.log"; fi
 else
   bad "make gpu-fake (the fake device)"; grep -v '^$' "$B/fake.log" | head -40
 fi
