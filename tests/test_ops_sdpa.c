@@ -129,7 +129,10 @@ static void one_case(dl_dtype dt, cfg c) {
     dl_set_tangent(qq, NULL);
     dl_set_tangent(k, NULL);
     dl_set_tangent(v, NULL);
-    if (c.strided) qview.grad = NULL;
+    if (c.strided && qview.grad) {
+      dl_tensor_free(qview.grad);
+      qview.grad = NULL;
+    }
     dl_tape_rewind(&tp);
   }
   CHECK_MSG(rel_diff(y[0], y[1]) <= tol, "output: %g (Tq %lld Tk %lld causal %d)", rel_diff(y[0], y[1]),
@@ -145,7 +148,6 @@ static void one_case(dl_dtype dt, cfg c) {
       if (g[w][j]) dl_tensor_free(g[w][j]);
   }
   dl_tape_free(&tp);
-  if (c.strided) qview.grad = NULL;
   if (!c.same) {
     dl_tensor_free(k);
     dl_tensor_free(v);

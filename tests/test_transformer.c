@@ -75,6 +75,10 @@ static void test_gradcheck(void) {
     ok = dl_gradcheck(&ctx, loss_fn, &c, n, in, 1e-6, 1e-6, &r);
     CHECK_MSG(ok && r.checked > 0, "config %zu: max_err %g (grad %g at input %d [%lld] %.10g vs %.10g, jvp %g)", k,
               r.max_err, r.grad_err, r.input, (long long)r.index, r.analytic, r.numeric, r.jvp_err);
+    for (i = 0; i < n; i++) { /* dl_requires_grad's gradients are the caller's (tape.h) */
+      dl_tensor_free(in[i]->grad);
+      in[i]->grad = NULL;
+    }
     dl_model_free(c.m);
   }
 }
