@@ -63,9 +63,7 @@
 #endif
 #endif
 #include "dl.h"
-
-#include <dirent.h>
-#include <sys/stat.h>
+#include "fortunes.h" /* the texts: fortunes_load */
 
 #define VOCAB 256
 
@@ -79,7 +77,7 @@ typedef struct lm_opts {
  * whatever step failed. */
 typedef struct prog {
   dl_ctx ctx;
-  dl_tensor *train_text, *test_text; /* u8 [L] */
+  fortunes f;                        /* the training and test texts */
   dl_dataset train_all, train;       /* windows of train_text */
   dl_batcher tb;
   dl_model *m;
@@ -88,9 +86,6 @@ typedef struct prog {
   dl_run r;
   dl_tensor *ex, *ey;                /* evaluation windows, i64 [EVAL_BATCH, seq] */
   dl_tensor *sx, *sh, *sc;           /* sampling: input i64 [n, 1], state f32 [layers, n, hidden] */
-  char *names;                       /* the file list */
-  unsigned char *buf[2];             /* the two texts while they are gathered */
-  size_t len[2], cap[2];
   dl_train_paths paths; /* runs/char_lm/... for the outputs the flags do not name */
 } prog;
 
@@ -99,118 +94,6 @@ typedef struct prog {
 static int fail(prog *p, const char *argv0) {
   fprintf(stderr, "%s: %s\n", argv0, dl_ctx_message(&p->ctx));
   return 1;
-}
-
-/* >>data ------------------------------------------------------------------------ */
-
-static int append(prog *p, int which, const unsigned char *s, size_t n) {
-  if (p->len[which] + n > p->cap[which]) {
-    size_t cap = p->cap[which] ? p->cap[which] : 1 << 16;
-    unsigned char *nb;
-    while (cap < p->len[which] + n) cap *= 2;
-    if (!(nb = (unsigned char *)realloc(p->buf[which], cap))) return 0;
-    p->buf[which] = nb;
-    p->cap[which] = cap;
-  }
-  memcpy(p->buf[which] + p->len[which], s, n);
-  p->len[which] += n;
-  return 1;
-}
-
-static int name_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
-
-/* Append fortune s[0..n) (unless blank) to the training or the test text,
- * ending it with a newline and a "%" line; *k counts the fortunes. */
-static int add_fortune(prog *p, const unsigned char *s, size_t n, int64_t *k) {
-  size_t i;
-  int which;
-  for (i = 0; i < n && (s[i] == '\n' || s[i] == '\r' || s[i] == ' ' || s[i] == '\t'); i++) {}
-  if (i == n) return 1;
-  which = *k % 10 == 9;
-  ++*k;
-  return append(p, which, s, n) && (s[n - 1] == '\n' || append(p, which, (const unsigned char *)"\n", 1)) &&
-         append(p, which, (const unsigned char *)"%\n", 2);
-}
-
-/* Split one file's bytes into fortunes at the lines holding only "%". */
-static int split_fortunes(prog *p, const unsigned char *s, size_t n, int64_t *k) {
-  size_t at = 0, start = 0;
-  while (at < n) {
-    size_t e = at;
-    while (e < n && s[e] != '\n') e++;
-    if (s[at] == '%' && (e - at == 1 || (e - at == 2 && s[at + 1] == '\r'))) {
-      if (!add_fortune(p, s + start, at - start, k)) return 0;
-      start = e < n ? e + 1 : n;
-    }
-    at = e + 1;
-  }
-  return add_fortune(p, s + start, n - start, k);
-}
-
-/* The training and test texts from the fortune files in dir. */
-static dl_status load_fortunes(prog *p, const char *dir, int64_t *nfiles, int64_t *nfortunes) {
-  dl_ctx *ctx = &p->ctx;
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  char **list = NULL, *path = NULL;
-  size_t n = 0, cap = 0, used = 0, i, pathcap = 0;
-  dl_status st = DL_OK;
-  *nfiles = *nfortunes = 0;
-  if (!d) return dl_fail(ctx, DL_ERR_IO, "cannot open the folder %s: %s", dir, strerror(errno));
-  /* the names, packed in one block (p->names) with pointers to them */
-  while ((e = readdir(d)) != NULL) {
-    size_t l = strlen(e->d_name) + 1;
-    char *nb;
-    if (strchr(e->d_name, '.') || strcmp(e->d_name, "ascii-art") == 0) continue;
-    if (used + l > cap) {
-      cap = (used + l) * 2 + 256;
-      if (!(nb = (char *)realloc(p->names, cap))) { st = dl_fail(ctx, DL_ERR_NOMEM, "out of memory"); break; }
-      p->names = nb;
-    }
-    memcpy(p->names + used, e->d_name, l);
-    used += l;
-    n++;
-  }
-  closedir(d);
-  if (st != DL_OK) return st;
-  if (n && !(list = (char **)malloc(n * sizeof *list))) return dl_fail(ctx, DL_ERR_NOMEM, "out of memory");
-  for (i = 0, used = 0; i < n; i++) {
-    list[i] = p->names + used;
-    used += strlen(list[i]) + 1;
-  }
-  if (n) qsort(list, n, sizeof *list, name_cmp);
-  for (i = 0; i < n && st == DL_OK; i++) {
-    struct stat sb;
-    size_t need = strlen(dir) + strlen(list[i]) + 2;
-    dl_tensor *t = NULL;
-    if (need > pathcap) {
-      char *np = (char *)realloc(path, need);
-      if (!np) { st = dl_fail(ctx, DL_ERR_NOMEM, "out of memory"); break; }
-      path = np;
-      pathcap = need;
-    }
-    snprintf(path, need, "%s/%s", dir, list[i]);
-    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
-    if ((st = dl_text_load(ctx, path, DL_U8, &t)) != DL_OK) break;
-    if (!split_fortunes(p, dl_u8(t), (size_t)t->numel, nfortunes)) st = dl_fail(ctx, DL_ERR_NOMEM, "out of memory");
-    dl_tensor_free(t);
-    ++*nfiles;
-  }
-  free(list);
-  free(path);
-  if (st != DL_OK) return st;
-  if (*nfiles == 0) return dl_fail(ctx, DL_ERR_IO, "%s holds no fortune files (files without a dot in their name)", dir);
-  if (p->len[0] < 1000 || p->len[1] < 100)
-    return dl_fail(ctx, DL_ERR_FORMAT, "%s: too little text (%zu training, %zu test characters)", dir, p->len[0], p->len[1]);
-  for (i = 0; i < 2; i++) {
-    dl_tensor *t = dl_tensor_make(ctx, DL_U8, DL_SHAPE((int64_t)p->len[i]));
-    if (!t) return ctx->status;
-    memcpy(t->data, p->buf[i], p->len[i]);
-    if (i == 0) p->train_text = t; else p->test_text = t;
-    free(p->buf[i]);
-    p->buf[i] = NULL;
-  }
-  return DL_OK;
 }
 
 /* >>model ------------------------------------------------------------------------ */
@@ -383,10 +266,12 @@ static int run(prog *p, dl_train_opts *o, const lm_opts *lo, const char *argv0) 
   /* --save, --csv, --chart not given: into runs/char_lm/, announced (never the current folder) */
   if (dl_train_default_outputs(ctx, o, "char_lm", &p->paths, stdout, 1) != DL_OK) return fail(p, argv0);
 
-  if (load_fortunes(p, o->data, &nfiles, &nfortunes) != DL_OK) return fail(p, argv0);
-  L = lo->eval_chars > 0 && lo->eval_chars < p->test_text->numel ? lo->eval_chars : p->test_text->numel;
+  if (fortunes_load(ctx, &p->f, o->data) != DL_OK) return fail(p, argv0);
+  nfiles = p->f.nfiles;
+  nfortunes = p->f.nfortunes;
+  L = lo->eval_chars > 0 && lo->eval_chars < p->f.test->numel ? lo->eval_chars : p->f.test->numel;
   if (L < 2) L = 2; /* one character predicted at least */
-  if (dl_text_windows(ctx, &p->train_all, p->train_text, T, T, 0) != DL_OK) return fail(p, argv0);
+  if (dl_text_windows(ctx, &p->train_all, p->f.train, T, T, 0) != DL_OK) return fail(p, argv0);
   if (o->subset > 0 && o->subset < p->train_all.n) {
     /* --subset N: N windows spread evenly over the text */
     int64_t *pick = dl_alloc(ctx, (size_t)o->subset * sizeof *pick), i;
@@ -422,10 +307,10 @@ static int run(prog *p, dl_train_opts *o, const lm_opts *lo, const char *argv0) 
     dl_tensor xv = dl_view_slice(p->ex, 0, 0, 1, 1);
     printf("fortunes: %lld files, %lld fortunes: %lld training characters (%lld windows of %lld, %lld trained on: "
            "%lld steps of %lld per epoch), %lld test characters, %d threads\n",
-           (long long)nfiles, (long long)nfortunes, (long long)p->train_text->numel, (long long)p->train_all.n,
+           (long long)nfiles, (long long)nfortunes, (long long)p->f.train->numel, (long long)p->train_all.n,
            (long long)T, (long long)p->train.n, (long long)steps_per_epoch, (long long)o->batch,
-           (long long)p->test_text->numel, dl_ctx_threads(ctx));
-    if (L < p->test_text->numel) printf("evaluating on the first %lld test characters (--eval-chars)\n", (long long)L);
+           (long long)p->f.test->numel, dl_ctx_threads(ctx));
+    if (L < p->f.test->numel) printf("evaluating on the first %lld test characters (--eval-chars)\n", (long long)L);
     memset(p->ex->data, 0, (size_t)T * sizeof(int64_t));
     if (dl_model_summary(p->m, stdout, &xv) != DL_OK) return fail(p, argv0);
     if (p->r.epoch > 0)
@@ -450,13 +335,13 @@ static int run(prog *p, dl_train_opts *o, const lm_opts *lo, const char *argv0) 
       dl_tape_rewind(&p->tp);
       dl_run_step(&p->r, n, lv, correct);
     }
-    eval_text(p, dl_u8(p->test_text), L, &test_nats, &test_acc);
+    eval_text(p, dl_u8(p->f.test), L, &test_nats, &test_acc);
     if (dl_run_end_epoch(&p->r, test_nats, test_acc) != DL_OK) return fail(p, argv0);
   }
 
   if (o->eval || p->r.epoch == p->r.first_epoch) /* not evaluated after a last epoch of this process */
-    eval_text(p, dl_u8(p->test_text), L, &test_nats, &test_acc);
-  uni = unigram_bpc(p->train_text, dl_u8(p->test_text), L);
+    eval_text(p, dl_u8(p->f.test), L, &test_nats, &test_acc);
+  uni = unigram_bpc(p->f.train, dl_u8(p->f.test), L);
   printf("test text (%lld characters predicted): %.4f bits per character, next-character accuracy %.4f; "
          "unigram model of the training text: %.4f bits per character\n",
          (long long)L - 1, test_nats / log(2.0), test_acc, uni);
@@ -515,16 +400,12 @@ int main(int argc, char **argv) {
   dl_batcher_free(&p->tb);
   dl_dataset_free(&p->train);
   dl_dataset_free(&p->train_all);
-  dl_tensor_free(p->train_text);
-  dl_tensor_free(p->test_text);
+  fortunes_free(&p->f);
   dl_tensor_free(p->ex);
   dl_tensor_free(p->ey);
   dl_tensor_free(p->sx);
   dl_tensor_free(p->sh);
   dl_tensor_free(p->sc);
-  free(p->names);
-  free(p->buf[0]);
-  free(p->buf[1]);
   free(p);
   return rc;
 }
