@@ -339,6 +339,45 @@ static void test_threads(void) {
   dl_tensor_free(gy);
 }
 
+/* empty shapes; the op called from the caller's own OpenMP threads, each
+ * with its own tape (the scratch is per calling thread then) */
+static void test_edges(void) {
+  dl_rng r = dl_rng_make(21);
+  dl_tensor *q = mk(&ctx, DL_F64, DL_SHAPE(2, 0, 4), &r, 1.0), *v0 = mk(&ctx, DL_F64, DL_SHAPE(2, 3, 0), &r, 1.0);
+  dl_tensor *k = mk(&ctx, DL_F64, DL_SHAPE(2, 3, 4), &r, 1.0), *q3 = mk(&ctx, DL_F64, DL_SHAPE(2, 3, 4), &r, 1.0), *y;
+  dl_tape tp;
+  int bad = 0;
+  dl_requires_grad(q3);
+  dl_requires_grad(k);
+  dl_tape_init(&tp, &ctx, 0);
+  CHECK(dl_t_rope(&tp, q, 0, 0)->numel == 0);
+  y = dl_t_scaled_dot_product_attention(&tp, q3, k, v0, 1, 0); /* Dv = 0 */
+  CHECK(y->numel == 0);
+  dl_backward(&tp, dl_t_sum_all(&tp, y), NULL);
+  CHECK(max_abs(q3->grad) == 0 && max_abs(k->grad) == 0);
+  dl_tape_free(&tp);
+#ifdef _OPENMP
+#pragma omp parallel num_threads(4) reduction(+ : bad)
+  {
+    dl_rng rr = dl_rng_make(30 + (uint64_t)omp_get_thread_num());
+    dl_tensor *a = mk(&ctx1, DL_F32, DL_SHAPE(2, 2, 40, 8), &rr, 1.0), *o;
+    dl_tape t2;
+    dl_requires_grad(a);
+    dl_tape_init(&t2, &ctx1, 0);
+    o = dl_t_scaled_dot_product_attention(&t2, a, a, a, 1, 0);
+    dl_backward(&t2, dl_t_sum_all(&t2, o), NULL);
+    bad += !(max_abs(a->grad) > 0);
+    dl_tape_free(&t2);
+    dl_tensor_free(a);
+  }
+#endif
+  CHECK(bad == 0);
+  dl_tensor_free(q);
+  dl_tensor_free(v0);
+  dl_tensor_free(k);
+  dl_tensor_free(q3);
+}
+
 static void test_panics(void) {
   dl_tape tp;
   dl_tensor *q = mk(&ctx, DL_F32, DL_SHAPE(2, 5, 8), NULL, 0), *k = mk(&ctx, DL_F32, DL_SHAPE(2, 3, 8), NULL, 0);
@@ -375,6 +414,7 @@ int main(void) {
   RUN(test_rope_relative);
   RUN(test_memory_linear);
   RUN(test_threads);
+  RUN(test_edges);
   RUN(test_panics);
   return harness_finish();
 }

@@ -159,6 +159,15 @@ static void test_cache_and_causality(void) {
       dl_kv_cache_reset(&kv);
       EXPECT_PANIC(dl_gpt_forward(gpt, &tp, &pi, &kv), "TransformerBlock", "KV cache", "batch 2");
     }
+    if (rope == 0) { /* with gradients on, the cache refuses */
+      int64_t one2[2] = {1, 2};
+      dl_tensor pi;
+      dl_optim *opt = dl_optim_adam(m, &(dl_adam_cfg){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8});
+      dl_tensor_wrap(&pi, &ctx, DL_I64, 2, (const int64_t[]){2, 1}, one2);
+      dl_kv_cache_reset(&kv);
+      EXPECT_PANIC(dl_gpt_forward(gpt, &tp, &pi, &kv), "TransformerBlock", "dl_no_grad_begin");
+      dl_optim_free(opt);
+    }
     dl_kv_cache_free(&kv);
     dl_tape_free(&tp);
     dl_model_free(m);

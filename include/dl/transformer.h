@@ -119,6 +119,9 @@ DL_API dl_tensor *dl_block_forward(dl_layer *l, dl_tape *tp, dl_tensor *x, dl_kv
     qkv[0] = dl_t_rope(tp, qkv[0], pos0, b->d.rope_base);
     qkv[1] = dl_t_rope(tp, qkv[1], pos0, b->d.rope_base);
   }
+  if (cache && dl_grad_enabled(tp) && dl_requires_grad_p(b->attn_w))
+    DL_PANIC(tp->ctx, op, "'%s': a KV cache is for inference: run it under dl_no_grad_begin (the cached keys and "
+             "values carry no gradient, and later calls overwrite them)", l->name);
   if (cache) {
     dl_tensor *ck, *cv, kv;
     int64_t n, t;
@@ -402,13 +405,26 @@ typedef struct dl_sample_desc {
  * p proportional to exp(logit / temperature) over the top_k most likely
  * tokens, cut further to the smallest set whose probability reaches top_p
  * (ties by the lower index first), one uniform draw from r; temperature
- * 0 takes the largest logit and draws nothing. Scratch of V doubles and V
- * int64 from logits->ctx's allocator. Returns the token, or -1 when out of
- * memory. */
+ * 0 takes the largest logit and draws nothing. Scratch of V (double,
+ * int64) pairs from logits->ctx's allocator; O(V) without top-k or top-p,
+ * O(V k) for a small top-k, O(V log V) otherwise. Returns the token, or -1
+ * when out of memory. */
+typedef struct dl__sample_pair {
+  double p;
+  int64_t i;
+} dl__sample_pair;
+/* Descending p, ties by the lower index. */
+DL_API int dl__sample_cmp(const void *a, const void *b) {
+  const dl__sample_pair *x = (const dl__sample_pair *)a, *y = (const dl__sample_pair *)b;
+  if (x->p != y->p) return x->p > y->p ? -1 : 1;
+  return x->i < y->i ? -1 : x->i > y->i;
+}
 DL_API int64_t dl_sample(const dl_tensor *logits, const dl_sample_desc *s, dl_rng *r) {
   const int64_t V = logits->numel;
-  double *p, mx = -HUGE_VAL, sum = 0, u, acc;
-  int64_t *ix, i, j, n, best = 0;
+  const int nucleus = s->top_p > 0 && s->top_p < 1;
+  double mx = -HUGE_VAL, sum = 0, u, acc;
+  dl__sample_pair *q;
+  int64_t i, j, n, best = 0;
   if (logits->device != DL_CPU) DL_PANIC(logits->ctx, "dl_sample", "logits %s are on the GPU", DL_SHAPESTR(logits));
   if (logits->dtype != DL_F32 && logits->dtype != DL_F64)
     DL_PANIC(logits->ctx, "dl_sample", "logits %s must be f32 or f64", DL_SHAPESTR(logits));
@@ -423,35 +439,32 @@ DL_API int64_t dl_sample(const dl_tensor *logits, const dl_sample_desc *s, dl_rn
     }
   }
   if (s->temperature == 0) return best;
-  p = (double *)dl_alloc(logits->ctx, sizeof(double) * (size_t)V);
-  ix = (int64_t *)dl_alloc(logits->ctx, sizeof(int64_t) * (size_t)V);
-  if (!p || !ix) {
-    dl_free(logits->ctx, p);
-    dl_free(logits->ctx, ix);
-    return -1;
-  }
+  q = (dl__sample_pair *)dl_alloc(logits->ctx, sizeof *q * (size_t)V);
+  if (!q) return -1;
   for (i = 0; i < V; i++) {
-    p[i] = exp((dl__get_at(logits, dl__offset_of_linear(logits, i)) - mx) / s->temperature);
-    ix[i] = i;
+    q[i].p = exp((dl__get_at(logits, dl__offset_of_linear(logits, i)) - mx) / s->temperature);
+    q[i].i = i;
   }
-  /* indices by descending p (insertion sort of the kept prefix: V is a vocabulary) */
   n = s->top_k > 0 && s->top_k < V ? s->top_k : V;
-  for (i = 1; i < V; i++) {
-    const int64_t t = ix[i];
-    j = i < n ? i : n; /* only the first n places matter */
-    if (j == n && !(p[t] > p[ix[n - 1]])) continue;
-    if (j == n) j = n - 1;
-    while (j > 0 && p[ix[j - 1]] < p[t]) {
-      ix[j] = ix[j - 1];
-      j--;
+  if (n < V && (int64_t)s->top_k * 16 < V) { /* a small k: the k largest by insertion, O(V k) */
+    for (i = 1; i < V; i++) {
+      const dl__sample_pair t = q[i];
+      j = i < n ? i : n - 1;
+      if (i >= n && dl__sample_cmp(&t, &q[n - 1]) >= 0) continue;
+      while (j > 0 && dl__sample_cmp(&t, &q[j - 1]) < 0) {
+        q[j] = q[j - 1];
+        j--;
+      }
+      q[j] = t;
     }
-    ix[j] = t;
-  }
-  for (i = 0; i < n; i++) sum += p[ix[i]];
-  if (s->top_p > 0 && s->top_p < 1) { /* the nucleus */
+  } else if (n < V || nucleus) { /* sorted whole, O(V log V) */
+    qsort(q, (size_t)V, sizeof *q, dl__sample_cmp);
+  } /* else: every token, any order */
+  for (i = 0; i < n; i++) sum += q[i].p;
+  if (nucleus) { /* the smallest prefix reaching top_p of the kept mass */
     acc = 0;
     for (i = 0; i < n; i++) {
-      acc += p[ix[i]];
+      acc += q[i].p;
       if (acc >= s->top_p * sum) {
         n = i + 1;
         break;
@@ -461,16 +474,15 @@ DL_API int64_t dl_sample(const dl_tensor *logits, const dl_sample_desc *s, dl_rn
   }
   u = dl_rng_uniform(r) * sum;
   acc = 0;
-  best = ix[n - 1];
+  best = q[n - 1].i;
   for (i = 0; i < n; i++) {
-    acc += p[ix[i]];
+    acc += q[i].p;
     if (u < acc) {
-      best = ix[i];
+      best = q[i].i;
       break;
     }
   }
-  dl_free(logits->ctx, p);
-  dl_free(logits->ctx, ix);
+  dl_free(logits->ctx, q);
   return best;
 }
 
@@ -478,8 +490,10 @@ DL_API int64_t dl_sample(const dl_tensor *logits, const dl_sample_desc *s, dl_rn
  * eval mode, on a scratch tape of ctx's: with use_cache, the prompt fills a
  * KV cache once and each new token costs one position; without, each token
  * recomputes the whole window (the reference for the cache's speed-up).
- * Past the context the window slides: the last context/2 tokens are fed
- * again (with the cache, it is refilled from them). out[0 .. n_new) gets the
+ * Past the context the window slides: without the cache it is the last
+ * `context` tokens at every step; with it, the cache is refilled from the
+ * last context/2 tokens when full (so past the context the two modes see
+ * different windows and may draw differently). out[0 .. n_new) gets the
  * tokens. DL_OK, DL_ERR_NOMEM. The model's mode is restored. */
 DL_API dl_status dl_gpt_generate(dl_layer *gpt, const int64_t *prompt, int64_t n_prompt, int64_t n_new,
                                  const dl_sample_desc *s, dl_rng *r, int use_cache, int64_t *out) {

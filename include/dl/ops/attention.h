@@ -228,6 +228,7 @@ typedef struct dl__sdpa_args {
   void *gq, *gk, *gv;      /* BWD: accumulated into (NULL = not wanted) */
   unsigned char *scratch;  /* per worker: `per` bytes each */
   size_t per;
+  int nw;                  /* workers with a scratch slot (1: the calling thread's only) */
 } dl__sdpa_args;
 
 /* Keys a row i may see in the tile starting at j0 of nk keys. */
@@ -258,7 +259,8 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
     const T *V = (const T *)A->v + n * A->vs;                                         \
     T *O = (T *)A->o + n * Tq * Dv;                                                   \
     double *L = A->lse + n * Tq;                                                      \
-    double *m = (double *)(void *)(A->scratch + (size_t)dl_worker() * A->per);       \
+    const int slot = A->nw > 1 && dl_worker() < A->nw ? dl_worker() : 0;            \
+    double *m = (double *)(void *)(A->scratch + (size_t)slot * A->per);               \
     double *l = m + DL__SDPA_BQ;                                                      \
     T *S = (T *)(void *)(l + DL__SDPA_BQ), *acc = S + DL__SDPA_BQ * DL__SDPA_BK;      \
     T *Kt = acc + (DL__SDPA_BQ * Dv > DL__SDPA_BK ? DL__SDPA_BQ * Dv : DL__SDPA_BK);  \
@@ -379,11 +381,19 @@ DL__SDPA_KERNEL(double, f64, dl_vexp_f64)
 
 DL_API void dl__sdpa_run(dl_tape *tp, const char *op, dl__sdpa_args *A, dl_dtype dt) {
   const size_t es = dl_dtype_size(dt);
-  const int nw = dl_ctx_threads(tp->ctx) > 0 ? dl_ctx_threads(tp->ctx) : 1;
+  /* a slot per team member; inside a caller's own parallel region no team
+   * starts (the loop runs on the calling thread, whose omp thread number is
+   * the caller's): one slot, in this tape's arena, private to that thread */
+#ifdef _OPENMP
+  const int nw = omp_in_parallel() ? 1 : (dl_ctx_threads(tp->ctx) > 0 ? dl_ctx_threads(tp->ctx) : 1);
+#else
+  const int nw = 1;
+#endif
   const size_t accn = (size_t)(DL__SDPA_BQ * A->Dv > DL__SDPA_BK ? DL__SDPA_BQ * A->Dv : DL__SDPA_BK);
   A->per = (sizeof(double) * 2 * DL__SDPA_BQ +
             es * ((size_t)DL__SDPA_BQ * DL__SDPA_BK + accn + (size_t)DL__SDPA_BK * (size_t)(A->D + A->Dv)) + 63) &
            ~(size_t)63;
+  A->nw = nw;
   A->scratch = (unsigned char *)dl_tape_scratch(tp, op, A->per * (size_t)nw);
   if (dt == DL_F32) {
     DL_PARALLEL_FOR(tp->ctx, A->N * A->Tq * A->Tk * (A->D + A->Dv), A->N, dl__u, dl__sdpa_unit_f32(A, dl__u););
@@ -421,6 +431,7 @@ DL_API void dl__t_sdpa_bw(dl_tape *tp, dl_node *n) {
   dl__sdpa_args A;
   if (!gq && !gk && !gv) return;
   dl__sdpa_fill(&A, n);
+  if (!A.N || !A.Tq || !A.Dv) return; /* nothing was computed (forward skipped the kernel too) */
   A.mode = DL__SDPA_BWD;
   A.go = dl__t_contig(tp, n->op, n->out->grad)->data;
   A.gq = gq ? gq->data : NULL;
@@ -621,6 +632,7 @@ DL__ROPE_KERNEL(double, f64)
 DL_API void dl__rope_apply(dl_tape *tp, const dl_tensor *x, void *out, const double *cs, int64_t T, int dir) {
   const int64_t D = x->shape[x->ndim - 1], R = D ? x->numel / D : 0;
   const int64_t per = T; /* rows per task: one sequence */
+  if (!x->numel || T <= 0) return;
   DL_PARALLEL_FOR(tp->ctx, x->numel, (R + per - 1) / per, dl__b, {
     const int64_t r0 = dl__b * per, nr = R - r0 < per ? R - r0 : per;
     if (x->dtype == DL_F32)
