@@ -87,9 +87,10 @@ typedef struct dl__tf_block {
   int index;  /* position in a GPT (its KV cache slot) */
 } dl__tf_block;
 
-DL_API dl_tensor *dl__tf_norm(dl_tape *tp, const dl__tf_block *b, dl_tensor *x, dl_tensor *w, dl_tensor *bias) {
-  if (b->d.norm == DL_TF_RMSNORM) return dl_t_rms_norm(tp, x, 1, w, b->d.eps);
-  return dl_t_layer_norm(tp, x, 1, w, bias, b->d.eps);
+/* The norm d chooses (the blocks' two and the GPT's final one). */
+DL_API dl_tensor *dl__tf_norm(dl_tape *tp, const dl_block_desc *d, dl_tensor *x, dl_tensor *w, dl_tensor *bias) {
+  if (d->norm == DL_TF_RMSNORM) return dl_t_rms_norm(tp, x, 1, w, d->eps);
+  return dl_t_layer_norm(tp, x, 1, w, bias, d->eps);
 }
 
 /* The block on x [B, T, C]; with a cache, the keys and values of x's
@@ -113,7 +114,7 @@ DL_API dl_tensor *dl_block_forward(dl_layer *l, dl_tape *tp, dl_tensor *x, dl_kv
   H = b->d.heads;
   hd = C / H;
   /* attention */
-  h = dl__tf_norm(tp, b, x, b->ln1_w, b->ln1_b);
+  h = dl__tf_norm(tp, &b->d, x, b->ln1_w, b->ln1_b);
   dl__mha_split(tp, dl_t_linear(tp, h, b->attn_w, b->attn_b), 3, H, hd, qkv); /* [B, H, T, hd] each */
   if (b->d.rope) {
     qkv[0] = dl_t_rope(tp, qkv[0], pos0, b->d.rope_base);
@@ -155,7 +156,7 @@ DL_API dl_tensor *dl_block_forward(dl_layer *l, dl_tape *tp, dl_tensor *x, dl_kv
   if (b->d.dropout > 0) a = dl_t_dropout(tp, a, b->d.dropout, &b->rng, train);
   x = dl_t_add(tp, x, a);
   /* MLP */
-  h = dl__tf_norm(tp, b, x, b->ln2_w, b->ln2_b);
+  h = dl__tf_norm(tp, &b->d, x, b->ln2_w, b->ln2_b);
   m = dl_t_linear(tp, h, b->fc_w, b->fc_b);
   if (b->d.mlp == DL_TF_SWIGLU) {
     const int64_t F = b->d.hidden;
@@ -261,11 +262,10 @@ DL_API dl_tensor *dl_gpt_forward(dl_layer *l, dl_tape *tp, dl_tensor *idx, dl_kv
   dl__gpt *g = dl__gpt_of(tp->ctx, "dl_gpt_forward", l);
   const int64_t pos0 = cache ? cache->len : 0;
   dl_tensor *x, *w;
-  int64_t B, T;
+  int64_t T;
   int i;
   if ((idx->dtype != DL_I64 && idx->dtype != DL_I32) || idx->ndim != 2)
     DL_PANIC(tp->ctx, "GPT", "'%s' takes i64 or i32 token indices [B, T], not %s", l->name, DL_SHAPESTR(idx));
-  B = idx->shape[0];
   T = idx->shape[1];
   if (pos0 + T > g->d.context)
     DL_PANIC(tp->ctx, "GPT", "'%s': positions %lld .. %lld pass the context %lld (idx %s)", l->name, (long long)pos0,
@@ -277,9 +277,7 @@ DL_API dl_tensor *dl_gpt_forward(dl_layer *l, dl_tape *tp, dl_tensor *idx, dl_kv
   if (g->d.dropout > 0) x = dl_t_dropout(tp, x, g->d.dropout, &g->rng, l->model->training);
   for (i = 0; i < g->h->nchild; i++) x = dl_block_forward(g->h->child[i], tp, x, cache);
   if (cache) cache->len += T;
-  x = g->d.block.norm == DL_TF_RMSNORM ? dl_t_rms_norm(tp, x, 1, g->lnf_w, g->d.block.eps)
-                                       : dl_t_layer_norm(tp, x, 1, g->lnf_w, g->lnf_b, g->d.block.eps);
-  (void)B;
+  x = dl__tf_norm(tp, &g->d.block, x, g->lnf_w, g->lnf_b);
   return dl_t_linear(tp, x, g->head ? g->head : g->wte, NULL);
 }
 DL_API dl_tensor *dl__gpt_forward1(dl_layer *l, dl_tape *tp, dl_tensor *x) { return dl_gpt_forward(l, tp, x, NULL); }

@@ -395,10 +395,9 @@ DL_API void dl__sdpa_run(dl_tape *tp, const char *op, dl__sdpa_args *A, dl_dtype
            ~(size_t)63;
   A->nw = nw;
   A->scratch = (unsigned char *)dl_tape_scratch(tp, op, A->per * (size_t)nw);
-  if (dt == DL_F32) {
-    DL_PARALLEL_FOR(tp->ctx, A->N * A->Tq * A->Tk * (A->D + A->Dv), A->N, dl__u, dl__sdpa_unit_f32(A, dl__u););
-  } else {
-    DL_PARALLEL_FOR(tp->ctx, A->N * A->Tq * A->Tk * (A->D + A->Dv), A->N, dl__u, dl__sdpa_unit_f64(A, dl__u););
+  {
+    void (*const unit)(const dl__sdpa_args *, int64_t) = dt == DL_F32 ? dl__sdpa_unit_f32 : dl__sdpa_unit_f64;
+    DL_PARALLEL_FOR(tp->ctx, A->N * A->Tq * A->Tk * (A->D + A->Dv), A->N, dl__u, unit(A, dl__u););
   }
 }
 
