@@ -483,6 +483,62 @@ static void test_no_grad_detach_keep(void) {
   net_free(&n);
 }
 
+/* The backward walk's memory: a chain of 40 ops on [64, 256] stores 40
+ * outputs, but its gradients are spent one after another, so the walk needs
+ * a few buffers, not 40 (each rule's scratch goes when it returns; each spent
+ * gradient is reused). The gradient is checked against forward mode (the
+ * tangent of the loss along v is <grad, v>), and again after a second walk
+ * of the same loss reuses the first walk's buffers. */
+static void test_backward_memory(void) {
+  const int64_t R = 64, C = 256;
+  const size_t one = (size_t)(R * C) * sizeof(double);
+  dl_tensor *x = mk(DL_SHAPE(R, C), 41, -1, 1), *v = mk(DL_SHAPE(R, C), 42, -1, 1);
+  dl_tensor *w = mk(DL_SHAPE(C, C), 43, -0.1, 0.1), *h, *loss;
+  dl_tape tp;
+  size_t fwd, walk;
+  double dot = 0;
+  int k, round;
+  int64_t i;
+  dl_requires_grad(x);
+  dl_set_tangent(x, v);
+  dl_tape_init(&tp, &pctx, 0);
+  for (round = 0; round < 2; round++) {
+    dl_tape_rewind(&tp);
+    dl_zero_grad(x);
+    h = x;
+    for (k = 0; k < 40; k++) {
+      h = k % 3 == 0 ? dl_t_tanh(&tp, h) : k % 3 == 1 ? dl_t_mul(&tp, h, h) : dl_t_sin(&tp, h);
+      if (k == 20) h = dl_t_matmul(&tp, h, w);
+    }
+    loss = dl_t_sum_all(&tp, h);
+    fwd = tp.arena.used;
+    tp.arena.high = fwd; /* the walk's own high-water mark (the arena's block is already large enough) */
+    dl_backward(&tp, loss, NULL);
+    walk = tp.arena.high - fwd;
+    CHECK_MSG(walk <= 4 * one, "round %d: the walk took %zu bytes more than the forward pass (%zu per gradient)",
+              round, walk, one);
+    dot = 0;
+    for (i = 0; i < R * C; i++) dot += dl_f64(x->grad)[i] * dl_f64(v)[i];
+    CHECK_MSG(fabs(dot - dl_f64(loss->tangent)[0]) <= 1e-10 * (1 + fabs(dot)), "round %d: <grad, v> %.15g, tangent %.15g",
+              round, dot, dl_f64(loss->tangent)[0]);
+  }
+  /* a second walk of the same loss adds the same gradient again */
+  {
+    dl_tensor *g1 = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(R, C));
+    dl_tensor_copy(g1, x->grad);
+    dl_backward(&tp, loss, NULL);
+    for (i = 0; i < R * C; i++)
+      if (fabs(dl_f64(x->grad)[i] - 2 * dl_f64(g1)[i]) > 1e-12 * (1 + fabs(dl_f64(g1)[i]))) break;
+    CHECK_MSG(i == R * C, "second walk: element %lld is %.15g, twice the first is %.15g", (long long)i,
+              i < R * C ? dl_f64(x->grad)[i] : 0.0, i < R * C ? 2 * dl_f64(g1)[i] : 0.0);
+    dl_tensor_free(g1);
+  }
+  dl_tape_free(&tp);
+  dl_tensor_free(x);
+  dl_tensor_free(v);
+  dl_tensor_free(w);
+}
+
 static void test_backward_errors(void) {
   net n = net_make();
   dl_tape tp;
@@ -731,6 +787,7 @@ int main(void) {
   RUN(test_user_op);
   RUN(test_two_losses_accumulate);
   RUN(test_no_grad_detach_keep);
+  RUN(test_backward_memory);
   RUN(test_backward_errors);
   RUN(test_shape_errors);
   RUN(test_custom_op);

@@ -79,7 +79,16 @@ struct dl_node {
   void (*fn[2])(void);              /* functions the rule calls (element-wise, custom) */
   const void *cfn;                  /* a custom op's table */
   void *user;                       /* a custom op's user data */
+  unsigned flags;                   /* DL_NODE_* */
   dl_node *prev;                    /* recorded just before this one */
+};
+/* Node flags. During dl_backward a rule's arena scratch is released when the
+ * rule returns, and the output's gradient is reused for a later node's once
+ * the rule has run (the walk's memory stays near the largest live set, not
+ * the sum of every gradient). A node that needs otherwise says so: */
+enum {
+  DL_NODE_KEEP_SCRATCH = 1u << 0, /* the rule's scratch lives until the rewind (custom ops) */
+  DL_NODE_KEEP_OUT_GRAD = 1u << 1 /* a later rule reads out->grad (an RNN's c_n) */
 };
 
 struct dl_tape {
@@ -100,6 +109,7 @@ struct dl_tape {
    * device's caching allocator, rewound with the tape. NULL: the host. */
   struct dl_gpu *gpu;
   void *dev;
+  void *gfree;                      /* dl_backward's spent gradients, for reuse (arena) */
 };
 
 /* >>device tapes (the device arena behind a tape on a GPU; dl_tape_use_gpu) - */
@@ -217,6 +227,7 @@ DL_API void dl_tape_free(dl_tape *tp) {
   dl_arena_free(&tp->arena);
   tp->last = NULL;
   tp->nodes = 0;
+  tp->gfree = NULL;
 }
 /* Forget every node, output, intermediate gradient and tangent of the step:
  * all of them become invalid. Leaf gradients are untouched. */
@@ -227,6 +238,7 @@ DL_API void dl_tape_rewind(dl_tape *tp) {
   dl_arena_rewind(&tp->arena, 0);
   tp->last = NULL;
   tp->nodes = 0;
+  tp->gfree = NULL;
   tp->rewinds++;
 }
 /* The tape's arena: scratch memory valid until the next rewind. */
@@ -349,8 +361,9 @@ DL_API void *dl_tape_dev_scratch(dl_tape *tp, const char *op, size_t bytes) {
   return dl__gpu_tape_alloc(tp, op, bytes ? bytes : 1);
 }
 #endif
-/* Scratch bytes in the tape's arena (valid until the rewind); out of memory
- * in op (DL_NOMEM) when it cannot hold them. */
+/* Scratch bytes in the tape's arena (valid until the rewind; in a backward
+ * rule, until the rule returns unless its node has DL_NODE_KEEP_SCRATCH);
+ * out of memory in op (DL_NOMEM) when it cannot hold them. */
 DL_API void *dl_tape_scratch(dl_tape *tp, const char *op, size_t bytes) {
   void *p = dl_arena_alloc(&tp->arena, bytes ? bytes : 1);
   if (!p) dl__tape_nomem(tp, op, "scratch", bytes);
@@ -447,6 +460,42 @@ DL_API dl_tensor *dl_tape_host(dl_tape *tp, const dl_tensor *t) {
 }
 /* >>gradients in backward rules -------------------------------------------- */
 
+/* A gradient buffer whose rule has run (dl_backward), free for another
+ * gradient of this walk or a later walk before the rewind. */
+typedef struct dl__gfree {
+  struct dl__gfree *next;
+  void *data;
+  size_t bytes;
+} dl__gfree;
+
+/* A zeroed gradient for the intermediate x: a spent buffer of at least its
+ * size (at most twice: the smallest that fits) when there is one, else new
+ * in the arena. */
+DL_API dl_tensor *dl__tape_grad_new(dl_tape *tp, const dl_tensor *x) {
+  size_t bytes = (size_t)x->numel * dl_dtype_size(x->dtype);
+  dl__gfree **pp, **best = NULL;
+  dl_tensor *t;
+  for (pp = (dl__gfree **)&tp->gfree; bytes && *pp; pp = &(*pp)->next)
+    if ((*pp)->bytes >= bytes && (*pp)->bytes / 2 <= bytes && (!best || (*pp)->bytes < (*best)->bytes)) best = pp;
+  if (!best || !(t = (dl_tensor *)dl_arena_alloc(&tp->arena, sizeof *t)))
+    return dl_tape_zeros(tp, "dl_backward", x->dtype, x->ndim, x->shape);
+  memset(t, 0, sizeof *t);
+  dl__set_shape(t, x->ndim, x->shape);
+  t->dtype = x->dtype;
+  t->ctx = tp->ctx;
+  t->data = (*best)->data;
+  *best = (*best)->next;
+#ifdef DL_USE_CUDA
+  if (tp->gpu) {
+    t->device = DL_CUDA;
+    dl__gpu_ok(t, "dl_backward", dlg_memset0(dl__gpu_h(t, "dl_backward"), t->data, bytes));
+    return t;
+  }
+#endif
+  memset(t->data, 0, bytes);
+  return t;
+}
+
 /* The dense gradient of x to accumulate into during backward, or NULL when x
  * needs none. A leaf's is its long-lived .grad (allocated with dl_tensor_make
  * on first use if dl_requires_grad was bypassed); an intermediate's is a
@@ -461,7 +510,7 @@ DL_API dl_tensor *dl_tape_grad(dl_tape *tp, dl_tensor *x) {
                (size_t)x->numel * dl_dtype_size(x->dtype), dl_ctx_message(x->ctx));
     return x->grad;
   }
-  x->grad = dl_tape_zeros(tp, "dl_backward", x->dtype, x->ndim, x->shape);
+  x->grad = dl__tape_grad_new(tp, x);
   return x->grad;
 }
 
@@ -617,8 +666,31 @@ DL_API void dl_backward(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
   else dl_tensor_fill(g, 1.0);
   loss->grad = g;
   for (n = from; n; n = n->prev) {
-    if (n->out->grad) n->backward(tp, n);
+    if (n->out->grad) {
+      dl_arena_mark m;
+      int k;
+      /* the inputs' gradients first, so that the rule's scratch after them
+       * can go when it returns */
+      for (k = 0; k < n->nin; k++) {
+        dl_tensor *x = n->in[k];
+        if (x && x->node && (x->flags & DL_TENSOR_REQUIRES_GRAD) && !x->grad) x->grad = dl__tape_grad_new(tp, x);
+      }
+      m = dl_arena_get_mark(&tp->arena);
+      n->backward(tp, n);
+      if (!(n->flags & DL_NODE_KEEP_SCRATCH)) dl_arena_rewind(&tp->arena, m);
+    }
     if (tp->on_node) tp->on_node(tp, n, tp->on_node_user);
+    if (n->out->grad && !(n->out->flags & DL_TENSOR_KEEP_GRAD) && !(n->flags & DL_NODE_KEEP_OUT_GRAD) &&
+        n->out->grad->data && n->out != loss) {
+      dl__gfree *e = (dl__gfree *)dl_arena_alloc(&tp->arena, sizeof *e);
+      if (e) { /* no room for the note: the buffer is simply not reused */
+        e->data = n->out->grad->data;
+        e->bytes = (size_t)n->out->grad->numel * dl_dtype_size(n->out->grad->dtype);
+        e->next = (dl__gfree *)tp->gfree;
+        tp->gfree = e;
+      }
+      n->out->grad = NULL;
+    }
   }
   for (n = from; n; n = n->prev)
     if (!(n->out->flags & DL_TENSOR_KEEP_GRAD)) n->out->grad = NULL;
@@ -692,6 +764,7 @@ DL_API dl_tensor *dl__t_custom(dl_tape *tp, const dl_custom_op *op, void *user, 
   if (n) {
     n->cfn = op;
     n->user = user;
+    n->flags |= DL_NODE_KEEP_SCRATCH;
   }
   return out;
 }

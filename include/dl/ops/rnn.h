@@ -790,6 +790,7 @@ DL_API dl_tensor *dl__rnn_run_gpu(dl_tape *tp, const char *op, int kind, dl_tens
     if (jvp) dl__gpu_ok(x, op, dlg_copy(h, dl_tape_tangent(tp, cn)->data, r->tc, (size_t)(B * H) * es, DLG_D2D));
     nd = dl_tape_record(tp, op, dl__rnn_cn_bw, cn, y, NULL, NULL);
     if (nd) {
+      nd->flags |= DL_NODE_KEEP_OUT_GRAD; /* read by the recurrence's rule */
       nd->user = r;
       r->cn = cn;
     }
@@ -859,6 +860,7 @@ DL_API dl_tensor *dl__rnn_run(dl_tape *tp, const char *op, int kind, dl_tensor *
     if (jvp) memcpy(dl_tape_tangent(tp, cn)->data, r->tc, (size_t)(B * H) * es);
     nd = dl_tape_record(tp, op, dl__rnn_cn_bw, cn, y, NULL, NULL);
     if (nd) {
+      nd->flags |= DL_NODE_KEEP_OUT_GRAD; /* read by the recurrence's rule */
       nd->user = r;
       r->cn = cn;
     }
