@@ -200,7 +200,8 @@ static dl_tensor *gc_both(dl_tape *tp, dl_tensor **in, void *user) {
 static void test_gradcheck(void) {
   dl_rng r = dl_rng_make(9);
   struct { int64_t Tq, Tk, D, Dv; int causal; } cs[] = {{4, 4, 4, 2, 0}, {4, 4, 4, 3, 1}, {2, 5, 4, 3, 1},
-                                                        {70, 70, 2, 2, 1}, {3, 66, 2, 1, 0}};
+                                                        {70, 70, 2, 2, 1}, {3, 66, 2, 1, 0}, {70, 75, 20, 18, 1},
+                                                        {5, 70, 17, 16, 0}}; /* the last two: the tile products' 16-column blocks and their remainder */
   size_t c;
   for (c = 0; c < sizeof cs / sizeof cs[0]; c++) {
     dl_tensor *in[3];

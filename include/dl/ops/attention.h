@@ -204,10 +204,13 @@ DL_API dl_tensor *dl_t_multi_head_attention(dl_tape *tp, dl_tensor *q, dl_tensor
 /* >>scaled dot-product attention ---------------------------------------------- */
 
 /* Query rows per block and keys per tile of the fused kernels: a block's
- * scores [DL__SDPA_BQ, DL__SDPA_BK] and its accumulators [DL__SDPA_BQ, Dv]
- * are the only per-thread memory; a key tile (DL__SDPA_BK x D) stays in
- * cache while the block's rows pass over it. */
-#define DL__SDPA_BQ 16
+ * scores [DL__SDPA_BQ, DL__SDPA_BK] (and in the backward their gradients),
+ * its accumulators [DL__SDPA_BQ, Dv] and the tile's K and V transposed are
+ * the only per-thread memory (about 64 KB in f32 at D = 64). Each product
+ * of a block with a tile (S = Q K^T, P V, dP = dO V^T, dS K, P^T dO, dS^T Q)
+ * runs through dl__sdpa_mm, which keeps four output rows by 16 columns in
+ * registers; 64 query rows per block amortise the tile's transposition. */
+#define DL__SDPA_BQ 64
 #define DL__SDPA_BK 64
 
 enum { DL__SDPA_FWD, DL__SDPA_TAN, DL__SDPA_BWD };
@@ -239,7 +242,48 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
   return lim < nk ? lim : nk;
 }
 
-#define DL__SDPA_KERNEL(T, SFX, EXP)                                                  \
+#define DL__SDPA_KERNEL(T, SFX, EXP, W)                                               \
+  /* Y[a][0..w) += sum_b C[a*cr + b*cc] * X[b][0..w) for a < ny, b < nx: four rows \
+   * of Y by W columns stay in registers while b runs (the tile products). */      \
+  DL_API void dl__sdpa_mm_##SFX(T *Y, int64_t ys, const T *C, int64_t cr, int64_t cc, \
+                                const T *X, int64_t xs, int64_t ny, int64_t nx, int64_t w) { \
+    int64_t a, b, d, e;                                                               \
+    for (d = 0; d + W <= w; d += W) {                                                 \
+      for (a = 0; a + 4 <= ny; a += 4) {                                              \
+        T y0[W], y1[W], y2[W], y3[W];                                                 \
+        T *Y0 = Y + a * ys + d, *Y1 = Y0 + ys, *Y2 = Y1 + ys, *Y3 = Y2 + ys;          \
+        const T *c = C + a * cr;                                                      \
+        for (e = 0; e < W; e++) {                                                     \
+          y0[e] = Y0[e]; y1[e] = Y1[e]; y2[e] = Y2[e]; y3[e] = Y3[e];                 \
+        }                                                                             \
+        for (b = 0; b < nx; b++) {                                                    \
+          const T *x = X + b * xs + d;                                                \
+          const T c0 = c[b * cc], c1 = c[cr + b * cc], c2 = c[2 * cr + b * cc], c3 = c[3 * cr + b * cc]; \
+          for (e = 0; e < W; e++) {                                                   \
+            y0[e] += c0 * x[e]; y1[e] += c1 * x[e]; y2[e] += c2 * x[e]; y3[e] += c3 * x[e]; \
+          }                                                                           \
+        }                                                                             \
+        for (e = 0; e < W; e++) {                                                     \
+          Y0[e] = y0[e]; Y1[e] = y1[e]; Y2[e] = y2[e]; Y3[e] = y3[e];                 \
+        }                                                                             \
+      }                                                                               \
+      for (; a < ny; a++) {                                                           \
+        T y0[W], *Y0 = Y + a * ys + d;                                                \
+        for (e = 0; e < W; e++) y0[e] = Y0[e];                                        \
+        for (b = 0; b < nx; b++) {                                                    \
+          const T *x = X + b * xs + d, c0 = C[a * cr + b * cc];                       \
+          for (e = 0; e < W; e++) y0[e] += c0 * x[e];                                 \
+        }                                                                             \
+        for (e = 0; e < W; e++) Y0[e] = y0[e];                                        \
+      }                                                                               \
+    }                                                                                 \
+    if (d < w)                                                                        \
+      for (a = 0; a < ny; a++)                                                        \
+        for (b = 0; b < nx; b++) {                                                    \
+          const T c0 = C[a * cr + b * cc];                                            \
+          for (e = d; e < w; e++) Y[a * ys + e] += c0 * X[b * xs + e];                \
+        }                                                                             \
+  }                                                                                   \
   DL_API T dl__sdpa_dot_##SFX(const T *a, const T *b, int64_t n) {                    \
     T s = 0;                                                                          \
     int64_t d;                                                                        \
@@ -263,8 +307,9 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
     double *m = (double *)(void *)(A->scratch + (size_t)slot * A->per);               \
     double *l = m + DL__SDPA_BQ;                                                      \
     T *S = (T *)(void *)(l + DL__SDPA_BQ), *acc = S + DL__SDPA_BQ * DL__SDPA_BK;      \
-    T *Kt = acc + (DL__SDPA_BQ * Dv > DL__SDPA_BK ? DL__SDPA_BQ * Dv : DL__SDPA_BK);  \
+    T *Kt = acc + DL__SDPA_BQ * (Dv > DL__SDPA_BK ? Dv : DL__SDPA_BK); /* acc: [BQ, Dv]; BWD: dP [BQ, BK] */ \
     T *Vt = Kt + D * DL__SDPA_BK; /* the tile's K and V, transposed */              \
+    T *dS = Vt + Dv * DL__SDPA_BK; /* BWD: the tile's score gradients [BQ, BK] */  \
     int64_t i0, j0, r, c, d;                                                          \
     for (i0 = 0; i0 < Tq; i0 += DL__SDPA_BQ) {                                        \
       const int64_t nq = Tq - i0 < DL__SDPA_BQ ? Tq - i0 : DL__SDPA_BQ;               \
@@ -286,17 +331,22 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
         if (A->mode == DL__SDPA_BWD)                                                  \
           for (c = 0; c < nk; c++)                                                    \
             for (d = 0; d < Dv; d++) Vt[d * DL__SDPA_BK + c] = V[(j0 + c) * Dv + d];  \
+        /* the block's scores S = Q K^T (and for BWD dP = dO V^T in acc), every   \
+         * row against the tile's nk keys; the rows use their first lim */          \
+        for (r = 0; r < nq * DL__SDPA_BK; r++) S[r] = 0;                              \
+        dl__sdpa_mm_##SFX(S, DL__SDPA_BK, Q + i0 * D, D, 1, Kt, DL__SDPA_BK, nq, D, nk); \
+        if (A->mode == DL__SDPA_BWD) {                                                \
+          for (r = 0; r < nq * DL__SDPA_BK; r++) acc[r] = 0;                          \
+          dl__sdpa_mm_##SFX(acc, DL__SDPA_BK, (const T *)A->go + (n * Tq + i0) * Dv, Dv, 1, Vt, \
+                            DL__SDPA_BK, nq, Dv, nk);                                 \
+        }                                                                             \
         for (r = 0; r < nq; r++) {                                                    \
           const int64_t i = i0 + r, lim = dl__sdpa_lim(A, i, j0, nk);                 \
           const T *qi = Q + i * D;                                                    \
           T *s = S + r * DL__SDPA_BK, *ar = acc + r * Dv;                             \
-          if (lim <= 0) continue;                                                     \
-          for (c = 0; c < lim; c++) s[c] = 0;                                         \
-          for (d = 0; d < D; d++) {                                                   \
-            const T qd = qi[d];                                                       \
-            const T *kt = Kt + d * DL__SDPA_BK;                                       \
-            DL__RSIMD                                                                 \
-            for (c = 0; c < lim; c++) s[c] += qd * kt[c];                             \
+          if (lim <= 0) { /* no key of the tile: a zero row of the tile products */   \
+            for (c = 0; c < nk; c++) s[c] = dS[r * DL__SDPA_BK + c] = 0;              \
+            continue;                                                                 \
           }                                                                           \
           DL__RSIMD                                                                   \
           for (c = 0; c < lim; c++) s[c] *= sc;                                       \
@@ -313,10 +363,8 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
             mn = (T)mt;                                                               \
             DL__RSIMD                                                                 \
             for (c = 0; c < lim; c++) s[c] = EXP(s[c] - mn);                          \
-            for (c = 0; c < lim; c++) {                                               \
-              sum += (double)s[c];                                                    \
-              dl__sdpa_axpy_##SFX(ar, s[c], V + (j0 + c) * Dv, Dv);                   \
-            }                                                                         \
+            for (c = 0; c < lim; c++) sum += (double)s[c];                            \
+            for (c = lim; c < nk; c++) s[c] = 0; /* acc += S V after the rows */      \
             l[r] += sum;                                                              \
             m[r] = mt;                                                                \
           } else if (A->mode == DL__SDPA_TAN) {                                       \
@@ -336,27 +384,26 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
             }                                                                         \
           } else {                                                                    \
             const T li = (T)L[i], di = (T)l[r];                                       \
-            const T *goi = (const T *)A->go + (n * Tq + i) * Dv;                      \
-            T *gqi = A->gq ? (T *)A->gq + (n * Tq + i) * D : NULL;                    \
-            T *dp = acc; /* dO_i . V_j for the tile's keys (acc is free in BWD) */   \
+            const T *dp = acc + r * DL__SDPA_BK; /* dO_i . V_j (acc is free in BWD) */ \
+            T *ds = dS + r * DL__SDPA_BK;                                             \
             DL__RSIMD                                                                 \
             for (c = 0; c < lim; c++) s[c] = EXP(s[c] - li);                          \
-            for (c = 0; c < lim; c++) dp[c] = 0;                                      \
-            for (d = 0; d < Dv; d++) {                                                \
-              const T g = goi[d];                                                     \
-              const T *vt = Vt + d * DL__SDPA_BK;                                     \
-              DL__RSIMD                                                               \
-              for (c = 0; c < lim; c++) dp[c] += g * vt[c];                           \
-            }                                                                         \
-            for (c = 0; c < lim; c++) {                                               \
-              const int64_t j = j0 + c;                                               \
-              const T p = s[c];                                                       \
-              const T ds = p * (dp[c] - di) * sc;                                     \
-              if (A->gv) dl__sdpa_axpy_##SFX((T *)A->gv + (n * Tk + j) * Dv, p, goi, Dv); \
-              if (gqi) dl__sdpa_axpy_##SFX(gqi, ds, K + j * D, D);                    \
-              if (A->gk) dl__sdpa_axpy_##SFX((T *)A->gk + (n * Tk + j) * D, ds, qi, D); \
-            }                                                                         \
+            for (c = 0; c < lim; c++) ds[c] = s[c] * (dp[c] - di) * sc;               \
+            for (c = lim; c < nk; c++) s[c] = ds[c] = 0;                              \
           }                                                                           \
+        }                                                                             \
+        if (A->mode == DL__SDPA_FWD) /* acc += P V */                                 \
+          dl__sdpa_mm_##SFX(acc, Dv, S, DL__SDPA_BK, 1, V + j0 * Dv, Dv, nq, nk, Dv);  \
+        if (A->mode == DL__SDPA_BWD) { /* dV += P^T dO, dQ += dS K, dK += dS^T Q */   \
+          if (A->gv)                                                                  \
+            dl__sdpa_mm_##SFX((T *)A->gv + (n * Tk + j0) * Dv, Dv, S, 1, DL__SDPA_BK,  \
+                              (const T *)A->go + (n * Tq + i0) * Dv, Dv, nk, nq, Dv); \
+          if (A->gq)                                                                  \
+            dl__sdpa_mm_##SFX((T *)A->gq + (n * Tq + i0) * D, D, dS, DL__SDPA_BK, 1,   \
+                              K + j0 * D, D, nq, nk, D);                              \
+          if (A->gk)                                                                  \
+            dl__sdpa_mm_##SFX((T *)A->gk + (n * Tk + j0) * D, D, dS, 1, DL__SDPA_BK,   \
+                              Q + i0 * D, D, nk, nq, D);                              \
         }                                                                             \
       }                                                                               \
       if (A->mode == DL__SDPA_FWD) {                                                  \
@@ -376,8 +423,8 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
       }                                                                               \
     }                                                                                 \
   }
-DL__SDPA_KERNEL(float, f32, dl_vexp_f32)
-DL__SDPA_KERNEL(double, f64, dl_vexp_f64)
+DL__SDPA_KERNEL(float, f32, dl_vexp_f32, 16)
+DL__SDPA_KERNEL(double, f64, dl_vexp_f64, 16)
 
 DL_API void dl__sdpa_run(dl_tape *tp, const char *op, dl__sdpa_args *A, dl_dtype dt) {
   const size_t es = dl_dtype_size(dt);
@@ -389,9 +436,9 @@ DL_API void dl__sdpa_run(dl_tape *tp, const char *op, dl__sdpa_args *A, dl_dtype
 #else
   const int nw = 1;
 #endif
-  const size_t accn = (size_t)(DL__SDPA_BQ * A->Dv > DL__SDPA_BK ? DL__SDPA_BQ * A->Dv : DL__SDPA_BK);
+  const size_t accn = (size_t)DL__SDPA_BQ * (size_t)(A->Dv > DL__SDPA_BK ? A->Dv : DL__SDPA_BK);
   A->per = (sizeof(double) * 2 * DL__SDPA_BQ +
-            es * ((size_t)DL__SDPA_BQ * DL__SDPA_BK + accn + (size_t)DL__SDPA_BK * (size_t)(A->D + A->Dv)) + 63) &
+            es * ((size_t)2 * DL__SDPA_BQ * DL__SDPA_BK + accn + (size_t)DL__SDPA_BK * (size_t)(A->D + A->Dv)) + 63) &
            ~(size_t)63;
   A->nw = nw;
   A->scratch = (unsigned char *)dl_tape_scratch(tp, op, A->per * (size_t)nw);
