@@ -248,11 +248,11 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
   DL_API void dl__sdpa_mm_##SFX(T *Y, int64_t ys, const T *C, int64_t cr, int64_t cc, \
                                 const T *X, int64_t xs, int64_t ny, int64_t nx, int64_t w) { \
     int64_t a, b, d, e;                                                               \
-    for (d = 0; d + W <= w; d += W) {                                                 \
-      for (a = 0; a + 4 <= ny; a += 4) {                                              \
+    for (a = 0; a + 4 <= ny; a += 4) {                                                \
+      const T *c = C + a * cr;                                                        \
+      for (d = 0; d + W <= w; d += W) {                                               \
         T y0[W], y1[W], y2[W], y3[W];                                                 \
         T *Y0 = Y + a * ys + d, *Y1 = Y0 + ys, *Y2 = Y1 + ys, *Y3 = Y2 + ys;          \
-        const T *c = C + a * cr;                                                      \
         for (e = 0; e < W; e++) {                                                     \
           y0[e] = Y0[e]; y1[e] = Y1[e]; y2[e] = Y2[e]; y3[e] = Y3[e];                 \
         }                                                                             \
@@ -267,22 +267,22 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
           Y0[e] = y0[e]; Y1[e] = y1[e]; Y2[e] = y2[e]; Y3[e] = y3[e];                 \
         }                                                                             \
       }                                                                               \
-      for (; a < ny; a++) {                                                           \
-        T y0[W], *Y0 = Y + a * ys + d;                                                \
-        for (e = 0; e < W; e++) y0[e] = Y0[e];                                        \
-        for (b = 0; b < nx; b++) {                                                    \
-          const T *x = X + b * xs + d, c0 = C[a * cr + b * cc];                       \
-          for (e = 0; e < W; e++) y0[e] += c0 * x[e];                                 \
-        }                                                                             \
-        for (e = 0; e < W; e++) Y0[e] = y0[e];                                        \
-      }                                                                               \
+      if (d < w) /* the last columns of these four rows */                            \
+        for (e = 0; e < 4; e++)                                                       \
+          for (b = 0; b < nx; b++) {                                                  \
+            const T c0 = c[e * cr + b * cc];                                          \
+            int64_t f;                                                                \
+            for (f = d; f < w; f++) Y[(a + e) * ys + f] += c0 * X[b * xs + f];        \
+          }                                                                           \
     }                                                                                 \
-    if (d < w)                                                                        \
-      for (a = 0; a < ny; a++)                                                        \
-        for (b = 0; b < nx; b++) {                                                    \
-          const T c0 = C[a * cr + b * cc];                                            \
-          for (e = d; e < w; e++) Y[a * ys + e] += c0 * X[b * xs + e];                \
-        }                                                                             \
+    for (; a < ny; a++) /* the last rows (a single query: generation) as axpys */     \
+      for (b = 0; b < nx; b++) {                                                      \
+        const T c0 = C[a * cr + b * cc];                                              \
+        T *y = Y + a * ys;                                                            \
+        const T *x = X + b * xs;                                                      \
+        DL__RSIMD                                                                     \
+        for (e = 0; e < w; e++) y[e] += c0 * x[e];                                    \
+      }                                                                               \
   }                                                                                   \
   DL_API T dl__sdpa_dot_##SFX(const T *a, const T *b, int64_t n) {                    \
     T s = 0;                                                                          \
