@@ -582,6 +582,40 @@ static void test_no_grad_and_steady_state(void) {
   dl_tensor_free(b);
 }
 
+/* ---- called from the caller's own parallel region --------------------------------- */
+
+/* Each thread of a caller's team runs a convolution on its own tape: inside
+ * that region the op runs alone, and its per-worker column buffer must be
+ * the one it allocated (the caller's thread number is not a worker slot of
+ * the ctx's team; the buffer, 450 KB here, is its own arena block, so
+ * ASan sees a slot past it). Every thread's output matches the serial one. */
+static void test_inside_caller_region(void) {
+  dl_tensor *x = mk(DL_F32, DL_SHAPE(2, 8, 40, 40), 71), *w = mk(DL_F32, DL_SHAPE(4, 8, 3, 3), 72), *ref;
+  dl_conv2d_args a;
+  dl_tape tp;
+  int bad = 0;
+  memset(&a, 0, sizeof a);
+  a.pad_h = a.pad_w = 1;
+  dl_tape_init(&tp, &parctx, 0);
+  ref = dl_t_conv2d(&tp, x, w, NULL, &a);
+#ifdef _OPENMP
+#pragma omp parallel num_threads(4) reduction(+ : bad)
+  {
+    dl_tape t2;
+    dl_tensor *y;
+    int64_t i;
+    dl_tape_init(&t2, &parctx, 0);
+    y = dl_t_conv2d(&t2, x, w, NULL, &a);
+    for (i = 0; i < y->numel; i++) bad += dl_f32(y)[i] != dl_f32(ref)[i];
+    dl_tape_free(&t2);
+  }
+#endif
+  CHECK_MSG(bad == 0, "%d outputs differ from the serial convolution's", bad);
+  dl_tape_free(&tp);
+  dl_tensor_free(x);
+  dl_tensor_free(w);
+}
+
 /* ---- empty inputs ----------------------------------------------------------------- */
 
 static void test_empty(void) {
@@ -693,6 +727,7 @@ int main(void) {
   RUN(test_pool_ties_nan);
   RUN(test_no_grad_and_steady_state);
   RUN(test_empty);
+  RUN(test_inside_caller_region);
   RUN(test_panics);
   printf("conv: worst gradcheck error %.3g; PyTorch fixtures (%d cases, serial and 2 threads): "
          "worst fx2_err f32 %.3g, f64 %.3g; f32 error / sum|terms| %.3g\n",

@@ -778,7 +778,9 @@ DL_API dl_fpmode dl_ctx_fp_enter(const dl_ctx *ctx) {
  * the caller included, runs with the ctx's floating-point mode
  * (flush-to-zero unless keep_denormals) and restores its own afterwards.
  * dl_worker() is the running worker's number (0 .. dl_ctx_threads(ctx) - 1),
- * for per-worker scratch; nested regions run alone. Results never depend on
+ * for per-worker scratch; nested regions run alone, and there dl_worker() is
+ * the caller's own thread number, not 0: a region that may run alone inside
+ * a caller's team uses slot 0 of scratch it allocated for that call. Results never depend on
  * the thread count as long as each piece writes its own outputs (a reduction
  * keeps one partial per piece and adds them in order afterwards).
  *

@@ -329,7 +329,9 @@ DL_API void dl__conv_forward(dl_tape *tp, const char *op, const dl__conv_geom *g
   unsigned char *yb = (unsigned char *)y;
   if (nt > 1) dl__conv_blas_single();
   DL_PARALLEL_FOR(ctx, nt > 1 ? g->N * g->G * g->K * g->P : 0, g->N, i, {
-    unsigned char *mine = col ? col + (size_t)dl_worker() * colb : NULL;
+    /* alone (nt 1: inside a caller's parallel region, dl_worker() is the
+     * caller's thread number) the one buffer allocated above */
+    unsigned char *mine = col ? col + (size_t)(nt > 1 ? dl_worker() : 0) * colb : NULL;
     f(ctx, g, xb + (size_t)i * xs, w, b, yb + (size_t)i * ys, acc, mine);
   });
 }
