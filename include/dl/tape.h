@@ -477,8 +477,9 @@ DL_API dl_tensor *dl__tape_grad_new(dl_tape *tp, const dl_tensor *x) {
   dl_tensor *t;
   for (pp = (dl__gfree **)&tp->gfree; bytes && *pp; pp = &(*pp)->next)
     if ((*pp)->bytes >= bytes && (*pp)->bytes / 2 <= bytes && (!best || (*pp)->bytes < (*best)->bytes)) best = pp;
-  if (!best || !(t = (dl_tensor *)dl_arena_alloc(&tp->arena, sizeof *t)))
-    return dl_tape_zeros(tp, "dl_backward", x->dtype, x->ndim, x->shape);
+  if (!best || (!tp->arena.grow && tp->arena.used + sizeof *t + DL_ALIGN > tp->arena.cap) ||
+      !(t = (dl_tensor *)dl_arena_alloc(&tp->arena, sizeof *t)))
+    return dl_tape_zeros(tp, "dl_backward", x->dtype, x->ndim, x->shape); /* (its own out-of-memory path) */
   memset(t, 0, sizeof *t);
   dl__set_shape(t, x->ndim, x->shape);
   t->dtype = x->dtype;
@@ -682,8 +683,11 @@ DL_API void dl_backward(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
     if (tp->on_node) tp->on_node(tp, n, tp->on_node_user);
     if (n->out->grad && !(n->out->flags & DL_TENSOR_KEEP_GRAD) && !(n->flags & DL_NODE_KEEP_OUT_GRAD) &&
         n->out->grad->data && n->out != loss) {
-      dl__gfree *e = (dl__gfree *)dl_arena_alloc(&tp->arena, sizeof *e);
-      if (e) { /* no room for the note: the buffer is simply not reused */
+      /* a caller's fixed buffer without room for the note: the buffer is
+       * simply not reused (and the ctx keeps no out-of-memory status) */
+      const int room = tp->arena.grow || tp->arena.used + sizeof(dl__gfree) + DL_ALIGN <= tp->arena.cap;
+      dl__gfree *e = room ? (dl__gfree *)dl_arena_alloc(&tp->arena, sizeof *e) : NULL;
+      if (e) {
         e->data = n->out->grad->data;
         e->bytes = (size_t)n->out->grad->numel * dl_dtype_size(n->out->grad->dtype);
         e->next = (dl__gfree *)tp->gfree;
