@@ -522,6 +522,29 @@ static void test_backward_memory(void) {
     CHECK_MSG(fabs(dot - dl_f64(loss->tangent)[0]) <= 1e-10 * (1 + fabs(dot)), "round %d: <grad, v> %.15g, tangent %.15g",
               round, dot, dl_f64(loss->tangent)[0]);
   }
+  /* an input its rule never asks a gradient for (where's condition) gets
+   * none: nothing flows back through log(0) = -inf (no 0 * inf = NaN), and
+   * the condition's own rule does not run */
+  {
+    dl_tensor *x0 = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(2)), *a = mk(DL_SHAPE(2), 44, 1, 2), *cond, *y2;
+    dl_tape t2;
+    dl_f64(x0)[0] = 0;
+    dl_f64(x0)[1] = 1;
+    dl_requires_grad(x0);
+    dl_requires_grad(a);
+    dl_tape_init(&t2, &pctx, 0);
+    cond = dl_t_log(&t2, x0);
+    dl_keep_grad(cond);
+    y2 = dl_t_where(&t2, cond, a, dl_t_mul_scalar(&t2, a, 3.0));
+    dl_backward(&t2, dl_t_sum_all(&t2, y2), NULL);
+    CHECK_MSG(dl_f64(x0->grad)[0] == 0 && dl_f64(x0->grad)[1] == 0, "the condition's input got %g %g",
+              dl_f64(x0->grad)[0], dl_f64(x0->grad)[1]);
+    CHECK(cond->grad == NULL);
+    CHECK(dl_f64(a->grad)[0] == 1 && dl_f64(a->grad)[1] == 3); /* log 0 = -inf: a; log 1 = 0: 3a */
+    dl_tape_free(&t2);
+    dl_tensor_free(x0);
+    dl_tensor_free(a);
+  }
   /* a second walk of the same loss adds the same gradient again */
   {
     dl_tensor *g1 = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(R, C));

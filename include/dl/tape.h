@@ -496,6 +496,18 @@ DL_API dl_tensor *dl__tape_grad_new(dl_tape *tp, const dl_tensor *x) {
   memset(t->data, 0, bytes);
   return t;
 }
+/* Put g's buffer on the free list. On a caller's fixed buffer without room
+ * for the note the buffer is simply not reused (and the ctx keeps no
+ * out-of-memory status). */
+DL_API void dl__tape_gfree_push(dl_tape *tp, const dl_tensor *g) {
+  const int room = tp->arena.grow || tp->arena.used + sizeof(dl__gfree) + DL_ALIGN <= tp->arena.cap;
+  dl__gfree *e = room && g->data ? (dl__gfree *)dl_arena_alloc(&tp->arena, sizeof *e) : NULL;
+  if (!e) return;
+  e->data = g->data;
+  e->bytes = (size_t)g->numel * dl_dtype_size(g->dtype);
+  e->next = (dl__gfree *)tp->gfree;
+  tp->gfree = e;
+}
 
 /* The dense gradient of x to accumulate into during backward, or NULL when x
  * needs none. A leaf's is its long-lived .grad (allocated with dl_tensor_make
@@ -504,6 +516,7 @@ DL_API dl_tensor *dl__tape_grad_new(dl_tape *tp, const dl_tensor *x) {
 DL_API dl_tensor *dl_tape_grad(dl_tape *tp, dl_tensor *x) {
   if (!x || !(x->flags & DL_TENSOR_REQUIRES_GRAD)) return NULL;
   if (!x->node) x->flags |= DL_TENSOR_DENSE_GRAD; /* a leaf: its dense gradient is in use */
+  x->flags &= ~(unsigned)DL_TENSOR__GRAD_UNASKED;
   if (x->grad) return x->grad;
   if (!x->node) {
     if (dl_requires_grad(x) != DL_OK)
@@ -671,28 +684,32 @@ DL_API void dl_backward(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
       dl_arena_mark m;
       int k;
       /* the inputs' gradients first, so that the rule's scratch after them
-       * can go when it returns */
+       * can go when it returns; one the rule never asks for (where's
+       * condition, a custom op's mask) is taken back, so that no gradient
+       * flows there, as if it had not been made */
       for (k = 0; k < n->nin; k++) {
         dl_tensor *x = n->in[k];
-        if (x && x->node && (x->flags & DL_TENSOR_REQUIRES_GRAD) && !x->grad) x->grad = dl__tape_grad_new(tp, x);
+        if (x && x->node && (x->flags & DL_TENSOR_REQUIRES_GRAD) && !x->grad) {
+          x->grad = dl__tape_grad_new(tp, x);
+          x->flags |= DL_TENSOR__GRAD_UNASKED;
+        }
       }
       m = dl_arena_get_mark(&tp->arena);
       n->backward(tp, n);
       if (!(n->flags & DL_NODE_KEEP_SCRATCH)) dl_arena_rewind(&tp->arena, m);
+      for (k = 0; k < n->nin; k++) {
+        dl_tensor *x = n->in[k];
+        if (x && (x->flags & DL_TENSOR__GRAD_UNASKED)) {
+          x->flags &= ~(unsigned)DL_TENSOR__GRAD_UNASKED;
+          dl__tape_gfree_push(tp, x->grad);
+          x->grad = NULL;
+        }
+      }
     }
     if (tp->on_node) tp->on_node(tp, n, tp->on_node_user);
     if (n->out->grad && !(n->out->flags & DL_TENSOR_KEEP_GRAD) && !(n->flags & DL_NODE_KEEP_OUT_GRAD) &&
-        n->out->grad->data && n->out != loss) {
-      /* a caller's fixed buffer without room for the note: the buffer is
-       * simply not reused (and the ctx keeps no out-of-memory status) */
-      const int room = tp->arena.grow || tp->arena.used + sizeof(dl__gfree) + DL_ALIGN <= tp->arena.cap;
-      dl__gfree *e = room ? (dl__gfree *)dl_arena_alloc(&tp->arena, sizeof *e) : NULL;
-      if (e) {
-        e->data = n->out->grad->data;
-        e->bytes = (size_t)n->out->grad->numel * dl_dtype_size(n->out->grad->dtype);
-        e->next = (dl__gfree *)tp->gfree;
-        tp->gfree = e;
-      }
+        n->out != loss) {
+      dl__tape_gfree_push(tp, n->out->grad);
       n->out->grad = NULL;
     }
   }

@@ -44,7 +44,8 @@ enum {
   DL_TENSOR_VIEW = 1u << 1,           /* borrows another tensor's storage */
   DL_TENSOR_REQUIRES_GRAD = 1u << 2,  /* recorded on the tape (tape.h) */
   DL_TENSOR_KEEP_GRAD = 1u << 3,      /* keep .grad of a non-leaf (tape.h) */
-  DL_TENSOR_DENSE_GRAD = 1u << 4      /* a leaf's dense .grad was written since its last zeroing (tape.h) */
+  DL_TENSOR_DENSE_GRAD = 1u << 4,     /* a leaf's dense .grad was written since its last zeroing (tape.h) */
+  DL_TENSOR__GRAD_UNASKED = 1u << 5   /* dl_backward made .grad before the rule ran; the rule has not asked for it */
 };
 
 /* A row-sparse gradient of a 2-d tensor [rows, width] (tape.h; the
@@ -388,7 +389,8 @@ DL_API int dl_tensor_same_shape(const dl_tensor *a, const dl_tensor *b) {
 
 DL_API dl_tensor dl__view_base(const dl_tensor *t) {
   dl_tensor v = *t;
-  v.flags = (t->flags & ~(unsigned)(DL_TENSOR_OWNED | DL_TENSOR_REQUIRES_GRAD | DL_TENSOR_KEEP_GRAD)) | DL_TENSOR_VIEW;
+  v.flags = (t->flags & ~(unsigned)(DL_TENSOR_OWNED | DL_TENSOR_REQUIRES_GRAD | DL_TENSOR_KEEP_GRAD | DL_TENSOR__GRAD_UNASKED)) |
+            DL_TENSOR_VIEW;
   v.grad = NULL;
   v.node = NULL;
   v.tangent = NULL;

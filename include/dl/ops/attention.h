@@ -206,7 +206,7 @@ DL_API dl_tensor *dl_t_multi_head_attention(dl_tape *tp, dl_tensor *q, dl_tensor
 /* Query rows per block and keys per tile of the fused kernels: a block's
  * scores [DL__SDPA_BQ, DL__SDPA_BK] (and in the backward their gradients),
  * its accumulators [DL__SDPA_BQ, Dv] and the tile's K and V transposed are
- * the only per-thread memory (about 64 KB in f32 at D = 64). Each product
+ * the only per-thread memory (about 83 KB in f32 at D = 64). Each product
  * of a block with a tile (S = Q K^T, P V, dP = dO V^T, dS K, P^T dO, dS^T Q)
  * runs through dl__sdpa_mm, which keeps four output rows by 16 columns in
  * registers; 64 query rows per block amortise the tile's transposition. */

@@ -443,7 +443,7 @@ DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
   if (b && y->device == DL_CUDA) dl_mul_scalar_into(y, b, 1.0); /* the bias broadcast over the rows */
   else
 #endif
-  if (b && dl_tensor_is_contiguous(b)) { /* y is fresh: each row a copy of b, for beta = 1 below */
+  if (b && b->device == DL_CPU && y->device == DL_CPU && dl_tensor_is_contiguous(b)) { /* each row a copy of b, for beta = 1 below */
     const size_t row = (size_t)b->numel * dl_dtype_size(b->dtype);
     int64_t r, rows = b->numel ? y->numel / b->numel : 0;
     for (r = 0; r < rows; r++) memcpy((char *)y->data + (size_t)r * row, b->data, row);
