@@ -420,26 +420,37 @@ int conv_bwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv,
 
 // Each body below is the work of one element e (host and device, so that
 // it can be checked against the CPU's loops without a GPU).
+// The taps j in [*lo, *hi) of a window starting at s (k taps d apart) inside [0, n), as dl__conv_range.
+__host__ __device__ inline void pool_taps(int64_t s, int64_t d, int64_t n, int64_t k, int64_t *lo, int64_t *hi) {
+  int64_t a = s >= 0 ? 0 : (-s + d - 1) / d;
+  int64_t b = n - 1 - s >= 0 ? (n - 1 - s) / d + 1 : 0;
+  if (a > k) a = k;
+  if (b > k) b = k;
+  if (b < a) b = a;
+  *lo = a;
+  *hi = b;
+}
+
 template <class T>
 __host__ __device__ inline void maxpool_fwd_at(const dlg_pool2d &g, const T *x, T *y, int32_t *idx, int64_t e) {
   const int64_t ow = e % g.Wo, t = e / g.Wo, oh = t % g.Ho, pl = t / g.Ho;
   const T *xp = x + pl * g.H * g.W;
-  int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
-  const int64_t he = hs + g.kh < g.H ? hs + g.kh : g.H;
-  const int64_t we = ws + g.kw < g.W ? ws + g.kw : g.W;
+  const int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
+  int64_t h0, h1, w0, w1, at = -1;
   T m = -(T)INFINITY;
-  int64_t at;
-  if (hs < 0) hs = 0;
-  if (ws < 0) ws = 0;
-  at = hs * g.W + ws;
-  for (int64_t ih = hs; ih < he; ih++)
-    for (int64_t iw = ws; iw < we; iw++) {
-      const T v = xp[ih * g.W + iw];
-      if (v > m || v != v) {
+  pool_taps(hs, g.dh, g.H, g.kh, &h0, &h1);
+  pool_taps(ws, g.dw, g.W, g.kw, &w0, &w1);
+  for (int64_t jh = h0; jh < h1; jh++) {
+    const int64_t r = (hs + jh * g.dh) * g.W + ws;
+    for (int64_t jw = w0; jw < w1; jw++) {
+      const int64_t p = r + jw * g.dw;
+      const T v = xp[p];
+      if (v > m || v != v || at < 0) {
         m = v;
-        at = ih * g.W + iw;
+        at = p;
       }
     }
+  }
   y[e] = m;
   if (idx) idx[e] = (int32_t)at;
 }
@@ -455,7 +466,8 @@ __host__ __device__ inline void pool_range(int64_t i, int64_t k, int64_t s, int6
 }
 
 // gx[pl, ih, iw] += gy[pl, oh, ow] for every output whose idx is (ih, iw),
-// in (oh, ow) order, as the CPU's loop over k adds them (e indexes gx).
+// in (oh, ow) order, as the CPU's loop over k adds them (e indexes gx). The
+// windows that span (ih, iw) (dilated: (k - 1) d + 1 wide) are searched.
 template <class T>
 __host__ __device__ inline void maxpool_bwd_at(const dlg_pool2d &g, const T *gy, const int32_t *idx, T *gx,
                                                int64_t e) {
@@ -464,8 +476,8 @@ __host__ __device__ inline void maxpool_bwd_at(const dlg_pool2d &g, const T *gy,
   int64_t hlo, hhi, wlo, whi;
   T v = gx[e];
   bool hit = false;
-  pool_range(ih, g.kh, g.sh, g.ph, g.Ho, &hlo, &hhi);
-  pool_range(iw, g.kw, g.sw, g.pw, g.Wo, &wlo, &whi);
+  pool_range(ih, (g.kh - 1) * g.dh + 1, g.sh, g.ph, g.Ho, &hlo, &hhi);
+  pool_range(iw, (g.kw - 1) * g.dw + 1, g.sw, g.pw, g.Wo, &wlo, &whi);
   for (int64_t oh = hlo; oh <= hhi; oh++)
     for (int64_t ow = wlo; ow <= whi; ow++) {
       const int64_t k = (pl * g.Ho + oh) * g.Wo + ow;
@@ -481,19 +493,36 @@ template <class T>
 __host__ __device__ inline void maxpool_tan_at(const dlg_pool2d &g, const T *tx, const int32_t *idx, T *ty,
                                                int64_t e) {
   const int64_t pl = e / (g.Ho * g.Wo);
-  ty[e] = tx[pl * g.H * g.W + idx[e]];
+  ty[e] = idx[e] >= 0 ? tx[pl * g.H * g.W + idx[e]] : (T)0;
+}
+
+// The average's window of (oh, ow) inside the input, [*hs, *he) x [*ws, *we),
+// and its divisor, as ops/conv.h's dl__avgpool_window.
+__host__ __device__ inline void avgpool_window(const dlg_pool2d &g, int64_t oh, int64_t ow, int64_t *hs,
+                                               int64_t *he, int64_t *ws, int64_t *we, int64_t *cnt) {
+  int64_t h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
+  int64_t h1 = h0 + g.kh < g.H + g.phe ? h0 + g.kh : g.H + g.phe;
+  int64_t w1 = w0 + g.kw < g.W + g.pwe ? w0 + g.kw : g.W + g.pwe;
+  const int64_t padded = (h1 - h0) * (w1 - w0);
+  if (h0 < 0) h0 = 0;
+  if (w0 < 0) w0 = 0;
+  if (h1 > g.H) h1 = g.H;
+  if (w1 > g.W) w1 = g.W;
+  if (h1 < h0) h1 = h0;
+  if (w1 < w0) w1 = w0;
+  *hs = h0;
+  *he = h1;
+  *ws = w0;
+  *we = w1;
+  *cnt = g.excl ? (h1 - h0) * (w1 - w0) : padded;
 }
 
 template <class T> __host__ __device__ inline void avgpool_fwd_at(const dlg_pool2d &g, const T *x, T *y, int64_t e) {
   const int64_t ow = e % g.Wo, t = e / g.Wo, oh = t % g.Ho, pl = t / g.Ho;
   const T *xp = x + pl * g.H * g.W;
-  int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw, cnt;
-  const int64_t he = hs + g.kh < g.H ? hs + g.kh : g.H;
-  const int64_t we = ws + g.kw < g.W ? ws + g.kw : g.W;
+  int64_t hs, he, ws, we, cnt;
   T s = 0;
-  if (hs < 0) hs = 0;
-  if (ws < 0) ws = 0;
-  cnt = g.excl ? (he - hs) * (we - ws) : g.kh * g.kw;
+  avgpool_window(g, oh, ow, &hs, &he, &ws, &we, &cnt);
   for (int64_t ih = hs; ih < he; ih++)
     for (int64_t iw = ws; iw < we; iw++) s += xp[ih * g.W + iw];
   y[e] = cnt > 0 ? s / (T)cnt : (T)0;
@@ -510,12 +539,8 @@ template <class T> __host__ __device__ inline void avgpool_bwd_at(const dlg_pool
   pool_range(iw, g.kw, g.sw, g.pw, g.Wo, &wlo, &whi);
   for (int64_t oh = hlo; oh <= hhi; oh++)
     for (int64_t ow = wlo; ow <= whi; ow++) {
-      int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw, cnt;
-      const int64_t he = hs + g.kh < g.H ? hs + g.kh : g.H;
-      const int64_t we = ws + g.kw < g.W ? ws + g.kw : g.W;
-      if (hs < 0) hs = 0;
-      if (ws < 0) ws = 0;
-      cnt = g.excl ? (he - hs) * (we - ws) : g.kh * g.kw;
+      int64_t hs, he, ws, we, cnt;
+      avgpool_window(g, oh, ow, &hs, &he, &ws, &we, &cnt);
       if (cnt <= 0) continue;
       v += gy[(pl * g.Ho + oh) * g.Wo + ow] / (T)cnt;
       hit = true;
@@ -541,7 +566,8 @@ __global__ void pool_k(int kind, dlg_pool2d g, const T *in, T *out, const int32_
 
 int pool_check(dlg_handle *h, const char *op, const dlg_pool2d *g) {
   if (g->N < 0 || g->C < 0 || g->H < 0 || g->W < 0 || g->kh < 1 || g->kw < 1 || g->sh < 1 || g->sw < 1 ||
-      g->ph < 0 || g->pw < 0 || g->Ho < 0 || g->Wo < 0 || g->H * g->W > INT32_MAX)
+      g->ph < 0 || g->pw < 0 || g->Ho < 0 || g->Wo < 0 || g->H * g->W > INT32_MAX || g->dh < 1 || g->dw < 1 ||
+      g->phe < 0 || g->pwe < 0)
     return dlg_fail(h, DLG_ERR, "%s: bad window (kernel %lldx%lld, stride %lldx%lld, padding %lldx%lld) or "
                     "input [%lld, %lld, %lld, %lld]", op, (long long)g->kh, (long long)g->kw, (long long)g->sh,
                     (long long)g->sw, (long long)g->ph, (long long)g->pw, (long long)g->N, (long long)g->C,
@@ -566,6 +592,62 @@ int pool_any(dlg_handle *h, const char *op, int dtype, int kind, const dlg_pool2
   if (dtype == DLG_F32) return pool_run<float>(h, op, kind, g, in, out, cidx, idx);
   if (dtype == DLG_F64) return pool_run<double>(h, op, kind, g, in, out, cidx, idx);
   return bad_dtype(h, op, dtype);
+}
+
+// >>unpooling -------------------------------------------------------------------
+// Copies of ops/conv.h's DL__UNPOOL_KERNELS: the forward one plane per
+// thread (in k order, so the last of equal indices wins as on the CPU), the
+// backward one element of gx per thread.
+
+template <class T>
+__host__ __device__ inline void unpool_fwd_at(int64_t n, int64_t m, const T *x, const int32_t *idx, T *y,
+                                              int32_t *own, int64_t pl) {
+  const T *xp = x + pl * n;
+  const int32_t *ip = idx + pl * n;
+  T *yp = y + pl * m;
+  int32_t *op = own ? own + pl * m : nullptr;
+  for (int64_t k = 0; k < m; k++) yp[k] = 0;
+  if (op)
+    for (int64_t k = 0; k < m; k++) op[k] = -1;
+  for (int64_t k = 0; k < n; k++) {
+    const int32_t p = ip[k];
+    if (p < 0 || p >= m) continue;
+    yp[p] = xp[k];
+    if (op) op[p] = (int32_t)k;
+  }
+}
+template <class T>
+__host__ __device__ inline void unpool_bwd_at(int64_t n, int64_t m, const T *gy, const int32_t *idx,
+                                              const int32_t *own, T *gx, int64_t e) {
+  const int64_t pl = e / n, k = e % n;
+  const int32_t p = idx[e];
+  if (p >= 0 && p < m && own[pl * m + p] == k) gx[e] += gy[pl * m + p];
+}
+template <class T>
+__global__ void unpool_fwd_k(int64_t planes, int64_t n, int64_t m, const T *x, const int32_t *idx, T *y,
+                             int32_t *own) {
+  for (int64_t pl = gtid(); pl < planes; pl += gstride()) unpool_fwd_at(n, m, x, idx, y, own, pl);
+}
+template <class T>
+__global__ void unpool_bwd_k(int64_t total, int64_t n, int64_t m, const T *gy, const int32_t *idx,
+                             const int32_t *own, T *gx) {
+  for (int64_t e = gtid(); e < total; e += gstride()) unpool_bwd_at(n, m, gy, idx, own, gx, e);
+}
+template <class T>
+int unpool_run(dlg_handle *h, int bwd, int64_t planes, int64_t n, int64_t m, const void *in, const int32_t *idx,
+               void *out, int32_t *own) {
+  const char *op = bwd ? "dlg_max_unpool2d_bwd" : "dlg_max_unpool2d_fwd";
+  if (planes < 0 || n < 0 || m < 0 || m > INT32_MAX || (bwd && !own))
+    return dlg_fail(h, DLG_ERR, "%s: bad sizes (planes %lld, %lld in, %lld out)%s", op, (long long)planes,
+                    (long long)n, (long long)m, bwd && !own ? " or no owner map" : "");
+  if (planes == 0 || (n == 0 && bwd) || m == 0) return DLG_OK;
+  if (bwd)
+    DLG_LAUNCH(dlg_blocks(h, planes * n, kThreads), kThreads, 0, h->stream, unpool_bwd_k<T>)(
+        planes * n, n, m, (const T *)in, idx, own, (T *)out);
+  else
+    DLG_LAUNCH(dlg_blocks(h, planes, kThreads), kThreads, 0, h->stream, unpool_fwd_k<T>)(
+        planes, n, m, (const T *)in, idx, (T *)out, own);
+  return dlg_launched(h, op);
 }
 
 } // namespace
@@ -602,4 +684,16 @@ extern "C" int dlg_avg_pool2d_fwd(dlg_handle *h, int dtype, const dlg_pool2d *g,
 }
 extern "C" int dlg_avg_pool2d_bwd(dlg_handle *h, int dtype, const dlg_pool2d *g, const void *gy, void *gx) {
   return pool_any(h, "dlg_avg_pool2d_bwd", dtype, kAvgBwd, g, gy, gx, nullptr, nullptr);
+}
+extern "C" int dlg_max_unpool2d_fwd(dlg_handle *h, int dtype, int64_t planes, int64_t n, int64_t m, const void *x,
+                                    const int32_t *idx, void *y, int32_t *own) {
+  if (dtype == DLG_F32) return unpool_run<float>(h, 0, planes, n, m, x, idx, y, own);
+  if (dtype == DLG_F64) return unpool_run<double>(h, 0, planes, n, m, x, idx, y, own);
+  return bad_dtype(h, "dlg_max_unpool2d_fwd", dtype);
+}
+extern "C" int dlg_max_unpool2d_bwd(dlg_handle *h, int dtype, int64_t planes, int64_t n, int64_t m, const void *gy,
+                                    const int32_t *idx, const int32_t *own, void *gx) {
+  if (dtype == DLG_F32) return unpool_run<float>(h, 1, planes, n, m, gy, idx, (void *)gx, (int32_t *)own);
+  if (dtype == DLG_F64) return unpool_run<double>(h, 1, planes, n, m, gy, idx, (void *)gx, (int32_t *)own);
+  return bad_dtype(h, "dlg_max_unpool2d_bwd", dtype);
 }

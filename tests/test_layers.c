@@ -170,7 +170,8 @@ static dl_layer *build_case(dl_model *m, const fx2_case *c, call_kind *call) {
   if (!strncmp(n, "maxpool", 7) || !strncmp(n, "avgpool", 7)) {
     dl_pool2d_desc d = {.kernel = PI("kernel"), .stride = PI("stride"), .padding = PI("padding"),
                         .kernel_w = PI("kernel_w"), .stride_w = PI("stride_w"), .padding_w = PI("padding_w"),
-                        .exclude_pad = PI("exclude_pad")};
+                        .exclude_pad = PI("exclude_pad"), .dilation = PI("dilation"),
+                        .dilation_w = PI("dilation_w"), .ceil_mode = PI("ceil_mode")};
     return n[0] == 'm' ? dl_maxpool2d_make(m, NULL, NULL, &d) : dl_avgpool2d_make(m, NULL, NULL, &d);
   }
   if (!strcmp(n, "gap")) return dl_global_avgpool_make(m, NULL, NULL);

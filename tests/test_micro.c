@@ -447,6 +447,17 @@ static void test_unsupported(void) {
   CHECK(q == NULL);
   CHECK(strstr(dl_ctx_message(&ctx), "layer '1'") && strstr(dl_ctx_message(&ctx), "GELU"));
   dl_model_free(m);
+  /* pooling the firmware has no kernel for: ceil_mode, dilation, SAME padding */
+  m = dl_model_make(&ctx, &(dl_model_desc){.seed = 1});
+  dl_maxpool2d_make(m, NULL, NULL, &(dl_pool2d_desc){.kernel = 2, .ceil_mode = 1});
+  CHECK(dl_micro_from_model(&ctx, m, &(dl_micro_desc){.name = "p", .c = 1, .h = 5, .w = 5}, &q) == DL_ERR_UNSUPPORTED);
+  CHECK(q == NULL && strstr(dl_ctx_message(&ctx), "layer '0'") && strstr(dl_ctx_message(&ctx), "ceil_mode"));
+  dl_model_free(m);
+  m = dl_model_make(&ctx, &(dl_model_desc){.seed = 1});
+  dl_avgpool2d_make(m, NULL, NULL, &(dl_pool2d_desc){.kernel = 3, .pad_mode = DL_PAD_SAME, .exclude_pad = 1});
+  CHECK(dl_micro_from_model(&ctx, m, &(dl_micro_desc){.name = "p", .c = 1, .h = 5, .w = 5}, &q) == DL_ERR_UNSUPPORTED);
+  CHECK(q == NULL && strstr(dl_ctx_message(&ctx), "SAME padding"));
+  dl_model_free(m);
   m = mlp(1);
   CHECK(dl_micro_from_model(&ctx, m, &(dl_micro_desc){.name = "s", .c = 1, .h = 5, .w = 5}, &q) == DL_ERR_SHAPE);
   CHECK(strstr(dl_ctx_message(&ctx), "36 inputs") && strstr(dl_ctx_message(&ctx), "25"));

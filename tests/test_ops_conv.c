@@ -184,12 +184,19 @@ static void test_conv_gradcheck_partial(void) {
 
 typedef struct pool_case {
   const char *name;
-  int is_max;
+  int is_max; /* 1 max, 0 avg, 2 max with indices then max_unpool2d (the same window) */
   int64_t n, c, h, w;
   dl_pool2d_args a;
+  int out_h, out_w; /* unpooling's output size, 0: its default */
 } pool_case;
 static dl_tensor *f_pool(dl_tape *tp, dl_tensor **in, void *u) {
   const pool_case *pc = (const pool_case *)u;
+  if (pc->is_max == 2) {
+    dl_tensor *idx = NULL, *y = dl_t_max_pool2d_with_indices(tp, in[0], &pc->a, &idx);
+    const dl_unpool2d_args ua = {pc->a.kernel_h, pc->a.kernel_w, pc->a.stride_h, pc->a.stride_w,
+                                 pc->a.pad_h,    pc->a.pad_w,    pc->out_h,      pc->out_w};
+    return dl_t_max_unpool2d(tp, y, idx, &ua);
+  }
   return pc->is_max ? dl_t_max_pool2d(tp, in[0], &pc->a) : dl_t_avg_pool2d(tp, in[0], &pc->a);
 }
 /* distinct values, at least 0.01 apart: the argmax does not move under the
@@ -207,16 +214,33 @@ static void distinct(dl_tensor *t, uint64_t seed) {
   }
 }
 static void test_pool_gradcheck(void) {
+  /* the window: kernel, stride, padding, exclude_pad, dilation, ceil_mode, pad_mode, padding at the end */
+#define PA(kh, kw, sh, sw, ph, pw, ex, dh, dw, ceil, mode, phe, pwe) {kh, kw, sh, sw, ph, pw, ex, dh, dw, ceil, mode, phe, pwe}
   static const pool_case cases[] = {
-      {"max_pool2d k2", 1, 2, 3, 4, 5, {2, 2, 0, 0, 0, 0, 0}},
-      {"max_pool2d k3 s2 p1", 1, 2, 2, 5, 6, {3, 3, 2, 2, 1, 1, 0}},
-      {"max_pool2d k3x2 s1x2 p1x1", 1, 1, 2, 5, 6, {3, 2, 1, 2, 1, 1, 0}},
-      {"max_pool2d overlapping k3 s1", 1, 1, 2, 4, 4, {3, 3, 1, 1, 0, 0, 0}},
-      {"avg_pool2d k2", 0, 2, 3, 4, 5, {2, 2, 0, 0, 0, 0, 0}},
-      {"avg_pool2d k3 s2 p1", 0, 2, 2, 5, 6, {3, 3, 2, 2, 1, 1, 0}},
-      {"avg_pool2d k3 s2 p1 exclude_pad", 0, 2, 2, 5, 6, {3, 3, 2, 2, 1, 1, 1}},
-      {"avg_pool2d k3x2 s1x2 p1x1 exclude_pad", 0, 1, 2, 5, 6, {3, 2, 1, 2, 1, 1, 1}},
+      {"max_pool2d k2", 1, 2, 3, 4, 5, PA(2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), 0, 0},
+      {"max_pool2d k3 s2 p1", 1, 2, 2, 5, 6, PA(3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0), 0, 0},
+      {"max_pool2d k3x2 s1x2 p1x1", 1, 1, 2, 5, 6, PA(3, 2, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0), 0, 0},
+      {"max_pool2d overlapping k3 s1", 1, 1, 2, 4, 4, PA(3, 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0), 0, 0},
+      {"max_pool2d dilation 2x3 p1", 1, 1, 2, 7, 8, PA(3, 2, 1, 2, 1, 1, 0, 2, 3, 0, 0, 0, 0), 0, 0},
+      {"max_pool2d ceil_mode k3 s2", 1, 2, 2, 6, 7, PA(3, 3, 2, 2, 0, 1, 0, 0, 0, 1, 0, 0, 0), 0, 0},
+      {"max_pool2d ceil_mode dilated", 1, 1, 2, 8, 7, PA(2, 3, 3, 2, 1, 1, 0, 2, 1, 1, 0, 0, 0), 0, 0},
+      {"max_pool2d explicit pads 0,2 / 1,0", 1, 1, 2, 5, 6, PA(3, 2, 2, 2, 0, 1, 0, 0, 0, 0, DL_PAD_EXPLICIT, 2, 0), 0, 0},
+      {"max_pool2d SAME k2 s2 (odd)", 1, 1, 2, 5, 7, PA(2, 2, 0, 0, 0, 0, 0, 0, 0, 0, DL_PAD_SAME, 0, 0), 0, 0},
+      {"max_pool2d SAME k3 s1 dilated", 1, 1, 2, 5, 6, PA(3, 3, 1, 1, 0, 0, 0, 2, 1, 0, DL_PAD_SAME, 0, 0), 0, 0},
+      {"max_pool2d SAME_LOWER k4 s3", 1, 1, 2, 7, 8, PA(4, 4, 3, 3, 0, 0, 0, 0, 0, 0, DL_PAD_SAME_LOWER, 0, 0), 0, 0},
+      {"avg_pool2d k2", 0, 2, 3, 4, 5, PA(2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), 0, 0},
+      {"avg_pool2d k3 s2 p1", 0, 2, 2, 5, 6, PA(3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0), 0, 0},
+      {"avg_pool2d k3 s2 p1 exclude_pad", 0, 2, 2, 5, 6, PA(3, 3, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0), 0, 0},
+      {"avg_pool2d k3x2 s1x2 p1x1 exclude_pad", 0, 1, 2, 5, 6, PA(3, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0), 0, 0},
+      {"avg_pool2d ceil_mode k3 s2 p1", 0, 1, 2, 6, 7, PA(3, 3, 2, 2, 1, 1, 0, 0, 0, 1, 0, 0, 0), 0, 0},
+      {"avg_pool2d ceil_mode exclude_pad", 0, 1, 2, 6, 7, PA(3, 2, 2, 2, 1, 0, 1, 0, 0, 1, 0, 0, 0), 0, 0},
+      {"avg_pool2d explicit pads 2,0 / 0,1", 0, 1, 2, 5, 6, PA(3, 2, 2, 1, 2, 0, 0, 0, 0, 0, DL_PAD_EXPLICIT, 0, 1), 0, 0},
+      {"avg_pool2d SAME k3 s2 exclude_pad", 0, 1, 2, 6, 5, PA(3, 3, 2, 2, 0, 0, 1, 0, 0, 0, DL_PAD_SAME, 0, 0), 0, 0},
+      {"max_unpool2d k2", 2, 2, 2, 4, 6, PA(2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), 0, 0},
+      {"max_unpool2d k3 s2 p1 out 5x6", 2, 1, 2, 5, 6, PA(3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0), 5, 6},
+      {"max_unpool2d overlapping k3 s1 (repeated indices)", 2, 1, 2, 5, 5, PA(3, 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0), 0, 0},
   };
+#undef PA
   size_t k;
   int ctxi;
   for (k = 0; k < sizeof cases / sizeof cases[0]; k++)
@@ -279,6 +303,7 @@ static dl_tensor *run_op(dl_tape *tp, const fx2_case *c, dl_tensor *x, dl_tensor
     y = dl_t_conv1d(tp, x, w, b, &a);
   } else {
     dl_pool2d_args a;
+    memset(&a, 0, sizeof a);
     a.kernel_h = (int)fx2_param(c, "kernel_h", 0);
     a.kernel_w = (int)fx2_param(c, "kernel_w", 0);
     a.stride_h = (int)fx2_param(c, "stride_h", 0);
@@ -286,8 +311,22 @@ static dl_tensor *run_op(dl_tape *tp, const fx2_case *c, dl_tensor *x, dl_tensor
     a.pad_h = (int)fx2_param(c, "pad_h", 0);
     a.pad_w = (int)fx2_param(c, "pad_w", 0);
     a.exclude_pad = (int)fx2_param(c, "exclude_pad", 0);
-    if (!strncmp(c->name, "maxpool", 7)) y = dl_t_max_pool2d(tp, x, &a);
-    else y = dl_t_avg_pool2d(tp, x, &a);
+    a.dil_h = (int)fx2_param(c, "dil_h", 0);
+    a.dil_w = (int)fx2_param(c, "dil_w", 0);
+    a.ceil_mode = (int)fx2_param(c, "ceil_mode", 0);
+    a.pad_mode = (int)fx2_param(c, "pad_mode", 0);
+    a.pad_h_end = (int)fx2_param(c, "pad_h_end", 0);
+    a.pad_w_end = (int)fx2_param(c, "pad_w_end", 0);
+    if (!strncmp(c->name, "maxunpool", 9)) { /* max_pool2d_with_indices, then max_unpool2d of the same window */
+      dl_tensor *idx = NULL, *p = dl_t_max_pool2d_with_indices(tp, x, &a, &idx);
+      const dl_unpool2d_args ua = {a.kernel_h, a.kernel_w, a.stride_h, a.stride_w, a.pad_h, a.pad_w,
+                                   (int)fx2_param(c, "out_h", 0), (int)fx2_param(c, "out_w", 0)};
+      y = dl_t_max_unpool2d(tp, p, idx, &ua);
+    } else if (!strncmp(c->name, "maxpool", 7)) {
+      y = dl_t_max_pool2d(tp, x, &a);
+    } else {
+      y = dl_t_avg_pool2d(tp, x, &a);
+    }
   }
   dl_backward(tp, y, gy);
   return y;
@@ -334,7 +373,7 @@ static void run_fixture(dl_ctx *ctx, const fx2_case *c) {
   dl_tape_init(&tp2, ctx, 0);
   y = run_op(&tp, c, x, w, b, gy);
   if (!c->f64) {
-    int lin = strncmp(c->name, "maxpool", 7) != 0;
+    int lin = strncmp(c->name, "max", 3) != 0; /* maxpool, maxunpool: a selection */
     ax = fx_abs(c, "x", lin);
     aw = fx_abs(c, "w", lin);
     ab = fx_abs(c, "b", lin);
@@ -374,7 +413,7 @@ static void run_fixture(dl_ctx *ctx, const fx2_case *c) {
 
 static void test_torch_fixtures(void) {
   fx2_set s;
-  int i, conv2d = 0, conv1d = 0, maxp = 0, avgp = 0;
+  int i, conv2d = 0, conv1d = 0, maxp = 0, avgp = 0, unp = 0;
   if (!fx2_load(&s, "tests/fixtures/conv.txt")) { SKIP("%s", s.err); }
   for (i = 0; i < s.n; i++) {
     const fx2_case *c = &s.cases[i];
@@ -385,8 +424,10 @@ static void test_torch_fixtures(void) {
     conv1d += !strncmp(c->name, "conv1d", 6);
     maxp += !strncmp(c->name, "maxpool", 7);
     avgp += !strncmp(c->name, "avgpool", 7);
+    unp += !strncmp(c->name, "maxunpool", 9);
   }
-  CHECK(conv2d >= 20 && conv1d >= 6 && maxp >= 6 && avgp >= 8);
+  CHECK(conv2d >= 20 && conv1d >= 6 && maxp >= 20 && avgp >= 22 && unp >= 6);
+  CHECK(fx2_find(&s, "maxpool_same_lower", 1) != NULL && fx2_find(&s, "avgpool_explicit_excl", 0) != NULL);
   CHECK(fx2_find(&s, "conv2d_all", 1) != NULL && fx2_find(&s, "conv2d_all", 0) != NULL);
   fx2_free(&s);
 }
@@ -508,7 +549,7 @@ static void test_naive_and_threads(void) {
 static void test_pool_ties_nan(void) {
   dl_tape tp;
   dl_tensor *x = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(1, 1, 4, 4)), *y, *gy;
-  dl_pool2d_args a = {2, 2, 0, 0, 0, 0, 0};
+  dl_pool2d_args a = {.kernel_h = 2, .kernel_w = 2};
   double *px = dl_f64(x), *gx;
   int64_t i;
   dl_tape_init(&tp, &pctx, 0);
@@ -526,7 +567,7 @@ static void test_pool_ties_nan(void) {
   CHECK(gx[1] == 0 && gx[5] == 0 && gx[10] == 0 && gx[11] == 0 && gx[14] == 0);
   dl_tape_rewind(&tp);
   { /* -inf padding: a window of only negative values at the border keeps its max */
-    dl_pool2d_args p = {3, 3, 1, 1, 1, 1, 0};
+    dl_pool2d_args p = {.kernel_h = 3, .kernel_w = 3, .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1};
     for (i = 0; i < 16; i++) px[i] = -10.0 - (double)i;
     y = dl_t_max_pool2d(&tp, x, &p);
     CHECK(y->shape[2] == 4 && y->shape[3] == 4);
@@ -546,13 +587,86 @@ static void test_pool_ties_nan(void) {
   dl_tensor_free(gy);
 }
 
+/* ---- pooling's indices and max_unpool2d -------------------------------------------- */
+
+static void test_indices_unpool(void) {
+  dl_tape tp;
+  dl_tensor *x = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(1, 1, 3, 4)), *idx = NULL, *y, *z;
+  dl_tensor *ind = dl_tensor_make(&pctx, DL_I64, DL_SHAPE(1, 1, 2, 2)), *v = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(1, 1, 2, 2));
+  const dl_unpool2d_args ua = {.kernel_h = 2, .kernel_w = 2};
+  int64_t i;
+  dl_tape_init(&tp, &pctx, 0);
+  for (i = 0; i < 12; i++) dl_f64(x)[i] = (double)((i * 7) % 12); /* 0 7 2 9 / 4 11 6 1 / 8 3 10 5 */
+  /* indices are PyTorch's: ih * W + iw in the plane; ceil_mode keeps the partial last row */
+  y = dl_t_max_pool2d_with_indices(&tp, x, &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2, .ceil_mode = 1}, &idx);
+  CHECK(y->shape[2] == 2 && y->shape[3] == 2 && idx && idx->dtype == DL_I32);
+  CHECK(dl_i32(idx)[0] == 5 && dl_i32(idx)[1] == 3 && dl_i32(idx)[2] == 8 && dl_i32(idx)[3] == 10);
+  CHECK(dl_f64(y)[0] == 11 && dl_f64(y)[1] == 9 && dl_f64(y)[2] == 8 && dl_f64(y)[3] == 10);
+  dl_tape_rewind(&tp);
+  /* a dilated window all of whose taps miss the input: -inf, index -1, no gradient, tangent 0 */
+  {
+    dl_tensor *x1 = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(1, 1, 1, 2)), *gy;
+    dl_f64(x1)[0] = 3;
+    dl_f64(x1)[1] = 4;
+    dl_requires_grad(x1);
+    y = dl_t_max_pool2d_with_indices(&tp, x1, &(dl_pool2d_args){.kernel_h = 1, .kernel_w = 2, .stride_w = 1,
+                                                                .dil_w = 3, .pad_mode = DL_PAD_EXPLICIT,
+                                                                .pad_w = 2, .pad_w_end = 2}, &idx);
+    CHECK(y->shape[3] == 3);
+    CHECK(dl_f64(y)[0] == 4 && dl_i32(idx)[0] == 1);          /* taps -2, 1 */
+    CHECK(isinf(dl_f64(y)[1]) && dl_f64(y)[1] < 0 && dl_i32(idx)[1] == -1); /* taps -1, 2 */
+    CHECK(dl_f64(y)[2] == 3 && dl_i32(idx)[2] == 0);          /* taps 0, 3 */
+    gy = dl_tensor_make(&pctx, DL_F64, 4, y->shape);
+    dl_f64(gy)[0] = 1;
+    dl_f64(gy)[1] = 100;
+    dl_f64(gy)[2] = 10;
+    dl_backward(&tp, y, gy);
+    CHECK(dl_f64(x1->grad)[0] == 10 && dl_f64(x1->grad)[1] == 1);
+    dl_tape_rewind(&tp);
+    dl_tensor_free(x1);
+    dl_tensor_free(gy);
+  }
+  /* the user's own int64 indices; a repeated index: the last in scan order wins and alone gets a gradient */
+  for (i = 0; i < 4; i++) dl_f64(v)[i] = (double)(i + 1);
+  dl_i64(ind)[0] = 0;
+  dl_i64(ind)[1] = 15;
+  dl_i64(ind)[2] = 6;
+  dl_i64(ind)[3] = 6;
+  dl_requires_grad(v);
+  z = dl_t_max_unpool2d(&tp, v, ind, &ua);
+  CHECK(z->shape[2] == 4 && z->shape[3] == 4);
+  CHECK(dl_f64(z)[0] == 1 && dl_f64(z)[15] == 2 && dl_f64(z)[6] == 4 && dl_f64(z)[1] == 0 && dl_f64(z)[5] == 0);
+  {
+    dl_tensor *gz = dl_tensor_make(&pctx, DL_F64, 4, z->shape);
+    for (i = 0; i < 16; i++) dl_f64(gz)[i] = (double)(i + 1);
+    dl_backward(&tp, z, gz);
+    CHECK(dl_f64(v->grad)[0] == 1 && dl_f64(v->grad)[1] == 16 && dl_f64(v->grad)[2] == 0 && dl_f64(v->grad)[3] == 7);
+    dl_tensor_free(gz);
+  }
+  dl_tape_rewind(&tp);
+  /* out of the plane, a wrong output size, indices of another shape: clear panics */
+  dl_i64(ind)[2] = 16;
+  EXPECT_PANIC(dl_t_max_unpool2d(&tp, v, ind, &ua), "dl_t_max_unpool2d", "element 2 is 16", "[0, 16)");
+  dl_i64(ind)[2] = -1;
+  EXPECT_PANIC(dl_t_max_unpool2d(&tp, v, ind, &ua), "dl_t_max_unpool2d", "element 2 is -1");
+  dl_i64(ind)[2] = 3;
+  EXPECT_PANIC(dl_t_max_unpool2d(&tp, v, ind, &(dl_unpool2d_args){.kernel_h = 2, .kernel_w = 2, .out_h = 6}),
+               "dl_t_max_unpool2d", "output height 6", "between 2 and 6");
+  EXPECT_PANIC(dl_t_max_unpool2d(&tp, v, x, &ua), "dl_t_max_unpool2d", "int32 or int64");
+  EXPECT_PANIC(dl_t_max_unpool2d(&tp, v, ind, NULL), "dl_t_max_unpool2d", "dl_unpool2d_args");
+  dl_tape_free(&tp);
+  dl_tensor_free(v);
+  dl_tensor_free(ind);
+  dl_tensor_free(x);
+}
+
 /* ---- no gradient recorded, steady state --------------------------------------- */
 
 static void test_no_grad_and_steady_state(void) {
   dl_tape tp;
   dl_tensor *x = mk(DL_F32, DL_SHAPE(4, 3, 8, 8), 41), *w = mk(DL_F32, DL_SHAPE(5, 3, 3, 3), 42);
   dl_tensor *b = mk(DL_F32, DL_SHAPE(5), 43);
-  dl_pool2d_args pa = {2, 2, 0, 0, 0, 0, 0};
+  dl_pool2d_args pa = {.kernel_h = 2, .kernel_w = 2};
   size_t hw = 0;
   int step;
   dl_tape_init(&tp, &parctx, 0);
@@ -693,6 +807,18 @@ static void test_panics(void) {
     dl_tensor *xi = dl_tensor_make(&pctx, DL_I64, DL_SHAPE(1, 1, 4, 4));
     EXPECT_PANIC(dl_t_avg_pool2d(&tp, xi, &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2}), "dl_t_avg_pool2d",
                  "i64[1, 1, 4, 4]");
+    EXPECT_PANIC(dl_t_avg_pool2d(&tp, x, &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2, .dil_h = 2}),
+                 "dl_t_avg_pool2d", "dilation 2x0", "has none");
+    EXPECT_PANIC(dl_t_max_pool2d(&tp, x, &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2, .pad_h_end = 1}),
+                 "dl_t_max_pool2d", "pad_h_end 1", "DL_PAD_EXPLICIT");
+    EXPECT_PANIC(dl_t_max_pool2d(&tp, x, &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2, .pad_mode = DL_PAD_SAME,
+                                                           .ceil_mode = 1}),
+                 "dl_t_max_pool2d", "SAME", "ceil_mode 1");
+    EXPECT_PANIC(dl_t_max_pool2d(&tp, x, &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2, .pad_mode = 7}),
+                 "dl_t_max_pool2d", "pad_mode 7");
+    EXPECT_PANIC(dl_t_max_pool2d(&tp, x, &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2, .pad_mode = DL_PAD_EXPLICIT,
+                                                           .pad_w_end = 2}),
+                 "dl_t_max_pool2d", "right 2", "less than the window 2x2");
     dl_tensor_free(xi);
   }
   dl_tape_free(&tp);
@@ -725,6 +851,7 @@ int main(void) {
   RUN(test_torch_fixtures);
   RUN(test_naive_and_threads);
   RUN(test_pool_ties_nan);
+  RUN(test_indices_unpool);
   RUN(test_no_grad_and_steady_state);
   RUN(test_empty);
   RUN(test_inside_caller_region);

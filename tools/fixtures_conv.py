@@ -10,9 +10,15 @@ Cases (each in f64 and f32, see fixture_lib.Writer.op):
              dil_w groups (0 = default, as in dl_conv2d_args) and has_b
   conv1d_*   F.conv1d with params stride pad dil groups has_b
   maxpool_*  F.max_pool2d with params kernel_h kernel_w stride_h stride_w
-             pad_h pad_w (stride 0 = the kernel size)
-  avgpool_*  F.avg_pool2d, the same params plus exclude_pad
-             (count_include_pad = not exclude_pad)
+             pad_h pad_w dil_h dil_w ceil_mode (stride 0 = the kernel size),
+             and pad_mode pad_h_end pad_w_end as dl_pool2d_args (explicit and
+             SAME padding: F.pad with -inf, then no padding)
+  avgpool_*  F.avg_pool2d, the same params (no dilation) plus exclude_pad
+             (count_include_pad = not exclude_pad; explicit and SAME padding:
+             F.pad with zeros, divided by the window's count)
+  maxunpool_* F.max_unpool2d(F.max_pool2d(x, return_indices=True)) of one
+             window, params kernel, stride, padding and out_h out_w
+             (output_size; 0 = the default)
 Inputs x, w, b; output y, seed gy, gradients g_x, g_w, g_b.
 """
 import torch
@@ -36,14 +42,66 @@ def conv1d(x, w, b=None, stride=0, pad=0, dil=0, groups=0, has_b=1):
     return F.conv1d(x, w, b, stride=nz(stride), padding=pad, dilation=nz(dil), groups=nz(groups))
 
 
-def maxpool(x, kernel_h, kernel_w, stride_h=0, stride_w=0, pad_h=0, pad_w=0):
-    return F.max_pool2d(x, (kernel_h, kernel_w), (stride_h or kernel_h, stride_w or kernel_w),
-                        (pad_h, pad_w))
+def same_pads(n, k, s, d, lower):
+    """TensorFlow's SAME (lower: ONNX's SAME_LOWER): (before, after)."""
+    o = (n + s - 1) // s
+    tot = max((o - 1) * s + (k - 1) * d + 1 - n, 0)
+    after = tot // 2 if lower else tot - tot // 2
+    return tot - after, after
 
 
-def avgpool(x, kernel_h, kernel_w, stride_h=0, stride_w=0, pad_h=0, pad_w=0, exclude_pad=0):
-    return F.avg_pool2d(x, (kernel_h, kernel_w), (stride_h or kernel_h, stride_w or kernel_w),
-                        (pad_h, pad_w), count_include_pad=not exclude_pad)
+def window(x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, pad_mode, pad_h_end,
+           pad_w_end):
+    """(k, s, d, (top, bottom, left, right)) of a dl_pool2d_args."""
+    k = (kernel_h, kernel_w)
+    s = (stride_h or kernel_h, stride_w or kernel_w)
+    d = (nz(dil_h), nz(dil_w))
+    if pad_mode in (2, 3):  # DL_PAD_SAME, DL_PAD_SAME_LOWER
+        t, b = same_pads(x.shape[2], k[0], s[0], d[0], pad_mode == 3)
+        l, r = same_pads(x.shape[3], k[1], s[1], d[1], pad_mode == 3)
+    elif pad_mode == 1:  # DL_PAD_EXPLICIT
+        t, b, l, r = pad_h, pad_h_end, pad_w, pad_w_end
+    else:
+        t, b, l, r = pad_h, pad_h, pad_w, pad_w
+    return k, s, d, (t, b, l, r)
+
+
+def maxpool(x, kernel_h, kernel_w, stride_h=0, stride_w=0, pad_h=0, pad_w=0, dil_h=0, dil_w=0,
+            ceil_mode=0, pad_mode=0, pad_h_end=0, pad_w_end=0):
+    """PyTorch's own padding when symmetric; else F.pad with -inf, then no padding."""
+    k, s, d, (t, b, l, r) = window(x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dil_h,
+                                   dil_w, pad_mode, pad_h_end, pad_w_end)
+    if pad_mode == 0:
+        return F.max_pool2d(x, k, s, (pad_h, pad_w), d, ceil_mode=bool(ceil_mode))
+    assert not ceil_mode
+    return F.max_pool2d(F.pad(x, (l, r, t, b), value=float("-inf")), k, s, 0, d)
+
+
+def avgpool(x, kernel_h, kernel_w, stride_h=0, stride_w=0, pad_h=0, pad_w=0, exclude_pad=0,
+            ceil_mode=0, pad_mode=0, pad_h_end=0, pad_w_end=0):
+    """PyTorch's own padding when symmetric; else the zero-padded input's
+    window sums over the kernel size (count_include_pad) or over the window's
+    count of input elements (the padded mask's sums)."""
+    k, s, _, (t, b, l, r) = window(x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, 0, 0,
+                                   pad_mode, pad_h_end, pad_w_end)
+    if pad_mode == 0:
+        return F.avg_pool2d(x, k, s, (pad_h, pad_w), ceil_mode=bool(ceil_mode),
+                            count_include_pad=not exclude_pad)
+    assert not ceil_mode
+    xp = F.pad(x, (l, r, t, b))
+    y = F.avg_pool2d(xp, k, s, 0)
+    if exclude_pad:
+        m = F.pad(torch.ones_like(x), (l, r, t, b))
+        y = y / F.avg_pool2d(m, k, s, 0)
+    return y
+
+
+def maxunpool(x, kernel_h, kernel_w, stride_h=0, stride_w=0, pad_h=0, pad_w=0, out_h=0, out_w=0):
+    """F.max_unpool2d of F.max_pool2d(return_indices=True), the same window."""
+    k = (kernel_h, kernel_w)
+    s = (stride_h or kernel_h, stride_w or kernel_w)
+    y, i = F.max_pool2d(x, k, s, (pad_h, pad_w), return_indices=True)
+    return F.max_unpool2d(y, i, k, s, (pad_h, pad_w), output_size=(out_h, out_w) if out_h else None)
 
 
 def main():
@@ -104,6 +162,40 @@ def main():
     ap("avgpool_rect_excl", 1, 2, 5, 6, kernel_h=3, kernel_w=2, stride_h=1, stride_w=2, pad_h=1,
        pad_w=1, exclude_pad=1)
     ap("avgpool_rect", 1, 2, 5, 6, kernel_h=3, kernel_w=2, stride_h=1, stride_w=2, pad_h=1, pad_w=1)
+    # dilation, ceil_mode, explicit and SAME padding (dl_pool2d_args' pad_mode: 1 explicit,
+    # 2 SAME, 3 SAME_LOWER)
+    mp("maxpool_dilated", 2, 2, 7, 8, kernel_h=3, kernel_w=2, stride_h=1, stride_w=2, pad_h=1, pad_w=1,
+       dil_h=2, dil_w=3)
+    mp("maxpool_ceil", 2, 2, 6, 7, kernel_h=3, kernel_w=3, stride_h=2, stride_w=2, pad_w=1, ceil_mode=1)
+    mp("maxpool_ceil_dilated", 1, 2, 8, 7, kernel_h=2, kernel_w=3, stride_h=3, stride_w=2, pad_h=1,
+       pad_w=1, dil_h=2, ceil_mode=1)
+    mp("maxpool_explicit", 2, 2, 5, 6, kernel_h=3, kernel_w=2, stride_h=2, stride_w=2, pad_w=1,
+       pad_mode=1, pad_h_end=2)
+    mp("maxpool_same", 2, 2, 5, 7, kernel_h=2, kernel_w=2, pad_mode=2)
+    mp("maxpool_same_dilated", 1, 2, 5, 6, kernel_h=3, kernel_w=3, stride_h=1, stride_w=1, dil_h=2,
+       pad_mode=2)
+    mp("maxpool_same_lower", 1, 2, 7, 8, kernel_h=4, kernel_w=4, stride_h=3, stride_w=3, pad_mode=3)
+    ap("avgpool_ceil", 2, 2, 6, 7, kernel_h=3, kernel_w=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1,
+       ceil_mode=1)
+    ap("avgpool_ceil_excl", 1, 2, 6, 7, kernel_h=3, kernel_w=2, stride_h=2, stride_w=2, pad_h=1,
+       exclude_pad=1, ceil_mode=1)
+    ap("avgpool_explicit", 2, 2, 5, 6, kernel_h=3, kernel_w=2, stride_h=2, stride_w=1, pad_h=2,
+       pad_mode=1, pad_w_end=1)
+    ap("avgpool_explicit_excl", 1, 2, 5, 6, kernel_h=3, kernel_w=3, stride_h=2, stride_w=2, pad_h=1,
+       pad_w=2, pad_mode=1, pad_h_end=2, exclude_pad=1)
+    ap("avgpool_same_excl", 2, 2, 6, 5, kernel_h=3, kernel_w=3, stride_h=2, stride_w=2, pad_mode=2,
+       exclude_pad=1)
+    ap("avgpool_same_lower", 1, 2, 7, 6, kernel_h=2, kernel_w=3, stride_h=2, stride_w=2, pad_mode=3)
+
+    def up(name, n, c, h, w, **p):
+        out.op(name, maxunpool, {"x": r(n, c, h, w)}, p)
+
+    up("maxunpool_k2", 2, 2, 4, 6, kernel_h=2, kernel_w=2)
+    # windows that do not overlap: where a max pool repeats an index, PyTorch's unpool backward
+    # gives each copy the gradient, dl.h only the one written (tests/test_ops_conv.c checks that)
+    up("maxunpool_k2s2p1_size", 1, 2, 5, 6, kernel_h=2, kernel_w=2, pad_h=1, pad_w=1, out_h=5,
+       out_w=6)
+    up("maxunpool_odd_size", 2, 1, 5, 7, kernel_h=2, kernel_w=2, out_h=5, out_w=7)
     out.close()
 
 

@@ -351,6 +351,16 @@ def main():
     c.layer("resblock", lambda: Root(res=Block(2)), {"x": normal(2, 2, 4, 4)}, plain, {}, state_after=True)
     c.layer("resblock_eval", lambda: Root(res=Block(2)), {"x": normal(2, 2, 4, 4)}, plain, {}, train=False,
             state_after=True)
+    # Pooling's dilation and ceil_mode (after the others: their inputs do not shift earlier cases)
+    c.layer("maxpool_dil_ceil", seq(lambda: nn.MaxPool2d((3, 2), stride=2, padding=1, dilation=(2, 1),
+                                                           ceil_mode=True)),
+            {"x": normal(2, 2, 8, 7)}, plain,
+            {"kernel": 3, "kernel_w": 2, "stride": 2, "padding": 1, "dilation": 2, "dilation_w": 1,
+             "ceil_mode": 1})
+    c.layer("avgpool_ceil_excl", seq(lambda: nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True,
+                                                            count_include_pad=False)),
+            {"x": normal(2, 2, 6, 7)}, plain,
+            {"kernel": 3, "stride": 2, "padding": 1, "ceil_mode": 1, "exclude_pad": 1})
 
     n_layer_cases = w.n
 

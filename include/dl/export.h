@@ -277,8 +277,14 @@ DL_API dl_status dl__micro_one(dl_micro_model *q, dl_layer *l, int *cur, int *la
   }
   if (l->vt == &dl__lay_maxpool_vt || l->vt == &dl__lay_avgpool_vt) {
     const dl_pool2d_args *a = &((const dl__lay_pool *)l)->a;
-    int32_t ho = dlm__out_dim(X.h, a->kernel_h, a->stride_h, a->pad_h, 1);
-    int32_t wo = dlm__out_dim(X.w, a->kernel_w, a->stride_w, a->pad_w, 1);
+    int32_t ho, wo;
+    if (a->pad_mode != DL_PAD_SYMMETRIC || a->ceil_mode || a->dil_h > 1 || a->dil_w > 1)
+      return dl_fail(ctx, DL_ERR_UNSUPPORTED, "dl_micro_from_model: layer '%s' (%s): dl/micro.h pools with symmetric "
+                     "padding, floor sizes and no dilation; this one has%s%s%s", l->name, type,
+                     a->pad_mode != DL_PAD_SYMMETRIC ? " explicit or SAME padding" : "",
+                     a->ceil_mode ? " ceil_mode" : "", a->dil_h > 1 || a->dil_w > 1 ? " dilation" : "");
+    ho = dlm__out_dim(X.h, a->kernel_h, a->stride_h, a->pad_h, 1);
+    wo = dlm__out_dim(X.w, a->kernel_w, a->stride_w, a->pad_w, 1);
     if ((o = dl__micro_tensor(q, X.c, ho, wo)) < 0 ||
         !(L = dl__micro_layer(q, l->vt == &dl__lay_maxpool_vt ? DLM_OP_MAXPOOL2D : DLM_OP_AVGPOOL2D, *cur, l->name)))
       return ctx->status;

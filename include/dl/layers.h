@@ -1096,13 +1096,18 @@ DL_API dl_layer *dl_conv1d_make(dl_model *m, dl_layer *parent, const char *name,
 
 /* >>pooling and reshaping -------------------------------------------------- */
 
-/* nn.MaxPool2d / nn.AvgPool2d(kernel, stride = kernel, padding,
- * count_include_pad = !exclude_pad). _w fields 0 = the square value;
- * padding_w = DL_PAD_NONE: no width padding. */
+/* nn.MaxPool2d(kernel, stride = kernel, padding, dilation, ceil_mode) /
+ * nn.AvgPool2d(kernel, stride, padding, ceil_mode, count_include_pad =
+ * !exclude_pad). _w fields 0 = the square value; padding_w = DL_PAD_NONE:
+ * no width padding; dilation 0 = 1 (max only). pad_mode as dl_pool2d_args
+ * (ops/conv.h): DL_PAD_EXPLICIT reads padding / padding_w as the top / left
+ * and padding_end / padding_w_end as the bottom / right (taken as given, no
+ * square default); DL_PAD_SAME and DL_PAD_SAME_LOWER compute them. */
 typedef struct dl_pool2d_desc {
   int kernel, stride, padding;
   int kernel_w, stride_w, padding_w;
   int exclude_pad; /* avg only */
+  int dilation, dilation_w, ceil_mode, pad_mode, padding_end, padding_w_end;
 } dl_pool2d_desc;
 typedef struct dl__lay_pool {
   dl_layer base;
@@ -1118,8 +1123,17 @@ DL_API dl_tensor *dl__lay_avgpool_forward(dl_layer *l, dl_tape *tp, dl_tensor *x
 }
 DL_API void dl__lay_pool_describe(const dl_layer *l, char *buf, size_t n) {
   const dl_pool2d_args *a = &((const dl__lay_pool *)l)->a;
-  snprintf(buf, n, "kernel=%dx%d, stride=%dx%d, padding=%dx%d", a->kernel_h, a->kernel_w, a->stride_h, a->stride_w,
-           a->pad_h, a->pad_w);
+  static const char *const modes[] = {"", "explicit", "SAME", "SAME_LOWER"};
+  int k = snprintf(buf, n, "kernel=%dx%d, stride=%dx%d", a->kernel_h, a->kernel_w, a->stride_h, a->stride_w);
+  if (k < 0 || (size_t)k >= n) return;
+  if (a->pad_mode == DL_PAD_SYMMETRIC) k += snprintf(buf + k, n - (size_t)k, ", padding=%dx%d", a->pad_h, a->pad_w);
+  else if (a->pad_mode == DL_PAD_EXPLICIT)
+    k += snprintf(buf + k, n - (size_t)k, ", padding=%d,%d/%d,%d", a->pad_h, a->pad_h_end, a->pad_w, a->pad_w_end);
+  else k += snprintf(buf + k, n - (size_t)k, ", padding=%s", modes[a->pad_mode & 3]);
+  if (k < 0 || (size_t)k >= n) return;
+  if (a->dil_h > 1 || a->dil_w > 1) k += snprintf(buf + k, n - (size_t)k, ", dilation=%dx%d", a->dil_h, a->dil_w);
+  if (k < 0 || (size_t)k >= n) return;
+  if (a->ceil_mode) snprintf(buf + k, n - (size_t)k, ", ceil_mode");
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_maxpool_vt, {"MaxPool2d", dl__lay_maxpool_forward, dl__lay_pool_describe, NULL, 0});
 DL__GLOBAL(const dl_layer_vt dl__lay_avgpool_vt, {"AvgPool2d", dl__lay_avgpool_forward, dl__lay_pool_describe, NULL, 0});
@@ -1127,8 +1141,13 @@ DL_API dl_layer *dl__lay_pool_make(dl_model *m, dl_layer *parent, const char *na
                                const dl_layer_vt *vt) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_pool *P;
-  if (d->kernel <= 0 || d->kernel_w < 0 || d->stride < 0 || d->padding < 0)
-    DL_PANIC(m->ctx, vt->type, "kernel %d must be > 0, stride %d and padding %d >= 0", d->kernel, d->stride, d->padding);
+  if (d->kernel <= 0 || d->kernel_w < 0 || d->stride < 0 || d->padding < 0 || d->dilation < 0 || d->dilation_w < 0 ||
+      d->padding_end < 0 || d->padding_w_end < 0)
+    DL_PANIC(m->ctx, vt->type, "kernel %d must be > 0, stride %d, padding %d (end %d, %d) and dilation %d >= 0",
+             d->kernel, d->stride, d->padding, d->padding_end, d->padding_w_end, d->dilation);
+  if (vt == &dl__lay_avgpool_vt && (d->dilation > 1 || d->dilation_w > 1))
+    DL_PANIC(m->ctx, vt->type, "dilation %dx%d: average pooling has none (as nn.AvgPool2d)", d->dilation,
+             d->dilation_w);
   P = (dl__lay_pool *)dl_layer_new(m, parent, name, vt, sizeof *P);
   if (!P) return NULL;
   P->a.kernel_h = d->kernel;
@@ -1136,8 +1155,15 @@ DL_API dl_layer *dl__lay_pool_make(dl_model *m, dl_layer *parent, const char *na
   P->a.stride_h = d->stride ? d->stride : P->a.kernel_h;
   P->a.stride_w = d->stride_w ? d->stride_w : d->stride ? d->stride : P->a.kernel_w;
   P->a.pad_h = d->padding;
-  P->a.pad_w = d->padding_w == DL_PAD_NONE ? 0 : d->padding_w ? d->padding_w : d->padding;
+  P->a.pad_w = d->padding_w == DL_PAD_NONE ? 0
+               : d->padding_w || d->pad_mode == DL_PAD_EXPLICIT ? d->padding_w : d->padding;
   P->a.exclude_pad = d->exclude_pad;
+  P->a.dil_h = d->dilation ? d->dilation : 1;
+  P->a.dil_w = d->dilation_w ? d->dilation_w : P->a.dil_h;
+  P->a.ceil_mode = d->ceil_mode != 0;
+  P->a.pad_mode = d->pad_mode;
+  P->a.pad_h_end = d->padding_end;
+  P->a.pad_w_end = d->padding_w_end;
   return &P->base;
 }
 DL_API dl_layer *dl_maxpool2d_make(dl_model *m, dl_layer *parent, const char *name, const dl_pool2d_desc *d) {

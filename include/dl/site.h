@@ -69,6 +69,8 @@ DL__INL dl_layer *dl__site_l(dl_layer *l) {
 #define dl_t_matmul(...) DL__AT_T(dl_t_matmul, __VA_ARGS__)
 #define dl_t_max(...) DL__AT_T(dl_t_max, __VA_ARGS__)
 #define dl_t_max_pool2d(...) DL__AT_T(dl_t_max_pool2d, __VA_ARGS__)
+#define dl_t_max_pool2d_with_indices(...) DL__AT_T(dl_t_max_pool2d_with_indices, __VA_ARGS__)
+#define dl_t_max_unpool2d(...) DL__AT_T(dl_t_max_unpool2d, __VA_ARGS__)
 #define dl_t_mean(...) DL__AT_T(dl_t_mean, __VA_ARGS__)
 #define dl_t_mean_all(...) DL__AT_T(dl_t_mean_all, __VA_ARGS__)
 #define dl_t_min(...) DL__AT_T(dl_t_min, __VA_ARGS__)

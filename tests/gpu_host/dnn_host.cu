@@ -15,8 +15,10 @@
 // What it checks, at f32 and at f64:
 //   - max and avg pool2d: y, the tangent ty (max: through the forward's
 //     idx), the gradient gx; bit for bit, over inputs with ties, NaN and
-//     -inf, for 10 geometries (stride != kernel, padding, exclude_pad,
-//     1x1, overlapping windows) on two shapes each;
+//     -inf, for 17 geometries (stride != kernel, padding, exclude_pad,
+//     1x1, overlapping windows, ceil_mode, explicit and SAME padding) and
+//     5 dilated ones (max; on [1, 2, 3, 2] the last has a window whose
+//     taps all miss the input) on two or three shapes each;
 //   - batch norm on [N, C, S]: y, ty, gx, gw, gb and the running mean and
 //     variance, in training, eval with running statistics and eval without
 //     them (batch statistics), with / without weight and bias, eps 0 once;
@@ -120,19 +122,18 @@ template <class T> static std::vector<T> dh_plus(const std::vector<T> &a, const 
 // cover them).
 static int dh_nan_out, dh_ninf_out;
 
-// One pooling case on x [N, C, H, W] (kind 0 max, 1 avg; stride 0 means the
-// kernel, as dl_pool2d_args): x holds ties (values in {-1, 0, 1, 2}), NaN
+// One pooling case on x [N, C, H, W] (kind 0 max, 1 avg; q the window as
+// dl_pool2d_args, host_check.h): x holds ties (values in {-1, 0, 1, 2}), NaN
 // and -inf. The bodies run as pool_k would: forward over y, then (max) the
 // tangent over y through idx, then the backward over gx.
-template <class T>
-static void pool_case(int kind, int64_t N, int64_t C, int64_t H, int64_t W, int kh, int kw, int sh, int sw, int ph,
-                      int pw, int excl) {
+template <class T> static void pool_case(int kind, int64_t N, int64_t C, int64_t H, int64_t W, const int *q) {
   const int dt = sizeof(T) == 8;
+  int64_t geo[10];
   dlg_pool2d g;
-  g.N = N; g.C = C; g.H = H; g.W = W; g.kh = kh; g.kw = kw;
-  g.sh = sh ? sh : kh; g.sw = sw ? sw : kw; g.ph = ph; g.pw = pw; g.excl = excl;
-  g.Ho = (H + 2 * ph - kh) / g.sh + 1;
-  g.Wo = (W + 2 * pw - kw) / g.sw + 1;
+  dnn_ref_pool_geom(kind, N, C, H, W, q, geo);
+  g.N = N; g.C = C; g.H = H; g.W = W; g.kh = q[0]; g.kw = q[1];
+  g.sh = geo[6]; g.sw = geo[7]; g.ph = geo[2]; g.pw = geo[3]; g.excl = q[6];
+  g.Ho = geo[0]; g.Wo = geo[1]; g.phe = geo[4]; g.pwe = geo[5]; g.dh = geo[8]; g.dw = geo[9];
   const int64_t nx = N * C * H * W, ny = N * C * g.Ho * g.Wo;
   std::vector<T> x(nx), tx(nx), gy(ny), y(ny, kUnset), ty(ny, kUnset), gx(nx, (T)0), ry(ny), rty(ny), rgx(nx);
   std::vector<int32_t> idx(ny);
@@ -142,8 +143,7 @@ static void pool_case(int kind, int64_t N, int64_t C, int64_t H, int64_t W, int 
   }
   hc_fill(tx, -1, 1);
   hc_fill(gy, -1, 1);
-  dnn_ref_pool(kind, dt, N, C, H, W, kh, kw, sh, sw, ph, pw, excl, x.data(), gy.data(), tx.data(), ry.data(),
-               rgx.data(), rty.data());
+  dnn_ref_pool(kind, dt, N, C, H, W, q, x.data(), gy.data(), tx.data(), ry.data(), rgx.data(), rty.data());
   for (int64_t e = 0; e < ny; e++) {
     if (kind == 0) {
       maxpool_fwd_at(g, x.data(), y.data(), idx.data(), e);
@@ -163,10 +163,11 @@ static void pool_case(int kind, int64_t N, int64_t C, int64_t H, int64_t W, int 
       dh_nan_out += std::isnan(v);
       dh_ninf_out += std::isinf(v) && v < 0;
     }
-  char name[200];
-  snprintf(name, sizeof name, "%s pool %s [%lld, %lld, %lld, %lld] kernel %dx%d stride %dx%d pad %dx%d excl %d",
-           kind ? "avg" : "max", hc_dt(dt), (long long)N, (long long)C, (long long)H, (long long)W, kh, kw, sh, sw,
-           ph, pw, excl);
+  char name[240];
+  snprintf(name, sizeof name, "%s pool %s [%lld, %lld, %lld, %lld] kernel %dx%d stride %dx%d pad %dx%d excl %d "
+           "dil %dx%d ceil %d mode %d end %dx%d", kind ? "avg" : "max", hc_dt(dt), (long long)N, (long long)C,
+           (long long)H, (long long)W, q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11],
+           q[12]);
   const std::string n(name);
   hc_bits(n + " y", y, ry);
   hc_bits(n + " ty", ty, rty);
@@ -183,15 +184,31 @@ static void pool_case(int kind, int64_t N, int64_t C, int64_t H, int64_t W, int 
 }
 
 template <class T> static void pool_cases(int kind) {
-  // kernel h, w; stride h, w (0: the kernel); padding h, w (<= kernel / 2); exclude_pad
-  static const int geo[][7] = {{2, 2, 0, 0, 0, 0, 0}, {3, 3, 1, 1, 1, 1, 0}, {3, 3, 2, 2, 1, 1, 0},
-                               {3, 3, 2, 2, 1, 1, 1}, {3, 2, 1, 2, 1, 1, 1}, {4, 4, 3, 1, 2, 2, 0},
-                               {4, 4, 3, 1, 2, 2, 1}, {1, 1, 1, 1, 0, 0, 0}, {5, 3, 2, 3, 2, 1, 0},
-                               {2, 3, 1, 1, 1, 1, 1}};
+  // kernel h, w; stride h, w (0: the kernel); padding h, w (<= kernel / 2); exclude_pad; dilation h, w
+  // (max only); ceil_mode; pad_mode (1 explicit, 2 SAME, 3 SAME_LOWER); padding at the bottom, right
+  static const int geo[][13] = {{2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+                                {3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0}, {3, 3, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0},
+                                {3, 2, 1, 2, 1, 1, 1, 0, 0, 0, 0, 0, 0}, {4, 4, 3, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0},
+                                {4, 4, 3, 1, 2, 2, 1, 0, 0, 0, 0, 0, 0}, {1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+                                {5, 3, 2, 3, 2, 1, 0, 0, 0, 0, 0, 0, 0}, {2, 3, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0},
+                                {3, 3, 2, 2, 1, 0, 0, 0, 0, 1, 0, 0, 0}, {3, 2, 2, 2, 1, 1, 1, 0, 0, 1, 0, 0, 0},
+                                {3, 2, 2, 1, 0, 1, 0, 0, 0, 0, 1, 2, 0}, {3, 3, 2, 2, 2, 0, 1, 0, 0, 0, 1, 1, 2},
+                                {2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0}, {3, 3, 2, 2, 0, 0, 1, 0, 0, 0, 2, 0, 0},
+                                {4, 3, 3, 2, 0, 0, 0, 0, 0, 0, 3, 0, 0}};
+  // dilated (max pooling only)
+  static const int dil[][13] = {{3, 2, 1, 2, 1, 1, 0, 2, 3, 0, 0, 0, 0}, {2, 3, 3, 2, 1, 1, 0, 2, 1, 1, 0, 0, 0},
+                                {3, 3, 1, 1, 0, 0, 0, 2, 2, 0, 2, 0, 0}, {2, 2, 1, 1, 0, 0, 0, 4, 4, 0, 1, 3, 3},
+                                {1, 2, 1, 1, 0, 2, 0, 1, 3, 0, 1, 0, 2}};
   for (const auto &q : geo) {
-    pool_case<T>(kind, 2, 3, 7, 9, q[0], q[1], q[2], q[3], q[4], q[5], q[6]);
-    pool_case<T>(kind, 1, 2, 5, 5, q[0], q[1], q[2], q[3], q[4], q[5], q[6]);
+    pool_case<T>(kind, 2, 3, 7, 9, q);
+    pool_case<T>(kind, 1, 2, 5, 5, q);
   }
+  if (kind == 0)
+    for (const auto &q : dil) {
+      pool_case<T>(kind, 2, 3, 7, 9, q);
+      pool_case<T>(kind, 1, 2, 5, 5, q);
+      pool_case<T>(kind, 1, 2, 3, 2, q); // the last case: the window at columns -1 and 2 misses W = 2
+    }
 }
 template <class T> static void max_pools() {
   dh_nan_out = dh_ninf_out = 0;

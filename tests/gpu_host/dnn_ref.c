@@ -9,19 +9,36 @@
  * pointer may be NULL (not wanted). Each call makes and frees its tensors. */
 #include "host_check.h" /* the functions' declarations, dl.h, ref_init, ref_make, ref_out */
 
-/* Pooling on x [N, C, H, W]: kind 0 max, 1 avg; geometry as dl_pool2d_args
- * (stride 0: the kernel). y = pool(x), gx = its gradient for upstream gy,
- * ty = its tangent for tangent tx of x. */
-void dnn_ref_pool(int kind, int dt, int64_t N, int64_t C, int64_t H, int64_t W, int kh, int kw, int sh, int sw,
-                  int ph, int pw, int excl, const void *x, const void *gy, const void *tx, void *y, void *gx,
-                  void *ty) {
-  int64_t sx[4];
+/* Pooling on x [N, C, H, W]: kind 0 max, 1 avg; q the window as
+ * dl_pool2d_args (host_check.h). y = pool(x), gx = its gradient for
+ * upstream gy, ty = its tangent for tangent tx of x. */
+static dl_pool2d_args dnn_ref_pool_args(const int *q) {
   dl_pool2d_args a;
+  a.kernel_h = q[0]; a.kernel_w = q[1]; a.stride_h = q[2]; a.stride_w = q[3];
+  a.pad_h = q[4]; a.pad_w = q[5]; a.exclude_pad = q[6]; a.dil_h = q[7]; a.dil_w = q[8];
+  a.ceil_mode = q[9]; a.pad_mode = q[10]; a.pad_h_end = q[11]; a.pad_w_end = q[12];
+  return a;
+}
+void dnn_ref_pool_geom(int kind, int64_t N, int64_t C, int64_t H, int64_t W, const int *q, int64_t *g) {
+  int64_t sx[4];
+  const dl_pool2d_args a = dnn_ref_pool_args(q);
+  dl__pool_geom pg;
+  dl_tensor *X;
+  sx[0] = N; sx[1] = C; sx[2] = H; sx[3] = W;
+  ref_init();
+  X = dl_tensor_make(&ref_ctx, DL_F64, 4, sx);
+  pg = dl__pool_check("dnn_ref_pool_geom", X, &a, kind == 0);
+  g[0] = pg.Ho; g[1] = pg.Wo; g[2] = pg.ph; g[3] = pg.pw; g[4] = pg.phe; g[5] = pg.pwe;
+  g[6] = pg.sh; g[7] = pg.sw; g[8] = pg.dh; g[9] = pg.dw;
+  dl_tensor_free(X);
+}
+void dnn_ref_pool(int kind, int dt, int64_t N, int64_t C, int64_t H, int64_t W, const int *q, const void *x,
+                  const void *gy, const void *tx, void *y, void *gx, void *ty) {
+  int64_t sx[4];
+  const dl_pool2d_args a = dnn_ref_pool_args(q);
   dl_tensor *X, *TX, *G, *Y;
   dl_tape tp;
   sx[0] = N; sx[1] = C; sx[2] = H; sx[3] = W;
-  a.kernel_h = kh; a.kernel_w = kw; a.stride_h = sh; a.stride_w = sw;
-  a.pad_h = ph; a.pad_w = pw; a.exclude_pad = excl;
   ref_init();
   X = ref_make(dt, 4, sx, x);
   TX = ref_make(dt, 4, sx, tx);

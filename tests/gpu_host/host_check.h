@@ -48,9 +48,13 @@ int64_t kref_regularize(int dt, double l1, double l2, int64_t V, int64_t D, int6
                         int64_t n, const void *gy, int64_t *rows, void *vals_before, void *vals_after);
 
 /* dnn_ref.c: the pools, norms and conv bias gradient (dt 0: f32, 1: f64). */
-void dnn_ref_pool(int kind, int dt, int64_t N, int64_t C, int64_t H, int64_t W, int kh, int kw, int sh, int sw,
-                  int ph, int pw, int excl, const void *x, const void *gy, const void *tx, void *y, void *gx,
-                  void *ty);
+/* The pools' window q[13] is a dl_pool2d_args in its field order (kernel h, w;
+ * stride h, w; padding h, w; exclude_pad; dilation h, w; ceil_mode; pad_mode;
+ * pad_h_end, pad_w_end); dnn_ref_pool_geom gives dl.h's sizes for it on
+ * [N, C, H, W]: g = Ho, Wo, ph, pw, phe, pwe, sh, sw, dh, dw. */
+void dnn_ref_pool_geom(int kind, int64_t N, int64_t C, int64_t H, int64_t W, const int *q, int64_t *g);
+void dnn_ref_pool(int kind, int dt, int64_t N, int64_t C, int64_t H, int64_t W, const int *q, const void *x,
+                  const void *gy, const void *tx, void *y, void *gx, void *ty);
 void dnn_ref_bn(int dt, int64_t N, int64_t C, int64_t S, int training, double momentum, double eps, const void *x,
                 const void *w, const void *b, void *rm, void *rv, const void *gy, const void *tx, const void *tw,
                 const void *tb, void *y, void *gx, void *gw, void *gb, void *ty);

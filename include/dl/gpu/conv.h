@@ -63,17 +63,21 @@ int dlg_conv2d_bwd(dlg_handle *h, int dtype, const dlg_conv2d *g, const void *x,
                    const void *gy, void *gx, void *gw, void *gb);
 
 /* >>pooling (own kernels: the CPU's tie, NaN and divisor rules) --------------
- * x [N, C, H, W], y [N, C, Ho, Wo] with Ho = (H + 2 ph - kh) / sh + 1
- * (likewise Wo), as ops/conv.h's dl__pool_geom; the window of (oh, ow) is
- * rows [oh sh - ph, + kh) and columns [ow sw - pw, + kw) clipped to the
- * input. excl: the average divides by the clipped window's size, else by
- * kh kw (count_include_pad). Max pooling pads with -inf; idx [N, C, Ho, Wo]
- * (int32) holds ih W + iw of the first maximum of the window in scan
- * order (rows, then columns; a NaN wins, the last NaN of the window; a
- * window of -inf keeps its first element). */
+ * x [N, C, H, W], y [N, C, Ho, Wo] (Ho, Wo given: ops/conv.h's
+ * dl__pool_geom works them out); the window of (oh, ow) is the rows
+ * oh sh - ph + j dh (j < kh) and columns ow sw - pw + l dw (l < kw) inside
+ * the input (ph, pw: the padding at the top and left; phe, pwe at the
+ * bottom and right). Average pooling has dh = dw = 1; excl: it divides by
+ * the number of elements inside the input, else by those inside the padded
+ * input [-ph, H + phe) x [-pw, W + pwe) (count_include_pad). Max pooling
+ * pads with -inf; idx [N, C, Ho, Wo] (int32) holds ih W + iw of the first
+ * maximum of the window in scan order (rows, then columns; a NaN wins, the
+ * last NaN of the window; a window of -inf keeps its first element; a
+ * window with no tap inside the input gives -inf and -1). */
 typedef struct dlg_pool2d {
   int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, Ho, Wo;
   int excl;
+  int64_t dh, dw, phe, pwe;
 } dlg_pool2d;
 
 /* y = window max of x; idx (may be NULL) its position in the plane. */
@@ -92,6 +96,17 @@ int dlg_avg_pool2d_fwd(dlg_handle *h, int dtype, const dlg_pool2d *g, const void
 /* gx += gy / count over each window, summed per element in (oh, ow) order
  * (deterministic, no atomics). */
 int dlg_avg_pool2d_bwd(dlg_handle *h, int dtype, const dlg_pool2d *g, const void *gy, void *gx);
+
+/* max_unpool2d over `planes` planes of n elements in, m out: y [planes, m]
+ * = 0 but y[p][idx[p][k]] = x[p][k] in k order (the last of equal indices
+ * wins; an index outside [0, m) writes nothing); own (may be NULL)
+ * [planes, m] = the k written, -1 elsewhere. One thread per plane, so
+ * bit for bit the CPU's. */
+int dlg_max_unpool2d_fwd(dlg_handle *h, int dtype, int64_t planes, int64_t n, int64_t m, const void *x,
+                         const int32_t *idx, void *y, int32_t *own);
+/* gx [planes, n] += gy[p][idx[p][k]] where own[p][idx[p][k]] == k. */
+int dlg_max_unpool2d_bwd(dlg_handle *h, int dtype, int64_t planes, int64_t n, int64_t m, const void *gy,
+                         const int32_t *idx, const int32_t *own, void *gx);
 
 #ifdef __cplusplus
 }

@@ -49,16 +49,59 @@ typedef struct dl_conv2d_args {
 typedef struct dl_conv1d_args {
   int stride, pad, dil, groups;
 } dl_conv1d_args;
+/* How a window op's padding is given (pad_mode):
+ *   DL_PAD_SYMMETRIC (0)  pad_h rows at the top and at the bottom, pad_w
+ *                         columns at the left and the right (PyTorch's);
+ *   DL_PAD_EXPLICIT       pad_h at the top, pad_h_end at the bottom, pad_w
+ *                         at the left, pad_w_end at the right (ONNX pads,
+ *                         Keras' ZeroPadding2D before a layer);
+ *   DL_PAD_SAME           TensorFlow's padding="SAME" (ONNX SAME_UPPER):
+ *                         output ceil(H / stride), the padding that takes
+ *                         (Ho - 1) stride + dil (k - 1) + 1 - H, at least
+ *                         0, split with the odd one at the bottom / right;
+ *   DL_PAD_SAME_LOWER     the same, the odd one at the top / left.
+ * Under the SAME modes pad_h, pad_w and ceil_mode must be 0. */
+enum { DL_PAD_SYMMETRIC = 0, DL_PAD_EXPLICIT = 1, DL_PAD_SAME = 2, DL_PAD_SAME_LOWER = 3 };
+
 /* Pooling window: kernel_h, kernel_w > 0 are required; stride 0 means the
- * kernel size (PyTorch's default); padding at most half the kernel (as in
- * PyTorch); exclude_pad = 0 counts padded zeros in the average
+ * kernel size (PyTorch's default); symmetric padding at most half the
+ * kernel (as in PyTorch), explicit padding less than the window on each
+ * side; exclude_pad = 0 counts padded zeros in the average
  * (count_include_pad=True, PyTorch's default), 1 divides by the number of
- * elements inside the input. max_pool2d pads with -inf. */
+ * elements inside the input (TensorFlow's SAME average is exclude_pad = 1).
+ * dil_h, dil_w: dilation, 0 = 1, max pooling only. ceil_mode: output sizes
+ * rounded up (PyTorch's ceil_mode=True). max_pool2d pads with -inf. */
 typedef struct dl_pool2d_args {
   int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, exclude_pad;
+  int dil_h, dil_w, ceil_mode, pad_mode, pad_h_end, pad_w_end;
 } dl_pool2d_args;
 
 /* >>helpers ---------------------------------------------------------------- */
+
+/* One axis of a window op: input size n, kernel k, stride s, dilation d,
+ * padding p (and p_end under DL_PAD_EXPLICIT) under pad_mode `mode`, ceil
+ * mode `ceil`: sets *pb, *pe (the padding before and after) and returns the
+ * output size, -1 when the window is larger than the padded input. */
+DL_API int64_t dl__window_axis(int mode, int64_t n, int64_t k, int64_t s, int64_t d, int64_t p, int64_t p_end,
+                               int ceil, int64_t *pb, int64_t *pe) {
+  const int64_t ek = (k - 1) * d + 1;
+  int64_t o;
+  if (mode == DL_PAD_SAME || mode == DL_PAD_SAME_LOWER) {
+    int64_t tot;
+    o = (n + s - 1) / s;
+    tot = o > 0 ? (o - 1) * s + ek - n : 0;
+    if (tot < 0) tot = 0;
+    *pe = mode == DL_PAD_SAME ? tot - tot / 2 : tot / 2;
+    *pb = tot - *pe;
+    return o;
+  }
+  *pb = p;
+  *pe = mode == DL_PAD_EXPLICIT ? p_end : p;
+  if (n + *pb + *pe < ek) return -1;
+  o = (n + *pb + *pe - ek + (ceil ? s - 1 : 0)) / s + 1;
+  if (ceil && (o - 1) * s >= n + *pb) o--;
+  return o;
+}
 
 /* One convolution's sizes: x [N, C, H, W], w [O, Cg, kh, kw], y [N, O, Ho, Wo],
  * G groups of Cg = C/G input and Og = O/G output channels, K = Cg*kh*kw rows
@@ -704,65 +747,74 @@ DL_API dl_tensor *dl_t_conv1d(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
 
 /* >>pooling ---------------------------------------------------------------- */
 
+/* One pooling window: ph, pw the padding at the top and left, phe, pwe at
+ * the bottom and right; dh, dw the dilation (1 for average pooling). */
 typedef struct dl__pool_geom {
   int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, Ho, Wo;
   int excl;
+  int64_t dh, dw, phe, pwe;
 } dl__pool_geom;
 
 /* The pooling kernels, per plane ([H, W] in, [Ho, Wo] out), for T (sfx):
  *   dl__maxpool_fwd_<sfx>(g, x, y, idx)   y = window max, idx (may be NULL)
  *                                         its position ih*W + iw (the first
- *                                         maximum in scan order; NaN wins)
+ *                                         maximum in scan order; NaN wins;
+ *                                         -1 and -inf for a window none of
+ *                                         whose taps is inside the input)
  *   dl__maxpool_bwd_<sfx>(g, gy, idx, gx) gx[idx] += gy
  *   dl__maxpool_tan_<sfx>(g, tx, idx, ty) ty = tx[idx]
  *   dl__avgpool_fwd_<sfx>(g, x, y)        y = window mean
- *   dl__avgpool_bwd_<sfx>(g, gy, gx)      gx[window] += gy / count */
+ *   dl__avgpool_bwd_<sfx>(g, gy, gx)      gx[window] += gy / count
+ * The average's window of (oh, ow) is rows [oh sh - ph, + kh) clipped to the
+ * padded input [-ph, H + phe) (count_include_pad counts those) and to the
+ * input [0, H) (the elements summed, and exclude_pad's count); likewise the
+ * columns. */
 #define DL__POOL_KERNELS(T, sfx)                                                                   \
   DL_API void dl__maxpool_fwd_##sfx(const dl__pool_geom *g, const T *x, T *y, int32_t *idx) {      \
-    int64_t oh, ow, ih, iw;                                                                        \
-    for (oh = 0; oh < g->Ho; oh++)                                                                 \
+    int64_t oh, ow, jh, jw;                                                                        \
+    for (oh = 0; oh < g->Ho; oh++) {                                                               \
+      const int64_t hs = oh * g->sh - g->ph;                                                       \
+      int64_t h0, h1;                                                                              \
+      dl__conv_range(hs, g->dh, g->H, g->kh, &h0, &h1);                                            \
       for (ow = 0; ow < g->Wo; ow++) {                                                             \
-        int64_t hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw;                                  \
-        const int64_t he = hs + g->kh < g->H ? hs + g->kh : g->H;                                  \
-        const int64_t we = ws + g->kw < g->W ? ws + g->kw : g->W;                                  \
+        const int64_t ws = ow * g->sw - g->pw;                                                     \
+        int64_t w0, w1, at = -1;                                                                   \
         T m = -(T)INFINITY;                                                                        \
-        int64_t at;                                                                                \
-        if (hs < 0) hs = 0;                                                                        \
-        if (ws < 0) ws = 0;                                                                        \
-        at = hs * g->W + ws;                                                                       \
-        for (ih = hs; ih < he; ih++)                                                               \
-          for (iw = ws; iw < we; iw++) {                                                           \
-            const T v = x[ih * g->W + iw];                                                         \
-            if (v > m || v != v) {                                                                 \
+        dl__conv_range(ws, g->dw, g->W, g->kw, &w0, &w1);                                          \
+        for (jh = h0; jh < h1; jh++) {                                                             \
+          const int64_t r = (hs + jh * g->dh) * g->W + ws;                                         \
+          for (jw = w0; jw < w1; jw++) {                                                           \
+            const int64_t p = r + jw * g->dw;                                                      \
+            const T v = x[p];                                                                      \
+            if (v > m || v != v || at < 0) {                                                       \
               m = v;                                                                               \
-              at = ih * g->W + iw;                                                                 \
+              at = p;                                                                              \
             }                                                                                      \
           }                                                                                        \
+        }                                                                                          \
         y[oh * g->Wo + ow] = m;                                                                    \
         if (idx) idx[oh * g->Wo + ow] = (int32_t)at;                                               \
       }                                                                                            \
+    }                                                                                              \
   }                                                                                                \
   DL_API void dl__maxpool_bwd_##sfx(const dl__pool_geom *g, const T *gy, const int32_t *idx,       \
                                     T *gx) {                                                       \
     int64_t k;                                                                                     \
-    for (k = 0; k < g->Ho * g->Wo; k++) gx[idx[k]] += gy[k];                                       \
+    for (k = 0; k < g->Ho * g->Wo; k++)                                                            \
+      if (idx[k] >= 0) gx[idx[k]] += gy[k];                                                        \
   }                                                                                                \
   DL_API void dl__maxpool_tan_##sfx(const dl__pool_geom *g, const T *tx, const int32_t *idx,       \
                                     T *ty) {                                                       \
     int64_t k;                                                                                     \
-    for (k = 0; k < g->Ho * g->Wo; k++) ty[k] = tx[idx[k]];                                        \
+    for (k = 0; k < g->Ho * g->Wo; k++) ty[k] = idx[k] >= 0 ? tx[idx[k]] : (T)0;                   \
   }                                                                                                \
   DL_API void dl__avgpool_fwd_##sfx(const dl__pool_geom *g, const T *x, T *y) {                    \
     int64_t oh, ow, ih, iw;                                                                        \
     for (oh = 0; oh < g->Ho; oh++)                                                                 \
       for (ow = 0; ow < g->Wo; ow++) {                                                             \
-        int64_t hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw, cnt;                             \
-        const int64_t he = hs + g->kh < g->H ? hs + g->kh : g->H;                                  \
-        const int64_t we = ws + g->kw < g->W ? ws + g->kw : g->W;                                  \
+        int64_t hs, ws, he, we, cnt;                                                               \
         T s = 0;                                                                                   \
-        if (hs < 0) hs = 0;                                                                        \
-        if (ws < 0) ws = 0;                                                                        \
-        cnt = g->excl ? (he - hs) * (we - ws) : g->kh * g->kw;                                     \
+        dl__avgpool_window(g, oh, ow, &hs, &he, &ws, &we, &cnt);                                   \
         for (ih = hs; ih < he; ih++)                                                               \
           for (iw = ws; iw < we; iw++) s += x[ih * g->W + iw];                                     \
         y[oh * g->Wo + ow] = cnt > 0 ? s / (T)cnt : (T)0;                                          \
@@ -772,19 +824,36 @@ typedef struct dl__pool_geom {
     int64_t oh, ow, ih, iw;                                                                        \
     for (oh = 0; oh < g->Ho; oh++)                                                                 \
       for (ow = 0; ow < g->Wo; ow++) {                                                             \
-        int64_t hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw, cnt;                             \
-        const int64_t he = hs + g->kh < g->H ? hs + g->kh : g->H;                                  \
-        const int64_t we = ws + g->kw < g->W ? ws + g->kw : g->W;                                  \
+        int64_t hs, ws, he, we, cnt;                                                               \
         T v;                                                                                       \
-        if (hs < 0) hs = 0;                                                                        \
-        if (ws < 0) ws = 0;                                                                        \
-        cnt = g->excl ? (he - hs) * (we - ws) : g->kh * g->kw;                                     \
+        dl__avgpool_window(g, oh, ow, &hs, &he, &ws, &we, &cnt);                                   \
         if (cnt <= 0) continue;                                                                    \
         v = gy[oh * g->Wo + ow] / (T)cnt;                                                          \
         for (ih = hs; ih < he; ih++)                                                               \
           for (iw = ws; iw < we; iw++) gx[ih * g->W + iw] += v;                                    \
       }                                                                                            \
   }
+
+/* The average's window of output (oh, ow): rows [*hs, *he) and columns
+ * [*ws, *we) inside the input, and the divisor *cnt. */
+DL_API void dl__avgpool_window(const dl__pool_geom *g, int64_t oh, int64_t ow, int64_t *hs, int64_t *he,
+                               int64_t *ws, int64_t *we, int64_t *cnt) {
+  int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw;
+  int64_t h1 = h0 + g->kh < g->H + g->phe ? h0 + g->kh : g->H + g->phe;
+  int64_t w1 = w0 + g->kw < g->W + g->pwe ? w0 + g->kw : g->W + g->pwe;
+  const int64_t padded = (h1 - h0) * (w1 - w0);
+  if (h0 < 0) h0 = 0;
+  if (w0 < 0) w0 = 0;
+  if (h1 > g->H) h1 = g->H;
+  if (w1 > g->W) w1 = g->W;
+  if (h1 < h0) h1 = h0;
+  if (w1 < w0) w1 = w0;
+  *hs = h0;
+  *he = h1;
+  *ws = w0;
+  *we = w1;
+  *cnt = g->excl ? (h1 - h0) * (w1 - w0) : padded;
+}
 
 DL__POOL_KERNELS(float, f32)
 DL__POOL_KERNELS(double, f64)
@@ -826,9 +895,11 @@ DL_API void dl__pool_run(dl_ctx *ctx, const dl__pool_geom *g, int kind, dl_dtype
   });
 }
 
-/* Checks x and the window (a NULL args panics: the kernel size is needed). */
-DL_API dl__pool_geom dl__pool_check(const char *op, const dl_tensor *x, const dl_pool2d_args *a) {
+/* Checks x and the window (a NULL args panics: the kernel size is needed);
+ * max: max pooling (the only one with dilation). */
+DL_API dl__pool_geom dl__pool_check(const char *op, const dl_tensor *x, const dl_pool2d_args *a, int max) {
   dl__pool_geom g;
+  int64_t ekh, ekw;
   dl__ops_same_float(op, x, NULL);
   if (!a) DL_PANIC(x->ctx, op, "no window given for x %s: pass dl_pool2d_args with kernel_h, kernel_w",
                    DL_SHAPESTR(x));
@@ -836,13 +907,22 @@ DL_API dl__pool_geom dl__pool_check(const char *op, const dl_tensor *x, const dl
     DL_PANIC(x->ctx, op, "x %s must be 4-d [N, C, H, W] (window %dx%d)", DL_SHAPESTR(x),
              a->kernel_h, a->kernel_w);
   if (a->kernel_h <= 0 || a->kernel_w <= 0 || a->stride_h < 0 || a->stride_w < 0 || a->pad_h < 0 ||
-      a->pad_w < 0)
+      a->pad_w < 0 || a->pad_h_end < 0 || a->pad_w_end < 0 || a->dil_h < 0 || a->dil_w < 0)
     DL_PANIC(x->ctx, op, "bad window for x %s: kernel %dx%d (must be > 0), stride %dx%d, padding %dx%d "
-             "(must be >= 0)", DL_SHAPESTR(x), a->kernel_h, a->kernel_w, a->stride_h, a->stride_w,
-             a->pad_h, a->pad_w);
-  if (2 * a->pad_h > a->kernel_h || 2 * a->pad_w > a->kernel_w)
-    DL_PANIC(x->ctx, op, "padding %dx%d is more than half of the kernel %dx%d (x %s)", a->pad_h,
-             a->pad_w, a->kernel_h, a->kernel_w, DL_SHAPESTR(x));
+             "(end %dx%d), dilation %dx%d (must be >= 0)", DL_SHAPESTR(x), a->kernel_h, a->kernel_w,
+             a->stride_h, a->stride_w, a->pad_h, a->pad_w, a->pad_h_end, a->pad_w_end, a->dil_h, a->dil_w);
+  if (!max && (a->dil_h > 1 || a->dil_w > 1))
+    DL_PANIC(x->ctx, op, "dilation %dx%d for x %s: average pooling has none (as PyTorch's avg_pool2d)",
+             a->dil_h, a->dil_w, DL_SHAPESTR(x));
+  if (a->pad_mode < DL_PAD_SYMMETRIC || a->pad_mode > DL_PAD_SAME_LOWER)
+    DL_PANIC(x->ctx, op, "pad_mode %d for x %s: DL_PAD_SYMMETRIC, DL_PAD_EXPLICIT, DL_PAD_SAME or "
+             "DL_PAD_SAME_LOWER", a->pad_mode, DL_SHAPESTR(x));
+  if (a->pad_mode != DL_PAD_EXPLICIT && (a->pad_h_end || a->pad_w_end))
+    DL_PANIC(x->ctx, op, "pad_h_end %d, pad_w_end %d for x %s are read only under pad_mode DL_PAD_EXPLICIT",
+             a->pad_h_end, a->pad_w_end, DL_SHAPESTR(x));
+  if ((a->pad_mode == DL_PAD_SAME || a->pad_mode == DL_PAD_SAME_LOWER) && (a->pad_h || a->pad_w || a->ceil_mode))
+    DL_PANIC(x->ctx, op, "pad_mode SAME for x %s computes the padding and the output size: pad_h %d, pad_w %d "
+             "and ceil_mode %d must be 0", DL_SHAPESTR(x), a->pad_h, a->pad_w, a->ceil_mode);
   memset(&g, 0, sizeof g);
   g.N = x->shape[0];
   g.C = x->shape[1];
@@ -852,45 +932,60 @@ DL_API dl__pool_geom dl__pool_check(const char *op, const dl_tensor *x, const dl
   g.kw = a->kernel_w;
   g.sh = a->stride_h ? a->stride_h : a->kernel_h;
   g.sw = a->stride_w ? a->stride_w : a->kernel_w;
-  g.ph = a->pad_h;
-  g.pw = a->pad_w;
+  g.dh = a->dil_h ? a->dil_h : 1;
+  g.dw = a->dil_w ? a->dil_w : 1;
   g.excl = a->exclude_pad != 0;
-  if (g.H + 2 * g.ph < g.kh || g.W + 2 * g.pw < g.kw)
-    DL_PANIC(x->ctx, op, "window %lldx%lld larger than the padded input x %s (padding %lldx%lld)",
-             (long long)g.kh, (long long)g.kw, DL_SHAPESTR(x), (long long)g.ph, (long long)g.pw);
+  ekh = (g.kh - 1) * g.dh + 1;
+  ekw = (g.kw - 1) * g.dw + 1;
+  if (a->pad_mode == DL_PAD_SYMMETRIC && (2 * a->pad_h > a->kernel_h || 2 * a->pad_w > a->kernel_w))
+    DL_PANIC(x->ctx, op, "padding %dx%d is more than half of the kernel %dx%d (x %s)", a->pad_h,
+             a->pad_w, a->kernel_h, a->kernel_w, DL_SHAPESTR(x));
+  if (a->pad_mode == DL_PAD_EXPLICIT &&
+      (a->pad_h >= ekh || a->pad_h_end >= ekh || a->pad_w >= ekw || a->pad_w_end >= ekw))
+    DL_PANIC(x->ctx, op, "padding top %d, bottom %d, left %d, right %d for x %s: each side must be less than "
+             "the window %lldx%lld, else a window holds padding only", a->pad_h, a->pad_h_end, a->pad_w,
+             a->pad_w_end, DL_SHAPESTR(x), (long long)ekh, (long long)ekw);
+  g.Ho = dl__window_axis(a->pad_mode, g.H, g.kh, g.sh, g.dh, a->pad_h, a->pad_h_end, a->ceil_mode, &g.ph, &g.phe);
+  g.Wo = dl__window_axis(a->pad_mode, g.W, g.kw, g.sw, g.dw, a->pad_w, a->pad_w_end, a->ceil_mode, &g.pw, &g.pwe);
+  if (g.Ho < 0 || g.Wo < 0)
+    DL_PANIC(x->ctx, op, "window %lldx%lld larger than the padded input x %s (padding %lldx%lld, end %lldx%lld)",
+             (long long)ekh, (long long)ekw, DL_SHAPESTR(x), (long long)g.ph, (long long)g.pw,
+             (long long)g.phe, (long long)g.pwe);
   if (g.H * g.W > INT32_MAX)
     DL_PANIC(x->ctx, op, "planes of x %s hold more than 2^31 elements", DL_SHAPESTR(x));
-  g.Ho = (g.H + 2 * g.ph - g.kh) / g.sh + 1;
-  g.Wo = (g.W + 2 * g.pw - g.kw) / g.sw + 1;
   return g;
 }
 
-/* The window of a recorded pooling node: i[0..7) = kh, kw, sh, sw, ph, pw, excl. */
-DL_API dl__pool_geom dl__pool_geom_of(const dl_tensor *x, const int64_t *i) {
+/* A recorded pooling node's window: i[0..6) = the (h << 32 | w) pairs of
+ * kernel, stride, padding at the start, padding at the end, dilation, and
+ * excl; Ho, Wo are the output's. */
+DL_API int64_t dl__pool_pair(int64_t h, int64_t w) { return (int64_t)(((uint64_t)h << 32) | (uint64_t)w); }
+DL_API dl__pool_geom dl__pool_geom_of(const dl_node *n) {
   dl__pool_geom g;
+  const dl_tensor *x = n->in[0];
+#define DL__POOL_UNPAIR(k, a, b) (a = n->i[k] >> 32, b = n->i[k] & 0xffffffff)
   g.N = x->shape[0];
   g.C = x->shape[1];
   g.H = x->shape[2];
   g.W = x->shape[3];
-  g.kh = i[0];
-  g.kw = i[1];
-  g.sh = i[2];
-  g.sw = i[3];
-  g.ph = i[4];
-  g.pw = i[5];
-  g.excl = (int)i[6];
-  g.Ho = (g.H + 2 * g.ph - g.kh) / g.sh + 1;
-  g.Wo = (g.W + 2 * g.pw - g.kw) / g.sw + 1;
+  DL__POOL_UNPAIR(0, g.kh, g.kw);
+  DL__POOL_UNPAIR(1, g.sh, g.sw);
+  DL__POOL_UNPAIR(2, g.ph, g.pw);
+  DL__POOL_UNPAIR(3, g.phe, g.pwe);
+  DL__POOL_UNPAIR(4, g.dh, g.dw);
+#undef DL__POOL_UNPAIR
+  g.excl = (int)n->i[5];
+  g.Ho = n->out->shape[2];
+  g.Wo = n->out->shape[3];
   return g;
 }
 DL_API void dl__pool_save(dl_node *n, const dl__pool_geom *g) {
-  n->i[0] = g->kh;
-  n->i[1] = g->kw;
-  n->i[2] = g->sh;
-  n->i[3] = g->sw;
-  n->i[4] = g->ph;
-  n->i[5] = g->pw;
-  n->i[6] = g->excl;
+  n->i[0] = dl__pool_pair(g->kh, g->kw);
+  n->i[1] = dl__pool_pair(g->sh, g->sw);
+  n->i[2] = dl__pool_pair(g->ph, g->pw);
+  n->i[3] = dl__pool_pair(g->phe, g->pwe);
+  n->i[4] = dl__pool_pair(g->dh, g->dw);
+  n->i[5] = g->excl;
 }
 
 #ifdef DL_USE_CUDA
@@ -909,12 +1004,17 @@ DL_API dlg_pool2d dl__pool_dlg(const dl__pool_geom *g) {
   p.Ho = g->Ho;
   p.Wo = g->Wo;
   p.excl = g->excl;
+  p.dh = g->dh;
+  p.dw = g->dw;
+  p.phe = g->phe;
+  p.pwe = g->pwe;
   return p;
 }
 /* max_pool2d (max != 0) or avg_pool2d on the device, recorded with rule bw;
- * max pooling saves the argmax (int32 [N, C, Ho, Wo], device) as the CPU. */
+ * max pooling saves the argmax (int32 [N, C, Ho, Wo], device) as the CPU,
+ * and hands it to *ind when ind is not NULL. */
 DL_API dl_tensor *dl__t_pool_gpu(dl_tape *tp, const char *op, int max, dl_tensor *x, const dl__pool_geom *g,
-                                 dl_backward_fn bw) {
+                                 dl_backward_fn bw, dl_tensor **ind) {
   dlg_handle *h = dl__dnn_h(tp, op, x);
   const dlg_pool2d pg = dl__pool_dlg(g);
   const int dt = (int)x->dtype;
@@ -923,7 +1023,7 @@ DL_API dl_tensor *dl__t_pool_gpu(dl_tape *tp, const char *op, int max, dl_tensor
   dl__dnn_tangent_dev(op, x);
   y = dl_tape_out(tp, op, x->dtype, DL_SHAPE(g->N, g->C, g->Ho, g->Wo));
   xc = dl__t_contig(tp, op, x);
-  if (max && (dl_tape_wants(tp, 1, &x) || x->tangent)) idx = dl_tape_out(tp, op, DL_I32, 4, y->shape);
+  if (max && (ind || dl_tape_wants(tp, 1, &x) || x->tangent)) idx = dl_tape_out(tp, op, DL_I32, 4, y->shape);
   if (y->numel)
     dl__gpu_ok(x, op, max ? dlg_max_pool2d_fwd(h, dt, &pg, xc->data, y->data, idx ? (int32_t *)idx->data : NULL)
                           : dlg_avg_pool2d_fwd(h, dt, &pg, xc->data, y->data));
@@ -937,6 +1037,7 @@ DL_API dl_tensor *dl__t_pool_gpu(dl_tape *tp, const char *op, int max, dl_tensor
     dl__pool_save(n, g);
     n->saved[0] = idx;
   }
+  if (ind) *ind = idx;
   return y;
 }
 /* The pooling rules' gradient on the device: gx += from gy (and idx). */
@@ -952,7 +1053,7 @@ DL_API void dl__pool_bw_gpu(dl_node *n, int max, const dl__pool_geom *g, dl_tens
 
 DL_API void dl__t_max_pool2d_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
-  const dl__pool_geom g = dl__pool_geom_of(n->in[0], n->i);
+  const dl__pool_geom g = dl__pool_geom_of(n);
 #ifdef DL_USE_CUDA
   if (gx && gx->device == DL_CUDA) {
     dl__pool_bw_gpu(n, 1, &g, gx);
@@ -963,40 +1064,57 @@ DL_API void dl__t_max_pool2d_bw(dl_tape *tp, dl_node *n) {
     dl__pool_run(tp->ctx, &g, DL__MAXPOOL_BWD, gx->dtype, n->out->grad->data, gx->data,
                  (int32_t *)n->saved[0]->data);
 }
-/* y = max_pool2d(x), PyTorch's F.max_pool2d(x, kernel, stride, padding):
- * x [N, C, H, W] -> y [N, C, Ho, Wo], Ho = (H + 2*pad_h - kernel_h) /
- * stride_h + 1 (stride 0: the kernel size); padding counts as -inf. The
- * gradient goes to the first maximum of each window in scan order (as in
- * PyTorch). y lives in the tape's arena (valid until dl_tape_rewind). */
-DL_API dl_tensor *dl_t_max_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_args *a) {
-  const dl__pool_geom g = dl__pool_check("dl_t_max_pool2d", x, a);
+/* max_pool2d, and its argmax in *ind when ind is not NULL. */
+DL_API dl_tensor *dl__t_max_pool2d(dl_tape *tp, const char *op, dl_tensor *x, const dl_pool2d_args *a,
+                                   dl_tensor **ind) {
+  const dl__pool_geom g = dl__pool_check(op, x, a, 1);
   dl_tensor *y, *xc, *idx = NULL;
   dl_node *n;
   const int rec = dl_tape_wants(tp, 1, &x);
 #ifdef DL_USE_CUDA
-  if (x->device == DL_CUDA || tp->gpu) return dl__t_pool_gpu(tp, "dl_t_max_pool2d", 1, x, &g, dl__t_max_pool2d_bw);
+  if (x->device == DL_CUDA || tp->gpu) return dl__t_pool_gpu(tp, op, 1, x, &g, dl__t_max_pool2d_bw, ind);
 #endif
-  y = dl_tape_out(tp, "dl_t_max_pool2d", x->dtype, DL_SHAPE(g.N, g.C, g.Ho, g.Wo));
-  xc = dl__t_contig(tp, "dl_t_max_pool2d", x);
-  if (rec || x->tangent) idx = dl_tape_out(tp, "dl_t_max_pool2d", DL_I32, 4, y->shape);
+  y = dl_tape_out(tp, op, x->dtype, DL_SHAPE(g.N, g.C, g.Ho, g.Wo));
+  xc = dl__t_contig(tp, op, x);
+  if (rec || x->tangent || ind) idx = dl_tape_out(tp, op, DL_I32, 4, y->shape);
   if (y->numel)
-    dl__pool_run(tp->ctx, &g, DL__MAXPOOL_FWD, x->dtype, xc->data, y->data,
-                 idx ? (int32_t *)idx->data : NULL);
+    dl__pool_run(tp->ctx, &g, DL__MAXPOOL_FWD, x->dtype, xc->data, y->data, idx ? (int32_t *)idx->data : NULL);
   if (x->tangent) {
-    dl_tensor *ty = dl_tape_tangent(tp, y), *tx = dl__t_contig(tp, "dl_t_max_pool2d", x->tangent);
-    if (y->numel)
-      dl__pool_run(tp->ctx, &g, DL__MAXPOOL_TAN, x->dtype, tx->data, ty->data, (int32_t *)idx->data);
+    dl_tensor *ty = dl_tape_tangent(tp, y), *tx = dl__t_contig(tp, op, x->tangent);
+    if (y->numel) dl__pool_run(tp->ctx, &g, DL__MAXPOOL_TAN, x->dtype, tx->data, ty->data, (int32_t *)idx->data);
   }
-  if ((n = dl_tape_record(tp, "dl_t_max_pool2d", dl__t_max_pool2d_bw, y, x, NULL, NULL)) != NULL) {
+  if ((n = dl_tape_record(tp, op, dl__t_max_pool2d_bw, y, x, NULL, NULL)) != NULL) {
     dl__pool_save(n, &g);
     n->saved[0] = idx;
   }
+  if (ind) *ind = idx;
   return y;
+}
+/* y = max_pool2d(x), PyTorch's F.max_pool2d(x, kernel, stride, padding,
+ * dilation, ceil_mode): x [N, C, H, W] -> y [N, C, Ho, Wo],
+ *   Ho = (H + pad_top + pad_bottom - dil_h (kernel_h - 1) - 1) / stride_h + 1
+ * rounded down (ceil_mode: up, but the last window starts inside the input
+ * or the top padding), stride 0 meaning the kernel size; padding counts as
+ * -inf (see dl_pool2d_args for the padding modes). The gradient goes to the
+ * first maximum of each window in scan order (as in PyTorch). A window
+ * whose taps all miss the input (possible with dilation) gives -inf and no
+ * gradient. y lives in the tape's arena (valid until dl_tape_rewind). */
+DL_API dl_tensor *dl_t_max_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_args *a) {
+  return dl__t_max_pool2d(tp, "dl_t_max_pool2d", x, a, NULL);
+}
+/* max_pool2d with return_indices: y as dl_t_max_pool2d, and *indices an
+ * int32 [N, C, Ho, Wo] tensor (on x's device, in the tape's arena) of each
+ * window's argmax as ih * W + iw within its plane, PyTorch's indices (-1
+ * for a window that misses the input). They feed dl_t_max_unpool2d. */
+DL_API dl_tensor *dl_t_max_pool2d_with_indices(dl_tape *tp, dl_tensor *x, const dl_pool2d_args *a,
+                                               dl_tensor **indices) {
+  dl_tensor *dummy;
+  return dl__t_max_pool2d(tp, "dl_t_max_pool2d_with_indices", x, a, indices ? indices : &dummy);
 }
 
 DL_API void dl__t_avg_pool2d_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
-  const dl__pool_geom g = dl__pool_geom_of(n->in[0], n->i);
+  const dl__pool_geom g = dl__pool_geom_of(n);
 #ifdef DL_USE_CUDA
   if (gx && gx->device == DL_CUDA) {
     dl__pool_bw_gpu(n, 0, &g, gx);
@@ -1006,15 +1124,18 @@ DL_API void dl__t_avg_pool2d_bw(dl_tape *tp, dl_node *n) {
   if (gx) dl__pool_run(tp->ctx, &g, DL__AVGPOOL_BWD, gx->dtype, n->out->grad->data, gx->data, NULL);
 }
 /* y = avg_pool2d(x), PyTorch's F.avg_pool2d(x, kernel, stride, padding,
- * count_include_pad = !exclude_pad): x [N, C, H, W] -> y [N, C, Ho, Wo]
- * (sizes as max_pool2d). y lives in the tape's arena (valid until
- * dl_tape_rewind). */
+ * ceil_mode, count_include_pad = !exclude_pad): x [N, C, H, W] -> y
+ * [N, C, Ho, Wo] (sizes as max_pool2d, no dilation). count_include_pad
+ * counts the window's elements inside the padded input (a ceil_mode window
+ * that runs past the padding counts less, as PyTorch). y lives in the
+ * tape's arena (valid until dl_tape_rewind). */
 DL_API dl_tensor *dl_t_avg_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_args *a) {
-  const dl__pool_geom g = dl__pool_check("dl_t_avg_pool2d", x, a);
+  const dl__pool_geom g = dl__pool_check("dl_t_avg_pool2d", x, a, 0);
   dl_tensor *y, *xc;
   dl_node *n;
 #ifdef DL_USE_CUDA
-  if (x->device == DL_CUDA || tp->gpu) return dl__t_pool_gpu(tp, "dl_t_avg_pool2d", 0, x, &g, dl__t_avg_pool2d_bw);
+  if (x->device == DL_CUDA || tp->gpu)
+    return dl__t_pool_gpu(tp, "dl_t_avg_pool2d", 0, x, &g, dl__t_avg_pool2d_bw, NULL);
 #endif
   y = dl_tape_out(tp, "dl_t_avg_pool2d", x->dtype, DL_SHAPE(g.N, g.C, g.Ho, g.Wo));
   xc = dl__t_contig(tp, "dl_t_avg_pool2d", x);
@@ -1027,6 +1148,208 @@ DL_API dl_tensor *dl_t_avg_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_arg
     dl__pool_save(n, &g);
   return y;
 }
+
+/* >>unpooling -------------------------------------------------------------- */
+
+/* Per plane, for T (sfx): n elements of x (and idx) in, m of y out:
+ *   dl__unpool_fwd_<sfx>(n, m, x, idx, y, own)  y = 0, y[idx[k]] = x[k] in k
+ *                                               order (the last of equal
+ *                                               indices wins); own (may be
+ *                                               NULL) [m]: the k written, -1
+ *   dl__unpool_bwd_<sfx>(n, gy, idx, own, gx)   gx[k] += gy[idx[k]] where
+ *                                               own[idx[k]] == k */
+#define DL__UNPOOL_KERNELS(T, sfx)                                                                 \
+  DL_API void dl__unpool_fwd_##sfx(int64_t n, int64_t m, const T *x, const int32_t *idx, T *y,     \
+                                   int32_t *own) {                                                 \
+    int64_t k;                                                                                     \
+    for (k = 0; k < m; k++) y[k] = 0;                                                              \
+    if (own)                                                                                       \
+      for (k = 0; k < m; k++) own[k] = -1;                                                         \
+    for (k = 0; k < n; k++) {                                                                      \
+      y[idx[k]] = x[k];                                                                            \
+      if (own) own[idx[k]] = (int32_t)k;                                                           \
+    }                                                                                              \
+  }                                                                                                \
+  DL_API void dl__unpool_bwd_##sfx(int64_t n, const T *gy, const int32_t *idx, const int32_t *own, \
+                                   T *gx) {                                                        \
+    int64_t k;                                                                                     \
+    for (k = 0; k < n; k++)                                                                        \
+      if (own[idx[k]] == k) gx[k] += gy[idx[k]];                                                   \
+  }
+DL__UNPOOL_KERNELS(float, f32)
+DL__UNPOOL_KERNELS(double, f64)
+
+/* Runs the forward (bwd 0: in x, out y, own may be NULL) or the backward
+ * (bwd 1: in gy, out gx) over the planes. */
+DL_API void dl__unpool_run(dl_ctx *ctx, int bwd, dl_dtype dt, int64_t planes, int64_t n, int64_t m,
+                           const void *in, const int32_t *idx, void *out, int32_t *own) {
+  DL_PARALLEL_FOR(ctx, planes * (n + m), planes, pl, {
+    const int32_t *ip = idx + pl * n;
+    int32_t *op = own ? own + pl * m : NULL;
+    if (dt == DL_F32) {
+      if (bwd) dl__unpool_bwd_f32(n, (const float *)in + pl * m, ip, op, (float *)out + pl * n);
+      else dl__unpool_fwd_f32(n, m, (const float *)in + pl * n, ip, (float *)out + pl * m, op);
+    } else {
+      if (bwd) dl__unpool_bwd_f64(n, (const double *)in + pl * m, ip, op, (double *)out + pl * n);
+      else dl__unpool_fwd_f64(n, m, (const double *)in + pl * n, ip, (double *)out + pl * m, op);
+    }
+  });
+}
+
+/* One unpooling axis: the output size PyTorch's max_unpool2d gives input
+ * size n, or `want` when nonzero (it must lie strictly within one stride of
+ * that size, as PyTorch's output_size). Panics naming op. */
+DL_API int64_t dl__unpool_axis(const char *op, const dl_tensor *x, const char *axis, int64_t n, int64_t k,
+                               int64_t s, int64_t p, int64_t want) {
+  const int64_t def = (n - 1) * s - 2 * p + k;
+  if (!want) {
+    if (def < 1)
+      DL_PANIC(x->ctx, op, "x %s: the %s of the output (%lld - 1) * stride %lld - 2 * padding %lld + kernel %lld "
+               "= %lld is not positive", DL_SHAPESTR(x), axis, (long long)n, (long long)s, (long long)p,
+               (long long)k, (long long)def);
+    return def;
+  }
+  if (want <= def - s || want >= def + s)
+    DL_PANIC(x->ctx, op, "x %s: output %s %lld must lie strictly between %lld and %lld (the default %lld, "
+             "plus or minus the stride %lld)", DL_SHAPESTR(x), axis, (long long)want, (long long)(def - s),
+             (long long)(def + s), (long long)def, (long long)s);
+  return want;
+}
+
+/* The backward of max_unpool2d: gx[k] = gy[idx[k]] for the element written. */
+DL_API void dl__t_max_unpool2d_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
+  const dl_tensor *gy = n->out->grad, *idx = n->saved[0], *own = n->saved[1];
+  const int64_t planes = n->i[0], per_in = n->i[1], per_out = n->i[2];
+  if (!gx) return;
+#ifdef DL_USE_CUDA
+  if (gx->device == DL_CUDA) {
+    dlg_handle *h = dl__gpu_h(gy, n->op);
+    dl__gpu_ok(gy, n->op, dlg_max_unpool2d_bwd(h, (int)gx->dtype, planes, per_in, per_out, gy->data,
+                                               (const int32_t *)idx->data, (const int32_t *)own->data, gx->data));
+    return;
+  }
+#endif
+  dl__unpool_run(tp->ctx, 1, gx->dtype, planes, per_in, per_out, gy->data, (const int32_t *)idx->data, gx->data,
+                 (int32_t *)own->data);
+}
+
+/* y = max_unpool2d(x, indices), PyTorch's F.max_unpool2d(x, indices,
+ * kernel, stride, padding, output_size): x [N, C, H, W] and indices (int32
+ * or int64, the shape of x; each in [0, Ho * Wo): positions within an
+ * output plane, as dl_t_max_pool2d_with_indices gives them) -> y
+ * [N, C, Ho, Wo], zero but y[n, c][indices[n, c, h, w]] = x[n, c, h, w]. Ho
+ * = (H - 1) stride_h - 2 pad_h + kernel_h (stride 0: the kernel) unless
+ * out_h is set (likewise Wo). Where indices repeat within a plane the last
+ * in scan order wins, and only it gets a gradient (PyTorch gives each of
+ * them gy at the index). On the host an index outside the plane panics; on
+ * the device it must be right (a max pool's are), an index outside the
+ * plane writing nothing there. y lives in the tape's arena (valid until
+ * dl_tape_rewind). */
+typedef struct dl_unpool2d_args {
+  int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, out_h, out_w;
+} dl_unpool2d_args;
+DL_API dl_tensor *dl_t_max_unpool2d(dl_tape *tp, dl_tensor *x, dl_tensor *indices, const dl_unpool2d_args *a) {
+  const char *const op = "dl_t_max_unpool2d";
+  int64_t Ho, Wo, planes, per_in, per_out, d;
+  dl_tensor *y, *xc, *ic, *own = NULL;
+  dl_node *n;
+#ifdef DL_USE_CUDA
+  dlg_handle *h = NULL;
+#endif
+  dl__ops_same_float(op, x, NULL);
+  if (!a) DL_PANIC(x->ctx, op, "no window given for x %s: pass dl_unpool2d_args with kernel_h, kernel_w",
+                   DL_SHAPESTR(x));
+  if (x->ndim != 4) DL_PANIC(x->ctx, op, "x %s must be 4-d [N, C, H, W]", DL_SHAPESTR(x));
+  if (!indices || (indices->dtype != DL_I32 && indices->dtype != DL_I64) || indices->ndim != 4)
+    DL_PANIC(x->ctx, op, "indices %s must be int32 or int64 of x's shape %s", indices ? DL_SHAPESTR(indices) : "NULL",
+             DL_SHAPESTR(x));
+  for (d = 0; d < 4; d++)
+    if (indices->shape[d] != x->shape[d])
+      DL_PANIC(x->ctx, op, "indices %s must have x's shape %s", DL_SHAPESTR(indices), DL_SHAPESTR(x));
+  dl__ops_same_device(op, x, indices);
+#ifdef DL_USE_CUDA
+  if (x->device == DL_CUDA || tp->gpu) {
+    h = dl__dnn_h(tp, op, x);
+    dl__dnn_tangent_dev(op, x);
+  } else
+#endif
+    dl__ops_host_only(tp, op, x);
+  if (a->kernel_h <= 0 || a->kernel_w <= 0 || a->stride_h < 0 || a->stride_w < 0 || a->pad_h < 0 || a->pad_w < 0 ||
+      a->out_h < 0 || a->out_w < 0)
+    DL_PANIC(x->ctx, op, "bad window for x %s: kernel %dx%d (must be > 0), stride %dx%d, padding %dx%d, output "
+             "%dx%d (must be >= 0)", DL_SHAPESTR(x), a->kernel_h, a->kernel_w, a->stride_h, a->stride_w, a->pad_h,
+             a->pad_w, a->out_h, a->out_w);
+  Ho = dl__unpool_axis(op, x, "height", x->shape[2], a->kernel_h, a->stride_h ? a->stride_h : a->kernel_h,
+                       a->pad_h, a->out_h);
+  Wo = dl__unpool_axis(op, x, "width", x->shape[3], a->kernel_w, a->stride_w ? a->stride_w : a->kernel_w,
+                       a->pad_w, a->out_w);
+  if (Ho * Wo > INT32_MAX) DL_PANIC(x->ctx, op, "output planes %lldx%lld hold more than 2^31 elements",
+                                    (long long)Ho, (long long)Wo);
+  planes = x->shape[0] * x->shape[1];
+  per_in = x->shape[2] * x->shape[3];
+  per_out = Ho * Wo;
+  y = dl_tape_out(tp, op, x->dtype, DL_SHAPE(x->shape[0], x->shape[1], Ho, Wo));
+  xc = dl__t_contig(tp, op, x);
+  if (indices->dtype == DL_I32 && dl_tensor_is_contiguous(indices)) {
+    ic = indices;
+  } else { /* int64 or strided, on the host: an int32 copy (-1 where outside the plane) */
+    int64_t k;
+    if (indices->device != DL_CPU)
+      DL_PANIC(x->ctx, op, "indices %s on the device must be contiguous int32 (as a max pool's are)",
+               DL_SHAPESTR(indices));
+    ic = dl_tape_out(tp, op, DL_I32, 4, indices->shape);
+    for (k = 0; k < ic->numel; k++) {
+      const double v = dl__get_at(indices, dl__offset_of_linear(indices, k));
+      ((int32_t *)ic->data)[k] = v < 0 || v >= (double)per_out ? -1 : (int32_t)v;
+    }
+  }
+  if (ic->device == DL_CPU) {
+    int64_t k;
+    const int32_t *ip = (const int32_t *)ic->data;
+    for (k = 0; k < ic->numel; k++)
+      if (ip[k] < 0 || ip[k] >= per_out) {
+        const double v = dl__get_at(indices, dl__offset_of_linear(indices, k));
+        DL_PANIC(x->ctx, op, "indices %s: element %lld is %.0f, outside the output plane [0, %lld) of %lldx%lld "
+                 "(x %s)", DL_SHAPESTR(indices), (long long)k, v, (long long)per_out, (long long)Ho,
+                 (long long)Wo, DL_SHAPESTR(x));
+      }
+  }
+  if (dl_tape_wants(tp, 1, &x)) own = dl_tape_out(tp, op, DL_I32, 4, y->shape);
+#ifdef DL_USE_CUDA
+  if (h) {
+    if (y->numel)
+      dl__gpu_ok(x, op, dlg_max_unpool2d_fwd(h, (int)x->dtype, planes, per_in, per_out, xc->data,
+                                             (const int32_t *)ic->data, y->data, own ? (int32_t *)own->data : NULL));
+    if (x->tangent) {
+      dl_tensor *ty = dl_tape_tangent(tp, y), *tx = dl__t_contig(tp, op, x->tangent);
+      if (y->numel)
+        dl__gpu_ok(x, op, dlg_max_unpool2d_fwd(h, (int)x->dtype, planes, per_in, per_out, tx->data,
+                                               (const int32_t *)ic->data, ty->data, NULL));
+    }
+  } else
+#endif
+  {
+    if (y->numel)
+      dl__unpool_run(tp->ctx, 0, x->dtype, planes, per_in, per_out, xc->data, (const int32_t *)ic->data, y->data,
+                     own ? (int32_t *)own->data : NULL);
+    if (x->tangent) {
+      dl_tensor *ty = dl_tape_tangent(tp, y), *tx = dl__t_contig(tp, op, x->tangent);
+      if (y->numel)
+        dl__unpool_run(tp->ctx, 0, x->dtype, planes, per_in, per_out, tx->data, (const int32_t *)ic->data,
+                       ty->data, NULL);
+    }
+  }
+  if ((n = dl_tape_record(tp, op, dl__t_max_unpool2d_bw, y, x, NULL, NULL)) != NULL) {
+    n->i[0] = planes;
+    n->i[1] = per_in;
+    n->i[2] = per_out;
+    n->saved[0] = ic;
+    n->saved[1] = own;
+  }
+  return y;
+}
+
 
 #endif /* !__cplusplus */
 DL__HEADER_END
