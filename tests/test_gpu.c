@@ -721,12 +721,14 @@ typedef struct conv_spec {
   dl_conv2d_args a;
 } conv_spec;
 static const conv_spec conv_specs[] = {
-    {"dl_t_conv2d 3x3 pad 1", 4, 6, 1, 7, 6, 3, 3, 1, {1, 1, 1, 1, 1, 1, 1}},
-    {"dl_t_conv2d 3x3 stride 2 pad 1", 4, 6, 1, 7, 6, 3, 3, 1, {2, 2, 1, 1, 1, 1, 1}},
-    {"dl_t_conv2d 3x3 groups 2, no bias", 4, 6, 2, 7, 6, 3, 3, 0, {1, 1, 1, 1, 1, 1, 2}},
-    {"dl_t_conv2d 3x2 stride (2,1) pad (0,1) dilation 2", 4, 6, 1, 9, 7, 3, 2, 1, {2, 1, 0, 1, 2, 2, 1}},
-    {"dl_t_conv2d 1x1", 4, 6, 1, 5, 5, 1, 1, 1, {0, 0, 0, 0, 0, 0, 0}},
-    {"dl_t_conv2d 3x3 depthwise (groups 4)", 4, 4, 4, 6, 6, 3, 3, 1, {1, 1, 1, 1, 1, 1, 4}},
+    {"dl_t_conv2d 3x3 pad 1", 4, 6, 1, 7, 6, 3, 3, 1, {1, 1, 1, 1, 1, 1, 1, 0, 0, 0}},
+    {"dl_t_conv2d 3x3 stride 2 pad 1", 4, 6, 1, 7, 6, 3, 3, 1, {2, 2, 1, 1, 1, 1, 1, 0, 0, 0}},
+    {"dl_t_conv2d 3x3 groups 2, no bias", 4, 6, 2, 7, 6, 3, 3, 0, {1, 1, 1, 1, 1, 1, 2, 0, 0, 0}},
+    {"dl_t_conv2d 3x2 stride (2,1) pad (0,1) dilation 2", 4, 6, 1, 9, 7, 3, 2, 1, {2, 1, 0, 1, 2, 2, 1, 0, 0, 0}},
+    {"dl_t_conv2d 1x1", 4, 6, 1, 5, 5, 1, 1, 1, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+    {"dl_t_conv2d 3x3 depthwise (groups 4)", 4, 4, 4, 6, 6, 3, 3, 1, {1, 1, 1, 1, 1, 1, 4, 0, 0, 0}},
+    {"dl_t_conv2d 3x3 stride 2 SAME (a padded copy of x)", 4, 6, 1, 7, 6, 3, 3, 1, {2, 2, 0, 0, 1, 1, 1, DL_PAD_SAME, 0, 0}},
+    {"dl_t_conv2d 2x3 explicit pads 0,1 / 2,0", 4, 6, 1, 7, 6, 2, 3, 0, {1, 1, 0, 2, 1, 1, 1, DL_PAD_EXPLICIT, 1, 0}},
 };
 static dl_tensor *prog_conv(dl_tape *tp, dl_tensor *const *in, const void *user) {
   const conv_spec *s = (const conv_spec *)user;

@@ -75,22 +75,30 @@ static void check_conv_case(const conv_case *cc, uint64_t seed) {
 
 static void test_conv_gradcheck(void) {
   static const conv_case cases[] = {
-      {"conv2d basic", 0, 2, 3, 5, 4, 2, 3, 2, {0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 1},
-      {"conv2d no bias", 0, 2, 2, 4, 4, 3, 2, 2, {0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0},
-      {"conv2d stride 2x1", 0, 2, 2, 5, 5, 2, 3, 3, {2, 1, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 1},
-      {"conv2d padding 1x2", 0, 2, 2, 4, 3, 2, 3, 3, {0, 0, 1, 2, 0, 0, 0}, {0, 0, 0, 0}, 1},
-      {"conv2d dilation 2x3", 0, 1, 2, 6, 7, 2, 2, 2, {0, 0, 0, 0, 2, 3, 0}, {0, 0, 0, 0}, 1},
-      {"conv2d groups 2", 0, 2, 4, 4, 4, 4, 3, 3, {0, 0, 1, 1, 0, 0, 2}, {0, 0, 0, 0}, 1},
-      {"conv2d depthwise", 0, 2, 3, 4, 4, 3, 3, 3, {0, 0, 1, 1, 0, 0, 3}, {0, 0, 0, 0}, 0},
-      {"conv2d 1x1 (direct)", 0, 2, 3, 3, 4, 4, 1, 1, {0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 1},
-      {"conv2d 1x1 groups", 0, 2, 4, 3, 3, 2, 1, 1, {0, 0, 0, 0, 0, 0, 2}, {0, 0, 0, 0}, 1},
-      {"conv2d 1x1 stride 2", 0, 2, 2, 5, 4, 3, 1, 1, {2, 2, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 1},
-      {"conv2d everything", 0, 2, 4, 7, 6, 2, 3, 2, {2, 3, 2, 1, 2, 1, 2}, {0, 0, 0, 0}, 1},
-      {"conv2d padding > kernel", 0, 1, 1, 2, 2, 2, 2, 2, {0, 0, 3, 2, 0, 0, 0}, {0, 0, 0, 0}, 1},
-      {"conv1d basic", 1, 2, 3, 1, 8, 2, 1, 3, {0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 1},
-      {"conv1d no bias", 1, 2, 2, 1, 6, 3, 1, 2, {0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0},
-      {"conv1d stride pad dil groups", 1, 2, 4, 1, 11, 4, 1, 3, {0, 0, 0, 0, 0, 0, 0}, {2, 1, 2, 2}, 1},
-      {"conv1d 1x1", 1, 2, 3, 1, 5, 2, 1, 1, {0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 1},
+      {"conv2d basic", 0, 2, 3, 5, 4, 2, 3, 2, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 1},
+      {"conv2d no bias", 0, 2, 2, 4, 4, 3, 2, 2, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 0},
+      {"conv2d stride 2x1", 0, 2, 2, 5, 5, 2, 3, 3, {2, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 1},
+      {"conv2d padding 1x2", 0, 2, 2, 4, 3, 2, 3, 3, {0, 0, 1, 2, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 1},
+      {"conv2d dilation 2x3", 0, 1, 2, 6, 7, 2, 2, 2, {0, 0, 0, 0, 2, 3, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 1},
+      {"conv2d groups 2", 0, 2, 4, 4, 4, 4, 3, 3, {0, 0, 1, 1, 0, 0, 2, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 1},
+      {"conv2d depthwise", 0, 2, 3, 4, 4, 3, 3, 3, {0, 0, 1, 1, 0, 0, 3, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 0},
+      {"conv2d 1x1 (direct)", 0, 2, 3, 3, 4, 4, 1, 1, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 1},
+      {"conv2d 1x1 groups", 0, 2, 4, 3, 3, 2, 1, 1, {0, 0, 0, 0, 0, 0, 2, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 1},
+      {"conv2d 1x1 stride 2", 0, 2, 2, 5, 4, 3, 1, 1, {2, 2, 0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 1},
+      {"conv2d everything", 0, 2, 4, 7, 6, 2, 3, 2, {2, 3, 2, 1, 2, 1, 2, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 1},
+      {"conv2d padding > kernel", 0, 1, 1, 2, 2, 2, 2, 2, {0, 0, 3, 2, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 1},
+      {"conv1d basic", 1, 2, 3, 1, 8, 2, 1, 3, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 1},
+      {"conv1d no bias", 1, 2, 2, 1, 6, 3, 1, 2, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 0},
+      {"conv1d stride pad dil groups", 1, 2, 4, 1, 11, 4, 1, 3, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {2, 1, 2, 2, 0, 0}, 1},
+      {"conv1d 1x1", 1, 2, 3, 1, 5, 2, 1, 1, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 1},
+      /* pad_mode: uneven padding through a padded copy of x */
+      {"conv2d explicit pads 0,2 / 1,0", 0, 2, 2, 5, 4, 2, 3, 2, {2, 1, 0, 1, 0, 0, 0, DL_PAD_EXPLICIT, 2, 0}, {0, 0, 0, 0, 0, 0}, 1},
+      {"conv2d explicit pads 1,1 / 2,2 (even)", 0, 1, 2, 4, 4, 2, 3, 3, {0, 0, 1, 2, 0, 0, 0, DL_PAD_EXPLICIT, 1, 2}, {0, 0, 0, 0, 0, 0}, 1},
+      {"conv2d SAME stride 2 (odd sizes)", 0, 2, 2, 5, 7, 2, 3, 3, {2, 2, 0, 0, 0, 0, 0, DL_PAD_SAME, 0, 0}, {0, 0, 0, 0, 0, 0}, 1},
+      {"conv2d SAME dilated groups", 0, 1, 4, 6, 5, 2, 2, 3, {1, 2, 0, 0, 2, 1, 2, DL_PAD_SAME, 0, 0}, {0, 0, 0, 0, 0, 0}, 0},
+      {"conv2d SAME_LOWER 4x4 stride 3", 0, 1, 2, 7, 8, 2, 4, 4, {3, 3, 0, 0, 0, 0, 0, DL_PAD_SAME_LOWER, 0, 0}, {0, 0, 0, 0, 0, 0}, 1},
+      {"conv1d SAME stride 2", 1, 2, 3, 1, 9, 2, 1, 4, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {2, 0, 0, 0, DL_PAD_SAME, 0}, 1},
+      {"conv1d explicit pads 3,1", 1, 1, 2, 1, 6, 2, 1, 3, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {0, 3, 1, 0, DL_PAD_EXPLICIT, 1}, 1},
   };
   size_t k;
   for (k = 0; k < sizeof cases / sizeof cases[0]; k++) check_conv_case(&cases[k], 100 + 10 * k);
@@ -99,7 +107,7 @@ static void test_conv_gradcheck(void) {
 /* Strided views for x, w and b: x a transposed view, w a permuted view,
  * b every other element of a longer vector; and with NULL args. */
 static dl_tensor *f_conv_views(dl_tape *tp, dl_tensor **in, void *u) {
-  dl_conv2d_args a = {2, 1, 1, 1, 0, 0, 0};
+  dl_conv2d_args a = {2, 1, 1, 1, 0, 0, 0, 0, 0, 0};
   (void)u;
   return dl_t_conv2d(tp, in[0], in[1], in[2], &a);
 }
@@ -159,7 +167,7 @@ static void test_conv_gradcheck_views(void) {
 /* Only some inputs require a gradient (the others still carry tangents in
  * the forward-mode half of gradcheck only when they require one). */
 static void test_conv_gradcheck_partial(void) {
-  static const conv_case cc = {"conv2d", 0, 2, 3, 5, 5, 2, 3, 3, {1, 2, 1, 0, 0, 0, 0}, {0, 0, 0, 0}, 1};
+  static const conv_case cc = {"conv2d", 0, 2, 3, 5, 5, 2, 3, 3, {1, 2, 1, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0}, 1};
   int which;
   for (which = 0; which < 3; which++) {
     dl_gradcheck_result r;
@@ -284,6 +292,10 @@ static dl_tensor *run_op(dl_tape *tp, const fx2_case *c, dl_tensor *x, dl_tensor
   if (b) dl_requires_grad(b);
   if (!strncmp(c->name, "conv2d", 6)) {
     dl_conv2d_args a;
+    memset(&a, 0, sizeof a);
+    a.pad_mode = (int)fx2_param(c, "pad_mode", 0);
+    a.pad_h_end = (int)fx2_param(c, "pad_h_end", 0);
+    a.pad_w_end = (int)fx2_param(c, "pad_w_end", 0);
     a.stride_h = (int)fx2_param(c, "stride_h", 0);
     a.stride_w = (int)fx2_param(c, "stride_w", 0);
     a.pad_h = (int)fx2_param(c, "pad_h", 0);
@@ -295,6 +307,9 @@ static dl_tensor *run_op(dl_tape *tp, const fx2_case *c, dl_tensor *x, dl_tensor
     y = dl_t_conv2d(tp, x, w, b, &a);
   } else if (!strncmp(c->name, "conv1d", 6)) {
     dl_conv1d_args a;
+    memset(&a, 0, sizeof a);
+    a.pad_mode = (int)fx2_param(c, "pad_mode", 0);
+    a.pad_end = (int)fx2_param(c, "pad_end", 0);
     a.stride = (int)fx2_param(c, "stride", 0);
     a.pad = (int)fx2_param(c, "pad", 0);
     a.dil = (int)fx2_param(c, "dil", 0);
@@ -426,7 +441,8 @@ static void test_torch_fixtures(void) {
     avgp += !strncmp(c->name, "avgpool", 7);
     unp += !strncmp(c->name, "maxunpool", 9);
   }
-  CHECK(conv2d >= 20 && conv1d >= 6 && maxp >= 20 && avgp >= 22 && unp >= 6);
+  CHECK(conv2d >= 30 && conv1d >= 12 && maxp >= 20 && avgp >= 22 && unp >= 6);
+  CHECK(fx2_find(&s, "conv2d_same_lower", 1) != NULL && fx2_find(&s, "conv1d_explicit", 0) != NULL);
   CHECK(fx2_find(&s, "maxpool_same_lower", 1) != NULL && fx2_find(&s, "avgpool_explicit_excl", 0) != NULL);
   CHECK(fx2_find(&s, "conv2d_all", 1) != NULL && fx2_find(&s, "conv2d_all", 0) != NULL);
   fx2_free(&s);
@@ -454,7 +470,7 @@ static double naive_conv(const dl_tensor *x, const dl_tensor *w, const dl_tensor
 }
 
 static void test_naive_and_threads(void) {
-  dl_conv2d_args a = {1, 2, 2, 1, 1, 2, 2};
+  dl_conv2d_args a = {1, 2, 2, 1, 1, 2, 2, 0, 0, 0};
   dl_tensor *x = mk(DL_F32, DL_SHAPE(9, 6, 11, 13), 31), *w = mk(DL_F32, DL_SHAPE(8, 3, 5, 3), 32);
   dl_tensor *b = mk(DL_F32, DL_SHAPE(8), 33), *gy;
   dl_tensor *y1, *y2;
@@ -787,6 +803,11 @@ static void test_panics(void) {
   EXPECT_PANIC(dl_t_conv2d(&tp, x, w, NULL, &(dl_conv2d_args){.stride_h = -1}), "dl_t_conv2d", "negative");
   EXPECT_PANIC(dl_t_conv2d(&tp, x, wbig, NULL, NULL), "dl_t_conv2d", "larger", "[2, 4, 6, 6]", "[3, 4, 7, 3]");
   EXPECT_PANIC(dl_t_conv2d(&tp, x, w, NULL, &(dl_conv2d_args){.dil_h = 3}), "dl_t_conv2d", "dilation 3");
+  EXPECT_PANIC(dl_t_conv2d(&tp, x, w, NULL, &(dl_conv2d_args){.pad_h_end = 1}), "dl_t_conv2d", "end padding 1",
+               "DL_PAD_EXPLICIT");
+  EXPECT_PANIC(dl_t_conv2d(&tp, x, w, NULL, &(dl_conv2d_args){.pad_mode = DL_PAD_SAME, .pad_w = 1}), "dl_t_conv2d",
+               "SAME", "padding 1 must be 0");
+  EXPECT_PANIC(dl_t_conv2d(&tp, x, w, NULL, &(dl_conv2d_args){.pad_mode = 9}), "dl_t_conv2d", "pad_mode 9");
   EXPECT_PANIC(dl_t_conv2d(&tp, x3, w3, NULL, NULL), "dl_t_conv2d", "[2, 4, 9]", "[3, 2, 3]", "4-d");
   EXPECT_PANIC(dl_t_conv1d(&tp, x3, w, NULL, NULL), "dl_t_conv1d", "[2, 4, 9]", "[3, 4, 3, 3]");
   EXPECT_PANIC(dl_t_conv1d(&tp, x3, w3, NULL, NULL), "dl_t_conv1d", "[2, 4, 9]", "[3, 2, 3]", "groups=1");

@@ -7,8 +7,9 @@ Run from the repository root with Debian's python3 (it has torch):
 
 Cases (each in f64 and f32, see fixture_lib.Writer.op):
   conv2d_*   F.conv2d(x, w, b) with params stride_h stride_w pad_h pad_w dil_h
-             dil_w groups (0 = default, as in dl_conv2d_args) and has_b
-  conv1d_*   F.conv1d with params stride pad dil groups has_b
+             dil_w groups (0 = default, as in dl_conv2d_args) and has_b, and
+             pad_mode pad_h_end pad_w_end (uneven padding: F.pad, then none)
+  conv1d_*   F.conv1d with params stride pad dil groups has_b pad_mode pad_end
   maxpool_*  F.max_pool2d with params kernel_h kernel_w stride_h stride_w
              pad_h pad_w dil_h dil_w ceil_mode (stride 0 = the kernel size),
              and pad_mode pad_h_end pad_w_end as dl_pool2d_args (explicit and
@@ -33,12 +34,26 @@ def nz(v):
 
 
 def conv2d(x, w, b=None, stride_h=0, stride_w=0, pad_h=0, pad_w=0, dil_h=0, dil_w=0, groups=0,
-           has_b=1):
-    return F.conv2d(x, w, b, stride=(nz(stride_h), nz(stride_w)), padding=(pad_h, pad_w),
-                    dilation=(nz(dil_h), nz(dil_w)), groups=nz(groups))
+           has_b=1, pad_mode=0, pad_h_end=0, pad_w_end=0):
+    """pad_mode as dl_conv2d_args (1 explicit, 2 SAME, 3 SAME_LOWER): F.pad with zeros first."""
+    s, d = (nz(stride_h), nz(stride_w)), (nz(dil_h), nz(dil_w))
+    if pad_mode:
+        if pad_mode == 1:
+            t, bo, l, r = pad_h, pad_h_end, pad_w, pad_w_end
+        else:
+            t, bo = same_pads(x.shape[2], w.shape[2], s[0], d[0], pad_mode == 3)
+            l, r = same_pads(x.shape[3], w.shape[3], s[1], d[1], pad_mode == 3)
+        x, pad_h, pad_w = F.pad(x, (l, r, t, bo)), 0, 0
+    return F.conv2d(x, w, b, stride=s, padding=(pad_h, pad_w), dilation=d, groups=nz(groups))
 
 
-def conv1d(x, w, b=None, stride=0, pad=0, dil=0, groups=0, has_b=1):
+def conv1d(x, w, b=None, stride=0, pad=0, dil=0, groups=0, has_b=1, pad_mode=0, pad_end=0):
+    if pad_mode:
+        if pad_mode == 1:
+            l, r = pad, pad_end
+        else:
+            l, r = same_pads(x.shape[2], w.shape[2], nz(stride), nz(dil), pad_mode == 3)
+        x, pad = F.pad(x, (l, r)), 0
     return F.conv1d(x, w, b, stride=nz(stride), padding=pad, dilation=nz(dil), groups=nz(groups))
 
 
@@ -196,6 +211,16 @@ def main():
     up("maxunpool_k2s2p1_size", 1, 2, 5, 6, kernel_h=2, kernel_w=2, pad_h=1, pad_w=1, out_h=5,
        out_w=6)
     up("maxunpool_odd_size", 2, 1, 5, 7, kernel_h=2, kernel_w=2, out_h=5, out_w=7)
+
+    # convolution with uneven padding (dl_conv2d_args' pad_mode; after the others, so that their
+    # inputs stay as they were)
+    c2("conv2d_explicit", 2, 2, 5, 4, 3, 3, 2, stride_h=2, pad_w=1, pad_mode=1, pad_h_end=2)
+    c2("conv2d_same_s2", 2, 3, 5, 7, 2, 3, 3, stride_h=2, stride_w=2, pad_mode=2)
+    c2("conv2d_same_dil_groups", 1, 4, 6, 5, 2, 2, 3, bias=False, stride_w=2, dil_h=2, groups=2,
+       pad_mode=2)
+    c2("conv2d_same_lower", 1, 2, 7, 8, 2, 4, 4, stride_h=3, stride_w=3, pad_mode=3)
+    c1("conv1d_same", 2, 3, 9, 2, 4, stride=2, pad_mode=2)
+    c1("conv1d_explicit", 1, 2, 6, 2, 3, pad=3, pad_mode=1, pad_end=1)
     out.close()
 
 

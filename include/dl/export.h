@@ -212,6 +212,9 @@ DL_API dl_status dl__micro_one(dl_micro_model *q, dl_layer *l, int *cur, int *la
     if (d->groups != 1)
       return dl_fail(ctx, DL_ERR_UNSUPPORTED, "dl_micro_from_model: layer '%s' (Conv2d): groups %d (only 1)", l->name,
                      d->groups);
+    if (d->pad_mode != DL_PAD_SYMMETRIC)
+      return dl_fail(ctx, DL_ERR_UNSUPPORTED, "dl_micro_from_model: layer '%s' (Conv2d): pad_mode %d (dl/micro.h pads "
+                     "symmetrically)", l->name, d->pad_mode);
     if (d->in != X.c)
       return dl_fail(ctx, DL_ERR_SHAPE, "dl_micro_from_model: layer '%s' (Conv2d) takes %lld channels, the tensor "
                      "before it is [%d, %d, %d]", l->name, (long long)d->in, X.c, X.h, X.w);

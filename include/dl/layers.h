@@ -1004,12 +1004,18 @@ typedef struct dl_conv2d_desc {
   int kernel, stride, padding, dilation, groups;
   int kernel_w, stride_w, padding_w, dilation_w; /* 0: as the square value */
   int no_bias;
+  /* as dl_conv2d_args (ops/conv.h): DL_PAD_EXPLICIT reads padding /
+   * padding_w as the top / left (padding_w as given, no square default) and
+   * these as the bottom / right; DL_PAD_SAME(_LOWER) computes them */
+  int pad_mode, padding_end, padding_w_end;
 } dl_conv2d_desc;
-/* nn.Conv1d: weight [out, in/groups, kernel]. */
+/* nn.Conv1d: weight [out, in/groups, kernel]; pad_mode, padding_end as
+ * dl_conv1d_args. */
 typedef struct dl_conv1d_desc {
   int64_t in, out;
   int kernel, stride, padding, dilation, groups;
   int no_bias;
+  int pad_mode, padding_end;
 } dl_conv1d_desc;
 
 typedef struct dl__lay_conv {
@@ -1023,12 +1029,13 @@ DL_API dl_tensor *dl__lay_conv_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
   const dl_conv2d_desc *d = &C->d;
   if (C->one_d) {
     dl__check_input(l, x, 3, 3, 1, d->in);
-    return dl_t_conv1d(tp, x, C->w, C->b, &(dl_conv1d_args){d->stride, d->padding, d->dilation, d->groups});
+    return dl_t_conv1d(tp, x, C->w, C->b, &(dl_conv1d_args){d->stride, d->padding, d->dilation, d->groups, d->pad_mode,
+                                                                   d->padding_end});
   }
   dl__check_input(l, x, 4, 4, 1, d->in);
   return dl_t_conv2d(tp, x, C->w, C->b,
                      &(dl_conv2d_args){d->stride, d->stride_w, d->padding, d->padding_w, d->dilation, d->dilation_w,
-                                       d->groups});
+                                       d->groups, d->pad_mode, d->padding_end, d->padding_w_end});
 }
 DL_API void dl__lay_conv_describe(const dl_layer *l, char *buf, size_t n) {
   const dl__lay_conv *C = (const dl__lay_conv *)l;
@@ -1054,11 +1061,12 @@ DL_API dl_layer *dl__lay_conv_make(dl_model *m, dl_layer *parent, const char *na
   if (!d.dilation) d.dilation = 1;
   if (!d.kernel_w) d.kernel_w = d.kernel;
   if (!d.stride_w) d.stride_w = d.stride;
-  if (!d.padding_w) d.padding_w = d.padding;
+  if (!d.padding_w && d.pad_mode != DL_PAD_EXPLICIT) d.padding_w = d.padding;
   if (d.padding_w == DL_PAD_NONE) d.padding_w = 0;
   if (!d.dilation_w) d.dilation_w = d.dilation;
   if (d.in <= 0 || d.out <= 0 || d.kernel <= 0 || d.kernel_w <= 0 || d.groups <= 0 || d.in % d.groups ||
-      d.out % d.groups || d.padding < 0 || d.padding_w < 0 || d.stride < 0 || d.dilation < 0)
+      d.out % d.groups || d.padding < 0 || d.padding_w < 0 || d.stride < 0 || d.dilation < 0 || d.padding_end < 0 ||
+      d.padding_w_end < 0)
     DL_PANIC(m->ctx, op, "bad sizes: in %lld, out %lld, kernel %dx%d, groups %d, padding %d (in and out divisible by groups)",
              (long long)d.in, (long long)d.out, d.kernel, d.kernel_w, d.groups, d.padding);
   C = (dl__lay_conv *)dl_layer_new(m, parent, name, one_d ? &dl__lay_conv1d_vt : &dl__lay_conv2d_vt, sizeof *C);
@@ -1089,6 +1097,7 @@ DL_API dl_layer *dl_conv1d_make(dl_model *m, dl_layer *parent, const char *name,
   memset(&c, 0, sizeof c);
   c.in = d->in; c.out = d->out; c.kernel = d->kernel; c.stride = d->stride; c.padding = d->padding;
   c.dilation = d->dilation; c.groups = d->groups; c.no_bias = d->no_bias;
+  c.pad_mode = d->pad_mode; c.padding_end = d->padding_end;
   c.kernel_w = c.stride_w = c.dilation_w = 1;
   c.padding_w = 0;
   return dl__lay_conv_make(m, parent, name, c, 1);

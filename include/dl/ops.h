@@ -30,7 +30,8 @@
  *                    softmax, log_softmax
  *   ops/loss.h       mse, cross_entropy (label smoothing), bce_with_logits,
  *                    nll, huber / smooth_l1
- *   ops/conv.h       conv1d, conv2d (stride, padding, dilation, groups),
+ *   ops/conv.h       conv1d, conv2d (stride, padding, dilation, groups;
+ *                    explicit and SAME padding),
  *                    max_pool2d (dilation, ceil_mode, explicit and SAME
  *                    padding; with_indices), avg_pool2d, max_unpool2d
  *   ops/sparse.h     embedding (row-sparse weight gradient), dropout

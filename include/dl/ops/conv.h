@@ -34,6 +34,7 @@
 #define DL_OPS_CONV_H
 
 #include "core.h"
+#include "shape.h" /* dl_t_pad: uneven padding of a convolution */
 DL__HEADER_BEGIN
 
 #ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
@@ -41,13 +42,18 @@ DL__HEADER_BEGIN
 /* >>arguments -------------------------------------------------------------- */
 
 /* conv2d options; zero means PyTorch's default (stride 1, padding 0,
- * dilation 1, groups 1). */
+ * dilation 1, groups 1). pad_mode (see below): DL_PAD_EXPLICIT reads pad_h,
+ * pad_w as the top / left and pad_h_end, pad_w_end as the bottom / right;
+ * DL_PAD_SAME, DL_PAD_SAME_LOWER compute them. */
 typedef struct dl_conv2d_args {
   int stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups;
+  int pad_mode, pad_h_end, pad_w_end;
 } dl_conv2d_args;
-/* conv1d options; zero means PyTorch's default. */
+/* conv1d options; zero means PyTorch's default; pad_mode as conv2d's (pad
+ * at the start, pad_end at the end under DL_PAD_EXPLICIT). */
 typedef struct dl_conv1d_args {
   int stride, pad, dil, groups;
+  int pad_mode, pad_end;
 } dl_conv1d_args;
 /* How a window op's padding is given (pad_mode):
  *   DL_PAD_SYMMETRIC (0)  pad_h rows at the top and at the bottom, pad_w
@@ -696,11 +702,54 @@ DL_API dl_tensor *dl__t_conv(dl_tape *tp, const char *op, dl_tensor *x, dl_tenso
   return y;
 }
 
+/* Padding that is not the same on both sides of an axis (pad_mode
+ * DL_PAD_EXPLICIT, DL_PAD_SAME, DL_PAD_SAME_LOWER): the convolution keeps
+ * the smaller side's padding (*ip per axis, written back into the i[]
+ * slots), and the difference becomes zeros added to x by dl_t_pad, a copy
+ * of x on the tape (its backward crops the gradient). nd 3 or 4; p[2 a],
+ * p[2 a + 1] the start and end padding asked for axis a (a = 0 for conv1d's
+ * length or conv2d's height, 1 for the width), s, d its stride and
+ * dilation (0 = 1). Returns x, or the padded copy. */
+DL_API dl_tensor *dl__conv_pad_modes(dl_tape *tp, const char *op, dl_tensor *x, const dl_tensor *w, int nd,
+                                     int mode, const int *p, const int *s, const int *d, int64_t **ip) {
+  int64_t pads[4] = {0, 0, 0, 0}, extra = 0;
+  int a, axes = nd - 2;
+  if (mode < DL_PAD_SYMMETRIC || mode > DL_PAD_SAME_LOWER)
+    DL_PANIC(x->ctx, op, "pad_mode %d for x %s: DL_PAD_SYMMETRIC, DL_PAD_EXPLICIT, DL_PAD_SAME or "
+             "DL_PAD_SAME_LOWER", mode, DL_SHAPESTR(x));
+  for (a = 0; a < axes; a++) {
+    if (mode != DL_PAD_EXPLICIT && p[2 * a + 1])
+      DL_PANIC(x->ctx, op, "end padding %d for x %s is read only under pad_mode DL_PAD_EXPLICIT", p[2 * a + 1],
+               DL_SHAPESTR(x));
+    if ((mode == DL_PAD_SAME || mode == DL_PAD_SAME_LOWER) && p[2 * a])
+      DL_PANIC(x->ctx, op, "pad_mode SAME for x %s computes the padding: padding %d must be 0", DL_SHAPESTR(x),
+               p[2 * a]);
+    if (p[2 * a] < 0 || p[2 * a + 1] < 0)
+      DL_PANIC(x->ctx, op, "negative padding %d, %d for x %s", p[2 * a], p[2 * a + 1], DL_SHAPESTR(x));
+  }
+  if (mode == DL_PAD_SYMMETRIC || x->ndim != nd || w->ndim != nd) return x; /* dl__conv_check names a bad rank */
+  for (a = 0; a < axes; a++) {
+    const int64_t n = x->shape[2 + a], k = w->shape[2 + a], st = s[a] ? s[a] : 1, di = d[a] ? d[a] : 1;
+    int64_t pb, pe, sym;
+    (void)dl__window_axis(mode, n, k, st, di, p[2 * a], p[2 * a + 1], 0, &pb, &pe);
+    sym = pb < pe ? pb : pe;
+    *ip[a] = sym;
+    /* dl_t_pad's pairs run from the last dimension: the width's first */
+    pads[2 * (axes - 1 - a)] = pb - sym;
+    pads[2 * (axes - 1 - a) + 1] = pe - sym;
+    extra |= pb - sym || pe - sym;
+  }
+  return extra ? dl_t_pad(tp, x, axes, pads, 0.0) : x;
+}
+
 /* y = conv2d(x, w) + b, PyTorch's F.conv2d: x [N, C, H, W], w [O, C/groups,
  * kh, kw], b [O] or NULL; a NULL (or zeroed) args means stride 1, no
  * padding, dilation 1, one group. Returns y [N, O, Ho, Wo] with
- * Ho = (H + 2*pad_h - dil_h*(kh-1) - 1) / stride_h + 1 (likewise Wo), in the
- * tape's arena (valid until dl_tape_rewind). x, w, b may be strided views. */
+ * Ho = (H + 2*pad_h - dil_h*(kh-1) - 1) / stride_h + 1 (likewise Wo; with
+ * pad_mode, pad_top + pad_bottom in place of 2*pad_h, ceil(H / stride_h)
+ * under SAME), in the tape's arena (valid until dl_tape_rewind). x, w, b
+ * may be strided views. Uneven padding costs a padded copy of x (see
+ * dl__conv_pad_modes). */
 DL_API dl_tensor *dl_t_conv2d(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor *b,
                               const dl_conv2d_args *a) {
   int64_t i[8];
@@ -717,6 +766,14 @@ DL_API dl_tensor *dl_t_conv2d(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
   i[4] = a->dil_h;
   i[5] = a->dil_w;
   i[6] = a->groups;
+  if (a->pad_mode || a->pad_h_end || a->pad_w_end) {
+    const int p[4] = {a->pad_h, a->pad_h_end, a->pad_w, a->pad_w_end}, s[2] = {a->stride_h, a->stride_w},
+              d[2] = {a->dil_h, a->dil_w};
+    int64_t *ip[2];
+    ip[0] = &i[2];
+    ip[1] = &i[3];
+    x = dl__conv_pad_modes(tp, "dl_t_conv2d", x, w, 4, a->pad_mode, p, s, d, ip);
+  }
   g = dl__conv_check("dl_t_conv2d", x, w, b, 4, i);
   return dl__t_conv(tp, "dl_t_conv2d", x, w, b, &g, i);
 }
@@ -741,6 +798,12 @@ DL_API dl_tensor *dl_t_conv1d(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
   i[4] = 1;
   i[5] = a->dil;
   i[6] = a->groups;
+  if (a->pad_mode || a->pad_end) {
+    const int p[2] = {a->pad, a->pad_end}, s[1] = {a->stride}, d[1] = {a->dil};
+    int64_t *ip[1];
+    ip[0] = &i[3];
+    x = dl__conv_pad_modes(tp, "dl_t_conv1d", x, w, 3, a->pad_mode, p, s, d, ip);
+  }
   g = dl__conv_check("dl_t_conv1d", x, w, b, 3, i);
   return dl__t_conv(tp, "dl_t_conv1d", x, w, b, &g, i);
 }
