@@ -136,6 +136,51 @@ template <typename T> __host__ __device__ __forceinline__ void clamp_at(T *__res
 template <typename T> __global__ void k_clamp(T *__restrict__ x, int64_t n, T lo, T hi) {
   GRID_STRIDE(i, n) clamp_at(x, lo, hi, i);
 }
+// LAMB (dl__lamb_<sfx>): m, v, then u = (m / bc1) / (sqrt(v) / bc2s + eps) + wd p, rounded as the CPU.
+template <typename T>
+__host__ __device__ __forceinline__ void lamb_mv_at(const T *__restrict__ g, T *__restrict__ m, T *__restrict__ v, T b1,
+                                                    T b1c, T b2, T b2c, int64_t i) {
+  const T gi = g[i];
+  m[i] = radd(rmul(m[i], b1), rmul(b1c, gi));
+  v[i] = radd(rmul(v[i], b2), rmul(b2c, rmul(gi, gi)));
+}
+template <typename T>
+__host__ __device__ __forceinline__ T lamb_u(const T *p, const T *m, const T *v, T bc1, T bc2s, T eps, T wd, int64_t i) {
+  return radd(rdiv(rdiv(m[i], bc1), radd(rdiv(rsqrt_(v[i]), bc2s), eps)), rmul(wd, p[i]));
+}
+// The step's scale (T)(lr trust) from the sums of p^2 (s[0]) and u^2 (s[1]), as dl__lamb_<sfx>.
+template <typename T> __host__ __device__ __forceinline__ T lamb_scale(const double *s, double lr, double max_trust) {
+  const double pn = sqrt(s[0]), un = sqrt(s[1]);
+  double trust = pn > 0 && un > 0 ? pn / un : 1.0;
+  if (max_trust > 0 && trust > max_trust) trust = max_trust;
+  return (T)(lr * trust);
+}
+template <typename T>
+__host__ __device__ __forceinline__ void lamb_apply_at(T *__restrict__ p, const T *__restrict__ m, const T *__restrict__ v,
+                                                       T bc1, T bc2s, T eps, T wd, T st, int64_t i) {
+  const T u = lamb_u(p, m, v, bc1, bc2s, eps, wd, i);
+  p[i] = rsub(p[i], rmul(st, u));
+}
+template <typename T>
+__global__ void k_lamb_mv(int64_t n, const T *__restrict__ g, T *__restrict__ m, T *__restrict__ v, T b1, T b1c, T b2,
+                          T b2c) {
+  GRID_STRIDE(i, n) lamb_mv_at(g, m, v, b1, b1c, b2, b2c, i);
+}
+template <typename T>
+__global__ void k_lamb_apply(int64_t n, T *__restrict__ p, const T *__restrict__ m, const T *__restrict__ v, T bc1,
+                             T bc2s, T eps, T wd, const double *s, double lr, double max_trust) {
+  const T st = lamb_scale<T>(s, lr, max_trust);
+  GRID_STRIDE(i, n) lamb_apply_at(p, m, v, bc1, bc2s, eps, wd, st, i);
+}
+template <typename T> struct FLambU {
+  const T *p, *m, *v;
+  T bc1, bc2s, eps, wd;
+  __host__ __device__ double operator()(int64_t i) const {
+    const double u = (double)lamb_u(p, m, v, bc1, bc2s, eps, wd, i);
+    return u * u;
+  }
+};
+
 template <typename T> struct FSq {
   const T *x;
   __host__ __device__ double operator()(int64_t i) const {
@@ -174,6 +219,22 @@ inline int stage_rows(dlg_handle *h, const char *op, int64_t n, int64_t width, c
   DLG_TRY(stage(h, h->ws, rows, bytes, op));
   *dev = (const int64_t *)h->ws;
   return DLG_OK;
+}
+template <typename T>
+int lamb_run(dlg_handle *h, const char *op, int64_t n, T *p, const T *g, T *m, T *v, const double *k) {
+  const unsigned nb = dlg_blocks(h, n, TPB);
+  const Carve c = carve(sizeof(double) * (size_t)psum_blocks(h, n), 2 * sizeof(double));
+  DLG_TRY(dlg_ws(h, c.total));
+  double *part = piece<double>(h, c, 0), *sums = piece<double>(h, c, 1);
+  const T bc1 = (T)k[4], bc2s = (T)k[5], eps = (T)k[6], wd = (T)k[7];
+  DLG_LAUNCH(nb, TPB, 0, h->stream, k_lamb_mv<T>)(n, g, m, v, (T)k[0], (T)k[1], (T)k[2], (T)k[3]);
+  DLG_TRY(dlg_launched(h, op));
+  const FSq<T> fp = {p};
+  DLG_TRY(psum<double>(h, op, fp, n, part, sums, 1.0));
+  const FLambU<T> fu = {p, m, v, bc1, bc2s, eps, wd};
+  DLG_TRY(psum<double>(h, op, fu, n, part, sums + 1, 1.0));
+  DLG_LAUNCH(nb, TPB, 0, h->stream, k_lamb_apply<T>)(n, p, m, v, bc1, bc2s, eps, wd, sums, k[8], k[9]);
+  return dlg_launched(h, op);
 }
 #endif // DLG_HOST_TEST
 
@@ -299,6 +360,14 @@ int dlg_lion_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const in
     DLG_LAUNCH(nb, TPB, 0, h->stream, k_lion<double>)(n, width, r, (double *)p, (const double *)g, (double *)m, b1, b1c, b2,
                                               b2c, lr, decay);
   return dlg_launched(h, op);
+}
+
+int dlg_lamb_update(dlg_handle *h, int dtype, int64_t n, void *p, const void *g, void *m, void *v, const double *k) {
+  static const char *op = "dlg_lamb_update";
+  DLG_CHECK_DTYPE(op, dtype);
+  if (n == 0) return DLG_OK;
+  if (dtype == DLG_F32) return lamb_run<float>(h, op, n, (float *)p, (const float *)g, (float *)m, (float *)v, k);
+  return lamb_run<double>(h, op, n, (double *)p, (const double *)g, (double *)m, (double *)v, k);
 }
 
 int dlg_clamp(dlg_handle *h, int dtype, void *x, int64_t n, double v) {

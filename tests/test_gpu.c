@@ -1178,6 +1178,11 @@ static dl_model *build_net(dl_dtype dt, int cnn) {
   return m;
 }
 static dl_optim *make_optim(dl_model *m, int adam) {
+  if (adam == 2) { /* LAMB: the trust ratio's norms are summed on the device */
+    dl_lamb_cfg c = dl_lamb_defaults(0.02);
+    c.weight_decay = 0.01;
+    return own_optim(dl_optim_lamb(m, &c));
+  }
   if (adam) {
     dl_adam_cfg c = dl_adam_defaults(0.01);
     return own_optim(dl_optim_adam(m, &c));
@@ -1201,7 +1206,8 @@ static void train_body(const void *arg) {
   const dl_step_desc clip = {.clip_value = 0.05, .clip_norm = 0.1, .l1 = 1e-4, .l2 = 1e-3};
   char name[64];
   int step;
-  snprintf(name, sizeof name, "%s, %s", a->cnn ? "CNN" : "MLP", a->adam ? "Adam" : "SGD momentum, clipped");
+  snprintf(name, sizeof name, "%s, %s", a->cnn ? "CNN" : "MLP",
+           a->adam == 2 ? "LAMB" : a->adam ? "Adam" : "SGD momentum, clipped");
   CHECK(mc->pnumel == mg->pnumel && !memcmp(mc->pbuf, mg->pbuf, (size_t)mc->pnumel * dl_dtype_size(dt)));
   memcpy(init->data, mc->pbuf, (size_t)mc->pnumel * dl_dtype_size(dt));
   CHECK(dl_model_to_device(mg, gpu) == DL_OK);
@@ -1234,19 +1240,18 @@ static void train_body(const void *arg) {
   nruns++;
 }
 static void test_training(void) {
-  static train_arg args[8];
-  static const char *names[8];
+  static train_arg args[12];
+  static const char *const kinds[2][3] = {{"MLP SGD momentum", "MLP Adam", "MLP LAMB"},
+                                          {"CNN SGD momentum", "CNN Adam", "CNN LAMB"}};
   int k;
   NEED_GPU();
-  for (k = 0; k < 8; k++) {
-    args[k].cnn = k >> 2 & 1;
-    args[k].adam = k >> 1 & 1;
+  for (k = 0; k < 12; k++) {
+    args[k].cnn = k / 6;
+    args[k].adam = k / 2 % 3;
     args[k].dt = k & 1 ? DL_F64 : DL_F32;
-    names[k] = args[k].cnn ? (args[k].adam ? "CNN Adam" : "CNN SGD momentum")
-                           : (args[k].adam ? "MLP Adam" : "MLP SGD momentum");
-    guarded(train_body, &args[k], names[k]);
+    guarded(train_body, &args[k], kinds[args[k].cnn][args[k].adam]);
   }
-  print_worst("training steps (MLP, CNN; SGD momentum, Adam)");
+  print_worst("training steps (MLP, CNN; SGD momentum, Adam, LAMB)");
 }
 
 /* What a training step asks of the device once warm (dl_gpu_get_counts: counted on the host, so the fake device

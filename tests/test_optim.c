@@ -77,12 +77,21 @@ static void opt_step(const fx2_case *c, state *st, int64_t step) {
     k.maximize = (int)fx2_param(c, "maximize", -1);
     if (step == 1) dl_adagrad_init_state(st->s1, &k);
     dl_adagrad_update(st->p, st->g, st->s1, step, &k);
-  } else {
+  } else if (opt == 4) {
     dl_lion_cfg k = dl_lion_defaults(fx2_param(c, "lr", -1));
     k.beta1 = fx2_param(c, "beta1", -1);
     k.beta2 = fx2_param(c, "beta2", -1);
     k.weight_decay = fx2_param(c, "weight_decay", -1);
     dl_lion_update(st->p, st->g, st->s1, step, &k);
+  } else {
+    dl_lamb_cfg k = dl_lamb_defaults(fx2_param(c, "lr", -1));
+    k.beta1 = fx2_param(c, "beta1", -1);
+    k.beta2 = fx2_param(c, "beta2", -1);
+    k.eps = fx2_param(c, "eps", -1);
+    k.weight_decay = fx2_param(c, "weight_decay", -1);
+    k.max_trust = fx2_param(c, "max_trust", -1);
+    k.bias_correction = (int)fx2_param(c, "bias_correction", -1);
+    dl_lamb_update(st->p, st->g, st->s1, st->s2, step, &k);
   }
 }
 
@@ -167,7 +176,7 @@ static void test_optimizers_vs_torch(void) {
     if (e0[1] > worst_el[c->f64]) worst_el[c->f64] = e0[1];
     free(r0); free(r1); free(r2);
   }
-  CHECK_MSG(ncase == 48, "%d optimizer cases (48 expected)", ncase);
+  CHECK_MSG(ncase == 56, "%d optimizer cases (56 expected)", ncase);
 }
 
 /* >>schedules -------------------------------------------------------------- */

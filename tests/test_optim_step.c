@@ -131,6 +131,16 @@ static dl_optim *make_opt(dl_model *m, const fx2_case *c) {
     k.eps = fx2_param(c, "eps", k.eps);
     return dl_optim_adagrad(m, &k);
   }
+  if (opt == 6) {
+    dl_lamb_cfg k = dl_lamb_defaults(lr);
+    k.beta1 = fx2_param(c, "beta1", k.beta1);
+    k.beta2 = fx2_param(c, "beta2", k.beta2);
+    k.eps = fx2_param(c, "eps", k.eps);
+    k.weight_decay = fx2_param(c, "weight_decay", k.weight_decay);
+    k.max_trust = fx2_param(c, "max_trust", k.max_trust);
+    k.bias_correction = (int)fx2_param(c, "bias_correction", k.bias_correction);
+    return dl_optim_lamb(m, &k);
+  }
   {
     dl_lion_cfg k = dl_lion_defaults(lr);
     k.beta1 = fx2_param(c, "beta1", k.beta1);
@@ -435,7 +445,7 @@ static void test_vs_torch(void) {
     free(a.pbuf);
     free(a.sbuf);
   }
-  CHECK_MSG(ncase == 50 && nspec == 24, "%d cases (50 expected), %d with specs (24)", ncase, nspec);
+  CHECK_MSG(ncase == 56 && nspec == 24, "%d cases (56 expected), %d with specs (24)", ncase, nspec);
 }
 
 /* >>state lookup ----------------------------------------------------------- */
@@ -767,6 +777,10 @@ static void test_steady_state_no_alloc(void) {
  * output projection): in that step its gradient is the sum of both, every
  * row (the looked-up ones and the others) is updated densely, the clip norm
  * counts both parts; the next step that only looks up rows is lazy again. */
+/* (its own function: the panic's longjmp stays out of the caller's locals) */
+static void lamb_step_refused(dl_optim *ol) {
+  EXPECT_PANIC(dl_optim_step(ol), "dl_optim_step", "LAMB", "net.emb.weight", "sparse = 0");
+}
 static dl_tensor *tied_fwd(dl_layer *l, dl_tape *tp, dl_tensor *idx) {
   dl_layer *e = dl_layer_child(l, "emb");
   return dl_t_linear(tp, dl_layer_call(e, tp, idx), dl_layer_param(e, "weight"), NULL);
@@ -817,6 +831,16 @@ static void test_tied_sparse_and_dense(void) {
   for (i = 0; i < 10; i++) {
     int changed = memcmp(dl_f64(&p->t) + 3 * i, dl_f64(ref) + 3 * i, 3 * sizeof(double)) != 0;
     CHECK_MSG(changed == (i == 1 || i == 2), "lazy step after a tied one: row %lld changed %d", (long long)i, changed);
+  }
+  dl_model_zero_grad(m);
+  dl_tape_rewind(&tp);
+  { /* LAMB takes the whole tensor's norm: a lazy row-sparse step is refused, naming the parameter */
+    dl_optim *ol = dl_optim_lamb(m, &(dl_lamb_cfg){.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6});
+    CHECK(ol && ol->nstate == 2 && dl_optim_state(ol, "net.emb.weight", "exp_avg_sq") != NULL);
+    loss = dl_t_sum_all(&tp, dl_layer_call(dl_layer_child(b, "emb"), &tp, idx));
+    dl_backward(&tp, loss, NULL);
+    lamb_step_refused(ol);
+    dl_optim_free(ol);
   }
   dl_tape_free(&tp);
   dl_tensor_free(idx);

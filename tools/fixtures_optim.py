@@ -8,11 +8,12 @@ Run from the repository root with Debian's python3 (it has torch):
     /usr/bin/python3 tools/fixtures_optim.py    # writes tests/fixtures/optim.txt
 
 Optimizer cases (name opt_*, in f64 and f32): params `opt` (0 SGD, 1 Adam /
-AdamW, 2 RMSprop, 3 Adagrad, 4 Lion) and the optimizer's settings; tensors
+AdamW, 2 RMSprop, 3 Adagrad, 4 Lion, 5 LAMB) and the optimizer's settings; tensors
 p0 (the parameter before, 3x4), g (20 fixed gradients, 20x3x4) and p (the
 parameter after each of the 20 steps, 20x3x4). torch's optimizer runs with
-foreach=False; Lion, which torch 1.13 lacks, is the published rule written
-out below on torch tensors of the case's dtype.
+foreach=False; Lion and LAMB, which torch 1.13 lacks, are the published
+rules written out below on torch tensors of the case's dtype (LAMB's norms
+in double).
 
 Schedule cases (name sched_*, f64): the settings as params and tensor lr,
 the learning rate after 0, 1, ... scheduler steps (torch's StepLR,
@@ -26,7 +27,7 @@ import torch
 from fixture_lib import SEED, Writer
 
 STEPS = 20
-OPT = {"sgd": 0, "adam": 1, "rmsprop": 2, "adagrad": 3, "lion": 4}
+OPT = {"sgd": 0, "adam": 1, "rmsprop": 2, "adagrad": 3, "lion": 4, "lamb": 5}
 
 
 def lion_run(p, grads, lr, beta1, beta2, weight_decay):
@@ -36,6 +37,29 @@ def lion_run(p, grads, lr, beta1, beta2, weight_decay):
         c = beta1 * m + (1 - beta1) * g
         p = p * (1 - lr * weight_decay) - lr * torch.sign(c)
         m = beta2 * m + (1 - beta2) * g
+        out.append(p.clone())
+    return torch.stack(out)
+
+
+def lamb_run(p, grads, lr, beta1, beta2, eps, weight_decay, max_trust, bias_correction):
+    """LAMB as the paper writes it (You et al. 2020, Algorithm 2; phi the
+    identity, or clipped at max_trust when > 0): m_hat = m / (1 - beta1^t),
+    v_hat = v / (1 - beta2^t), r = m_hat / (sqrt(v_hat) + eps), u = r + wd p,
+    p -= lr * |p| / |u| * u (a ratio of 1 where a norm is 0)."""
+    m = torch.zeros_like(p)
+    v = torch.zeros_like(p)
+    out = []
+    for t, g in enumerate(grads, 1):
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        mh = m / (1 - beta1 ** t) if bias_correction else m
+        vh = v / (1 - beta2 ** t) if bias_correction else v
+        u = mh / (vh.sqrt() + eps) + weight_decay * p
+        pn, un = p.double().norm().item(), u.double().norm().item()
+        trust = pn / un if pn > 0 and un > 0 else 1.0
+        if max_trust > 0:
+            trust = min(trust, max_trust)
+        p = p - lr * trust * u
         out.append(p.clone())
     return torch.stack(out)
 
@@ -121,6 +145,14 @@ def main():
         ("adagrad_wd", "adagrad", dict(ada, weight_decay=0.1, maximize=True)),
         ("lion_plain", "lion", dict(lr=1e-3, beta1=0.9, beta2=0.99, weight_decay=0.0)),
         ("lion_wd", "lion", dict(lr=3e-3, beta1=0.95, beta2=0.98, weight_decay=0.5)),
+        ("lamb_plain", "lamb", dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0,
+                                    max_trust=0.0, bias_correction=1)),
+        ("lamb_wd", "lamb", dict(lr=5e-3, beta1=0.85, beta2=0.99, eps=1e-6, weight_decay=0.1,
+                                 max_trust=0.0, bias_correction=1)),
+        ("lamb_no_bias_correction", "lamb", dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-4,
+                                                 weight_decay=0.01, max_trust=0.0, bias_correction=0)),
+        ("lamb_clipped", "lamb", dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0,
+                                      max_trust=0.05, bias_correction=1)),
     ]
     for name, kind, kw in cases:
         params = {"opt": OPT[kind]}
@@ -133,6 +165,8 @@ def main():
             p, gs = p0.to(dtype), grads.to(dtype)
             if kind == "lion":
                 out = lion_run(p.clone(), gs, **kw)
+            elif kind == "lamb":
+                out = lamb_run(p.clone(), gs, **kw)
             else:
                 out = torch_run(kind, p, gs, kw)
             w.case("opt_" + name, dtype, params, [("p0", p), ("g", gs), ("p", out)])

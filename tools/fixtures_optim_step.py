@@ -68,7 +68,7 @@ STEPS = 20
 SNAPS = (0, 9, 19)  # 0-based step indices whose results are stored
 K = 6               # embedding lookups per step
 EMB_OFF = (3, 11)   # steps without a lookup: the embedding has no gradient
-OPT = {"sgd": 0, "adam": 1, "rmsprop": 2, "adagrad": 3, "lion": 4, "sparse_adam": 5}
+OPT = {"sgd": 0, "adam": 1, "rmsprop": 2, "adagrad": 3, "lion": 4, "sparse_adam": 5, "lamb": 6}
 
 DENSE = [("0.weight", (4, 5)), ("0.bias", (4,)), ("1.weight", (3, 4)), ("1.bias", (3,))]
 SPARSE = [("emb.weight", (10, 3)), ("lin.weight", (2, 3)), ("lin.bias", (2,))]
@@ -79,6 +79,7 @@ STATE = {
     "rmsprop": ["square_avg", "momentum_buffer", "grad_avg"],
     "adagrad": ["sum"],
     "lion": ["exp_avg"],
+    "lamb": ["exp_avg", "exp_avg_sq"],
 }
 
 
@@ -129,6 +130,44 @@ class Lion:
                 c = b1 * m + (1 - b1) * g
                 p.mul_(1 - gr["lr"] * gr["weight_decay"]).sub_(gr["lr"] * torch.sign(c))
                 m.mul_(b2).add_((1 - b2) * g)
+
+
+class Lamb:
+    """LAMB as the paper writes it (You et al. 2020, Algorithm 2), the trust
+    ratio per parameter tensor; tools/fixtures_optim.py's lamb_run in a
+    param-group optimizer."""
+
+    def __init__(self, groups, lr, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, max_trust=0.0,
+                 bias_correction=1):
+        self.param_groups = []
+        for gr in groups:
+            d = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, max_trust=max_trust,
+                     bias_correction=bias_correction)
+            d.update(gr)
+            self.param_groups.append(d)
+        self.state = {}
+
+    @torch.no_grad()
+    def step(self):
+        for gr in self.param_groups:
+            b1, b2 = gr["betas"]
+            for p in gr["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state.setdefault(p, {"exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p),
+                                               "step": 0})
+                st["step"] += 1
+                t, m, v, g = st["step"], st["exp_avg"], st["exp_avg_sq"], p.grad
+                m.mul_(b1).add_((1 - b1) * g)
+                v.mul_(b2).add_((1 - b2) * g * g)
+                mh = m / (1 - b1 ** t) if gr["bias_correction"] else m
+                vh = v / (1 - b2 ** t) if gr["bias_correction"] else v
+                u = mh / (vh.sqrt() + gr["eps"]) + gr["weight_decay"] * p
+                pn, un = p.double().norm().item(), u.double().norm().item()
+                trust = pn / un if pn > 0 and un > 0 else 1.0
+                if gr["max_trust"] > 0:
+                    trust = min(trust, gr["max_trust"])
+                p.sub_(gr["lr"] * trust * u)
 
 
 class LazyAdam:
@@ -194,6 +233,9 @@ def run(kind, cfg, dtype, data, sparse=False, hp=None, step=None, sched=None):
         opts.append(torch.optim.RMSprop(groups, lr=lr, foreach=False, **kw))
     elif kind == "adagrad":
         opts.append(torch.optim.Adagrad(groups, lr=lr, foreach=False, **kw))
+    elif kind == "lamb":
+        opts.append(Lamb(groups, lr=lr, betas=betas, eps=cfg.get("eps", 1e-6), weight_decay=wd,
+                         max_trust=cfg.get("max_trust", 0.0), bias_correction=cfg.get("bias_correction", 1)))
     else:
         opts.append(Lion(groups, lr=lr, betas=betas, weight_decay=wd))
     steplr = None
@@ -298,6 +340,8 @@ def main():
         ("rmsprop_plain", "rmsprop", dict(lr=0.01), {}),
         ("adagrad", "adagrad", dict(lr=0.1, lr_decay=0.05, initial_accumulator_value=0.1, weight_decay=0.05), {}),
         ("lion", "lion", dict(lr=0.01, weight_decay=0.5), {}),
+        ("lamb", "lamb", dict(lr=0.02, weight_decay=0.1), {}),
+        ("lamb_clipped", "lamb", dict(lr=0.02, max_trust=0.3, bias_correction=0, beta1=0.8), {}),
         # per-parameter hyperparameters = torch param groups
         ("groups_sgd", "sgd", dict(lr=0.05, momentum=0.9, weight_decay=0.1),
          dict(hp={"1.weight": {"lr_mult": 0.1}, "1.bias": {"lr_mult": 0.1, "wd_mult": 1.0},
@@ -307,6 +351,8 @@ def main():
                   "0.weight": {"wd_mult": 0.5}})),
         ("groups_lion", "lion", dict(lr=0.01, weight_decay=0.5),
          dict(hp={"0.weight": {"lr_mult": 3.0, "wd_mult": 0.25}, "0.bias": {"wd_mult": 2.0}})),
+        ("groups_lamb", "lamb", dict(lr=0.02, weight_decay=0.2),
+         dict(hp={"1.weight": {"lr_mult": 0.1}, "0.bias": {"wd_mult": 1.0}}, step={"clip_norm": 1.5})),
         ("freeze_adam", "adam", dict(lr=0.02, weight_decay=0.1),
          dict(hp={"0.bias": {"lr_mult": 0.0}, "1.weight": {"frozen": 1}}, step={"clip_norm": 1.5, "l2": 0.1})),
         ("freeze_adagrad", "adagrad", dict(lr=0.1, initial_accumulator_value=0.3),

@@ -1540,8 +1540,8 @@ DL_API dl_status dl__io_list_model(dl__io_list *l, const dl_model *m) {
   return DL_OK;
 }
 DL_API const char *dl_optim_kind_name(dl_optim_kind k) {
-  static const char *const n[] = {"sgd", "adam", "rmsprop", "adagrad", "lion"};
-  return (unsigned)k <= (unsigned)DL_OPT_LION ? n[k] : "?";
+  static const char *const n[] = {"sgd", "adam", "rmsprop", "adagrad", "lion", "lamb"};
+  return (unsigned)k <= (unsigned)DL_OPT_LAMB ? n[k] : "?";
 }
 /* Everything a checkpoint holds (see the top of this file). */
 DL_API dl_status dl__io_list_checkpoint(dl__io_list *l, dl_model *m, dl_optim *o, const dl_named_value *vals, int nvals) {

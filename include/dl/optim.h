@@ -25,6 +25,7 @@
  *     RMSprop   square_avg, grad_avg, momentum_buf: 0
  *     Adagrad   sum: initial_accumulator_value (dl_adagrad_init_state)
  *     Lion      m: 0
+ *     LAMB      m, v: 0
  * - f32 parameters are updated in float arithmetic (like PyTorch on the CPU);
  *   scalars derived from the step (bias corrections, decayed learning rates)
  *   are computed in double and then rounded, like PyTorch's Python floats.
@@ -88,6 +89,22 @@ typedef struct dl_lion_cfg {
   double lr, beta1, beta2, weight_decay;
 } dl_lion_cfg;
 
+/* LAMB (You et al. 2020, "Large Batch Optimization for Deep Learning:
+ * Training BERT in 76 minutes", Algorithm 2), per parameter tensor:
+ *   m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g
+ *   u = (m / bc1) / (sqrt(v) / sqrt(bc2) + eps) + wd*p
+ *       (bc = 1 - beta^step with bias_correction, else 1)
+ *   trust = |p| / |u| (L2 norms over the tensor; 1 when either is 0),
+ *           at most max_trust when max_trust > 0 (the paper's clipped phi)
+ *   p = p - lr*trust*u
+ * Not in torch 1.13: tools/fixtures_optim.py holds a reference written from
+ * the paper. Defaults: betas 0.9, 0.999, eps 1e-6 (the paper's), no weight
+ * decay, no trust clipping, bias correction on. */
+typedef struct dl_lamb_cfg {
+  double lr, beta1, beta2, eps, weight_decay, max_trust;
+  int bias_correction;
+} dl_lamb_cfg;
+
 /* PyTorch's defaults (Lion: the paper's betas 0.9, 0.99, no weight decay). */
 DL_API dl_sgd_cfg dl_sgd_defaults(double lr) {
   dl_sgd_cfg c;
@@ -122,6 +139,12 @@ DL_API dl_adagrad_cfg dl_adagrad_defaults(double lr) {
 DL_API dl_lion_cfg dl_lion_defaults(double lr) {
   dl_lion_cfg c;
   c.lr = lr; c.beta1 = 0.9; c.beta2 = 0.99; c.weight_decay = 0;
+  return c;
+}
+DL_API dl_lamb_cfg dl_lamb_defaults(double lr) {
+  dl_lamb_cfg c;
+  c.lr = lr; c.beta1 = 0.9; c.beta2 = 0.999; c.eps = 1e-6; c.weight_decay = 0; c.max_trust = 0;
+  c.bias_correction = 1;
   return c;
 }
 
@@ -683,6 +706,100 @@ DL_API void dl_lion_update(dl_tensor *p, const dl_tensor *g, dl_tensor *m, int64
   t[0] = p; t[1] = (dl_tensor *)g; t[2] = m;
   dl__optim_run(t, 3, DL__OPTIM_PICK(dl__lion_k, p), k);
 }
+
+/* LAMB (see dl_lamb_cfg) over contiguous p, g, m, v, n elements, for S:
+ * kd: beta1, 1 - beta1, beta2, 1 - beta2, bc1, sqrt(bc2), eps, wd, lr,
+ * max_trust. Three passes: m and v; the sums of p^2 and u^2 in double
+ * (element i into partial sum i mod 4, then (s0 + s1) + (s2 + s3): one
+ * order, the same every run; the GPU sums in another, so its last bits may
+ * differ); p -= (S)(lr*trust) * u, u recomputed as in the second pass. On
+ * one thread, as Adam (the reason at dl__adam_f32). */
+#define DL__LAMB_KERNEL(S, sfx, SQRT)                                                                 \
+  DL_API void dl__lamb_##sfx(S *P, const S *G, S *M, S *V, int64_t n, const double *kd) {            \
+    const S b1 = (S)kd[0], b1c = (S)kd[1], b2 = (S)kd[2], b2c = (S)kd[3], bc1 = (S)kd[4];             \
+    const S bc2s = (S)kd[5], eps = (S)kd[6], wd = (S)kd[7];                                           \
+    double sp[4] = {0, 0, 0, 0}, su[4] = {0, 0, 0, 0}, pn, un, trust;                                 \
+    S st;                                                                                             \
+    int64_t i;                                                                                        \
+    for (i = 0; i < n; i++) {                                                                         \
+      M[i] = M[i] * b1 + b1c * G[i];                                                                  \
+      V[i] = V[i] * b2 + b2c * (G[i] * G[i]);                                                         \
+    }                                                                                                 \
+    for (i = 0; i < n; i++) {                                                                         \
+      const S u = (M[i] / bc1) / (SQRT(V[i]) / bc2s + eps) + wd * P[i];                               \
+      sp[i & 3] += (double)P[i] * (double)P[i];                                                       \
+      su[i & 3] += (double)u * (double)u;                                                             \
+    }                                                                                                 \
+    pn = sqrt((sp[0] + sp[1]) + (sp[2] + sp[3]));                                                    \
+    un = sqrt((su[0] + su[1]) + (su[2] + su[3]));                                                     \
+    trust = pn > 0 && un > 0 ? pn / un : 1.0;                                                         \
+    if (kd[9] > 0 && trust > kd[9]) trust = kd[9];                                                    \
+    st = (S)(kd[8] * trust);                                                                          \
+    for (i = 0; i < n; i++) {                                                                         \
+      const S u = (M[i] / bc1) / (SQRT(V[i]) / bc2s + eps) + wd * P[i];                               \
+      P[i] = P[i] - st * u;                                                                           \
+    }                                                                                                 \
+  }
+DL__LAMB_KERNEL(float, f32, sqrtf)
+DL__LAMB_KERNEL(double, f64, sqrt)
+#undef DL__LAMB_KERNEL
+/* The scalars of a LAMB step (kd of dl__lamb_<sfx>). */
+DL_API void dl__lamb_scalars(const dl_lamb_cfg *c, int64_t step, double *k) {
+  k[0] = c->beta1; k[1] = 1 - c->beta1; k[2] = c->beta2; k[3] = 1 - c->beta2;
+  k[4] = c->bias_correction ? 1 - pow(c->beta1, (double)step) : 1.0;
+  k[5] = c->bias_correction ? sqrt(1 - pow(c->beta2, (double)step)) : 1.0;
+  k[6] = c->eps; k[7] = c->weight_decay; k[8] = c->lr; k[9] = c->max_trust;
+}
+/* LAMB (see dl_lamb_cfg): m, v start at 0. Strided views on the host are
+ * updated through contiguous copies (the same bits as contiguous tensors);
+ * on the GPU they must be contiguous. A row-sparse gradient is not taken
+ * (dl_optim_step panics naming the parameter). */
+DL_API void dl_lamb_update(dl_tensor *p, const dl_tensor *g, dl_tensor *m, dl_tensor *v, int64_t step,
+                           const dl_lamb_cfg *c) {
+  const char *fn = "dl_lamb_update";
+  double k[10];
+  dl__optim_param(fn, p, g, c, step);
+  dl__optim_same(fn, p, m, "m (first moment)");
+  dl__optim_same(fn, p, v, "v (second moment)");
+  dl__lamb_scalars(c, step, k);
+  if (p->device == DL_CPU && (!dl_tensor_is_contiguous(p) || !dl_tensor_is_contiguous(g) ||
+                              !dl_tensor_is_contiguous(m) || !dl_tensor_is_contiguous(v))) {
+    const dl_tensor *t[4];
+    dl_tensor *cp[4];
+    int j;
+    t[0] = p; t[1] = g; t[2] = m; t[3] = v;
+    for (j = 0; j < 4; j++) {
+      cp[j] = dl_tensor_make(p->ctx, p->dtype, p->ndim, p->shape);
+      if (!cp[j]) {
+        while (j > 0) dl_tensor_free(cp[--j]);
+        DL_NOMEM(p->ctx, fn, "no memory for contiguous copies of parameter %s", DL_SHAPESTR(p));
+        return;
+      }
+      dl_tensor_copy(cp[j], t[j]);
+    }
+    dl_lamb_update(cp[0], cp[1], cp[2], cp[3], step, c);
+    dl_tensor_copy(p, cp[0]);
+    dl_tensor_copy(m, cp[2]);
+    dl_tensor_copy(v, cp[3]);
+    for (j = 0; j < 4; j++) dl_tensor_free(cp[j]);
+    return;
+  }
+#ifdef DL_USE_CUDA
+  if (p->device == DL_CUDA) {
+    (void)dl__optim_gpu_width(fn, p, g, NULL);
+    dl__optim_gpu_need(fn, p, m, "m (first moment)", 1);
+    dl__optim_gpu_need(fn, p, v, "v (second moment)", 1);
+    dl__gpu_ok(p, fn, dlg_lamb_update(dl__gpu_h(p, fn), (int)p->dtype, p->numel, p->data, g->data, m->data, v->data,
+                                      k));
+    return;
+  }
+#endif
+  if (p->dtype == DL_F32)
+    dl__lamb_f32((float *)p->data, (const float *)g->data, (float *)m->data, (float *)v->data, p->numel, k);
+  else
+    dl__lamb_f64((double *)p->data, (const double *)g->data, (double *)m->data, (double *)v->data, p->numel, k);
+}
+
 #undef DL__OPTIM_KERNEL
 #undef DL__OPTIM_ARRAYS
 #undef DL__OPTIM_PICK
@@ -697,6 +814,7 @@ DL_API void dl_lion_update(dl_tensor *p, const dl_tensor *g, dl_tensor *m, int64
  *   RMSprop  square_avg, momentum_buffer (momentum > 0), grad_avg (centered)
  *   Adagrad  sum
  *   Lion     exp_avg
+ *   LAMB     exp_avg, exp_avg_sq (dense gradients only)
  * and a step count per parameter. Each state is one contiguous buffer laid
  * out like the model's packed parameters.
  *
@@ -718,7 +836,14 @@ DL_API void dl_lion_update(dl_tensor *p, const dl_tensor *g, dl_tensor *m, int64
  * steps where a row is seen. A sparse parameter that also gets a dense
  * gradient in a step (an embedding tied to an output projection) is updated
  * densely in that step, its sparse rows added to the dense gradient. */
-typedef enum dl_optim_kind { DL_OPT_SGD, DL_OPT_ADAM, DL_OPT_RMSPROP, DL_OPT_ADAGRAD, DL_OPT_LION } dl_optim_kind;
+typedef enum dl_optim_kind {
+  DL_OPT_SGD,
+  DL_OPT_ADAM,
+  DL_OPT_RMSPROP,
+  DL_OPT_ADAGRAD,
+  DL_OPT_LION,
+  DL_OPT_LAMB
+} dl_optim_kind;
 
 #define DL_OPTIM_MAX_STATE 3
 struct dl_optim;
@@ -737,6 +862,7 @@ typedef struct dl_optim {
     dl_rmsprop_cfg rmsprop;
     dl_adagrad_cfg adagrad;
     dl_lion_cfg lion;
+    dl_lamb_cfg lamb;
   } cfg;                                     /* as given; cfg's lr is the base lr */
   double lr;                                 /* current lr (dl_optim_set_lr; starts at cfg's) */
   int nstate;                                /* state tensors per parameter */
@@ -897,6 +1023,17 @@ DL_API void dl__optim_update_lion(dl_optim *o, const dl_param *pr, dl_tensor *p,
   dl_lion_update(p, g, &st[0], step, &c);
 }
 
+DL_API void dl__optim_update_lamb(dl_optim *o, const dl_param *pr, dl_tensor *p, const dl_tensor *g, dl_tensor *st,
+                                  int64_t step, int sparse) {
+  dl_lamb_cfg c = o->cfg.lamb;
+  if (sparse)
+    DL_PANIC(o->model->ctx, "dl_optim_step", "LAMB takes the norm of the whole parameter '%s': make its Embedding "
+             "with sparse = 0", pr->name);
+  c.lr = o->lr * pr->lr_mult;
+  c.weight_decay *= pr->wd_mult;
+  dl_lamb_update(p, g, &st[0], &st[1], step, &c);
+}
+
 DL_API dl_optim *dl_optim_sgd(dl_model *m, const dl_sgd_cfg *c) {
   if (!m) return NULL; /* a dl_model_make that failed */
   static const char *const n[] = {"momentum_buffer"};
@@ -955,6 +1092,18 @@ DL_API dl_optim *dl_optim_lion(dl_model *m, const dl_lion_cfg *c) {
   return dl__optim_state(o, 1, n);
 }
 
+/* LAMB (dl_lamb_cfg): the trust ratio per parameter tensor, as the paper's
+ * per-layer one (a weight and its bias are two tensors). */
+DL_API dl_optim *dl_optim_lamb(dl_model *m, const dl_lamb_cfg *c) {
+  if (!m) return NULL; /* a dl_model_make that failed */
+  static const char *const n[] = {"exp_avg", "exp_avg_sq"};
+  dl_optim *o = dl__optim_make(m, DL_OPT_LAMB, dl__optim_update_lamb);
+  if (!o) return NULL;
+  o->cfg.lamb = *c;
+  o->lr = c->lr;
+  return dl__optim_state(o, 2, n);
+}
+
 DL_API void dl_optim_free(dl_optim *o) {
   dl_ctx *ctx;
   if (!o) return;
@@ -980,6 +1129,7 @@ DL_API double dl_optim_weight_decay(const dl_optim *o) {
   case DL_OPT_RMSPROP: return o->cfg.rmsprop.weight_decay;
   case DL_OPT_ADAGRAD: return o->cfg.adagrad.weight_decay;
   case DL_OPT_LION: return o->cfg.lion.weight_decay;
+  case DL_OPT_LAMB: return o->cfg.lamb.weight_decay;
   }
   return 0;
 }

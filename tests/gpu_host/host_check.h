@@ -36,6 +36,8 @@ void kref_embedding_dense(int dt, int64_t V, int64_t D, const int64_t *idx, int6
 void kref_dropout(int dt, int64_t n, double p, uint64_t seed, uint64_t skip, const void *x, const void *tx,
                   const void *gy, unsigned char *mask, void *y, void *ty, void *gx, uint64_t *key, uint64_t *base,
                   uint64_t *thr, double *scale);
+void kref_lamb(int dt, const double *hp, int64_t step, int64_t n, void *p, const void *g, void *m, void *v,
+               double *kargs);
 void kref_optim(int dt, int opt, const double *hp, int64_t step, int64_t n, void *p, const void *g, void *s0,
                 void *s1, void *s2, double *kargs);
 void kref_optim_sparse(int dt, int opt, const double *hp, int64_t step, int64_t V, int64_t w, const int64_t *rows,

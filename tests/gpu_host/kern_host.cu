@@ -905,8 +905,52 @@ template <class T> static void optimizers() {
     optim_case<T>(c, true);
   }
 }
-static void optimizers_f32(void) { optimizers<float>(); }
-static void optimizers_f64(void) { optimizers<double>(); }
+// LAMB: lamb_mv_at over the elements, the two sums of the FSq and FLambU
+// terms in the CPU's order (element i into partial i mod 4; dlg_lamb_update
+// sums them on the device in another order), lamb_scale, lamb_apply_at:
+// p, m and v bit for bit against dl_lamb_update, three steps.
+template <class T> static void lamb_case(const double *hp, int64_t n) {
+  const int dt = sizeof(T) == 8;
+  std::vector<T> p = hc_rand<T>((size_t)n, -1, 1), m((size_t)n, (T)0), v((size_t)n, (T)0);
+  std::vector<T> rp = p, rm = m, rv = v;
+  char name[160];
+  snprintf(name, sizeof name, "lamb %s n %lld hp {%g, %g, %g, %g, %g, %g, %g}", hc_dt(dt), (long long)n, hp[0],
+           hp[1], hp[2], hp[3], hp[4], hp[5], hp[6]);
+  for (int64_t step = 1; step <= 3; step++) {
+    std::vector<T> g = hc_rand<T>((size_t)n, -1, 1);
+    double k[10], sp[4] = {0, 0, 0, 0}, su[4] = {0, 0, 0, 0}, sums[2];
+    kref_lamb(dt, hp, step, n, rp.data(), g.data(), rm.data(), rv.data(), k);
+    const T bc1 = (T)k[4], bc2s = (T)k[5], eps = (T)k[6], wd = (T)k[7];
+    kh_elems(n, [&](int64_t i) { lamb_mv_at(g.data(), m.data(), v.data(), (T)k[0], (T)k[1], (T)k[2], (T)k[3], i); });
+    const FSq<T> fp = {p.data()};
+    const FLambU<T> fu = {p.data(), m.data(), v.data(), bc1, bc2s, eps, wd};
+    for (int64_t i = 0; i < n; i++) {
+      sp[i & 3] += fp(i);
+      su[i & 3] += fu(i);
+    }
+    sums[0] = (sp[0] + sp[1]) + (sp[2] + sp[3]);
+    sums[1] = (su[0] + su[1]) + (su[2] + su[3]);
+    const T st = lamb_scale<T>(sums, k[8], k[9]);
+    kh_elems(n, [&](int64_t i) { lamb_apply_at(p.data(), m.data(), v.data(), bc1, bc2s, eps, wd, st, i); });
+    const std::string nm = std::string(name) + " step " + std::to_string(step);
+    hc_bits(nm + " p", p, rp);
+    hc_bits(nm + " m", m, rm);
+    hc_bits(nm + " v", v, rv);
+  }
+}
+template <class T> static void lambs() {
+  // lr, beta1, beta2, eps, weight_decay, max_trust, bias_correction
+  static const double hp[][7] = {{1e-2, 0.9, 0.999, 1e-6, 0, 0, 1},
+                                 {5e-3, 0.85, 0.99, 1e-6, 0.1, 0, 1},
+                                 {1e-2, 0.9, 0.999, 1e-4, 0.01, 0, 0},
+                                 {1e-2, 0.9, 0.999, 1e-6, 0, 0.05, 1}};
+  for (const auto &h : hp) {
+    lamb_case<T>(h, 37);
+    lamb_case<T>(h, 1003);
+  }
+}
+static void optimizers_f32(void) { optimizers<float>(); lambs<float>(); }
+static void optimizers_f64(void) { optimizers<double>(); lambs<double>(); }
 
 // >>clipping, regularisation -----------------------------------------------------
 

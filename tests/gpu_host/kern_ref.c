@@ -491,6 +491,33 @@ void kref_optim(int dt, int opt, const double *hp, int64_t step, int64_t n, void
   dl_tensor_free(G);
 }
 
+/* One LAMB step on the CPU (dl_lamb_update) of p, m, v [n] with gradient g:
+ * hp = lr, beta1, beta2, eps, weight_decay, max_trust, bias_correction;
+ * kargs: the ten scalars dlg_lamb_update is given. */
+void kref_lamb(int dt, const double *hp, int64_t step, int64_t n, void *p, const void *g, void *m, void *v,
+               double *kargs) {
+  int64_t s[1];
+  dl_tensor *P, *G, *M, *V;
+  dl_lamb_cfg c = dl_lamb_defaults(hp[0]);
+  c.beta1 = hp[1]; c.beta2 = hp[2]; c.eps = hp[3]; c.weight_decay = hp[4]; c.max_trust = hp[5];
+  c.bias_correction = (int)hp[6];
+  s[0] = n;
+  kref_init();
+  P = ref_make(dt, 1, s, p);
+  G = ref_make(dt, 1, s, g);
+  M = ref_make(dt, 1, s, m);
+  V = ref_make(dt, 1, s, v);
+  dl_lamb_update(P, G, M, V, step, &c);
+  dl__lamb_scalars(&c, step, kargs);
+  ref_out(p, P);
+  ref_out(m, M);
+  ref_out(v, V);
+  dl_tensor_free(P);
+  dl_tensor_free(G);
+  dl_tensor_free(M);
+  dl_tensor_free(V);
+}
+
 /* A row-sparse step as dl_optim_step takes it on the CPU: for each touched
  * row rows[j] of p [V, w] (j < k, each row once), the optimizer's
  * per-parameter update (dl__optim_update_X with sparse = 1: SparseAdam's

@@ -61,6 +61,13 @@ int dlg_adagrad_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const
 int dlg_lion_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const int64_t *rows, void *p, const void *g,
                     void *m, double b1, double b1c, double b2, double b2c, double lr, double decay);
 
+/* LAMB (dl_lamb_update) over n contiguous elements, k = its ten scalars
+ * (beta1, 1 - beta1, beta2, 1 - beta2, bc1, sqrt(bc2), eps, wd, lr,
+ * max_trust): m and v, then the sums of p^2 and u^2 on the device (another
+ * order than the CPU's, so the trust ratio's last bits, and p's, may
+ * differ), then p -= (T)(lr trust) u. No wait on the host. */
+int dlg_lamb_update(dlg_handle *h, int dtype, int64_t n, void *p, const void *g, void *m, void *v, const double *k);
+
 /* x[i] clamped to [-v, v] (NaN stays), n elements (dl__clamp_buf). Bit-identical. */
 int dlg_clamp(dlg_handle *h, int dtype, void *x, int64_t n, double v);
 /* *out (one device double) = sum_i (double)x[i]^2, in a fixed order (dl__sumsq;
