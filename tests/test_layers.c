@@ -188,7 +188,8 @@ static dl_layer *build_case(dl_model *m, const fx2_case *c, call_kind *call) {
   if (!strncmp(n, "embedding", 9))
     return dl_embedding_make(m, NULL, NULL, &(dl_embedding_desc){.num = PL("num"), .dim = PL("dim"), .sparse = PI("sparse")});
   if (!strncmp(n, "rnn", 3) || !strncmp(n, "lstm", 4) || !strncmp(n, "gru", 3)) {
-    dl_rnn_desc d = {.input = PL("input"), .hidden = PL("hidden"), .num_layers = PI("num_layers"), .relu = PI("relu")};
+    dl_rnn_desc d = {.input = PL("input"), .hidden = PL("hidden"), .num_layers = PI("num_layers"), .relu = PI("relu"),
+                     .bidirectional = PI("bidirectional")};
     *call = CALL_RNN;
     return n[0] == 'r' ? dl_rnn_make(m, NULL, NULL, &d) : n[0] == 'l' ? dl_lstm_make(m, NULL, NULL, &d)
                                                        : dl_gru_make(m, NULL, NULL, &d);
@@ -413,7 +414,7 @@ static void test_layers_match_torch(void) {
       "avgpool_rect_excl", "gap", "flatten", "bn1d_2d_train", "bn1d_3d_train", "bn2d_train", "bn1d_2d_eval",
       "bn1d_3d_eval", "bn2d_eval", "layernorm_1", "layernorm_2", "rmsnorm_1", "rmsnorm_2_default_eps",
       "dropout_p0_train", "dropout_eval", "embedding", "embedding_sparse", "rnn_tanh_h0", "rnn_relu", "lstm",
-      "lstm_h0c0", "gru_h0", "mha_self", "mha_causal", "mha_cross_nobias", "mlp", "residual", "resblock",
+      "lstm_h0c0", "gru_h0", "lstm_bi_h0c0", "gru_bi", "rnn_bi_h0", "maxpool_dil_ceil", "avgpool_ceil_excl", "mha_self", "mha_causal", "mha_cross_nobias", "mlp", "residual", "resblock",
       "resblock_eval"};
   int i, n = 0, f32 = 0;
   if (!fx_loaded) SKIP("%s", fx.err);

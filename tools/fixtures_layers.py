@@ -361,6 +361,16 @@ def main():
                                                             count_include_pad=False)),
             {"x": normal(2, 2, 6, 7)}, plain,
             {"kernel": 3, "stride": 2, "padding": 1, "ceil_mode": 1, "exclude_pad": 1})
+    # Bidirectional recurrent layers (nn.X(bidirectional=True)), 2 layers
+    bp = dict(rp, bidirectional=1)
+    c.layer("lstm_bi_h0c0", seq(lambda: nn.LSTM(I, H, L, batch_first=True, bidirectional=True)),
+            {"x": normal(B, T, I), "h0": normal(2 * L, B, H, scale=0.5), "c0": normal(2 * L, B, H, scale=0.5)},
+            rec, bp)
+    c.layer("gru_bi", seq(lambda: nn.GRU(I, H, L, batch_first=True, bidirectional=True)),
+            {"x": normal(B, T, I)}, rec, bp)
+    c.layer("rnn_bi_h0", seq(lambda: nn.RNN(I, H, 1, batch_first=True, bidirectional=True)),
+            {"x": normal(B, T, I), "h0": normal(2, B, H, scale=0.5)}, rec,
+            {"input": I, "hidden": H, "num_layers": 1, "bidirectional": 1})
 
     n_layer_cases = w.n
 

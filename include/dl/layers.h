@@ -1440,13 +1440,22 @@ DL_API dl_layer *dl_rmsnorm_make(dl_model *m, dl_layer *parent, const char *name
  * has weight_ih_lk [G*hidden, in_k], weight_hh_lk [G*hidden, hidden],
  * bias_ih_lk, bias_hh_lk [G*hidden] (G = 1, 4 (gates i, f, g, o), 3 (r, z,
  * n)); in_0 = input, else hidden. Every one ~ U(+-1/sqrt(hidden)).
- * num_layers 0 = 1; relu (RNN only): ReLU instead of tanh. One direction,
- * no dropout between layers. */
+ * num_layers 0 = 1; relu (RNN only): ReLU instead of tanh. No dropout
+ * between layers. bidirectional (nn.X(bidirectional=True)): each layer also
+ * runs over the reversed sequence with its own weight_ih_lk_reverse,
+ * weight_hh_lk_reverse, bias_ih_lk_reverse, bias_hh_lk_reverse; the output
+ * is [B, T, 2 hidden] (the forward direction's h_t, then the reverse
+ * direction's h_t for the same t), in_k = 2 hidden for k > 0, and h0 / c0 /
+ * h_n / c_n are [2 num_layers, B, hidden] in PyTorch's order (layer 0
+ * forward, layer 0 reverse, layer 1 forward, ...). The reverse direction
+ * is the one-direction op on the sequence reversed along time (an
+ * index_select each way). */
 typedef struct dl_rnn_desc {
   int64_t input, hidden;
   int num_layers;
   int no_bias;
   int relu;
+  int bidirectional;
 } dl_rnn_desc;
 typedef enum dl__lay_rnn_kind { DL__LAY_RNN, DL__LAY_LSTM, DL__LAY_GRU } dl__lay_rnn_kind;
 #define DL_RNN_MAX_LAYERS 16
@@ -1455,18 +1464,31 @@ typedef struct dl__lay_rnn {
   dl_layer base;
   dl_rnn_desc d;
   dl__lay_rnn_kind kind;
-  dl_tensor *w_ih[DL_RNN_MAX_LAYERS], *w_hh[DL_RNN_MAX_LAYERS], *b_ih[DL_RNN_MAX_LAYERS], *b_hh[DL_RNN_MAX_LAYERS];
+  /* [2 k + d]: layer k, direction d (1: reverse) */
+  dl_tensor *w_ih[2 * DL_RNN_MAX_LAYERS], *w_hh[2 * DL_RNN_MAX_LAYERS], *b_ih[2 * DL_RNN_MAX_LAYERS],
+      *b_hh[2 * DL_RNN_MAX_LAYERS];
 } dl__lay_rnn;
+
+/* x [B, T, F] reversed along time (an index_select, so its gradient flows). */
+DL_API dl_tensor *dl__rnn_reverse(dl_tape *tp, dl_tensor *x) {
+  const int64_t T = x->shape[1];
+  int64_t *ix = (int64_t *)dl_tape_scratch(tp, "dl_rnn_forward", sizeof(int64_t) * (size_t)(T ? T : 1)), t;
+  dl_tensor idx;
+  for (t = 0; t < T; t++) ix[t] = T - 1 - t;
+  dl_tensor_wrap(&idx, tp->ctx, DL_I64, 1, &T, ix);
+  return dl_t_index_select(tp, x, 1, &idx);
+}
 
 /* The full recurrent forward: h0 / c0 [num_layers, B, hidden] or NULL
  * (zeros; c0 only for LSTM, must be NULL otherwise); h_n / c_n (may be
- * NULL) receive the last states [num_layers, B, hidden] on the tape.
- * Returns the output [B, T, hidden]. Panics if l is not an RNN/LSTM/GRU. */
+ * NULL) receive the last states [num_layers, B, hidden] on the tape
+ * ([2 num_layers, B, hidden] when bidirectional). Returns the output
+ * [B, T, hidden] ([B, T, 2 hidden]). Panics if l is not an RNN/LSTM/GRU. */
 DL_API dl_tensor *dl_rnn_forward(dl_layer *l, dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *c0,
                                  dl_tensor **h_n, dl_tensor **c_n) {
   dl__lay_rnn *R = (dl__lay_rnn *)l;
-  const int L = R->d.num_layers;
-  dl_tensor *hs[DL_RNN_MAX_LAYERS], *cs[DL_RNN_MAX_LAYERS], *y = x;
+  const int D = R->d.bidirectional ? 2 : 1, L = R->d.num_layers * D;
+  dl_tensor *hs[2 * DL_RNN_MAX_LAYERS], *cs[2 * DL_RNN_MAX_LAYERS], *y = x, *fwd = NULL;
   int k;
   if (l->vt != &dl__lay_rnn_vt && l->vt != &dl__lay_lstm_vt && l->vt != &dl__lay_gru_vt)
     DL_PANIC(tp->ctx, "dl_rnn_forward", "'%s' is a %s, not an RNN, LSTM or GRU", l->name, l->vt->type);
@@ -1477,18 +1499,30 @@ DL_API dl_tensor *dl_rnn_forward(dl_layer *l, dl_tape *tp, dl_tensor *x, dl_tens
     DL_PANIC(tp->ctx, l->vt->type, "'%s': h0 %s / c0 %s must be [%d, %lld, %lld] for x %s", l->name,
              h0 ? DL_SHAPESTR(h0) : "none", c0 ? DL_SHAPESTR(c0) : "none", L, (long long)x->shape[0],
              (long long)R->d.hidden, DL_SHAPESTR(x));
-  for (k = 0; k < L; k++) {
-    dl_tensor *h0k = NULL, *c0k = NULL;
+  for (k = 0; k < L; k++) { /* k: layer k / D, direction k % D (PyTorch's order of h0 and h_n) */
+    dl_tensor *h0k = NULL, *c0k = NULL, *in = y, *out;
     const int64_t bh[2] = {x->shape[0], R->d.hidden};
+    const int j = D == 2 ? k : 2 * k; /* the weights' slot */
     if (h0) h0k = dl_t_reshape(tp, dl_t_slice(tp, h0, 0, k, k + 1, 1), 2, bh);
     if (c0) c0k = dl_t_reshape(tp, dl_t_slice(tp, c0, 0, k, k + 1, 1), 2, bh);
     cs[k] = NULL;
+    if (D == 2 && k % 2) in = dl__rnn_reverse(tp, in); /* the reverse direction reads the layer's input backwards */
     if (R->kind == DL__LAY_LSTM)
-      y = dl_t_lstm(tp, y, h0k, c0k, R->w_ih[k], R->w_hh[k], R->b_ih[k], R->b_hh[k], &hs[k], &cs[k]);
+      out = dl_t_lstm(tp, in, h0k, c0k, R->w_ih[j], R->w_hh[j], R->b_ih[j], R->b_hh[j], &hs[k], &cs[k]);
     else if (R->kind == DL__LAY_GRU)
-      y = dl_t_gru(tp, y, h0k, R->w_ih[k], R->w_hh[k], R->b_ih[k], R->b_hh[k], &hs[k]);
+      out = dl_t_gru(tp, in, h0k, R->w_ih[j], R->w_hh[j], R->b_ih[j], R->b_hh[j], &hs[k]);
     else
-      y = dl_t_rnn(tp, y, h0k, R->w_ih[k], R->w_hh[k], R->b_ih[k], R->b_hh[k], !R->d.relu, &hs[k]);
+      out = dl_t_rnn(tp, in, h0k, R->w_ih[j], R->w_hh[j], R->b_ih[j], R->b_hh[j], !R->d.relu, &hs[k]);
+    if (D == 1) {
+      y = out;
+    } else if (k % 2 == 0) {
+      fwd = out; /* the forward direction's output, until the reverse one joins it */
+    } else {
+      dl_tensor *both[2];
+      both[0] = fwd;
+      both[1] = dl__rnn_reverse(tp, out);
+      y = dl_t_concat(tp, 2, both, 2);
+    }
   }
   if (h_n) *h_n = dl_t_stack(tp, L, hs, 0);
   if (c_n) *c_n = R->kind == DL__LAY_LSTM ? dl_t_stack(tp, L, cs, 0) : NULL;
@@ -1499,8 +1533,8 @@ DL_API dl_tensor *dl__lay_rnn_forward1(dl_layer *l, dl_tape *tp, dl_tensor *x) {
 }
 DL_API void dl__lay_rnn_describe(const dl_layer *l, char *buf, size_t n) {
   const dl__lay_rnn *R = (const dl__lay_rnn *)l;
-  snprintf(buf, n, "%lld, %lld, layers=%d%s%s", (long long)R->d.input, (long long)R->d.hidden, R->d.num_layers,
-           R->d.no_bias ? ", bias=0" : "", R->d.relu ? ", relu" : "");
+  snprintf(buf, n, "%lld, %lld, layers=%d%s%s%s", (long long)R->d.input, (long long)R->d.hidden, R->d.num_layers,
+           R->d.no_bias ? ", bias=0" : "", R->d.relu ? ", relu" : "", R->d.bidirectional ? ", bidirectional" : "");
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_rnn_vt, {"RNN", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL, 0});
 DL__GLOBAL(const dl_layer_vt dl__lay_lstm_vt, {"LSTM", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL, 0});
@@ -1521,20 +1555,22 @@ DL_API dl_layer *dl__lay_rnn_make(dl_model *m, dl_layer *parent, const char *nam
   R->d.num_layers = L;
   R->kind = kind;
   bound = 1.0 / sqrt((double)d->hidden);
-  for (k = 0; k < L; k++) {
-    char nm[4][24];
-    const int64_t gh = G * d->hidden, in = k ? d->hidden : d->input;
-    snprintf(nm[0], sizeof nm[0], "weight_ih_l%d", k);
-    snprintf(nm[1], sizeof nm[1], "weight_hh_l%d", k);
-    snprintf(nm[2], sizeof nm[2], "bias_ih_l%d", k);
-    snprintf(nm[3], sizeof nm[3], "bias_hh_l%d", k);
-    R->w_ih[k] = dl_layer_param_new(&R->base, nm[0], DL_PARAM_WEIGHT, 2, (const int64_t[]){gh, in},
+  for (k = 0; k < L * (d->bidirectional ? 2 : 1); k++) { /* PyTorch's order: l0, l0_reverse, l1, ... */
+    char nm[4][32];
+    const int lk = d->bidirectional ? k / 2 : k, rev = d->bidirectional && k % 2, j = 2 * lk + rev;
+    const int64_t gh = G * d->hidden, in = lk ? d->hidden * (d->bidirectional ? 2 : 1) : d->input;
+    const char *sfx = rev ? "_reverse" : "";
+    snprintf(nm[0], sizeof nm[0], "weight_ih_l%d%s", lk, sfx);
+    snprintf(nm[1], sizeof nm[1], "weight_hh_l%d%s", lk, sfx);
+    snprintf(nm[2], sizeof nm[2], "bias_ih_l%d%s", lk, sfx);
+    snprintf(nm[3], sizeof nm[3], "bias_hh_l%d%s", lk, sfx);
+    R->w_ih[j] = dl_layer_param_new(&R->base, nm[0], DL_PARAM_WEIGHT, 2, (const int64_t[]){gh, in},
                                     (dl_init){DL_INIT_UNIFORM, bound}, m->dtype);
-    R->w_hh[k] = dl_layer_param_new(&R->base, nm[1], DL_PARAM_WEIGHT, 2, (const int64_t[]){gh, d->hidden},
+    R->w_hh[j] = dl_layer_param_new(&R->base, nm[1], DL_PARAM_WEIGHT, 2, (const int64_t[]){gh, d->hidden},
                                     (dl_init){DL_INIT_UNIFORM, bound}, m->dtype);
     if (!d->no_bias) {
-      R->b_ih[k] = dl_layer_param_new(&R->base, nm[2], DL_PARAM_BIAS, 1, &gh, (dl_init){DL_INIT_UNIFORM, bound}, m->dtype);
-      R->b_hh[k] = dl_layer_param_new(&R->base, nm[3], DL_PARAM_BIAS, 1, &gh, (dl_init){DL_INIT_UNIFORM, bound}, m->dtype);
+      R->b_ih[j] = dl_layer_param_new(&R->base, nm[2], DL_PARAM_BIAS, 1, &gh, (dl_init){DL_INIT_UNIFORM, bound}, m->dtype);
+      R->b_hh[j] = dl_layer_param_new(&R->base, nm[3], DL_PARAM_BIAS, 1, &gh, (dl_init){DL_INIT_UNIFORM, bound}, m->dtype);
     }
   }
   return m->status == DL_OK ? &R->base : NULL;
