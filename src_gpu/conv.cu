@@ -568,10 +568,11 @@ int pool_check(dlg_handle *h, const char *op, const dlg_pool2d *g) {
   if (g->N < 0 || g->C < 0 || g->H < 0 || g->W < 0 || g->kh < 1 || g->kw < 1 || g->sh < 1 || g->sw < 1 ||
       g->ph < 0 || g->pw < 0 || g->Ho < 0 || g->Wo < 0 || g->H * g->W > INT32_MAX || g->dh < 1 || g->dw < 1 ||
       g->phe < 0 || g->pwe < 0)
-    return dlg_fail(h, DLG_ERR, "%s: bad window (kernel %lldx%lld, stride %lldx%lld, padding %lldx%lld) or "
-                    "input [%lld, %lld, %lld, %lld]", op, (long long)g->kh, (long long)g->kw, (long long)g->sh,
-                    (long long)g->sw, (long long)g->ph, (long long)g->pw, (long long)g->N, (long long)g->C,
-                    (long long)g->H, (long long)g->W);
+    return dlg_fail(h, DLG_ERR, "%s: bad window (kernel %lldx%lld, stride %lldx%lld, padding %lldx%lld, end "
+                    "%lldx%lld, dilation %lldx%lld) or input [%lld, %lld, %lld, %lld]", op, (long long)g->kh,
+                    (long long)g->kw, (long long)g->sh, (long long)g->sw, (long long)g->ph, (long long)g->pw,
+                    (long long)g->phe, (long long)g->pwe, (long long)g->dh, (long long)g->dw, (long long)g->N,
+                    (long long)g->C, (long long)g->H, (long long)g->W);
   return DLG_OK;
 }
 
@@ -595,25 +596,31 @@ int pool_any(dlg_handle *h, const char *op, int dtype, int kind, const dlg_pool2
 }
 
 // >>unpooling -------------------------------------------------------------------
-// Copies of ops/conv.h's DL__UNPOOL_KERNELS: the forward one plane per
-// thread (in k order, so the last of equal indices wins as on the CPU), the
-// backward one element of gx per thread.
+// ops/conv.h's DL__UNPOOL_KERNELS in three grid-wide passes, deterministic
+// without a thread per plane: y = 0 and own = -1; each input element k
+// claims its output with atomicMax(own, k), so the last in scan order wins
+// as on the CPU; the winner writes y. The backward is one element of gx per
+// thread. An index outside [0, m) (a max pool's -1) writes nothing.
 
+__global__ void unpool_init_k(int64_t total, int32_t *own) {
+  for (int64_t e = gtid(); e < total; e += gstride()) own[e] = -1;
+}
+template <class T> __global__ void unpool_zero_k(int64_t total, T *y) {
+  for (int64_t e = gtid(); e < total; e += gstride()) y[e] = (T)0;
+}
+__global__ void unpool_claim_k(int64_t total, int64_t n, int64_t m, const int32_t *idx, int32_t *own) {
+  for (int64_t e = gtid(); e < total; e += gstride()) {
+    const int32_t p = idx[e];
+    if (p >= 0 && p < m) atomicMax(own + (e / n) * m + p, (int32_t)(e % n));
+  }
+}
 template <class T>
-__host__ __device__ inline void unpool_fwd_at(int64_t n, int64_t m, const T *x, const int32_t *idx, T *y,
-                                              int32_t *own, int64_t pl) {
-  const T *xp = x + pl * n;
-  const int32_t *ip = idx + pl * n;
-  T *yp = y + pl * m;
-  int32_t *op = own ? own + pl * m : nullptr;
-  for (int64_t k = 0; k < m; k++) yp[k] = 0;
-  if (op)
-    for (int64_t k = 0; k < m; k++) op[k] = -1;
-  for (int64_t k = 0; k < n; k++) {
-    const int32_t p = ip[k];
-    if (p < 0 || p >= m) continue;
-    yp[p] = xp[k];
-    if (op) op[p] = (int32_t)k;
+__global__ void unpool_write_k(int64_t total, int64_t n, int64_t m, const T *x, const int32_t *idx, const int32_t *own,
+                               T *y) {
+  for (int64_t e = gtid(); e < total; e += gstride()) {
+    const int32_t p = idx[e];
+    const int64_t o = (e / n) * m + p;
+    if (p >= 0 && p < m && own[o] == (int32_t)(e % n)) y[o] = x[e];
   }
 }
 template <class T>
@@ -624,11 +631,6 @@ __host__ __device__ inline void unpool_bwd_at(int64_t n, int64_t m, const T *gy,
   if (p >= 0 && p < m && own[pl * m + p] == k) gx[e] += gy[pl * m + p];
 }
 template <class T>
-__global__ void unpool_fwd_k(int64_t planes, int64_t n, int64_t m, const T *x, const int32_t *idx, T *y,
-                             int32_t *own) {
-  for (int64_t pl = gtid(); pl < planes; pl += gstride()) unpool_fwd_at(n, m, x, idx, y, own, pl);
-}
-template <class T>
 __global__ void unpool_bwd_k(int64_t total, int64_t n, int64_t m, const T *gy, const int32_t *idx,
                              const int32_t *own, T *gx) {
   for (int64_t e = gtid(); e < total; e += gstride()) unpool_bwd_at(n, m, gy, idx, own, gx, e);
@@ -637,16 +639,28 @@ template <class T>
 int unpool_run(dlg_handle *h, int bwd, int64_t planes, int64_t n, int64_t m, const void *in, const int32_t *idx,
                void *out, int32_t *own) {
   const char *op = bwd ? "dlg_max_unpool2d_bwd" : "dlg_max_unpool2d_fwd";
-  if (planes < 0 || n < 0 || m < 0 || m > INT32_MAX || (bwd && !own))
+  if (planes < 0 || n < 0 || m < 0 || m > INT32_MAX || n > INT32_MAX || (bwd && !own))
     return dlg_fail(h, DLG_ERR, "%s: bad sizes (planes %lld, %lld in, %lld out)%s", op, (long long)planes,
                     (long long)n, (long long)m, bwd && !own ? " or no owner map" : "");
-  if (planes == 0 || (n == 0 && bwd) || m == 0) return DLG_OK;
-  if (bwd)
-    DLG_LAUNCH(dlg_blocks(h, planes * n, kThreads), kThreads, 0, h->stream, unpool_bwd_k<T>)(
-        planes * n, n, m, (const T *)in, idx, own, (T *)out);
-  else
-    DLG_LAUNCH(dlg_blocks(h, planes, kThreads), kThreads, 0, h->stream, unpool_fwd_k<T>)(
-        planes, n, m, (const T *)in, idx, (T *)out, own);
+  if (planes == 0 || m == 0 || (n == 0 && bwd)) return DLG_OK;
+  const int64_t tin = planes * n, tout = planes * m;
+  if (bwd) {
+    DLG_LAUNCH(dlg_blocks(h, tin, kThreads), kThreads, 0, h->stream, unpool_bwd_k<T>)(tin, n, m, (const T *)in, idx,
+                                                                                    own, (T *)out);
+    return dlg_launched(h, op);
+  }
+  if (!own) { /* no gradient wanted: the owner map in the workspace */
+    int rc = dlg_ws(h, sizeof(int32_t) * (size_t)tout);
+    if (rc != DLG_OK) return rc;
+    own = (int32_t *)h->ws;
+  }
+  DLG_LAUNCH(dlg_blocks(h, tout, kThreads), kThreads, 0, h->stream, unpool_zero_k<T>)(tout, (T *)out);
+  DLG_LAUNCH(dlg_blocks(h, tout, kThreads), kThreads, 0, h->stream, unpool_init_k)(tout, own);
+  if (tin) {
+    DLG_LAUNCH(dlg_blocks(h, tin, kThreads), kThreads, 0, h->stream, unpool_claim_k)(tin, n, m, idx, own);
+    DLG_LAUNCH(dlg_blocks(h, tin, kThreads), kThreads, 0, h->stream, unpool_write_k<T>)(tin, n, m, (const T *)in, idx,
+                                                                                      own, (T *)out);
+  }
   return dlg_launched(h, op);
 }
 

@@ -744,28 +744,32 @@ static void build_conv(gcase *c, const void *arg) {
 
 typedef struct pool_spec {
   const char *name;
-  int max; /* 1 max, 0 avg, 2 max with indices then max_unpool2d of the same window */
+  int max; /* 1 max, 0 avg, 2 max with indices then max_unpool2d (of ua, or of the same window to 7x6) */
   dl_pool2d_args a;
+  dl_unpool2d_args ua;
 } pool_spec;
 static const pool_spec pool_specs[] = {
-    {"dl_t_max_pool2d 2x2", 1, {.kernel_h = 2, .kernel_w = 2}},
-    {"dl_t_max_pool2d 3x3 stride 2 pad 1", 1, {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}},
+    {"dl_t_max_pool2d 2x2", 1, {.kernel_h = 2, .kernel_w = 2}, {0}},
+    {"dl_t_max_pool2d 3x3 stride 2 pad 1", 1, {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, {0}},
     {"dl_t_max_pool2d 3x2 dilation 2x3 ceil_mode", 1,
-     {.kernel_h = 3, .kernel_w = 2, .stride_h = 2, .stride_w = 1, .pad_h = 1, .dil_h = 2, .dil_w = 3, .ceil_mode = 1}},
+     {.kernel_h = 3, .kernel_w = 2, .stride_h = 2, .stride_w = 1, .pad_h = 1, .dil_h = 2, .dil_w = 3, .ceil_mode = 1}, {0}},
     {"dl_t_max_pool2d 3x3 stride 2 explicit pads 0,2 / 1,0", 1,
-     {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_w = 1, .pad_mode = DL_PAD_EXPLICIT, .pad_h_end = 2}},
-    {"dl_t_max_pool2d 2x2 SAME", 1, {.kernel_h = 2, .kernel_w = 2, .pad_mode = DL_PAD_SAME}},
-    {"dl_t_avg_pool2d 2x2", 0, {.kernel_h = 2, .kernel_w = 2}},
-    {"dl_t_avg_pool2d 3x3 stride 2 pad 1", 0, {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}},
+     {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_w = 1, .pad_mode = DL_PAD_EXPLICIT, .pad_h_end = 2}, {0}},
+    {"dl_t_max_pool2d 2x2 SAME", 1, {.kernel_h = 2, .kernel_w = 2, .pad_mode = DL_PAD_SAME}, {0}},
+    {"dl_t_avg_pool2d 2x2", 0, {.kernel_h = 2, .kernel_w = 2}, {0}},
+    {"dl_t_avg_pool2d 3x3 stride 2 pad 1", 0, {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, {0}},
     {"dl_t_avg_pool2d 3x3 stride 2 pad 1 exclude_pad", 0,
-     {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .exclude_pad = 1}},
+     {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .exclude_pad = 1}, {0}},
     {"dl_t_avg_pool2d 3x3 stride 2 pad 1 ceil_mode", 0,
-     {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .ceil_mode = 1}},
+     {.kernel_h = 3, .kernel_w = 3, .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .ceil_mode = 1}, {0}},
     {"dl_t_avg_pool2d 3x2 SAME_LOWER exclude_pad", 0,
-     {.kernel_h = 3, .kernel_w = 2, .stride_h = 2, .stride_w = 2, .exclude_pad = 1, .pad_mode = DL_PAD_SAME_LOWER}},
-    {"dl_t_max_unpool2d of max_pool2d_with_indices 2x2", 2, {.kernel_h = 2, .kernel_w = 2}},
+     {.kernel_h = 3, .kernel_w = 2, .stride_h = 2, .stride_w = 2, .exclude_pad = 1, .pad_mode = DL_PAD_SAME_LOWER}, {0}},
+    {"dl_t_max_unpool2d of max_pool2d_with_indices 2x2", 2, {.kernel_h = 2, .kernel_w = 2}, {0}},
     {"dl_t_max_unpool2d of max_pool2d_with_indices 3x3 stride 1 (repeated indices)", 2,
-     {.kernel_h = 3, .kernel_w = 3, .stride_h = 1, .stride_w = 1}},
+     {.kernel_h = 3, .kernel_w = 3, .stride_h = 1, .stride_w = 1}, {0}},
+    {"dl_t_max_unpool2d of a dilated max pool with windows that miss the input (index -1)", 2,
+     {.kernel_h = 1, .kernel_w = 2, .stride_w = 1, .dil_w = 7, .pad_mode = DL_PAD_EXPLICIT, .pad_w = 6, .pad_w_end = 6},
+     {.kernel_h = 1, .kernel_w = 2, .stride_w = 1, .pad_w = 3}},
 };
 static dl_tensor *prog_pool(dl_tape *tp, dl_tensor *const *in, const void *user) {
   const pool_spec *s = (const pool_spec *)user;
@@ -773,7 +777,7 @@ static dl_tensor *prog_pool(dl_tape *tp, dl_tensor *const *in, const void *user)
     dl_tensor *idx = NULL, *y = dl_t_max_pool2d_with_indices(tp, in[0], &s->a, &idx);
     const dl_unpool2d_args ua = {s->a.kernel_h, s->a.kernel_w, s->a.stride_h, s->a.stride_w, s->a.pad_h, s->a.pad_w,
                                  7, 6};
-    return dl_t_max_unpool2d(tp, y, idx, &ua);
+    return dl_t_max_unpool2d(tp, y, idx, s->ua.kernel_h ? &s->ua : &ua);
   }
   return s->max ? dl_t_max_pool2d(tp, in[0], &s->a) : dl_t_avg_pool2d(tp, in[0], &s->a);
 }

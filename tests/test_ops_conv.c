@@ -663,8 +663,21 @@ static void test_indices_unpool(void) {
   /* out of the plane, a wrong output size, indices of another shape: clear panics */
   dl_i64(ind)[2] = 16;
   EXPECT_PANIC(dl_t_max_unpool2d(&tp, v, ind, &ua), "dl_t_max_unpool2d", "element 2 is 16", "[0, 16)");
-  dl_i64(ind)[2] = -1;
-  EXPECT_PANIC(dl_t_max_unpool2d(&tp, v, ind, &ua), "dl_t_max_unpool2d", "element 2 is -1");
+  dl_i64(ind)[2] = -2;
+  EXPECT_PANIC(dl_t_max_unpool2d(&tp, v, ind, &ua), "dl_t_max_unpool2d", "element 2 is -2", "not -1");
+  { /* -1 (a max pool's window that missed the input) writes nothing and gets no gradient */
+    dl_tensor *gz;
+    dl_i64(ind)[2] = -1;
+    z = dl_t_max_unpool2d(&tp, v, ind, &ua);
+    CHECK(dl_f64(z)[0] == 1 && dl_f64(z)[15] == 2 && dl_f64(z)[6] == 4);
+    gz = dl_tensor_make(&pctx, DL_F64, 4, z->shape);
+    for (i = 0; i < 16; i++) dl_f64(gz)[i] = (double)(i + 1);
+    dl_tensor_fill(v->grad, 0);
+    dl_backward(&tp, z, gz);
+    CHECK(dl_f64(v->grad)[2] == 0 && dl_f64(v->grad)[3] == 7 && dl_f64(v->grad)[0] == 1);
+    dl_tape_rewind(&tp);
+    dl_tensor_free(gz);
+  }
   dl_i64(ind)[2] = 3;
   EXPECT_PANIC(dl_t_max_unpool2d(&tp, v, ind, &(dl_unpool2d_args){.kernel_h = 2, .kernel_w = 2, .out_h = 6}),
                "dl_t_max_unpool2d", "output height 6", "between 2 and 6");

@@ -1040,7 +1040,16 @@ DL_API dl_tensor *dl__lay_conv_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
 DL_API void dl__lay_conv_describe(const dl_layer *l, char *buf, size_t n) {
   const dl__lay_conv *C = (const dl__lay_conv *)l;
   const dl_conv2d_desc *d = &C->d;
-  if (C->one_d || (d->kernel == d->kernel_w && d->stride == d->stride_w && d->padding == d->padding_w))
+  if (d->pad_mode == DL_PAD_SAME || d->pad_mode == DL_PAD_SAME_LOWER)
+    snprintf(buf, n, "%lld, %lld, kernel=%dx%d, stride=%dx%d, padding=%s%s", (long long)d->in, (long long)d->out,
+             d->kernel, C->one_d ? 1 : d->kernel_w, d->stride, C->one_d ? 1 : d->stride_w,
+             d->pad_mode == DL_PAD_SAME ? "SAME" : "SAME_LOWER", d->no_bias ? ", bias=0" : "");
+  else if (d->pad_mode == DL_PAD_EXPLICIT)
+    snprintf(buf, n, "%lld, %lld, kernel=%dx%d, stride=%dx%d, padding=%d,%d/%d,%d%s", (long long)d->in,
+             (long long)d->out, d->kernel, C->one_d ? 1 : d->kernel_w, d->stride, C->one_d ? 1 : d->stride_w,
+             d->padding, d->padding_end, C->one_d ? 0 : d->padding_w, C->one_d ? 0 : d->padding_w_end,
+             d->no_bias ? ", bias=0" : "");
+  else if (C->one_d || (d->kernel == d->kernel_w && d->stride == d->stride_w && d->padding == d->padding_w))
     snprintf(buf, n, "%lld, %lld, kernel=%d, stride=%d, padding=%d%s%s", (long long)d->in, (long long)d->out, d->kernel,
              d->stride, d->padding, d->groups > 1 ? ", groups>1" : "", d->no_bias ? ", bias=0" : "");
   else

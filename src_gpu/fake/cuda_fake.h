@@ -10,7 +10,7 @@
 //     __launch_bounds__ are empty; __shared__ is `static` (the blocks of a
 //     launch run one after another, so one copy per kernel is the block's);
 //     dim3, threadIdx / blockIdx / blockDim / gridDim (globals set by the
-//     launcher), __syncthreads, atomicAdd (a plain add: one host thread),
+//     launcher), __syncthreads, atomicAdd and atomicMax (plain: one host thread),
 //     the _rn intrinsics as plain operators.
 //   - Launches: DLG_LAUNCH(grid, block, shmem, stream, kernel)(args) (the
 //     macro of internal.h / ew.cuh; `kernel<<<grid, block, shmem, stream>>>`
@@ -77,6 +77,11 @@ void __syncthreads();
 template <typename T> inline T atomicAdd(T *p, T v) {
   T old = *p;
   *p = old + v;
+  return old;
+}
+template <typename T> inline T atomicMax(T *p, T v) {
+  T old = *p;
+  if (v > old) *p = v;
   return old;
 }
 inline float __fadd_rn(float a, float b) { return a + b; }

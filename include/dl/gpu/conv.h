@@ -98,10 +98,10 @@ int dlg_avg_pool2d_fwd(dlg_handle *h, int dtype, const dlg_pool2d *g, const void
 int dlg_avg_pool2d_bwd(dlg_handle *h, int dtype, const dlg_pool2d *g, const void *gy, void *gx);
 
 /* max_unpool2d over `planes` planes of n elements in, m out: y [planes, m]
- * = 0 but y[p][idx[p][k]] = x[p][k] in k order (the last of equal indices
- * wins; an index outside [0, m) writes nothing); own (may be NULL)
- * [planes, m] = the k written, -1 elsewhere. One thread per plane, so
- * bit for bit the CPU's. */
+ * = 0 but y[p][idx[p][k]] = x[p][k], the largest k of equal indices winning
+ * (the CPU's last in scan order; atomicMax on own, so deterministic); an
+ * index outside [0, m) writes nothing. own (NULL: the workspace holds it)
+ * [planes, m] = the k written, -1 elsewhere. */
 int dlg_max_unpool2d_fwd(dlg_handle *h, int dtype, int64_t planes, int64_t n, int64_t m, const void *x,
                          const int32_t *idx, void *y, int32_t *own);
 /* gx [planes, n] += gy[p][idx[p][k]] where own[p][idx[p][k]] == k. */

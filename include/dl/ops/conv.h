@@ -780,8 +780,10 @@ DL_API dl_tensor *dl_t_conv2d(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
 
 /* y = conv1d(x, w) + b, PyTorch's F.conv1d: x [N, C, L], w [O, C/groups, k],
  * b [O] or NULL; NULL args: stride 1, no padding, dilation 1, one group.
- * Returns y [N, O, Lo], Lo = (L + 2*pad - dil*(k-1) - 1) / stride + 1, in
- * the tape's arena (valid until dl_tape_rewind). */
+ * Returns y [N, O, Lo], Lo = (L + 2*pad - dil*(k-1) - 1) / stride + 1 (with
+ * pad_mode: pad + pad_end in place of 2*pad, ceil(L / stride) under SAME),
+ * in the tape's arena (valid until dl_tape_rewind). Uneven padding costs a
+ * padded copy of x, as conv2d's. */
 DL_API dl_tensor *dl_t_conv1d(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor *b,
                               const dl_conv1d_args *a) {
   int64_t i[8];
@@ -1217,7 +1219,8 @@ DL_API dl_tensor *dl_t_avg_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_arg
 /* Per plane, for T (sfx): n elements of x (and idx) in, m of y out:
  *   dl__unpool_fwd_<sfx>(n, m, x, idx, y, own)  y = 0, y[idx[k]] = x[k] in k
  *                                               order (the last of equal
- *                                               indices wins); own (may be
+ *                                               indices wins; idx -1 writes
+ *                                               nothing); own (may be
  *                                               NULL) [m]: the k written, -1
  *   dl__unpool_bwd_<sfx>(n, gy, idx, own, gx)   gx[k] += gy[idx[k]] where
  *                                               own[idx[k]] == k */
@@ -1229,6 +1232,7 @@ DL_API dl_tensor *dl_t_avg_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_arg
     if (own)                                                                                       \
       for (k = 0; k < m; k++) own[k] = -1;                                                         \
     for (k = 0; k < n; k++) {                                                                      \
+      if (idx[k] < 0) continue; /* -1: a max pool's window that missed the input */                \
       y[idx[k]] = x[k];                                                                            \
       if (own) own[idx[k]] = (int32_t)k;                                                           \
     }                                                                                              \
@@ -1237,7 +1241,7 @@ DL_API dl_tensor *dl_t_avg_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_arg
                                    T *gx) {                                                        \
     int64_t k;                                                                                     \
     for (k = 0; k < n; k++)                                                                        \
-      if (own[idx[k]] == k) gx[k] += gy[idx[k]];                                                   \
+      if (idx[k] >= 0 && own[idx[k]] == k) gx[k] += gy[idx[k]];                                    \
   }
 DL__UNPOOL_KERNELS(float, f32)
 DL__UNPOOL_KERNELS(double, f64)
@@ -1305,10 +1309,11 @@ DL_API void dl__t_max_unpool2d_bw(dl_tape *tp, dl_node *n) {
  * = (H - 1) stride_h - 2 pad_h + kernel_h (stride 0: the kernel) unless
  * out_h is set (likewise Wo). Where indices repeat within a plane the last
  * in scan order wins, and only it gets a gradient (PyTorch gives each of
- * them gy at the index). On the host an index outside the plane panics; on
- * the device it must be right (a max pool's are), an index outside the
- * plane writing nothing there. y lives in the tape's arena (valid until
- * dl_tape_rewind). */
+ * them gy at the index). An index -1 (a max pool's window that missed the
+ * input) writes nothing and gets no gradient. On the host any other index
+ * outside the plane panics; on the device (where checking would mean
+ * reading the indices back) it writes nothing too. y lives in the tape's
+ * arena (valid until dl_tape_rewind). */
 typedef struct dl_unpool2d_args {
   int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, out_h, out_w;
 } dl_unpool2d_args;
@@ -1347,8 +1352,9 @@ DL_API dl_tensor *dl_t_max_unpool2d(dl_tape *tp, dl_tensor *x, dl_tensor *indice
                        a->pad_h, a->out_h);
   Wo = dl__unpool_axis(op, x, "width", x->shape[3], a->kernel_w, a->stride_w ? a->stride_w : a->kernel_w,
                        a->pad_w, a->out_w);
-  if (Ho * Wo > INT32_MAX) DL_PANIC(x->ctx, op, "output planes %lldx%lld hold more than 2^31 elements",
-                                    (long long)Ho, (long long)Wo);
+  if (Ho * Wo > INT32_MAX || x->shape[2] * x->shape[3] > INT32_MAX)
+    DL_PANIC(x->ctx, op, "x %s or the output planes %lldx%lld hold more than 2^31 elements", DL_SHAPESTR(x),
+             (long long)Ho, (long long)Wo);
   planes = x->shape[0] * x->shape[1];
   per_in = x->shape[2] * x->shape[3];
   per_out = Ho * Wo;
@@ -1356,25 +1362,25 @@ DL_API dl_tensor *dl_t_max_unpool2d(dl_tape *tp, dl_tensor *x, dl_tensor *indice
   xc = dl__t_contig(tp, op, x);
   if (indices->dtype == DL_I32 && dl_tensor_is_contiguous(indices)) {
     ic = indices;
-  } else { /* int64 or strided, on the host: an int32 copy (-1 where outside the plane) */
+  } else { /* int64 or strided, on the host: an int32 copy */
     int64_t k;
     if (indices->device != DL_CPU)
       DL_PANIC(x->ctx, op, "indices %s on the device must be contiguous int32 (as a max pool's are)",
                DL_SHAPESTR(indices));
     ic = dl_tape_out(tp, op, DL_I32, 4, indices->shape);
-    for (k = 0; k < ic->numel; k++) {
+    for (k = 0; k < ic->numel; k++) { /* outside [-1, plane): INT32_MIN, which the check below names */
       const double v = dl__get_at(indices, dl__offset_of_linear(indices, k));
-      ((int32_t *)ic->data)[k] = v < 0 || v >= (double)per_out ? -1 : (int32_t)v;
+      ((int32_t *)ic->data)[k] = v < -1 || v >= (double)per_out ? INT32_MIN : (int32_t)v;
     }
   }
   if (ic->device == DL_CPU) {
     int64_t k;
     const int32_t *ip = (const int32_t *)ic->data;
     for (k = 0; k < ic->numel; k++)
-      if (ip[k] < 0 || ip[k] >= per_out) {
+      if (ip[k] < -1 || ip[k] >= per_out) {
         const double v = dl__get_at(indices, dl__offset_of_linear(indices, k));
         DL_PANIC(x->ctx, op, "indices %s: element %lld is %.0f, outside the output plane [0, %lld) of %lldx%lld "
-                 "(x %s)", DL_SHAPESTR(indices), (long long)k, v, (long long)per_out, (long long)Ho,
+                 "and not -1 (x %s)", DL_SHAPESTR(indices), (long long)k, v, (long long)per_out, (long long)Ho,
                  (long long)Wo, DL_SHAPESTR(x));
       }
   }
