@@ -107,16 +107,20 @@ def cosine_warmup(base, step, warmup, total, min_lr):
     return min_lr + (base - min_lr) * 0.5 * (1.0 + math.cos(math.pi * t))
 
 
-class Lion:
+class GroupOptimizer:
+    """torch's param groups for a rule torch 1.13 lacks: each group's
+    settings are the defaults updated by the group's own."""
+
+    def __init__(self, groups, **defaults):
+        self.param_groups = [dict(defaults, **gr) for gr in groups]
+        self.state = {}
+
+
+class Lion(GroupOptimizer):
     """The published rule, one param group per parameter (like torch's)."""
 
     def __init__(self, groups, lr, betas=(0.9, 0.99), weight_decay=0.0):
-        self.param_groups = []
-        for gr in groups:
-            d = dict(lr=lr, betas=betas, weight_decay=weight_decay)
-            d.update(gr)
-            self.param_groups.append(d)
-        self.state = {}
+        super().__init__(groups, lr=lr, betas=betas, weight_decay=weight_decay)
 
     @torch.no_grad()
     def step(self):
@@ -132,20 +136,15 @@ class Lion:
                 m.mul_(b2).add_((1 - b2) * g)
 
 
-class Lamb:
+class Lamb(GroupOptimizer):
     """LAMB as the paper writes it (You et al. 2020, Algorithm 2), the trust
     ratio per parameter tensor; tools/fixtures_optim.py's lamb_run in a
     param-group optimizer."""
 
     def __init__(self, groups, lr, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, max_trust=0.0,
                  bias_correction=1):
-        self.param_groups = []
-        for gr in groups:
-            d = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, max_trust=max_trust,
-                     bias_correction=bias_correction)
-            d.update(gr)
-            self.param_groups.append(d)
-        self.state = {}
+        super().__init__(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, max_trust=max_trust,
+                         bias_correction=bias_correction)
 
     @torch.no_grad()
     def step(self):
