@@ -440,12 +440,16 @@ __host__ __device__ inline void maxpool_fwd_at(const dlg_pool2d &g, const T *x, 
   T m = -(T)INFINITY;
   pool_taps(hs, g.dh, g.H, g.kh, &h0, &h1);
   pool_taps(ws, g.dw, g.W, g.kw, &w0, &w1);
+  if (h0 < h1 && w0 < w1) { // the first tap starts the scan (it may be NaN or -inf)
+    at = (hs + h0 * g.dh) * g.W + ws + w0 * g.dw;
+    m = xp[at];
+  }
   for (int64_t jh = h0; jh < h1; jh++) {
     const int64_t r = (hs + jh * g.dh) * g.W + ws;
     for (int64_t jw = w0; jw < w1; jw++) {
       const int64_t p = r + jw * g.dw;
       const T v = xp[p];
-      if (v > m || v != v || at < 0) {
+      if (v > m || v != v) {
         m = v;
         at = p;
       }

@@ -820,6 +820,18 @@ typedef struct dl__pool_geom {
   int64_t dh, dw, phe, pwe;
 } dl__pool_geom;
 
+/* The taps j in [*lo, *hi) of a window starting at s (k taps d apart) that
+ * fall inside [0, n) (dl__conv_range, without its divisions when d = 1). */
+DL_API void dl__pool_taps(int64_t s, int64_t d, int64_t n, int64_t k, int64_t *lo, int64_t *hi) {
+  if (d == 1) {
+    const int64_t a = s < 0 ? -s : 0, b = n - s < k ? n - s : k;
+    *lo = a < k ? a : k;
+    *hi = b > *lo ? b : *lo;
+    return;
+  }
+  dl__conv_range(s, d, n, k, lo, hi);
+}
+
 /* The pooling kernels, per plane ([H, W] in, [Ho, Wo] out), for T (sfx):
  *   dl__maxpool_fwd_<sfx>(g, x, y, idx)   y = window max, idx (may be NULL)
  *                                         its position ih*W + iw (the first
@@ -840,18 +852,22 @@ typedef struct dl__pool_geom {
     for (oh = 0; oh < g->Ho; oh++) {                                                               \
       const int64_t hs = oh * g->sh - g->ph;                                                       \
       int64_t h0, h1;                                                                              \
-      dl__conv_range(hs, g->dh, g->H, g->kh, &h0, &h1);                                            \
+      dl__pool_taps(hs, g->dh, g->H, g->kh, &h0, &h1);                                             \
       for (ow = 0; ow < g->Wo; ow++) {                                                             \
         const int64_t ws = ow * g->sw - g->pw;                                                     \
         int64_t w0, w1, at = -1;                                                                   \
         T m = -(T)INFINITY;                                                                        \
-        dl__conv_range(ws, g->dw, g->W, g->kw, &w0, &w1);                                          \
+        dl__pool_taps(ws, g->dw, g->W, g->kw, &w0, &w1);                                           \
+        if (h0 < h1 && w0 < w1) { /* the first tap starts the scan (it may be NaN or -inf) */      \
+          at = (hs + h0 * g->dh) * g->W + ws + w0 * g->dw;                                         \
+          m = x[at];                                                                               \
+        }                                                                                          \
         for (jh = h0; jh < h1; jh++) {                                                             \
           const int64_t r = (hs + jh * g->dh) * g->W + ws;                                         \
           for (jw = w0; jw < w1; jw++) {                                                           \
             const int64_t p = r + jw * g->dw;                                                      \
             const T v = x[p];                                                                      \
-            if (v > m || v != v || at < 0) {                                                       \
+            if (v > m || v != v) {                                                                 \
               m = v;                                                                               \
               at = p;                                                                              \
             }                                                                                      \
