@@ -822,7 +822,7 @@ typedef struct dl__pool_geom {
 
 /* The taps j in [*lo, *hi) of a window starting at s (k taps d apart) that
  * fall inside [0, n) (dl__conv_range, without its divisions when d = 1). */
-DL_API void dl__pool_taps(int64_t s, int64_t d, int64_t n, int64_t k, int64_t *lo, int64_t *hi) {
+DL__INL void dl__pool_taps(int64_t s, int64_t d, int64_t n, int64_t k, int64_t *lo, int64_t *hi) {
   if (d == 1) {
     const int64_t a = s < 0 ? -s : 0, b = n - s < k ? n - s : k;
     *lo = a < k ? a : k;
@@ -842,7 +842,8 @@ DL_API void dl__pool_taps(int64_t s, int64_t d, int64_t n, int64_t k, int64_t *l
  *   dl__maxpool_tan_<sfx>(g, tx, idx, ty) ty = tx[idx]
  *   dl__avgpool_fwd_<sfx>(g, x, y)        y = window mean
  *   dl__avgpool_bwd_<sfx>(g, gy, gx)      gx[window] += gy / count
- * The average's window of (oh, ow) is rows [oh sh - ph, + kh) clipped to the
+ * The average's window of (oh, ow) (dl__avgpool_span per axis) is rows
+ * [oh sh - ph, + kh) clipped to the
  * padded input [-ph, H + phe) (count_include_pad counts those) and to the
  * input [0, H) (the elements summed, and exclude_pad's count); likewise the
  * columns. */
@@ -890,50 +891,48 @@ DL_API void dl__pool_taps(int64_t s, int64_t d, int64_t n, int64_t k, int64_t *l
     for (k = 0; k < g->Ho * g->Wo; k++) ty[k] = idx[k] >= 0 ? tx[idx[k]] : (T)0;                   \
   }                                                                                                \
   DL_API void dl__avgpool_fwd_##sfx(const dl__pool_geom *g, const T *x, T *y) {                    \
-    int64_t oh, ow, ih, iw;                                                                        \
-    for (oh = 0; oh < g->Ho; oh++)                                                                 \
+    int64_t oh, ow, ih, iw, hs, he, hp, ws, we, wp;                                                \
+    for (oh = 0; oh < g->Ho; oh++) {                                                               \
+      dl__avgpool_span(oh, g->sh, g->ph, g->kh, g->H, g->phe, &hs, &he, &hp);                      \
       for (ow = 0; ow < g->Wo; ow++) {                                                             \
-        int64_t hs, ws, he, we, cnt;                                                               \
+        int64_t cnt;                                                                               \
         T s = 0;                                                                                   \
-        dl__avgpool_window(g, oh, ow, &hs, &he, &ws, &we, &cnt);                                   \
+        dl__avgpool_span(ow, g->sw, g->pw, g->kw, g->W, g->pwe, &ws, &we, &wp);                    \
+        cnt = g->excl ? (he - hs) * (we - ws) : hp * wp;                                           \
         for (ih = hs; ih < he; ih++)                                                               \
           for (iw = ws; iw < we; iw++) s += x[ih * g->W + iw];                                     \
         y[oh * g->Wo + ow] = cnt > 0 ? s / (T)cnt : (T)0;                                          \
       }                                                                                            \
+    }                                                                                              \
   }                                                                                                \
   DL_API void dl__avgpool_bwd_##sfx(const dl__pool_geom *g, const T *gy, T *gx) {                  \
-    int64_t oh, ow, ih, iw;                                                                        \
-    for (oh = 0; oh < g->Ho; oh++)                                                                 \
+    int64_t oh, ow, ih, iw, hs, he, hp, ws, we, wp;                                                \
+    for (oh = 0; oh < g->Ho; oh++) {                                                               \
+      dl__avgpool_span(oh, g->sh, g->ph, g->kh, g->H, g->phe, &hs, &he, &hp);                      \
       for (ow = 0; ow < g->Wo; ow++) {                                                             \
-        int64_t hs, ws, he, we, cnt;                                                               \
+        int64_t cnt;                                                                               \
         T v;                                                                                       \
-        dl__avgpool_window(g, oh, ow, &hs, &he, &ws, &we, &cnt);                                   \
+        dl__avgpool_span(ow, g->sw, g->pw, g->kw, g->W, g->pwe, &ws, &we, &wp);                    \
+        cnt = g->excl ? (he - hs) * (we - ws) : hp * wp;                                           \
         if (cnt <= 0) continue;                                                                    \
         v = gy[oh * g->Wo + ow] / (T)cnt;                                                          \
         for (ih = hs; ih < he; ih++)                                                               \
           for (iw = ws; iw < we; iw++) gx[ih * g->W + iw] += v;                                    \
       }                                                                                            \
+    }                                                                                              \
   }
 
-/* The average's window of output (oh, ow): rows [*hs, *he) and columns
- * [*ws, *we) inside the input, and the divisor *cnt. */
-DL_API void dl__avgpool_window(const dl__pool_geom *g, int64_t oh, int64_t ow, int64_t *hs, int64_t *he,
-                               int64_t *ws, int64_t *we, int64_t *cnt) {
-  int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw;
-  int64_t h1 = h0 + g->kh < g->H + g->phe ? h0 + g->kh : g->H + g->phe;
-  int64_t w1 = w0 + g->kw < g->W + g->pwe ? w0 + g->kw : g->W + g->pwe;
-  const int64_t padded = (h1 - h0) * (w1 - w0);
-  if (h0 < 0) h0 = 0;
-  if (w0 < 0) w0 = 0;
-  if (h1 > g->H) h1 = g->H;
-  if (w1 > g->W) w1 = g->W;
-  if (h1 < h0) h1 = h0;
-  if (w1 < w0) w1 = w0;
-  *hs = h0;
-  *he = h1;
-  *ws = w0;
-  *we = w1;
-  *cnt = g->excl ? (h1 - h0) * (w1 - w0) : padded;
+/* One axis of the average's window of output o (stride s, padding p before
+ * and pe after, kernel k, input n): [*lo, *hi) inside the input and *pad,
+ * the window's length inside the padded input [-p, n + pe). */
+DL__INL void dl__avgpool_span(int64_t o, int64_t s, int64_t p, int64_t k, int64_t n, int64_t pe, int64_t *lo,
+                                    int64_t *hi, int64_t *pad) {
+  int64_t a = o * s - p, b = a + k < n + pe ? a + k : n + pe;
+  *pad = b - a;
+  if (a < 0) a = 0;
+  if (b > n) b = n;
+  *lo = a;
+  *hi = b > a ? b : a;
 }
 
 DL__POOL_KERNELS(float, f32)
