@@ -501,7 +501,7 @@ __host__ __device__ inline void maxpool_tan_at(const dlg_pool2d &g, const T *tx,
 }
 
 // The average's window of (oh, ow) inside the input, [*hs, *he) x [*ws, *we),
-// and its divisor, as ops/conv.h's dl__avgpool_span per axis.
+// and its divisor, as ops/conv.h's DL__AVGPOOL_COUNT.
 __host__ __device__ inline void avgpool_window(const dlg_pool2d &g, int64_t oh, int64_t ow, int64_t *hs,
                                                int64_t *he, int64_t *ws, int64_t *we, int64_t *cnt) {
   int64_t h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;

@@ -842,7 +842,7 @@ DL__INL void dl__pool_taps(int64_t s, int64_t d, int64_t n, int64_t k, int64_t *
  *   dl__maxpool_tan_<sfx>(g, tx, idx, ty) ty = tx[idx]
  *   dl__avgpool_fwd_<sfx>(g, x, y)        y = window mean
  *   dl__avgpool_bwd_<sfx>(g, gy, gx)      gx[window] += gy / count
- * The average's window of (oh, ow) (dl__avgpool_span per axis) is rows
+ * The average's window of (oh, ow) (DL__AVGPOOL_COUNT) is rows
  * [oh sh - ph, + kh) clipped to the
  * padded input [-ph, H + phe) (count_include_pad counts those) and to the
  * input [0, H) (the elements summed, and exclude_pad's count); likewise the
@@ -850,7 +850,30 @@ DL__INL void dl__pool_taps(int64_t s, int64_t d, int64_t n, int64_t k, int64_t *
 #define DL__POOL_KERNELS(T, sfx)                                                                   \
   DL_API void dl__maxpool_fwd_##sfx(const dl__pool_geom *g, const T *x, T *y, int32_t *idx) {      \
     int64_t oh, ow, jh, jw;                                                                        \
-    for (oh = 0; oh < g->Ho; oh++) {                                                               \
+    if (g->dh == 1 && g->dw == 1) { /* the window clipped to the input (never empty here) */       \
+      for (oh = 0; oh < g->Ho; oh++)                                                               \
+        for (ow = 0; ow < g->Wo; ow++) {                                                           \
+          int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw, at;                            \
+          const int64_t h1 = h0 + g->kh < g->H ? h0 + g->kh : g->H;                                \
+          const int64_t w1 = w0 + g->kw < g->W ? w0 + g->kw : g->W;                                \
+          T m = -(T)INFINITY;                                                                      \
+          if (h0 < 0) h0 = 0;                                                                      \
+          if (w0 < 0) w0 = 0;                                                                      \
+          at = h0 * g->W + w0;                                                                     \
+          for (jh = h0; jh < h1; jh++)                                                             \
+            for (jw = w0; jw < w1; jw++) {                                                         \
+              const T v = x[jh * g->W + jw];                                                       \
+              if (v > m || v != v) {                                                               \
+                m = v;                                                                             \
+                at = jh * g->W + jw;                                                               \
+              }                                                                                    \
+            }                                                                                      \
+          y[oh * g->Wo + ow] = m;                                                                  \
+          if (idx) idx[oh * g->Wo + ow] = (int32_t)at;                                             \
+        }                                                                                          \
+      return;                                                                                      \
+    }                                                                                              \
+    for (oh = 0; oh < g->Ho; oh++) { /* dilated: the taps inside the input, maybe none */          \
       const int64_t hs = oh * g->sh - g->ph;                                                       \
       int64_t h0, h1;                                                                              \
       dl__pool_taps(hs, g->dh, g->H, g->kh, &h0, &h1);                                             \
@@ -891,52 +914,69 @@ DL__INL void dl__pool_taps(int64_t s, int64_t d, int64_t n, int64_t k, int64_t *
     for (k = 0; k < g->Ho * g->Wo; k++) ty[k] = idx[k] >= 0 ? tx[idx[k]] : (T)0;                   \
   }                                                                                                \
   DL_API void dl__avgpool_fwd_##sfx(const dl__pool_geom *g, const T *x, T *y) {                    \
-    int64_t oh, ow, ih, iw, hs, he, hp, ws, we, wp;                                                \
-    for (oh = 0; oh < g->Ho; oh++) {                                                               \
-      dl__avgpool_span(oh, g->sh, g->ph, g->kh, g->H, g->phe, &hs, &he, &hp);                      \
+    int64_t oh, ow, ih, iw;                                                                        \
+    const int64_t hfull = dl__avgpool_full(g->H, g->ph, g->phe, g->kh, g->sh);                      \
+    const int64_t wfull = dl__avgpool_full(g->W, g->pw, g->pwe, g->kw, g->sw);                      \
+    for (oh = 0; oh < g->Ho; oh++)                                                                 \
       for (ow = 0; ow < g->Wo; ow++) {                                                             \
-        int64_t cnt;                                                                               \
+        int64_t hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw, cnt;                             \
+        const int64_t he = hs + g->kh < g->H ? hs + g->kh : g->H;                                  \
+        const int64_t we = ws + g->kw < g->W ? ws + g->kw : g->W;                                  \
         T s = 0;                                                                                   \
-        dl__avgpool_span(ow, g->sw, g->pw, g->kw, g->W, g->pwe, &ws, &we, &wp);                    \
-        cnt = g->excl ? (he - hs) * (we - ws) : hp * wp;                                           \
+        DL__AVGPOOL_COUNT                                                                          \
         for (ih = hs; ih < he; ih++)                                                               \
           for (iw = ws; iw < we; iw++) s += x[ih * g->W + iw];                                     \
         y[oh * g->Wo + ow] = cnt > 0 ? s / (T)cnt : (T)0;                                          \
       }                                                                                            \
-    }                                                                                              \
   }                                                                                                \
   DL_API void dl__avgpool_bwd_##sfx(const dl__pool_geom *g, const T *gy, T *gx) {                  \
-    int64_t oh, ow, ih, iw, hs, he, hp, ws, we, wp;                                                \
-    for (oh = 0; oh < g->Ho; oh++) {                                                               \
-      dl__avgpool_span(oh, g->sh, g->ph, g->kh, g->H, g->phe, &hs, &he, &hp);                      \
+    int64_t oh, ow, ih, iw;                                                                        \
+    const int64_t hfull = dl__avgpool_full(g->H, g->ph, g->phe, g->kh, g->sh);                      \
+    const int64_t wfull = dl__avgpool_full(g->W, g->pw, g->pwe, g->kw, g->sw);                      \
+    for (oh = 0; oh < g->Ho; oh++)                                                                 \
       for (ow = 0; ow < g->Wo; ow++) {                                                             \
-        int64_t cnt;                                                                               \
+        int64_t hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw, cnt;                             \
+        const int64_t he = hs + g->kh < g->H ? hs + g->kh : g->H;                                  \
+        const int64_t we = ws + g->kw < g->W ? ws + g->kw : g->W;                                  \
         T v;                                                                                       \
-        dl__avgpool_span(ow, g->sw, g->pw, g->kw, g->W, g->pwe, &ws, &we, &wp);                    \
-        cnt = g->excl ? (he - hs) * (we - ws) : hp * wp;                                           \
+        DL__AVGPOOL_COUNT                                                                          \
         if (cnt <= 0) continue;                                                                    \
         v = gy[oh * g->Wo + ow] / (T)cnt;                                                          \
         for (ih = hs; ih < he; ih++)                                                               \
           for (iw = ws; iw < we; iw++) gx[ih * g->W + iw] += v;                                    \
       }                                                                                            \
-    }                                                                                              \
   }
 
-/* One axis of the average's window of output o (stride s, padding p before
- * and pe after, kernel k, input n): [*lo, *hi) inside the input and *pad,
- * the window's length inside the padded input [-p, n + pe). */
-DL__INL void dl__avgpool_span(int64_t o, int64_t s, int64_t p, int64_t k, int64_t n, int64_t pe, int64_t *lo,
-                                    int64_t *hi, int64_t *pad) {
-  int64_t a = o * s - p, b = a + k < n + pe ? a + k : n + pe;
-  *pad = b - a;
-  if (a < 0) a = 0;
-  if (b > n) b = n;
-  *lo = a;
-  *hi = b > a ? b : a;
+/* How many windows along an axis lie wholly inside the padded input (all
+ * but a ceil_mode window that runs past the padding). */
+DL__INL int64_t dl__avgpool_full(int64_t n, int64_t p, int64_t pe, int64_t k, int64_t s) {
+  return n + p + pe - k >= 0 ? (n + p + pe - k) / s + 1 : 0;
 }
+/* The average's divisor for the window at (hs, ws) with ends (he, we)
+ * clipped to the input; then hs, ws clipped too (the kernels' variables):
+ * count_include_pad counts the window inside the padded input [-ph, H + phe)
+ * x [-pw, W + pwe). */
+#define DL__AVGPOOL_COUNT                                                                          \
+  if (g->excl) {                                                                                   \
+    if (hs < 0) hs = 0;                                                                            \
+    if (ws < 0) ws = 0;                                                                            \
+    cnt = (he > hs ? he - hs : 0) * (we > ws ? we - ws : 0);                                       \
+  } else {                                                                                         \
+    /* kh kw but for the windows that ceil_mode runs past the padding */                          \
+    if (oh < hfull && ow < wfull) {                                                                \
+      cnt = g->kh * g->kw;                                                                         \
+    } else {                                                                                       \
+      const int64_t hp = hs + g->kh < g->H + g->phe ? g->kh : g->H + g->phe - hs;                  \
+      const int64_t wp = ws + g->kw < g->W + g->pwe ? g->kw : g->W + g->pwe - ws;                  \
+      cnt = hp * wp;                                                                               \
+    }                                                                                              \
+    if (hs < 0) hs = 0;                                                                            \
+    if (ws < 0) ws = 0;                                                                            \
+  }
 
 DL__POOL_KERNELS(float, f32)
 DL__POOL_KERNELS(double, f64)
+#undef DL__AVGPOOL_COUNT
 
 enum { DL__MAXPOOL_FWD, DL__MAXPOOL_BWD, DL__MAXPOOL_TAN, DL__AVGPOOL_FWD, DL__AVGPOOL_BWD };
 
