@@ -642,6 +642,20 @@ static void test_indices_unpool(void) {
     dl_tensor_free(x1);
     dl_tensor_free(gy);
   }
+  { /* an input of height 0 under padding: every window empty, -inf and -1, no gradient, no read or write */
+    dl_tensor *x0 = dl_tensor_make(&pctx, DL_F32, DL_SHAPE(1, 1, 0, 4)), *gy;
+    dl_requires_grad(x0);
+    y = dl_t_max_pool2d_with_indices(&tp, x0, &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2, .stride_w = 1,
+                                                                .pad_h = 1, .pad_w = 1}, &idx);
+    CHECK(y->shape[2] == 1 && y->shape[3] == 5);
+    for (i = 0; i < 5; i++) CHECK(isinf(dl_f32(y)[i]) && dl_f32(y)[i] < 0 && dl_i32(idx)[i] == -1);
+    gy = dl_tensor_make(&pctx, DL_F32, 4, y->shape);
+    dl_tensor_fill(gy, 1);
+    dl_backward(&tp, y, gy);
+    dl_tape_rewind(&tp);
+    dl_tensor_free(gy);
+    dl_tensor_free(x0);
+  }
   /* the user's own int64 indices; a repeated index: the last in scan order wins and alone gets a gradient */
   for (i = 0; i < 4; i++) dl_f64(v)[i] = (double)(i + 1);
   dl_i64(ind)[0] = 0;

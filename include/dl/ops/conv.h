@@ -850,7 +850,7 @@ DL__INL void dl__pool_taps(int64_t s, int64_t d, int64_t n, int64_t k, int64_t *
 #define DL__POOL_KERNELS(T, sfx)                                                                   \
   DL_API void dl__maxpool_fwd_##sfx(const dl__pool_geom *g, const T *x, T *y, int32_t *idx) {      \
     int64_t oh, ow, jh, jw;                                                                        \
-    if (g->dh == 1 && g->dw == 1) { /* the window clipped to the input (never empty here) */       \
+    if (g->dh == 1 && g->dw == 1) { /* the window clipped to the input (empty only when H or W is 0) */ \
       for (oh = 0; oh < g->Ho; oh++)                                                               \
         for (ow = 0; ow < g->Wo; ow++) {                                                           \
           int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw, at;                            \
@@ -859,7 +859,7 @@ DL__INL void dl__pool_taps(int64_t s, int64_t d, int64_t n, int64_t k, int64_t *
           T m = -(T)INFINITY;                                                                      \
           if (h0 < 0) h0 = 0;                                                                      \
           if (w0 < 0) w0 = 0;                                                                      \
-          at = h0 * g->W + w0;                                                                     \
+          at = h0 < h1 && w0 < w1 ? h0 * g->W + w0 : -1;                                           \
           for (jh = h0; jh < h1; jh++)                                                             \
             for (jw = w0; jw < w1; jw++) {                                                         \
               const T v = x[jh * g->W + jw];                                                       \
