@@ -830,10 +830,12 @@ static void test_panics(void) {
   EXPECT_PANIC(dl_t_conv2d(&tp, x, w, NULL, &(dl_conv2d_args){.stride_h = -1}), "dl_t_conv2d", "negative");
   EXPECT_PANIC(dl_t_conv2d(&tp, x, wbig, NULL, NULL), "dl_t_conv2d", "larger", "[2, 4, 6, 6]", "[3, 4, 7, 3]");
   EXPECT_PANIC(dl_t_conv2d(&tp, x, w, NULL, &(dl_conv2d_args){.dil_h = 3}), "dl_t_conv2d", "dilation 3");
-  EXPECT_PANIC(dl_t_conv2d(&tp, x, w, NULL, &(dl_conv2d_args){.pad_h_end = 1}), "dl_t_conv2d", "end padding 1",
+  EXPECT_PANIC(dl_t_conv2d(&tp, x, w, NULL, &(dl_conv2d_args){.pad_h_end = 1}), "dl_t_conv2d", "pad_h_end 1",
                "DL_PAD_EXPLICIT");
   EXPECT_PANIC(dl_t_conv2d(&tp, x, w, NULL, &(dl_conv2d_args){.pad_mode = DL_PAD_SAME, .pad_w = 1}), "dl_t_conv2d",
-               "SAME", "padding 1 must be 0");
+               "SAME", "pad_w 1 must be 0");
+  EXPECT_PANIC(dl_t_conv1d(&tp, x3, w3, NULL, &(dl_conv1d_args){.pad_end = 2}), "dl_t_conv1d", "pad_end 2",
+               "DL_PAD_EXPLICIT");
   EXPECT_PANIC(dl_t_conv2d(&tp, x, w, NULL, &(dl_conv2d_args){.pad_mode = 9}), "dl_t_conv2d", "pad_mode 9");
   EXPECT_PANIC(dl_t_conv2d(&tp, x3, w3, NULL, NULL), "dl_t_conv2d", "[2, 4, 9]", "[3, 2, 3]", "4-d");
   EXPECT_PANIC(dl_t_conv1d(&tp, x3, w, NULL, NULL), "dl_t_conv1d", "[2, 4, 9]", "[3, 4, 3, 3]");

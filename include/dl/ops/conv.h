@@ -129,6 +129,31 @@ DL_API void dl__conv_geom_fill(dl__conv_geom *g) {
   g->direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
 }
 
+/* Panics naming op unless pad_mode `mode` fits the padding given for
+ * `axes` axes: p[2 a] and p[2 a + 1] the start and end padding of axis a,
+ * named names[2 a] and names[2 a + 1] (the args' fields). The end paddings
+ * are read only under DL_PAD_EXPLICIT; the SAME modes compute the padding
+ * and the output size, so the start paddings and ceil_mode must be 0. */
+DL_API void dl__pad_mode_check(const char *op, const dl_tensor *x, int mode, int axes, const int *p,
+                               const char *const *names, int ceil_mode) {
+  const int same = mode == DL_PAD_SAME || mode == DL_PAD_SAME_LOWER;
+  int a;
+  if (mode < DL_PAD_SYMMETRIC || mode > DL_PAD_SAME_LOWER)
+    DL_PANIC(x->ctx, op, "pad_mode %d for x %s: DL_PAD_SYMMETRIC, DL_PAD_EXPLICIT, DL_PAD_SAME or "
+             "DL_PAD_SAME_LOWER", mode, DL_SHAPESTR(x));
+  for (a = 0; a < axes; a++) {
+    if (mode != DL_PAD_EXPLICIT && p[2 * a + 1])
+      DL_PANIC(x->ctx, op, "%s %d for x %s is read only under pad_mode DL_PAD_EXPLICIT", names[2 * a + 1],
+               p[2 * a + 1], DL_SHAPESTR(x));
+    if (same && p[2 * a])
+      DL_PANIC(x->ctx, op, "pad_mode SAME for x %s computes the padding: %s %d must be 0", DL_SHAPESTR(x),
+               names[2 * a], p[2 * a]);
+  }
+  if (same && ceil_mode)
+    DL_PANIC(x->ctx, op, "pad_mode SAME for x %s computes the output size: ceil_mode %d must be 0", DL_SHAPESTR(x),
+             ceil_mode);
+}
+
 /* Threads for `items` independent items doing `work` elements in all:
  * dl_ctx_threads, at most one per item, 1 below the parallel threshold or
  * inside another parallel region. */
@@ -712,18 +737,11 @@ DL_API dl_tensor *dl__t_conv(dl_tape *tp, const char *op, dl_tensor *x, dl_tenso
  * dilation (0 = 1). Returns x, or the padded copy. */
 DL_API dl_tensor *dl__conv_pad_modes(dl_tape *tp, const char *op, dl_tensor *x, const dl_tensor *w, int nd,
                                      int mode, const int *p, const int *s, const int *d, int64_t **ip) {
+  static const char *const names2[] = {"pad_h", "pad_h_end", "pad_w", "pad_w_end"}, *const names1[] = {"pad", "pad_end"};
   int64_t pads[4] = {0, 0, 0, 0}, extra = 0;
   int a, axes = nd - 2;
-  if (mode < DL_PAD_SYMMETRIC || mode > DL_PAD_SAME_LOWER)
-    DL_PANIC(x->ctx, op, "pad_mode %d for x %s: DL_PAD_SYMMETRIC, DL_PAD_EXPLICIT, DL_PAD_SAME or "
-             "DL_PAD_SAME_LOWER", mode, DL_SHAPESTR(x));
+  dl__pad_mode_check(op, x, mode, axes, p, nd == 4 ? names2 : names1, 0);
   for (a = 0; a < axes; a++) {
-    if (mode != DL_PAD_EXPLICIT && p[2 * a + 1])
-      DL_PANIC(x->ctx, op, "end padding %d for x %s is read only under pad_mode DL_PAD_EXPLICIT", p[2 * a + 1],
-               DL_SHAPESTR(x));
-    if ((mode == DL_PAD_SAME || mode == DL_PAD_SAME_LOWER) && p[2 * a])
-      DL_PANIC(x->ctx, op, "pad_mode SAME for x %s computes the padding: padding %d must be 0", DL_SHAPESTR(x),
-               p[2 * a]);
     if (p[2 * a] < 0 || p[2 * a + 1] < 0)
       DL_PANIC(x->ctx, op, "negative padding %d, %d for x %s", p[2 * a], p[2 * a + 1], DL_SHAPESTR(x));
   }
@@ -820,18 +838,6 @@ typedef struct dl__pool_geom {
   int64_t dh, dw, phe, pwe;
 } dl__pool_geom;
 
-/* The taps j in [*lo, *hi) of a window starting at s (k taps d apart) that
- * fall inside [0, n) (dl__conv_range, without its divisions when d = 1). */
-DL__INL void dl__pool_taps(int64_t s, int64_t d, int64_t n, int64_t k, int64_t *lo, int64_t *hi) {
-  if (d == 1) {
-    const int64_t a = s < 0 ? -s : 0, b = n - s < k ? n - s : k;
-    *lo = a < k ? a : k;
-    *hi = b > *lo ? b : *lo;
-    return;
-  }
-  dl__conv_range(s, d, n, k, lo, hi);
-}
-
 /* The pooling kernels, per plane ([H, W] in, [Ho, Wo] out), for T (sfx):
  *   dl__maxpool_fwd_<sfx>(g, x, y, idx)   y = window max, idx (may be NULL)
  *                                         its position ih*W + iw (the first
@@ -876,12 +882,12 @@ DL__INL void dl__pool_taps(int64_t s, int64_t d, int64_t n, int64_t k, int64_t *
     for (oh = 0; oh < g->Ho; oh++) { /* dilated: the taps inside the input, maybe none */          \
       const int64_t hs = oh * g->sh - g->ph;                                                       \
       int64_t h0, h1;                                                                              \
-      dl__pool_taps(hs, g->dh, g->H, g->kh, &h0, &h1);                                             \
+      dl__conv_range(hs, g->dh, g->H, g->kh, &h0, &h1);                                            \
       for (ow = 0; ow < g->Wo; ow++) {                                                             \
         const int64_t ws = ow * g->sw - g->pw;                                                     \
         int64_t w0, w1, at = -1;                                                                   \
         T m = -(T)INFINITY;                                                                        \
-        dl__pool_taps(ws, g->dw, g->W, g->kw, &w0, &w1);                                           \
+        dl__conv_range(ws, g->dw, g->W, g->kw, &w0, &w1);                                          \
         if (h0 < h1 && w0 < w1) { /* the first tap starts the scan (it may be NaN or -inf) */      \
           at = (hs + h0 * g->dh) * g->W + ws + w0 * g->dw;                                         \
           m = x[at];                                                                               \
@@ -1034,15 +1040,11 @@ DL_API dl__pool_geom dl__pool_check(const char *op, const dl_tensor *x, const dl
   if (!max && (a->dil_h > 1 || a->dil_w > 1))
     DL_PANIC(x->ctx, op, "dilation %dx%d for x %s: average pooling has none (as PyTorch's avg_pool2d)",
              a->dil_h, a->dil_w, DL_SHAPESTR(x));
-  if (a->pad_mode < DL_PAD_SYMMETRIC || a->pad_mode > DL_PAD_SAME_LOWER)
-    DL_PANIC(x->ctx, op, "pad_mode %d for x %s: DL_PAD_SYMMETRIC, DL_PAD_EXPLICIT, DL_PAD_SAME or "
-             "DL_PAD_SAME_LOWER", a->pad_mode, DL_SHAPESTR(x));
-  if (a->pad_mode != DL_PAD_EXPLICIT && (a->pad_h_end || a->pad_w_end))
-    DL_PANIC(x->ctx, op, "pad_h_end %d, pad_w_end %d for x %s are read only under pad_mode DL_PAD_EXPLICIT",
-             a->pad_h_end, a->pad_w_end, DL_SHAPESTR(x));
-  if ((a->pad_mode == DL_PAD_SAME || a->pad_mode == DL_PAD_SAME_LOWER) && (a->pad_h || a->pad_w || a->ceil_mode))
-    DL_PANIC(x->ctx, op, "pad_mode SAME for x %s computes the padding and the output size: pad_h %d, pad_w %d "
-             "and ceil_mode %d must be 0", DL_SHAPESTR(x), a->pad_h, a->pad_w, a->ceil_mode);
+  {
+    static const char *const names[] = {"pad_h", "pad_h_end", "pad_w", "pad_w_end"};
+    const int p[4] = {a->pad_h, a->pad_h_end, a->pad_w, a->pad_w_end};
+    dl__pad_mode_check(op, x, a->pad_mode, 2, p, names, a->ceil_mode);
+  }
   memset(&g, 0, sizeof g);
   g.N = x->shape[0];
   g.C = x->shape[1];
