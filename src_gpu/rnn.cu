@@ -34,6 +34,10 @@ __host__ __device__ inline int64_t rnn_gates(int kind) {
   return kind == DLG_RNN_LSTM ? 4 : kind == DLG_RNN_GRU ? 3 : 1;
 }
 
+template <class T>
+__host__ __device__ void rnn_fwd_tangent_at(const dlg_rnn &r, int64_t t, int64_t b, int64_t j, const T *y, const T *g,
+                                            const T *c, const T *cp, const T *hp);
+
 // Step t, batch row b, hidden unit j: dl__rnn_fwd_row_* at j (the forward,
 // then the tangent when r.ty).
 template <class T> __host__ __device__ void rnn_fwd_at(const dlg_rnn &r, int64_t t, int64_t b, int64_t j) {
@@ -45,6 +49,12 @@ template <class T> __host__ __device__ void rnn_fwd_at(const dlg_rnn &r, int64_t
   T *g = (T *)r.g + b * r.g_lb + t * r.g_lt;
   T *c = (T *)r.c + b * r.c_lb + t * r.c_lt;
   const T *cp = t ? c - r.c_lt : (const T *)r.c0 + b * r.c0_ld;
+  const int64_t L = r.len ? r.len[b] : r.T;
+  if (t >= L) { // past the row's end: y = 0, the state stays as it was
+    y[j] = 0;
+    if (r.ty) ((T *)r.ty)[bt * H + j] = 0;
+    return;
+  }
   if (r.kind == DLG_RNN_TANH) {
     y[j] = rtanh(xp[j] + s[j] + bh[j]);
   } else if (r.kind == DLG_RNN_RELU) {
@@ -73,8 +83,20 @@ template <class T> __host__ __device__ void rnn_fwd_at(const dlg_rnn &r, int64_t
     g[2 * H + j] = n_;
     g[3 * H + j] = hn_;
   }
-  if (!r.ty) return;
-  // the tangent of step t
+  if (r.ty) rnn_fwd_tangent_at<T>(r, t, b, j, y, g, c, cp, hp);
+  if (t == L - 1) { // the row's last real step: h_n, c_n and their tangents
+    if (r.hn) ((T *)r.hn)[b * H + j] = y[j];
+    if (r.cn) ((T *)r.cn)[b * H + j] = c[j];
+    if (r.thn) ((T *)r.thn)[b * H + j] = ((const T *)r.ty)[bt * H + j];
+    if (r.tcn) ((T *)r.tcn)[b * H + j] = ((const T *)r.tc)[b * H + j];
+  }
+}
+
+// The tangent of step t at (b, j), after the forward wrote y, g, c.
+template <class T>
+__host__ __device__ void rnn_fwd_tangent_at(const dlg_rnn &r, int64_t t, int64_t b, int64_t j, const T *y, const T *g,
+                                            const T *c, const T *cp, const T *hp) {
+  const int64_t H = r.H, GH = rnn_gates(r.kind) * H, bt = b * r.T + t;
   const T *tx = (const T *)r.txp + b * r.txp_lb + t * r.txp_lt;
   const T *ts = (const T *)r.ts + b * GH, *tb = (const T *)r.tbhh;
   T *ty = (T *)r.ty + bt * H;
@@ -111,10 +133,19 @@ __host__ __device__ void rnn_bwd_at(const dlg_rnn &r, const dlg_rnn_bw &w, int64
   const T *gy = (const T *)w.gy + bt * H, *y = (const T *)r.y + bt * H;
   const T *g = (const T *)r.g + b * r.g_lb + t * r.g_lt;
   T *dx = (T *)w.dx + bt * GH, *dh = (T *)w.dh + b * H, *dc = (T *)w.dc + b * H;
+  if (r.len && t >= r.len[b]) { // past the row's end: no gradient, dh and dc pass
+    for (int64_t k = 0; k < rnn_gates(r.kind); k++) {
+      dx[k * H + j] = 0;
+      if (w.dhs != w.dx) ((T *)w.dhs)[bt * GH + k * H + j] = 0;
+    }
+    return;
+  }
   if (r.kind == DLG_RNN_TANH) {
     dx[j] = (gy[j] + dh[j]) * ((T)1 - y[j] * y[j]);
+    dh[j] = 0;
   } else if (r.kind == DLG_RNN_RELU) {
     dx[j] = y[j] > 0 ? gy[j] + dh[j] : (T)0;
+    dh[j] = 0;
   } else if (r.kind == DLG_RNN_LSTM) {
     const T *c = (const T *)r.c + b * r.c_lb + t * r.c_lt;
     const T *cp = t ? c - r.c_lt : (const T *)r.c0 + b * r.c0_ld;
@@ -126,6 +157,7 @@ __host__ __device__ void rnn_bwd_at(const dlg_rnn &r, const dlg_rnn_bw &w, int64
     dx[2 * H + j] = dct * i_ * ((T)1 - g_ * g_);
     dx[3 * H + j] = dht * k_ * (o_ * ((T)1 - o_));
     dc[j] = dct * f_;
+    dh[j] = 0;
   } else {
     const T *hp = t ? y - H : (const T *)r.h0 + b * r.h0_ld;
     T *ds = (T *)w.dhs + bt * GH;

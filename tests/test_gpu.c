@@ -924,11 +924,16 @@ typedef struct rnn_spec {
   const char *name;
   int kind;     /* 0 rnn tanh, 1 rnn relu, 2 lstm, 3 gru */
   int h0, bias; /* h0 (and c0) given; b_ih, b_hh given (one [2 G H] input, sliced) */
+  int lengths;  /* the _ex op with rows of lengths {4, 1, 3} (T = 4); 2: also the reverse
+                   direction as dl_rnn_forward_lengths runs it (each row read backwards) */
 } rnn_spec;
 static const rnn_spec rnn_specs[] = {
-    {"dl_t_rnn tanh, h0, biases", 0, 1, 1},  {"dl_t_rnn relu, no h0, no biases", 1, 0, 0},
-    {"dl_t_lstm, h0 and c0, biases", 2, 1, 1}, {"dl_t_lstm, no h0 and c0, biases", 2, 0, 1},
-    {"dl_t_gru, h0, biases", 3, 1, 1},       {"dl_t_gru, no h0, no biases", 3, 0, 0},
+    {"dl_t_rnn tanh, h0, biases", 0, 1, 1, 0},  {"dl_t_rnn relu, no h0, no biases", 1, 0, 0, 0},
+    {"dl_t_lstm, h0 and c0, biases", 2, 1, 1, 0}, {"dl_t_lstm, no h0 and c0, biases", 2, 0, 1, 0},
+    {"dl_t_gru, h0, biases", 3, 1, 1, 0},       {"dl_t_gru, no h0, no biases", 3, 0, 0, 0},
+    {"dl_t_rnn_ex tanh, lengths 4 1 3, h0", 0, 1, 1, 1}, {"dl_t_rnn_ex relu, lengths 4 1 3", 1, 0, 0, 1},
+    {"dl_t_lstm_ex, lengths 4 1 3, h0 and c0", 2, 1, 1, 1}, {"dl_t_gru_ex, lengths 4 1 3", 3, 0, 1, 1},
+    {"dl_t_lstm_ex both directions, lengths 4 1 3", 2, 1, 1, 2},
 };
 /* in: x [3,4,5], h0, c0 [3,6] (or NULL), w_ih [G*6,5], w_hh [G*6,6], b [2*G*6]
  * (b_ih, b_hh side by side; or NULL). y + h_n + c_n (the last two broadcast
@@ -939,11 +944,21 @@ static dl_tensor *prog_rnn(dl_tape *tp, dl_tensor *const *in, const void *user) 
   dl_tensor *bih = in[5] ? dl_t_slice(tp, in[5], 0, 0, GH, 1) : NULL;
   dl_tensor *bhh = in[5] ? dl_t_slice(tp, in[5], 0, GH, 2 * GH, 1) : NULL;
   dl_tensor *y, *hn = NULL, *cn = NULL;
-  if (s->kind <= 1) y = dl_t_rnn(tp, in[0], in[1], in[3], in[4], bih, bhh, s->kind == 0, &hn);
-  else if (s->kind == 2) y = dl_t_lstm(tp, in[0], in[1], in[2], in[3], in[4], bih, bhh, &hn, &cn);
-  else y = dl_t_gru(tp, in[0], in[1], in[3], in[4], bih, bhh, &hn);
+  static const int64_t lengths[3] = {4, 1, 3};
+  dl_rnn_args a;
+  a.lengths = s->lengths ? lengths : NULL;
+  if (s->kind <= 1) y = dl_t_rnn_ex(tp, in[0], in[1], in[3], in[4], bih, bhh, s->kind == 0, &a, &hn);
+  else if (s->kind == 2) y = dl_t_lstm_ex(tp, in[0], in[1], in[2], in[3], in[4], bih, bhh, &a, &hn, &cn);
+  else y = dl_t_gru_ex(tp, in[0], in[1], in[3], in[4], bih, bhh, &a, &hn);
   y = dl_t_add(tp, y, dl_t_reshape(tp, hn, 3, (const int64_t[]){B, 1, H}));
   if (cn) y = dl_t_add(tp, y, dl_t_reshape(tp, cn, 3, (const int64_t[]){B, 1, H}));
+  if (s->lengths == 2) { /* the reverse direction (layers.h): each row's steps reversed, the same weights */
+    dl_tensor *both[2], *yr = dl_t_lstm_ex(tp, dl__rnn_reverse(tp, in[0], lengths), in[1], in[2], in[3], in[4], bih,
+                                           bhh, &a, NULL, NULL);
+    both[0] = y;
+    both[1] = dl__rnn_reverse(tp, yr, lengths);
+    y = dl_t_concat(tp, 2, both, 2);
+  }
   return y;
 }
 static void build_rnn(gcase *c, const void *arg) {

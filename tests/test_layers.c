@@ -280,6 +280,8 @@ typedef struct lay_run {
   dl_layer *l;
   call_kind call;
   dl_tensor *x, *h0, *c0, *k, *v, *mask;
+  int64_t lengths[16]; /* the rows' sequence lengths (nlengths of them; 0: none) */
+  int nlengths;
   int want_hn, want_cn;
   dl_tensor *hn, *cn; /* set by the forward */
 } lay_run;
@@ -288,10 +290,24 @@ static dl_tensor *lay_forward(dl_tape *tp, lay_run *r) {
   r->hn = r->cn = NULL;
   switch (r->call) {
   case CALL_RNN:
+    if (r->nlengths)
+      return dl_rnn_forward_lengths(r->l, tp, r->x, r->lengths, r->h0, r->c0, r->want_hn ? &r->hn : NULL,
+                                    r->want_cn ? &r->cn : NULL);
     return dl_rnn_forward(r->l, tp, r->x, r->h0, r->c0, r->want_hn ? &r->hn : NULL, r->want_cn ? &r->cn : NULL);
   case CALL_MHA: return dl_mha_forward(r->l, tp, r->x, r->k, r->v, r->mask);
   default: return dl_model_forward(r->m, tp, r->x);
   }
+}
+
+/* The case's "lengths" (a packed sequence's rows), if it has them. */
+static void get_lengths(const fx2_case *c, lay_run *r) {
+  const fx2_tensor *t = get(c, "lengths");
+  int64_t i;
+  r->nlengths = 0;
+  if (!t) return;
+  CHECK_MSG(t->isint && t->numel >= 1 && t->numel <= 16, "%s: bad lengths", c->name);
+  for (i = 0; i < t->numel && i < 16; i++) r->lengths[i] = (int64_t)t->v[i];
+  r->nlengths = (int)t->numel;
 }
 
 /* Builds, loads and runs fixture case c; returns the number of failures. */
@@ -319,6 +335,7 @@ static int run_layer_case(const fx2_case *c) {
   r.k = mk_in(c, "k");
   r.v = mk_in(c, "v");
   r.mask = r.call == CALL_MHA ? mk_in(c, "mask") : NULL; /* the causal case's mask is the layer's flag */
+  get_lengths(c, &r);
   x2 = mk_in(c, "x2");
   x3 = mk_in(c, "x3");
   r.want_hn = get(c, "hn") != NULL;
@@ -388,7 +405,7 @@ static int run_layer_case(const fx2_case *c) {
           compare(c, parts[i]->t[k].key, b, NULL);
       }
   /* a layer called through the model's one-input forward gives the same y */
-  if (r.call == CALL_RNN && !r.h0) {
+  if (r.call == CALL_RNN && !r.h0 && !r.nlengths) {
     dl_tensor *y1;
     dl_no_grad_begin(&tp);
     y1 = dl_model_forward(m, &tp, r.x);
@@ -414,7 +431,8 @@ static void test_layers_match_torch(void) {
       "avgpool_rect_excl", "gap", "flatten", "bn1d_2d_train", "bn1d_3d_train", "bn2d_train", "bn1d_2d_eval",
       "bn1d_3d_eval", "bn2d_eval", "layernorm_1", "layernorm_2", "rmsnorm_1", "rmsnorm_2_default_eps",
       "dropout_p0_train", "dropout_eval", "embedding", "embedding_sparse", "rnn_tanh_h0", "rnn_relu", "lstm",
-      "lstm_h0c0", "gru_h0", "lstm_bi_h0c0", "gru_bi", "rnn_bi_h0", "maxpool_dil_ceil", "avgpool_ceil_excl", "mha_self", "mha_causal", "mha_cross_nobias", "mlp", "residual", "resblock",
+      "lstm_h0c0", "gru_h0", "lstm_bi_h0c0", "gru_bi", "rnn_bi_h0", "lstm_bi_packed_h0c0", "gru_packed",
+      "rnn_bi_packed", "maxpool_dil_ceil", "avgpool_ceil_excl", "mha_self", "mha_causal", "mha_cross_nobias", "mlp", "residual", "resblock",
       "resblock_eval"};
   int i, n = 0, f32 = 0;
   if (!fx_loaded) SKIP("%s", fx.err);
@@ -471,6 +489,7 @@ static void gradcheck_case(const char *name) {
   r.k = mk_in(c, "k");
   r.v = mk_in(c, "v");
   r.mask = r.call == CALL_MHA ? mk_in(c, "mask") : NULL;
+  get_lengths(c, &r);
   if (r.x->dtype != DL_I64) in[nin++] = r.x;
   if (r.h0) in[nin++] = r.h0;
   if (r.c0) in[nin++] = r.c0;
@@ -500,7 +519,8 @@ static void test_layers_gradcheck(void) {
   static const char *const names[] = {"linear_3d", "conv1d", "conv2d_rect", "avgpool_rect_excl", "maxpool_k3s2p1",
                                       "gap", "bn1d_3d_train", "bn2d_eval", "layernorm_2", "rmsnorm_1", "embedding",
                                       "embedding_sparse", "rnn_tanh_h0", "lstm_h0c0", "gru_h0", "mha_causal",
-                                      "mha_cross_nobias", "mlp", "residual", "resblock"};
+                                      "mha_cross_nobias", "mlp", "residual", "resblock", "lstm_bi_packed_h0c0",
+                                      "gru_packed"};
   int i;
   if (!fx_loaded) SKIP("%s", fx.err);
   for (i = 0; i < (int)(sizeof names / sizeof *names); i++) gradcheck_case(names[i]);

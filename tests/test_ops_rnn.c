@@ -49,15 +49,29 @@ static int same_bits(const dl_tensor *a, const dl_tensor *b) {
          memcmp(a->data, b->data, (size_t)a->numel * dl_dtype_size(a->dtype)) == 0;
 }
 
-/* One call of the op of `kind` (c0 / c_n only for the LSTM). */
+/* One call of the op of `kind` (c0 / c_n only for the LSTM); lengths NULL:
+ * the plain op, else its _ex form with those lengths. */
+static dl_tensor *call_len(dl_tape *tp, int kind, dl_tensor *x, dl_tensor *h0, dl_tensor *c0, dl_tensor *wih,
+                           dl_tensor *whh, dl_tensor *bih, dl_tensor *bhh, const int64_t *lengths, dl_tensor **hn,
+                           dl_tensor **cn) {
+  dl_rnn_args a;
+  a.lengths = lengths;
+  if (!lengths) switch (kind) {
+      case K_TANH: return dl_t_rnn(tp, x, h0, wih, whh, bih, bhh, 1, hn);
+      case K_RELU: return dl_t_rnn(tp, x, h0, wih, whh, bih, bhh, 0, hn);
+      case K_LSTM: return dl_t_lstm(tp, x, h0, c0, wih, whh, bih, bhh, hn, cn);
+      default: return dl_t_gru(tp, x, h0, wih, whh, bih, bhh, hn);
+    }
+  switch (kind) {
+    case K_TANH: return dl_t_rnn_ex(tp, x, h0, wih, whh, bih, bhh, 1, &a, hn);
+    case K_RELU: return dl_t_rnn_ex(tp, x, h0, wih, whh, bih, bhh, 0, &a, hn);
+    case K_LSTM: return dl_t_lstm_ex(tp, x, h0, c0, wih, whh, bih, bhh, &a, hn, cn);
+    default: return dl_t_gru_ex(tp, x, h0, wih, whh, bih, bhh, &a, hn);
+  }
+}
 static dl_tensor *call(dl_tape *tp, int kind, dl_tensor *x, dl_tensor *h0, dl_tensor *c0, dl_tensor *wih,
                        dl_tensor *whh, dl_tensor *bih, dl_tensor *bhh, dl_tensor **hn, dl_tensor **cn) {
-  switch (kind) {
-    case K_TANH: return dl_t_rnn(tp, x, h0, wih, whh, bih, bhh, 1, hn);
-    case K_RELU: return dl_t_rnn(tp, x, h0, wih, whh, bih, bhh, 0, hn);
-    case K_LSTM: return dl_t_lstm(tp, x, h0, c0, wih, whh, bih, bhh, hn, cn);
-    default: return dl_t_gru(tp, x, h0, wih, whh, bih, bhh, hn);
-  }
+  return call_len(tp, kind, x, h0, c0, wih, whh, bih, bhh, NULL, hn, cn);
 }
 
 static void print_gc(const char *what, const dl_gradcheck_result *r) {
@@ -107,9 +121,18 @@ static int run_fixture(const fx2_case *c, int mode) {
   const double tol = c->f64 ? 1e-10 : 5e-6;
   const int kind = (int)fx2_param(c, "kind", -1);
   dl_tensor *own[7], views[7], *bases[7], *in[7], *gy, *ghn, *gcn, *y, *hn = NULL, *cn = NULL;
+  const fx2_tensor *lt = fx2_get(c, "lengths");
+  int64_t lengths[16];
   dl_tape tp;
   int k, bad = 0;
   double e;
+  if (lt) {
+    if (!lt->isint || lt->numel < 1 || lt->numel > 16) {
+      CHECK_MSG(0, "case %s: bad lengths", c->name);
+      return 1;
+    }
+    for (k = 0; k < lt->numel; k++) lengths[k] = (int64_t)lt->v[k];
+  }
   if (kind < 0 || kind > 3) {
     CHECK_MSG(0, "case %s has no kind", c->name);
     return 1;
@@ -131,7 +154,8 @@ static int run_fixture(const fx2_case *c, int mode) {
   ghn = fx2_make(c, "ghn", dt);
   gcn = fx2_make(c, "gcn", dt);
   dl_tape_init(&tp, &ctx, 0);
-  y = call(&tp, kind, in[0], in[1], in[2], in[3], in[4], in[5], in[6], &hn, kind == K_LSTM ? &cn : NULL);
+  y = call_len(&tp, kind, in[0], in[1], in[2], in[3], in[4], in[5], in[6], lt ? lengths : NULL, &hn,
+               kind == K_LSTM ? &cn : NULL);
   if (mode == 1) {
     dl_backward(&tp, y, gy);
     dl_backward(&tp, hn, ghn);
@@ -184,8 +208,9 @@ static int run_fixture(const fx2_case *c, int mode) {
 }
 
 static void test_fixtures(void) {
-  int i, mode, seen[4][2][2], f32 = 0;
+  int i, mode, seen[4][2][2], packed[4], f32 = 0;
   memset(seen, 0, sizeof seen);
+  memset(packed, 0, sizeof packed);
   if (!fx_ok) SKIP("%s", fx.err);
   for (i = 0; i < fx.n; i++) {
     const fx2_case *c = &fx.cases[i];
@@ -196,6 +221,10 @@ static void test_fixtures(void) {
                 mode, bad);
     }
     if (kind >= 0 && kind < 4) seen[kind][(int)fx2_param(c, "h0", 0)][(int)fx2_param(c, "bias", 0)]++;
+    if (kind >= 0 && kind < 4 && fx2_param(c, "packed", 0) == 1) {
+      CHECK_MSG(fx2_get(c, "lengths") != NULL, "packed case %s has no lengths", c->name);
+      packed[kind]++;
+    }
     f32 += !c->f64;
   }
   for (i = 0; i < 4; i++) {
@@ -203,6 +232,7 @@ static void test_fixtures(void) {
     for (a = 0; a < 2; a++)
       for (b = 0; b < 2; b++)
         CHECK_MSG(seen[i][a][b] > 0, "no fixture for %s h0 %d bias %d", kind_names[i], a, b);
+    CHECK_MSG(packed[i] >= 2, "no packed-sequence fixtures for %s", kind_names[i]);
   }
   CHECK(f32 > 0 && f32 < fx.n);
   CHECK(fx2_find(&fx, "lstm_cn_only", 1) && fx2_find(&fx, "lstm_long", 0) && fx2_find(&fx, "gru_hn_only", 1));
@@ -316,11 +346,155 @@ static void test_partial_grads_and_tangents(void) {
   }
 }
 
+/* ---- variable lengths ---------------------------------------------------- */
+
+/* A new [1, L, W] (or [1, W] when L == 0) tensor holding row b of t [B, T, W]
+ * (t [B, W]), steps 0..L-1. */
+static dl_tensor *row_of(const dl_tensor *t, int64_t b, int64_t L) {
+  dl_tensor v = dl_view_slice(t, 0, b, b + 1, 1), *r;
+  if (t->ndim == 3) {
+    dl_tensor w = dl_view_slice(&v, 1, 0, L, 1);
+    r = dl_tensor_make(&ctx, t->dtype, DL_SHAPE(1, L, t->shape[2]));
+    dl_tensor_copy(r, &w);
+  } else {
+    r = dl_tensor_make(&ctx, t->dtype, DL_SHAPE(1, t->shape[1]));
+    dl_tensor_copy(r, &v);
+  }
+  return r;
+}
+/* max |a - b| over row b, steps 0..L-1 of a [B, T, W] (a [B, W]) against
+ * r [1, L, W] ([1, W]); and in *pad the max |a| over the steps past L. */
+static double row_diff(const dl_tensor *a, int64_t b, int64_t L, const dl_tensor *r, double *pad) {
+  const int64_t W = a->shape[a->ndim - 1], T = a->ndim == 3 ? a->shape[1] : 1;
+  const double *pa = dl_f64(a) + b * T * W, *pr = dl_f64(r);
+  double m = 0;
+  int64_t i;
+  if (a->ndim == 2) L = 1;
+  for (i = 0; i < L * W; i++) m = fmax(m, fabs(pa[i] - pr[i]));
+  if (pad) {
+    *pad = 0;
+    for (i = L * W; i < T * W; i++) *pad = fmax(*pad, fabs(pa[i]));
+  }
+  return m;
+}
+
+/* Rows of different lengths in one call agree with each row run alone on
+ * its own steps (outputs, h_n, c_n, tangents, gradients of x, h0, c0 and the
+ * weights summed over the rows); past its end a row's y and tangent are
+ * exactly 0 and its x gets exactly no gradient; a no-grad run gives the
+ * recording run's bits. */
+static void test_lengths(void) {
+  const int64_t B = 4, T = 7, I = 3, H = 5, lengths[4] = {3, 7, 1, 5};
+  int kind;
+  for (kind = 0; kind < 4; kind++) {
+    const int64_t GH = kind_gates[kind] * H;
+    const int lstm = kind == K_LSTM;
+    dl_rng rng = dl_rng_make(900 + (uint64_t)kind);
+    dl_tensor *x = mk(&ctx, DL_F64, DL_SHAPE(B, T, I), &rng, 1.0), *h0 = mk(&ctx, DL_F64, DL_SHAPE(B, H), &rng, 0.5);
+    dl_tensor *c0 = mk(&ctx, DL_F64, DL_SHAPE(B, H), &rng, 0.5);
+    dl_tensor *wih = mk(&ctx, DL_F64, DL_SHAPE(GH, I), &rng, 0.5), *whh = mk(&ctx, DL_F64, DL_SHAPE(GH, H), &rng, 0.5);
+    dl_tensor *bih = mk(&ctx, DL_F64, DL_SHAPE(GH), &rng, 0.5), *bhh = mk(&ctx, DL_F64, DL_SHAPE(GH), &rng, 0.5);
+    dl_tensor *gy = mk(&ctx, DL_F64, DL_SHAPE(B, T, H), &rng, 1.0), *ghn = mk(&ctx, DL_F64, DL_SHAPE(B, H), &rng, 1.0);
+    dl_tensor *gcn = mk(&ctx, DL_F64, DL_SHAPE(B, H), &rng, 1.0), *tx = mk(&ctx, DL_F64, DL_SHAPE(B, T, I), &rng, 1.0);
+    dl_tensor *tw = mk(&ctx, DL_F64, DL_SHAPE(GH, H), &rng, 1.0);
+    dl_tensor *leaves[6], *saved[6], *y, *hn = NULL, *cn = NULL, *yb = NULL, *hnb = NULL, *cnb = NULL;
+    dl_tape tp, tpr;
+    double worst = 0, pad = 0, e;
+    int64_t b, i;
+    int k;
+    leaves[0] = x; leaves[1] = h0; leaves[2] = c0; leaves[3] = wih; leaves[4] = whh; leaves[5] = bih;
+    for (k = 0; k < 6; k++) dl_requires_grad(leaves[k]);
+    dl_requires_grad(bhh);
+    dl_set_tangent(x, tx);
+    dl_set_tangent(whh, tw);
+    dl_tape_init(&tp, &ctx, 0);
+    y = call_len(&tp, kind, x, h0, lstm ? c0 : NULL, wih, whh, bih, bhh, lengths, &hn, lstm ? &cn : NULL);
+    dl_backward(&tp, y, gy);
+    dl_backward(&tp, hn, ghn);
+    if (cn) dl_backward(&tp, cn, gcn);
+    for (k = 0; k < 6; k++) {
+      saved[k] = NULL;
+      if (k == 2 && !lstm) continue;
+      saved[k] = dl_tensor_make(&ctx, DL_F64, leaves[k]->grad->ndim, leaves[k]->grad->shape);
+      dl_tensor_copy(saved[k], leaves[k]->grad);
+      dl_zero_grad(leaves[k]);
+    }
+    /* past each row's end: y and its tangent exactly 0, x's gradient exactly 0 */
+    for (b = 0; b < B; b++) {
+      for (i = lengths[b] * H; i < T * H; i++) {
+        CHECK_MSG(dl_f64(y)[b * T * H + i] == 0 && dl_f64(y->tangent)[b * T * H + i] == 0, "%s row %lld",
+                  kind_names[kind], (long long)b);
+      }
+      for (i = lengths[b] * I; i < T * I; i++)
+        CHECK_MSG(dl_f64(saved[0])[b * T * I + i] == 0, "%s: padding of row %lld got a gradient", kind_names[kind],
+                  (long long)b);
+    }
+    /* each row alone on its own steps (on a tape of its own) */
+    dl_tape_init(&tpr, &ctx, 0);
+    for (b = 0; b < B; b++) {
+      dl_tensor *xb = row_of(x, b, lengths[b]), *h0b = row_of(h0, b, 0), *c0b = row_of(c0, b, 0);
+      dl_tensor *txb = row_of(tx, b, lengths[b]), *gyb = row_of(gy, b, lengths[b]);
+      dl_tensor *ghnb = row_of(ghn, b, 0), *gcnb = row_of(gcn, b, 0);
+      dl_tape_rewind(&tpr);
+      dl_requires_grad(xb);
+      dl_requires_grad(h0b);
+      dl_requires_grad(c0b);
+      dl_set_tangent(xb, txb);
+      yb = call(&tpr, kind, xb, h0b, lstm ? c0b : NULL, wih, whh, bih, bhh, &hnb, lstm ? &cnb : NULL);
+      worst = fmax(worst, row_diff(y, b, lengths[b], yb, &pad));
+      worst = fmax(worst, row_diff(y->tangent, b, lengths[b], yb->tangent, NULL));
+      worst = fmax(worst, row_diff(hn, b, 1, hnb, NULL));
+      worst = fmax(worst, row_diff(hn->tangent, b, 1, hnb->tangent, NULL));
+      if (lstm) {
+        worst = fmax(worst, row_diff(cn, b, 1, cnb, NULL));
+        worst = fmax(worst, row_diff(cn->tangent, b, 1, cnb->tangent, NULL));
+      }
+      dl_backward(&tpr, yb, gyb);
+      dl_backward(&tpr, hnb, ghnb);
+      if (cnb) dl_backward(&tpr, cnb, gcnb);
+      worst = fmax(worst, row_diff(saved[0], b, lengths[b], xb->grad, NULL));
+      worst = fmax(worst, row_diff(saved[1], b, 1, h0b->grad, NULL));
+      if (lstm) worst = fmax(worst, row_diff(saved[2], b, 1, c0b->grad, NULL));
+      dl_set_tangent(xb, NULL);
+      dl_tensor_free(xb); dl_tensor_free(h0b); dl_tensor_free(c0b); dl_tensor_free(txb); dl_tensor_free(gyb);
+      dl_tensor_free(ghnb); dl_tensor_free(gcnb);
+    }
+    dl_tape_free(&tpr);
+    for (k = 3; k < 6; k++) /* the weights' gradients: the rows' sum */
+      for (i = 0; i < saved[k]->numel; i++) worst = fmax(worst, fabs(dl_f64(saved[k])[i] - dl_f64(leaves[k]->grad)[i]));
+    CHECK_MSG(worst < 1e-12, "%s: lengths vs rows alone: max diff %.3g", kind_names[kind], worst);
+    CHECK_MSG(pad == 0, "%s: y past the end %.3g", kind_names[kind], pad);
+    e = max_abs(saved[4]);
+    CHECK(e > 0);
+    { /* no-grad, no tangents: one step of state kept, the same bits */
+      dl_tensor *y2, *hn2 = NULL, *cn2 = NULL;
+      dl_tape tp2;
+      dl_set_tangent(x, NULL);
+      dl_set_tangent(whh, NULL);
+      dl_tape_init(&tp2, &ctx, 0);
+      dl_no_grad_begin(&tp2);
+      y2 = call_len(&tp2, kind, x, h0, lstm ? c0 : NULL, wih, whh, bih, bhh, lengths, &hn2, lstm ? &cn2 : NULL);
+      dl_no_grad_end(&tp2);
+      CHECK_MSG(same_bits(y, y2) && same_bits(hn, hn2) && (!lstm || same_bits(cn, cn2)), "%s no-grad",
+                kind_names[kind]);
+      dl_tape_free(&tp2);
+    }
+    dl_tape_free(&tp);
+    for (k = 0; k < 6; k++) {
+      dl_tensor_free(saved[k]); /* (a tensor frees its gradient) */
+      dl_tensor_free(leaves[k]);
+    }
+    dl_tensor_free(bhh); dl_tensor_free(gy); dl_tensor_free(ghn); dl_tensor_free(gcn);
+    dl_tensor_free(tx); dl_tensor_free(tw);
+  }
+}
+
 /* ---- gradcheck --------------------------------------------------------------- */
 
 /* in[] = x, w_ih, w_hh, [b_ih, b_hh], [h0, [c0]]; outs: 1 y, 2 h_n, 4 c_n (concatenated) */
 typedef struct gc_rnn {
   int kind, bias, h0, outs, h0_op;
+  const int64_t *lengths;
 } gc_rnn;
 
 static dl_tensor *gc_fn(dl_tape *tp, dl_tensor **in, void *user) {
@@ -339,16 +513,20 @@ static dl_tensor *gc_fn(dl_tape *tp, dl_tensor **in, void *user) {
       if (c0) c0 = dl_t_mul_scalar(tp, c0, 1.5);
     }
   }
-  y = call(tp, u->kind, in[0], h0, c0, in[1], in[2], bih, bhh, &hn, u->kind == K_LSTM ? &cn : NULL);
+  y = call_len(tp, u->kind, in[0], h0, c0, in[1], in[2], bih, bhh, u->lengths, &hn, u->kind == K_LSTM ? &cn : NULL);
   if (u->outs & 1) parts[n++] = dl_t_reshape(tp, y, 1, (const int64_t[]){-1});
   if (u->outs & 2) parts[n++] = dl_t_reshape(tp, hn, 1, (const int64_t[]){-1});
   if ((u->outs & 4) && cn) parts[n++] = dl_t_reshape(tp, cn, 1, (const int64_t[]){-1});
   return n == 1 ? parts[0] : dl_t_concat(tp, n, parts, 0);
 }
 
+static void gradcheck_len(int kind, int bias, int h0, int outs, int h0_op, int strided, const int64_t *lengths);
 /* gradcheck of kind with the options; strided: x, w_hh and h0 are
- * transposed views. */
+ * transposed views; lengths (B = 2, T = 4) or NULL. */
 static void gradcheck_one(int kind, int bias, int h0, int outs, int h0_op, int strided) {
+  gradcheck_len(kind, bias, h0, outs, h0_op, strided, NULL);
+}
+static void gradcheck_len(int kind, int bias, int h0, int outs, int h0_op, int strided, const int64_t *lengths) {
   const int64_t B = 2, T = 4, I = 3, H = 3, GH = kind_gates[kind] * H;
   dl_rng rng = dl_rng_make(500 + (uint64_t)(kind * 64 + bias * 32 + h0 * 16 + outs * 2 + h0_op + strided * 128));
   dl_tensor *own[7], views[7], *in[7];
@@ -382,8 +560,9 @@ static void gradcheck_one(int kind, int bias, int h0, int outs, int h0_op, int s
   u.h0 = h0;
   u.outs = outs;
   u.h0_op = h0_op;
-  snprintf(what, sizeof what, "%s bias %d h0 %d outs %d h0_op %d strided %d", kind_names[kind], bias, h0, outs,
-           h0_op, strided);
+  u.lengths = lengths;
+  snprintf(what, sizeof what, "%s bias %d h0 %d outs %d h0_op %d strided %d lengths %s", kind_names[kind], bias, h0,
+           outs, h0_op, strided, lengths ? (lengths[0] == 1 ? "{1, 3}" : "{4, 2}") : "none");
   GRADCHECK(what, gc_fn, &u, n, in);
   for (k = 0; k < n; k++)
     if (in[k]->flags & DL_TENSOR_VIEW) dl_tensor_free(in[k]->grad);
@@ -407,6 +586,13 @@ static void test_gradcheck(void) {
     }
     gradcheck_one(kind, 1, 1, all, 1, 0); /* h0 (c0) made by ops */
     gradcheck_one(kind, 1, 1, all, 0, 1); /* strided x, w_hh, h0 */
+    { /* variable lengths: one row shorter than T, then one of length 1 */
+      static const int64_t l42[2] = {4, 2}, l13[2] = {1, 3};
+      gradcheck_len(kind, 1, 1, all, 0, 0, l42);
+      gradcheck_len(kind, 0, 0, all, 0, 0, l13);
+      gradcheck_len(kind, 1, 1, 2, 0, 1, l13); /* h_n alone, strided */
+      if (kind == K_LSTM) gradcheck_len(kind, 1, 1, 4, 0, 0, l42); /* c_n alone */
+    }
   }
   printf("  %d gradchecks, worst error %.3g\n", gc_runs, worst_gc);
 }
@@ -570,6 +756,13 @@ static void test_panics(void) {
   EXPECT_PANIC(dl_t_lstm(&tp, xi, NULL, NULL, wih, whh, NULL, NULL, NULL, NULL), "dl_t_lstm", "i64[2, 5, 3]",
                "f32 or f64");
   EXPECT_PANIC(dl_t_lstm(&tp, x, NULL, NULL, NULL, whh, NULL, NULL, NULL, NULL), "dl_t_lstm", "required");
+  {
+    static const int64_t l0[2] = {3, 0}, l6[2] = {6, 2};
+    dl_rnn_args a0 = {l0}, a6 = {l6};
+    EXPECT_PANIC(dl_t_lstm_ex(&tp, x, NULL, NULL, wih, whh, NULL, NULL, &a0, NULL, NULL), "dl_t_lstm_ex",
+                 "lengths[1] = 0", "1..T = 5", "f32[2, 5, 3]");
+    EXPECT_PANIC(dl_t_rnn_ex(&tp, x, NULL, w43, w44, NULL, NULL, 1, &a6, NULL), "dl_t_rnn_ex", "lengths[0] = 6");
+  }
   dl_tape_free(&tp);
   dl_tensor_free(x); dl_tensor_free(x2); dl_tensor_free(x0); dl_tensor_free(wih); dl_tensor_free(whh);
   dl_tensor_free(wih5); dl_tensor_free(whh3); dl_tensor_free(b16); dl_tensor_free(b12); dl_tensor_free(h0);
@@ -589,6 +782,7 @@ int main(void) {
   RUN(test_fixtures);
   RUN(test_values_and_no_grad);
   RUN(test_partial_grads_and_tangents);
+  RUN(test_lengths);
   RUN(test_gradcheck);
   RUN(test_threads);
   RUN(test_steady_state_no_alloc);

@@ -304,12 +304,21 @@ def main():
     def rec(root, ins):
         r = root[0]
         h0 = ins.get("h0")
+        x = ins["x"]
+        lengths = ins.get("lengths")
+        if lengths is not None:  # rows of different lengths: a packed sequence, padded back to T
+            x = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+
+        def unpack(y):
+            if lengths is None:
+                return y
+            return nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=ins["x"].shape[1])[0]
         if isinstance(r, nn.LSTM):
             hc = (ins["h0"], ins["c0"]) if h0 is not None else None
-            y, (hn, cn) = r(ins["x"], hc)
-            return [("y", y), ("hn", hn), ("cn", cn)]
-        y, hn = r(ins["x"], h0)
-        return [("y", y), ("hn", hn)]
+            y, (hn, cn) = r(x, hc)
+            return [("y", unpack(y)), ("hn", hn), ("cn", cn)]
+        y, hn = r(x, h0)
+        return [("y", unpack(y)), ("hn", hn)]
 
     B, T, I, H, L = 2, 5, 2, 3, 2
     rp = {"input": I, "hidden": H, "num_layers": L}
@@ -370,6 +379,16 @@ def main():
             {"x": normal(B, T, I)}, rec, bp)
     c.layer("rnn_bi_h0", seq(lambda: nn.RNN(I, H, 1, batch_first=True, bidirectional=True)),
             {"x": normal(B, T, I), "h0": normal(2, B, H, scale=0.5)}, rec,
+            {"input": I, "hidden": H, "num_layers": 1, "bidirectional": 1})
+    # Rows of different lengths (pack_padded_sequence, unsorted), T = 5
+    lens = torch.tensor([3, 5, 1], dtype=torch.int64)
+    c.layer("lstm_bi_packed_h0c0", seq(lambda: nn.LSTM(I, H, L, batch_first=True, bidirectional=True)),
+            {"x": normal(3, T, I), "h0": normal(2 * L, 3, H, scale=0.5), "c0": normal(2 * L, 3, H, scale=0.5),
+             "lengths": lens}, rec, bp)
+    c.layer("gru_packed", seq(lambda: nn.GRU(I, H, L, batch_first=True)), {"x": normal(3, T, I), "lengths": lens},
+            rec, rp)
+    c.layer("rnn_bi_packed", seq(lambda: nn.RNN(I, H, 1, batch_first=True, bidirectional=True)),
+            {"x": normal(3, T, I), "h0": normal(2, 3, H, scale=0.5), "lengths": lens}, rec,
             {"input": I, "hidden": H, "num_layers": 1, "bidirectional": 1})
 
     n_layer_cases = w.n

@@ -12,6 +12,11 @@ one layer, on seeded weights, and records (tools/fixture_lib.py's format):
            bias (1: b_ih/b_hh present)
   inputs   x [B, T, I], h0 [B, H], c0 [B, H] (lstm), w_ih [G*H, I],
            w_hh [G*H, H], b_ih, b_hh [G*H]
+           lengths [B] (i64, packed cases only): the rows' sequence lengths;
+           the module runs on pack_padded_sequence(x, lengths,
+           batch_first=True, enforce_sorted=False) and y is
+           pad_packed_sequence(..., total_length=T)'s output (zeros past
+           each row's end)
   outputs  y [B, T, H], hn [B, H], cn [B, H] (lstm)
   seeds    gy, ghn, gcn: the loss is sum(y*gy) + sum(hn*ghn) + sum(cn*gcn)
   grads    g_x, g_h0, g_c0, g_w_ih, g_w_hh, g_b_ih, g_b_hh of that loss.
@@ -34,8 +39,9 @@ def module(kind, I, H, bias):
 
 
 def case(out, name, kind, B, T, I, H, has_h0, bias, g, dtypes=(torch.float64, torch.float32), wscale=0.6,
-         seeds=(1, 1, 1)):
-    """seeds: multipliers of (gy, ghn, gcn); 0 leaves that output out of the loss."""
+         seeds=(1, 1, 1), lengths=None):
+    """seeds: multipliers of (gy, ghn, gcn); 0 leaves that output out of the loss.
+    lengths: the rows' sequence lengths (a packed sequence), or None."""
     G = GATES[kind]
     vals = {
         "x": torch.randn(B, T, I, generator=g, dtype=torch.float64),
@@ -59,14 +65,20 @@ def case(out, name, kind, B, T, I, H, has_h0, bias, g, dtypes=(torch.float64, to
                 if k in vals:
                     getattr(m, k.replace("w_", "weight_").replace("b_", "bias_") + "_l0").copy_(vals[k].to(dt))
         ins = {k: v.to(dt).clone().requires_grad_(True) for k, v in vals.items() if k in ("x", "h0", "c0")}
+        xin = ins["x"]
+        if lengths is not None:
+            xin = torch.nn.utils.rnn.pack_padded_sequence(xin, torch.tensor(lengths), batch_first=True,
+                                                          enforce_sorted=False)
         if kind == 2:
             if has_h0:
-                y, (hn, cn) = m(ins["x"], (ins["h0"].unsqueeze(0), ins["c0"].unsqueeze(0)))
+                y, (hn, cn) = m(xin, (ins["h0"].unsqueeze(0), ins["c0"].unsqueeze(0)))
             else:
-                y, (hn, cn) = m(ins["x"])
+                y, (hn, cn) = m(xin)
         else:
-            y, hn = m(ins["x"], ins["h0"].unsqueeze(0)) if has_h0 else m(ins["x"])
+            y, hn = m(xin, ins["h0"].unsqueeze(0)) if has_h0 else m(xin)
             cn = None
+        if lengths is not None:
+            y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=T)
         hn = hn[0]
         loss = (y * gy.to(dt)).sum() + (hn * ghn.to(dt)).sum()
         if cn is not None:
@@ -77,11 +89,16 @@ def case(out, name, kind, B, T, I, H, has_h0, bias, g, dtypes=(torch.float64, to
                 for k in ("w_ih", "w_hh", "b_ih", "b_hh") if k in vals]
         grads = torch.autograd.grad(loss, [t for _, t in wrt])
         tensors = [(k, v.to(dt)) for k, v in vals.items()]
+        if lengths is not None:
+            tensors += [("lengths", torch.tensor(lengths, dtype=torch.int64))]
         tensors += [("y", y), ("gy", gy.to(dt)), ("hn", hn), ("ghn", ghn.to(dt))]
         if cn is not None:
             tensors += [("cn", cn), ("gcn", gcn.to(dt))]
         tensors += [("g_" + k, gk) for (k, _), gk in zip(wrt, grads)]
-        out.case(name, dt, {"kind": kind, "h0": int(has_h0), "bias": int(bias)}, tensors)
+        params = {"kind": kind, "h0": int(has_h0), "bias": int(bias)}
+        if lengths is not None:
+            params["packed"] = 1
+        out.case(name, dt, params, tensors)
 
 
 def main():
@@ -104,6 +121,13 @@ def main():
     case(out, "lstm_hn_only", 2, 2, 5, 3, 4, True, True, g, f64, seeds=(0, 1, 0))
     case(out, "gru_hn_only", 3, 2, 5, 3, 4, True, True, g, f64, seeds=(0, 1, 0))
     case(out, "rnn_tanh_y_only", 0, 2, 5, 3, 4, True, True, g, f64, seeds=(1, 0, 0))
+    # variable lengths (packed sequences), unsorted, one row at full length, one of length 1
+    for kind in (0, 1, 2, 3):
+        nm = KINDS[kind]
+        case(out, nm + "_packed", kind, 4, 6, 3, 4, True, True, g, both, lengths=[3, 6, 1, 4])
+        case(out, nm + "_packed_noh0", kind, 3, 5, 2, 3, False, True, g, f64, lengths=[5, 2, 4])
+    case(out, "lstm_packed_cn_only", 2, 3, 5, 3, 4, True, True, g, f64, seeds=(0, 0, 1), lengths=[2, 5, 3])
+    case(out, "gru_packed_hn_only", 3, 3, 5, 3, 4, True, True, g, f64, seeds=(0, 1, 0), lengths=[4, 1, 5])
     out.close()
 
 

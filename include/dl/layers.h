@@ -1478,30 +1478,46 @@ typedef struct dl__lay_rnn {
       *b_hh[2 * DL_RNN_MAX_LAYERS];
 } dl__lay_rnn;
 
-/* x [B, T, F] reversed along time (an index_select, so its gradient flows). */
-DL_API dl_tensor *dl__rnn_reverse(dl_tape *tp, dl_tensor *x) {
-  const int64_t T = x->shape[1];
-  int64_t *ix = (int64_t *)dl_tape_scratch(tp, "dl_rnn_forward", sizeof(int64_t) * (size_t)(T ? T : 1)), t;
+/* x [B, T, F] reversed along time (an index_select, so its gradient flows);
+ * with lengths, each row's first lengths[b] steps are reversed and the
+ * padding after them stays where it is (x seen as [B T, F]). */
+DL_API dl_tensor *dl__rnn_reverse(dl_tape *tp, dl_tensor *x, const int64_t *lengths) {
+  const int64_t B = x->shape[0], T = x->shape[1], F = x->shape[2], n = lengths ? B * T : T;
+  int64_t *ix = (int64_t *)dl_tape_scratch(tp, "dl_rnn_forward", sizeof(int64_t) * (size_t)(n ? n : 1)), b, t;
   dl_tensor idx;
-  for (t = 0; t < T; t++) ix[t] = T - 1 - t;
-  dl_tensor_wrap(&idx, tp->ctx, DL_I64, 1, &T, ix);
-  return dl_t_index_select(tp, x, 1, &idx);
+  if (!lengths) {
+    for (t = 0; t < T; t++) ix[t] = T - 1 - t;
+    dl_tensor_wrap(&idx, tp->ctx, DL_I64, 1, &T, ix);
+    return dl_t_index_select(tp, x, 1, &idx);
+  }
+  for (b = 0; b < B; b++)
+    for (t = 0; t < T; t++) ix[b * T + t] = b * T + (t < lengths[b] ? lengths[b] - 1 - t : t);
+  dl_tensor_wrap(&idx, tp->ctx, DL_I64, 1, &n, ix);
+  return dl_t_reshape(tp, dl_t_index_select(tp, dl_t_reshape(tp, x, 2, (const int64_t[]){B * T, F}), 0, &idx), 3,
+                      x->shape);
 }
 
-/* The full recurrent forward: h0 / c0 [num_layers, B, hidden] or NULL
- * (zeros; c0 only for LSTM, must be NULL otherwise); h_n / c_n (may be
- * NULL) receive the last states [num_layers, B, hidden] on the tape
- * ([2 num_layers, B, hidden] when bidirectional). Returns the output
- * [B, T, hidden] ([B, T, 2 hidden]). Panics if l is not an RNN/LSTM/GRU. */
-DL_API dl_tensor *dl_rnn_forward(dl_layer *l, dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *c0,
-                                 dl_tensor **h_n, dl_tensor **c_n) {
+/* dl_rnn_forward on a batch of sequences of different lengths, padded to
+ * x [B, T, input]: row b holds lengths[b] steps (1..T; a host array, NULL:
+ * all T), as PyTorch's layer on pack_padded_sequence(x, lengths,
+ * batch_first=True, enforce_sorted=False), its output padded back to T.
+ * The output is 0 past each row's end (and gets no gradient there), the
+ * padding of x gets none, h_n / c_n hold each row's state after its last
+ * step; the reverse direction of a bidirectional layer reads each row's
+ * lengths[b] steps backwards, from its own last step. */
+DL_API dl_tensor *dl_rnn_forward_lengths(dl_layer *l, dl_tape *tp, dl_tensor *x, const int64_t *lengths,
+                                         dl_tensor *h0, dl_tensor *c0, dl_tensor **h_n, dl_tensor **c_n) {
   dl__lay_rnn *R = (dl__lay_rnn *)l;
   const int D = R->d.bidirectional ? 2 : 1, L = R->d.num_layers * D;
   dl_tensor *hs[2 * DL_RNN_MAX_LAYERS], *cs[2 * DL_RNN_MAX_LAYERS], *y = x, *fwd = NULL;
+  dl_rnn_args a;
   int k;
   if (l->vt != &dl__lay_rnn_vt && l->vt != &dl__lay_lstm_vt && l->vt != &dl__lay_gru_vt)
     DL_PANIC(tp->ctx, "dl_rnn_forward", "'%s' is a %s, not an RNN, LSTM or GRU", l->name, l->vt->type);
+  memset(&a, 0, sizeof a);
+  a.lengths = lengths;
   dl__check_input(l, x, 3, 3, 2, R->d.input);
+  dl__rnn_check_lengths(tp, l->vt->type, x, lengths);
   if ((h0 && (h0->ndim != 3 || h0->shape[0] != L || h0->shape[1] != x->shape[0] || h0->shape[2] != R->d.hidden)) ||
       (c0 && (R->kind != DL__LAY_LSTM || c0->ndim != 3 || c0->shape[0] != L || c0->shape[1] != x->shape[0] ||
               c0->shape[2] != R->d.hidden)))
@@ -1515,13 +1531,13 @@ DL_API dl_tensor *dl_rnn_forward(dl_layer *l, dl_tape *tp, dl_tensor *x, dl_tens
     if (h0) h0k = dl_t_reshape(tp, dl_t_slice(tp, h0, 0, k, k + 1, 1), 2, bh);
     if (c0) c0k = dl_t_reshape(tp, dl_t_slice(tp, c0, 0, k, k + 1, 1), 2, bh);
     cs[k] = NULL;
-    if (D == 2 && k % 2) in = dl__rnn_reverse(tp, in); /* the reverse direction reads the layer's input backwards */
+    if (D == 2 && k % 2) in = dl__rnn_reverse(tp, in, lengths); /* the reverse direction reads backwards */
     if (R->kind == DL__LAY_LSTM)
-      out = dl_t_lstm(tp, in, h0k, c0k, R->w_ih[j], R->w_hh[j], R->b_ih[j], R->b_hh[j], &hs[k], &cs[k]);
+      out = dl_t_lstm_ex(tp, in, h0k, c0k, R->w_ih[j], R->w_hh[j], R->b_ih[j], R->b_hh[j], &a, &hs[k], &cs[k]);
     else if (R->kind == DL__LAY_GRU)
-      out = dl_t_gru(tp, in, h0k, R->w_ih[j], R->w_hh[j], R->b_ih[j], R->b_hh[j], &hs[k]);
+      out = dl_t_gru_ex(tp, in, h0k, R->w_ih[j], R->w_hh[j], R->b_ih[j], R->b_hh[j], &a, &hs[k]);
     else
-      out = dl_t_rnn(tp, in, h0k, R->w_ih[j], R->w_hh[j], R->b_ih[j], R->b_hh[j], !R->d.relu, &hs[k]);
+      out = dl_t_rnn_ex(tp, in, h0k, R->w_ih[j], R->w_hh[j], R->b_ih[j], R->b_hh[j], !R->d.relu, &a, &hs[k]);
     if (D == 1) {
       y = out;
     } else if (k % 2 == 0) {
@@ -1529,13 +1545,22 @@ DL_API dl_tensor *dl_rnn_forward(dl_layer *l, dl_tape *tp, dl_tensor *x, dl_tens
     } else {
       dl_tensor *both[2];
       both[0] = fwd;
-      both[1] = dl__rnn_reverse(tp, out);
+      both[1] = dl__rnn_reverse(tp, out, lengths);
       y = dl_t_concat(tp, 2, both, 2);
     }
   }
   if (h_n) *h_n = dl_t_stack(tp, L, hs, 0);
   if (c_n) *c_n = R->kind == DL__LAY_LSTM ? dl_t_stack(tp, L, cs, 0) : NULL;
   return y;
+}
+/* The full recurrent forward: h0 / c0 [num_layers, B, hidden] or NULL
+ * (zeros; c0 only for LSTM, must be NULL otherwise); h_n / c_n (may be
+ * NULL) receive the last states [num_layers, B, hidden] on the tape
+ * ([2 num_layers, B, hidden] when bidirectional). Returns the output
+ * [B, T, hidden] ([B, T, 2 hidden]). Panics if l is not an RNN/LSTM/GRU. */
+DL_API dl_tensor *dl_rnn_forward(dl_layer *l, dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *c0,
+                                 dl_tensor **h_n, dl_tensor **c_n) {
+  return dl_rnn_forward_lengths(l, tp, x, NULL, h0, c0, h_n, c_n);
 }
 DL_API dl_tensor *dl__lay_rnn_forward1(dl_layer *l, dl_tape *tp, dl_tensor *x) {
   return dl_rnn_forward(l, tp, x, NULL, NULL, NULL, NULL);

@@ -6,13 +6,14 @@
 // row, hidden unit) of a step as __host__ __device__ functions (rnn_fwd_at,
 // rnn_bwd_at). This file #includes rnn.cu and drives them through a whole
 // recurrence the way ops/rnn.h's device path (dl__rnn_run_gpu,
-// dl__rnn_bw_gpu, dl__rnn_hn_bw) does, with plain host loops in place of
+// dl__rnn_bw_gpu) does, with plain host loops in place of
 // its dlg_gemm / dlg_move / dlg_sum_axis calls and of the input projection
 // (dl_t_linear), and compares every result with dl.h's CPU ops, which
 // rnn_ref.c runs on the same inputs (forward, forward mode, dl_backward).
 //
 // What it checks, at f32 and at f64, for tanh, relu, LSTM and GRU, with and
-// without h0 (and c0), with and without biases, on 4 shapes:
+// without h0 (and c0), with and without biases, with every row T steps long
+// and with rows of different lengths (dl_rnn_args.lengths), on 4 shapes:
 //   - y, h_n, c_n and their tangents ty, th_n, tc_n (every input carrying a
 //     tangent), with the saved buffers one row per step (as under training);
 //   - y, h_n, c_n again with the one-step buffers of a no-grad call (stride
@@ -82,7 +83,7 @@ struct Shape {
 };
 
 // One case: cell `kind`, inputs h0 / c0 and the biases present or not.
-template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, bool has_bias) {
+template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, bool has_bias, bool var_len) {
   const int dt = sizeof(T) == 8;
   const double tol = dt ? 1e-12 : 1e-5;
   const int64_t B = sh.B, Tn = sh.T, I = sh.I, H = sh.H, G = rnn_gates(kind), GH = G * H;
@@ -96,6 +97,9 @@ template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, 
   auto twih = hc_rand<T>(GH * I, -1, 1), twhh = hc_rand<T>(GH * H, -1, 1);
   auto tbih = hc_rand<T>(GH, -1, 1), tbhh = hc_rand<T>(GH, -1, 1);
   auto gy = hc_rand<T>(B * Tn * H, -1, 1), ghn = hc_rand<T>(B * H, -1, 1), gcn = hc_rand<T>(B * H, -1, 1);
+  // variable lengths: row b has 1 + (b * 5 + 2) % T steps (row 0 mid-way, some at 1 and at T)
+  std::vector<int64_t> len(B);
+  for (int64_t b = 0; b < B; b++) len[b] = 1 + (b * 5 + 2) % Tn;
 
   // the CPU's results
   std::vector<T> ry(B * Tn * H), rhn(B * H), rcn(B * H), rty(B * Tn * H), rthn(B * H), rtcn(B * H);
@@ -116,6 +120,7 @@ template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, 
     io.ty = rty.data(); io.thn = rthn.data(); io.tcn = lstm ? rtcn.data() : nullptr;
     io.gx = rgx.data(); io.gh0 = rgh0.data(); io.gc0 = rgc0.data(); io.gwih = rgwih.data();
     io.gwhh = rgwhh.data(); io.gbih = rgbih.data(); io.gbhh = rgbhh.data();
+    io.lengths = var_len ? len.data() : nullptr;
     rnn_ref(&io);
   }
 
@@ -135,13 +140,14 @@ template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, 
                                        : lstm ? "lstm" : "gru") +
                            (dt ? " f64" : " f32") + " B " + std::to_string(B) + " T " + std::to_string(Tn) + " I " +
                            std::to_string(I) + " H " + std::to_string(H) + (has_h0 ? " h0" : "") +
-                           (has_bias ? " bias" : "");
+                           (has_bias ? " bias" : "") + (var_len ? " lengths" : "");
 
   for (int full = 1; full >= 0; full--) { // full: training (every step kept, tangents); 0: a no-grad call
     const bool jvp = full;
     std::vector<T> y(B * Tn * H, (T)kUnset), c(full ? B * Tn * H : B * H, (T)kUnset);
     std::vector<T> g(S ? (full ? B * Tn : B) * S * H : 1, (T)kUnset), s(B * GH), ts(B * GH);
     std::vector<T> ty(B * Tn * H, (T)0), tc(B * H, (T)0);
+    std::vector<T> hn(B * H, (T)kUnset), cn(B * H, (T)kUnset), thn(B * H, (T)kUnset), tcn(B * H, (T)kUnset);
     dlg_rnn r;
     memset(&r, 0, sizeof r);
     r.kind = kind;
@@ -179,7 +185,12 @@ template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, 
       r.th0_ld = has_h0 ? H : 0;
       r.tc = tc.data();
       if (has_c0) tc = tc0;
+      r.thn = thn.data();
+      if (lstm) r.tcn = tcn.data();
     }
+    r.len = var_len ? len.data() : nullptr;
+    r.hn = hn.data(); // the kernel writes h_n (c_n) at each row's last step
+    if (lstm) r.cn = cn.data();
     for (int64_t t = 0; t < Tn; t++) {
       const T *hp = t ? y.data() + (t - 1) * H : has_h0 ? h0.data() : nullptr;
       const int64_t ld = t ? Tn * H : H;
@@ -201,27 +212,22 @@ template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, 
       for (int64_t b = 0; b < B; b++)
         for (int64_t j = 0; j < H; j++) rnn_fwd_at<T>(r, t, b, j);
     }
-    std::vector<T> hn(B * H, (T)kUnset), cn(B * H, (T)kUnset), thn(B * H, (T)kUnset);
-    move<T>(hn.data(), H, y.data() + (Tn - 1) * H, Tn * H, B, H, 0);
-    if (lstm) move<T>(cn.data(), H, c.data() + (Tn - 1) * r.c_lt, r.c_lb, B, H, 0);
     const std::string nm = name + (full ? "" : " (no grad)");
     hc_close(nm + " y", y, ry, tol, false);
     hc_close(nm + " h_n", hn, rhn, tol, false);
     if (lstm) hc_close(nm + " c_n", cn, rcn, tol, false);
     if (!full) break;
-    move<T>(thn.data(), H, ty.data() + (Tn - 1) * H, Tn * H, B, H, 0);
     hc_close(nm + " ty", ty, rty, tol, false);
     hc_close(nm + " th_n", thn, rthn, tol, false);
-    if (lstm) hc_close(nm + " tc_n", tc, rtcn, tol, false);
+    if (lstm) hc_close(nm + " tc_n", tcn, rtcn, tol, false);
 
-    // backward: h_n's rule, then the recurrence's (dl__rnn_bw_gpu), then linear's
-    std::vector<T> gyt = gy;
-    move<T>(gyt.data() + (Tn - 1) * H, Tn * H, ghn.data(), H, B, H, 1);
+    // backward: the recurrence's rule (dl__rnn_bw_gpu: dh and dc start as
+    // h_n's and c_n's gradients), then linear's
     std::vector<T> dx(B * Tn * GH, (T)kUnset), dhs_g(kind == DLG_RNN_GRU ? B * Tn * GH : 1, (T)kUnset);
-    std::vector<T> dh(B * H, (T)0), dc(B * H, (T)0);
+    std::vector<T> dh = ghn, dc(B * H, (T)0);
     if (lstm) dc = gcn;
     dlg_rnn_bw w;
-    w.gy = gyt.data();
+    w.gy = gy.data();
     w.dx = dx.data();
     w.dhs = kind == DLG_RNN_GRU ? dhs_g.data() : dx.data();
     w.dh = dh.data();
@@ -231,7 +237,7 @@ template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, 
       for (int64_t b = 0; b < B; b++)
         for (int64_t j = 0; j < H; j++) rnn_bwd_at<T>(r, w, t, b, j);
       if (t > 0 || has_h0)
-        gemm<T>(0, 0, B, H, GH, dhs + t * GH, Tn * GH, whh.data(), H, kind == DLG_RNN_GRU ? 1.0 : 0.0, dh.data(), H);
+        gemm<T>(0, 0, B, H, GH, dhs + t * GH, Tn * GH, whh.data(), H, 1.0, dh.data(), H);
     }
     std::vector<T> gwhh(GH * H, (T)0), gbhh(GH, (T)0), hpm(B * Tn * H, (T)kUnset);
     if (has_h0) move<T>(hpm.data(), Tn * H, h0.data(), H, B, H, 0);
@@ -259,7 +265,7 @@ template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, 
 template <class T> static void rnn_cases(int kind) {
   static const Shape shapes[] = {{3, 5, 4, 6}, {1, 1, 2, 3}, {2, 7, 3, 17}, {4, 3, 5, 1}};
   for (const auto &sh : shapes)
-    for (int v = 0; v < 4; v++) rnn_case<T>(kind, sh, v & 1, v >> 1 & 1);
+    for (int v = 0; v < 8; v++) rnn_case<T>(kind, sh, v & 1, v >> 1 & 1, v >> 2 & 1);
 }
 static void rnn_tanh_f32(void) { rnn_cases<float>(DLG_RNN_TANH); }
 static void rnn_tanh_f64(void) { rnn_cases<double>(DLG_RNN_TANH); }

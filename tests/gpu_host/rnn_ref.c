@@ -30,6 +30,7 @@ void rnn_ref(const rnn_ref_io *io) {
   dl_tensor *made[REF_MAX], *in[7], *tin[7], *y, *hn = NULL, *cn = NULL;
   const void *src[7], *tsrc[7];
   int nmade = 0, k, back = io->gy != NULL;
+  dl_rnn_args a;
   dl_tape tp;
   ref_init();
   src[0] = io->x; src[1] = io->h0; src[2] = io->c0; src[3] = io->wih; src[4] = io->whh; src[5] = io->bih;
@@ -47,12 +48,13 @@ void rnn_ref(const rnn_ref_io *io) {
     }
   }
   dl_tape_init(&tp, &ref_ctx, 0);
+  a.lengths = io->lengths;
   if (io->kind <= 1)
-    y = dl_t_rnn(&tp, in[0], in[1], in[3], in[4], in[5], in[6], io->kind == 0, &hn);
+    y = dl_t_rnn_ex(&tp, in[0], in[1], in[3], in[4], in[5], in[6], io->kind == 0, &a, &hn);
   else if (io->kind == 2)
-    y = dl_t_lstm(&tp, in[0], in[1], in[2], in[3], in[4], in[5], in[6], &hn, &cn);
+    y = dl_t_lstm_ex(&tp, in[0], in[1], in[2], in[3], in[4], in[5], in[6], &a, &hn, &cn);
   else
-    y = dl_t_gru(&tp, in[0], in[1], in[3], in[4], in[5], in[6], &hn);
+    y = dl_t_gru_ex(&tp, in[0], in[1], in[3], in[4], in[5], in[6], &a, &hn);
   for (k = 0; k < 7; k++)
     if (in[k]) dl_set_tangent(in[k], NULL);
   ref_out(io->y, y);

@@ -42,7 +42,13 @@ enum { DLG_RNN_TANH = 0, DLG_RNN_RELU = 1, DLG_RNN_LSTM = 2, DLG_RNN_GRU = 3 };
  * Forward mode (ty NULL: none): txp rows (txp_lb, txp_lt), tbhh [GH], th0
  * rows th0_ld apart (zero rows where a tangent is missing), ts [B, GH] =
  * th_{t-1} w_hh^T + h_{t-1} tw_hh^T, ty [B, T, H] written at step t, tc
- * [B, H] the LSTM cell's tangent updated in place. */
+ * [B, H] the LSTM cell's tangent updated in place.
+ * Variable lengths: steps t >= len[b] write y (ty) = 0 and leave the state
+ * (c, tc) alone; the backward writes dx (dhs) = 0 there and leaves dh, dc
+ * as they were. At t = len[b] - 1 (T - 1 without len) the forward copies
+ * row b's y, c, ty, tc into hn, cn, thn, tcn (those not NULL). The backward
+ * leaves dh = 0 (GRU: dh z) on every row it ran: the step's GEMM adds
+ * da w_hh into it. */
 typedef struct dlg_rnn {
   int kind;
   int64_t B, T, H;
@@ -53,6 +59,8 @@ typedef struct dlg_rnn {
   const void *txp, *tbhh, *th0, *ts;
   int64_t txp_lb, txp_lt, th0_ld;
   void *ty, *tc;
+  const int64_t *len; /* [B] device: steps of row b (1..T), NULL: T */
+  void *hn, *cn, *thn, *tcn; /* [B, H] or NULL: h_n, c_n and tangents, written at row b's last step */
 } dlg_rnn;
 
 /* Step t's gates for every batch row: y[:, t] (and c, g at step t), then,

@@ -1,10 +1,14 @@
 /* dl/ops/rnn.h - recurrent layers on the tape: Elman RNN (tanh or relu),
- * LSTM and GRU, one layer, one direction, batch-first, every time step.
+ * LSTM and GRU, one layer, one direction, batch-first, every time step
+ * (or, with the _ex forms, each row's own number of steps).
  * Included by dl/ops.h (see there for the conventions every op follows).
  *
  *   dl_tensor *hn, *cn;
  *   dl_tensor *y = dl_t_lstm(tp, x, NULL, NULL, w_ih, w_hh, b_ih, b_hh, &hn, &cn);
  *   // x [B, T, I] -> y [B, T, H]; hn, cn [B, H]
+ *   int64_t lengths[] = {5, 2, 7};      // rows of x padded to T = 7
+ *   y = dl_t_lstm_ex(tp, x, NULL, NULL, w_ih, w_hh, b_ih, b_hh, &(dl_rnn_args){.lengths = lengths}, &hn, &cn);
+ *   // y[b, t] = 0 for t >= lengths[b]; hn[b], cn[b] after step lengths[b] - 1
  *
  * Weights have PyTorch's layouts and gate orders (torch.nn.RNN / LSTM / GRU
  * with batch_first=True, the parameters weight_ih_l0, weight_hh_l0,
@@ -23,7 +27,8 @@
  *         h_t = (1 - z) n + z h_{t-1}
  * Returns y [B, T, H] (every h_t), contiguous, in the tape's arena (valid
  * until dl_tape_rewind). When h_n (c_n) is not NULL, *h_n (*c_n) receives the
- * last state h_{T-1} (c_{T-1}) [B, H], contiguous, in the arena; a loss may
+ * last state h_{T-1} (c_{T-1}) [B, H] (each row's last real step with
+ * lengths), contiguous, in the arena; a loss may
  * use y, h_n and c_n in any combination and the gradient flows through each.
  *
  * How it runs. The input projection of all time steps is ONE GEMM,
@@ -42,6 +47,14 @@
  * hidden part of the n gate's gradient is r * da_n). Results do not depend
  * on the thread count: every kernel is element-wise over batch rows, column
  * sums run in a fixed order, and the GEMMs split only their output.
+ *
+ * Variable lengths (the _ex ops, dl_rnn_args.lengths): at a step t past row
+ * b's end the gate kernel writes y = 0 (and its tangent) and leaves the
+ * state alone; at t = lengths[b] - 1 it writes row b of h_n and c_n. The
+ * backward kernel writes da = 0 there and leaves dh and dc as they are, so
+ * h_n's and c_n's gradients (dh, dc start as them) reach each row's last
+ * step; on the rows it runs it leaves dh = 0 (GRU: dh z), and the step's
+ * GEMM adds da_t w_hh. The GEMMs still cover every row.
  *
  * Forward mode: the tangent of every input (x, h0, c0, weights, biases) is
  * pushed through each step in the same forward pass (ts = th_{t-1} w_hh^T +
@@ -72,6 +85,20 @@ DL__HEADER_BEGIN
 #ifndef __cplusplus
 
 /* >>recurrent core ---------------------------------------------------------- */
+
+/* Options of dl_t_rnn_ex, dl_t_lstm_ex and dl_t_gru_ex; a zero struct (or
+ * NULL) is the plain op.
+ *   lengths  [B] on the host, or NULL: row b of x [B, T, I] holds a sequence
+ *            of lengths[b] steps (1..T) padded to T (PyTorch's
+ *            pack_padded_sequence(x, lengths, batch_first=True) around the
+ *            layer, then pad_packed_sequence). Steps t >= lengths[b] give
+ *            y[b, t] = 0 and take no part: the padding of x gets no
+ *            gradient, a gradient arriving at y[b, t] there is dropped, and
+ *            h_n[b] (c_n[b]) is the state after step lengths[b] - 1. The
+ *            array is copied; it may change after the call. */
+typedef struct dl_rnn_args {
+  const int64_t *lengths;
+} dl_rnn_args;
 
 enum { DL__RNN_TANH = 0, DL__RNN_RELU = 1, DL__RNN_LSTM = 2, DL__RNN_GRU = 3 };
 
@@ -109,10 +136,16 @@ typedef struct dl__rnn {
   void *ty;                     /* [B, T, H] y's tangent */
   void *tc;                     /* [B, H] the LSTM cell's tangent, updated in place */
   void *ts;                     /* [B, G*H] scratch */
-  /* c_n's node hands its gradient over during a backward walk */
-  dl_tensor *cn;
-  uint64_t gcn_walk;
-  int gcn_set;
+  /* variable lengths: len[b] steps of row b are real (1..T), later steps
+   * give y = 0 and leave the state alone; NULL: every row has T steps */
+  const int64_t *len;
+  /* h_n, c_n [B, H] (and their tangents): written by the kernel at each
+   * row's last real step; NULL when not asked for */
+  void *hn, *cno, *thn, *tcn;
+  /* h_n's and c_n's nodes hand their gradients over during a backward walk */
+  dl_tensor *hnt, *cn;
+  uint64_t ghn_walk, gcn_walk;
+  int ghn_set, gcn_set;
 } dl__rnn;
 
 /* Per-walk buffers of the backward rule: gy [B, T, H] (y's gradient),
@@ -137,7 +170,14 @@ typedef struct dl__rnn_bwbuf {
     FT *g = (FT *)r->g + b * r->g_lb + t * r->g_lt;                                          \
     FT *c = (FT *)r->c + b * r->c_lb + t * r->c_lt;                                          \
     const FT *cp = t ? c - r->c_lt : (const FT *)r->c0 + b * r->c0_ld;                       \
+    const int64_t L = r->len ? r->len[b] : r->T;                                             \
     int64_t j;                                                                               \
+    if (t >= L) { /* past the row's end: y = 0, the state stays as it was */                 \
+      for (j = 0; j < H; j++) y[j] = 0;                                                      \
+      if (r->ty)                                                                             \
+        for (j = 0; j < H; j++) ((FT *)r->ty)[bt * H + j] = 0;                               \
+      return;                                                                                \
+    }                                                                                        \
     if (r->kind == DL__RNN_TANH) {                                                           \
       DL__RSIMD                                                                              \
       for (j = 0; j < H; j++) y[j] = dl_tanh_##SFX(xp[j] + s[j] + bh[j]);                    \
@@ -213,6 +253,12 @@ typedef struct dl__rnn_bwbuf {
         }                                                                                    \
       }                                                                                      \
     }                                                                                        \
+    if (t == L - 1) { /* the row's last real step: h_n, c_n and their tangents */            \
+      if (r->hn) memcpy((FT *)r->hn + b * H, y, (size_t)H * sizeof(FT));                    \
+      if (r->cno) memcpy((FT *)r->cno + b * H, c, (size_t)H * sizeof(FT));                   \
+      if (r->thn) memcpy((FT *)r->thn + b * H, (FT *)r->ty + bt * H, (size_t)H * sizeof(FT)); \
+      if (r->tcn) memcpy((FT *)r->tcn + b * H, (FT *)r->tc + b * H, (size_t)H * sizeof(FT)); \
+    }                                                                                        \
   }                                                                                          \
   DL_API void dl__rnn_bwd_row_##SFX(const dl__rnn *r, const dl__rnn_bwbuf *w, int64_t t,     \
                                     int64_t b) {                                             \
@@ -221,12 +267,24 @@ typedef struct dl__rnn_bwbuf {
     const FT *g = (const FT *)r->g + b * r->g_lb + t * r->g_lt;                              \
     FT *dx = (FT *)w->dx + bt * GH, *dh = (FT *)w->dh + b * H, *dc = (FT *)w->dc + b * H;    \
     int64_t j;                                                                               \
+    if (r->len && t >= r->len[b]) { /* past the row's end: no gradient, dh and dc pass */    \
+      for (j = 0; j < GH; j++) dx[j] = 0;                                                    \
+      if (w->dhs != w->dx)                                                                   \
+        for (j = 0; j < GH; j++) ((FT *)w->dhs)[bt * GH + j] = 0;                            \
+      return;                                                                                \
+    }                                                                                        \
     if (r->kind == DL__RNN_TANH) {                                                           \
       DL__RSIMD                                                                              \
-      for (j = 0; j < H; j++) dx[j] = (gy[j] + dh[j]) * ((FT)1 - y[j] * y[j]);               \
+      for (j = 0; j < H; j++) {                                                              \
+        dx[j] = (gy[j] + dh[j]) * ((FT)1 - y[j] * y[j]);                                     \
+        dh[j] = 0;                                                                           \
+      }                                                                                      \
     } else if (r->kind == DL__RNN_RELU) {                                                    \
       DL__RSIMD                                                                              \
-      for (j = 0; j < H; j++) dx[j] = y[j] > 0 ? gy[j] + dh[j] : (FT)0;                      \
+      for (j = 0; j < H; j++) {                                                              \
+        dx[j] = y[j] > 0 ? gy[j] + dh[j] : (FT)0;                                            \
+        dh[j] = 0;                                                                           \
+      }                                                                                      \
     } else if (r->kind == DL__RNN_LSTM) {                                                    \
       const FT *c = (const FT *)r->c + b * r->c_lb + t * r->c_lt;                            \
       const FT *cp = t ? c - r->c_lt : (const FT *)r->c0 + b * r->c0_ld;                     \
@@ -240,6 +298,7 @@ typedef struct dl__rnn_bwbuf {
         dx[2 * H + j] = dct * i_ * ((FT)1 - g_ * g_);                                        \
         dx[3 * H + j] = dht * k_ * (o_ * ((FT)1 - o_));                                      \
         dc[j] = dct * f_;                                                                    \
+        dh[j] = 0;                                                                           \
       }                                                                                      \
     } else {                                                                                 \
       const FT *hp = t ? y - H : (const FT *)r->h0 + b * r->h0_ld;                           \
@@ -330,6 +389,11 @@ DL_API void dl__rnn_rows_copy(dl_dtype dt, void *dst, const void *src, int64_t B
   }
 }
 
+/* Whether h_n's (c_n's) node handed its gradient over in this walk. */
+DL_API int dl__rnn_handed(const dl_tape *tp, const dl_tensor *t, int set, uint64_t walk) {
+  return t && set && walk == tp->backwards && t->grad;
+}
+
 #ifdef DL_USE_CUDA
 /* >>device ------------------------------------------------------------------
  * On a device tape the same recurrence runs with every buffer in device
@@ -373,6 +437,11 @@ DL_API dlg_rnn dl__rnn_dlg(const dl__rnn *r) {
   d.th0_ld = r->th0_ld;
   d.ty = r->ty;
   d.tc = r->tc;
+  d.len = r->len;
+  d.hn = r->hn;
+  d.cn = r->cno;
+  d.thn = r->thn;
+  d.tcn = r->tcn;
   return d;
 }
 /* C = op(A) op(B) + beta C on the device (row-major, dlg_gemm); `on` (a
@@ -420,15 +489,24 @@ DL_API void dl__rnn_bw_gpu(dl_tape *tp, dl_node *n) {
   w.gy = on->data;
   w.dx = gxp ? gxp->data : dl_tape_dev_scratch(tp, op, (size_t)(B * T * GH) * es);
   w.dhs = r->kind == DL__RNN_GRU ? dl_tape_dev_scratch(tp, op, (size_t)(B * T * GH) * es) : w.dx;
-  w.dh = dl__rnn_zeros_dev(tp, on, op, (size_t)(B * H) * es);
-  w.dc = dl__rnn_zeros_dev(tp, on, op, (size_t)(B * H) * es);
-  if (r->kind == DL__RNN_LSTM && r->cn && r->gcn_set && r->gcn_walk == tp->backwards && r->cn->grad)
+  /* dh and dc start as h_n's and c_n's gradients (as on the host) */
+  if (dl__rnn_handed(tp, r->hnt, r->ghn_set, r->ghn_walk)) {
+    w.dh = dl_tape_dev_scratch(tp, op, (size_t)(B * H) * es);
+    dl__gpu_ok(on, op, dlg_copy(h, w.dh, r->hnt->grad->data, (size_t)(B * H) * es, DLG_D2D));
+  } else {
+    w.dh = dl__rnn_zeros_dev(tp, on, op, (size_t)(B * H) * es);
+  }
+  if (dl__rnn_handed(tp, r->cn, r->gcn_set, r->gcn_walk)) {
+    w.dc = dl_tape_dev_scratch(tp, op, (size_t)(B * H) * es);
     dl__gpu_ok(on, op, dlg_copy(h, w.dc, r->cn->grad->data, (size_t)(B * H) * es, DLG_D2D));
+  } else {
+    w.dc = dl__rnn_zeros_dev(tp, on, op, (size_t)(B * H) * es);
+  }
   for (t = T - 1; t >= 0; t--) {
     dl__gpu_ok(on, op, dlg_rnn_bwd(h, (int)r->dtype, &d, &w, t));
-    if (t > 0 || gh0) /* dh_{t-1} = da_t w_hh (GRU: + the direct z h term already in dh) */
+    if (t > 0 || gh0) /* dh_{t-1} += da_t w_hh */
       dl__rnn_gemm_dev(on, op, 0, 0, B, H, GH, (const char *)w.dhs + (size_t)(t * GH) * es, T * GH, r->whh, H,
-                       r->kind == DL__RNN_GRU ? 1.0 : 0.0, w.dh, H);
+                       1.0, w.dh, H);
   }
   if (gh0) dl__rnn_move_dev(on, op, gh0->data, H, w.dh, H, B, H, 1);
   if (gc0) dl__rnn_move_dev(on, op, gc0->data, H, w.dc, H, B, H, 1);
@@ -467,15 +545,17 @@ DL_API void dl__rnn_bw(dl_tape *tp, dl_node *n) {
   w.dhs = r->kind == DL__RNN_GRU ? dl_tape_scratch(tp, r->op, (size_t)(B * T * GH) * es) : w.dx;
   w.dh = dl_tape_scratch(tp, r->op, (size_t)(B * H) * es);
   w.dc = dl_tape_scratch(tp, r->op, (size_t)(B * H) * es);
-  memset(w.dh, 0, (size_t)(B * H) * es);
-  memset(w.dc, 0, (size_t)(B * H) * es);
-  if (r->kind == DL__RNN_LSTM && r->cn && r->gcn_set && r->gcn_walk == tp->backwards && r->cn->grad)
-    memcpy(w.dc, r->cn->grad->data, (size_t)(B * H) * es);
+  /* dh and dc start as h_n's and c_n's gradients (each row's last real
+   * step reads them; steps past a row's end pass them on unchanged) */
+  if (dl__rnn_handed(tp, r->hnt, r->ghn_set, r->ghn_walk)) memcpy(w.dh, r->hnt->grad->data, (size_t)(B * H) * es);
+  else memset(w.dh, 0, (size_t)(B * H) * es);
+  if (dl__rnn_handed(tp, r->cn, r->gcn_set, r->gcn_walk)) memcpy(w.dc, r->cn->grad->data, (size_t)(B * H) * es);
+  else memset(w.dc, 0, (size_t)(B * H) * es);
   for (t = T - 1; t >= 0; t--) {
-    dl__rnn_rows(r, &w, t);
-    if (t > 0 || gh0) /* dh_{t-1} = da_t w_hh (GRU: + the direct z h term already in dh) */
+    dl__rnn_rows(r, &w, t); /* leaves dh = 0 (GRU: its direct part dh z) on the rows it ran */
+    if (t > 0 || gh0) /* dh_{t-1} += da_t w_hh */
       dl__rnn_gemm(r->ctx, dt, DL_NOTRANS, DL_NOTRANS, B, H, GH, (const char *)w.dhs + (size_t)(t * GH) * es,
-                   T * GH, r->whh, H, r->kind == DL__RNN_GRU ? 1.0 : 0.0, w.dh, H);
+                   T * GH, r->whh, H, 1.0, w.dh, H);
   }
   if (gh0) dl__rnn_rows_copy(dt, gh0->data, w.dh, B, H, H, 1);
   if (gc0) dl__rnn_rows_copy(dt, gc0->data, w.dc, B, H, H, 1);
@@ -495,30 +575,15 @@ DL_API void dl__rnn_bw(dl_tape *tp, dl_node *n) {
   if (gb) dl__rnn_colsum_add(r->ctx, dt, w.dhs, B * T, GH, gb->data);
 }
 
-/* h_n's rule: gy[:, T-1, :] += g_hn. */
+/* h_n's and c_n's rules: each hands its gradient to the recurrence's rule
+ * (which runs next in this walk: making y's gradient makes sure it runs),
+ * where it enters at each row's last real step. */
 DL_API void dl__rnn_hn_bw(dl_tape *tp, dl_node *n) {
-  dl_tensor *y = n->in[0], *gy = dl_tape_grad(tp, y);
-  const int64_t B = y->shape[0], T = y->shape[1], H = y->shape[2];
-  const size_t es = dl_dtype_size(y->dtype);
-  int64_t b, j;
-  if (!gy) return;
-#ifdef DL_USE_CUDA
-  if (gy->device == DL_CUDA) {
-    dl__rnn_move_dev(gy, n->op, (char *)gy->data + (size_t)((T - 1) * H) * es, T * H, n->out->grad->data, H, B, H, 1);
-    return;
-  }
-#endif
-  for (b = 0; b < B; b++) {
-    char *d = (char *)gy->data + (size_t)((b * T + T - 1) * H) * es;
-    const char *s = (const char *)n->out->grad->data + (size_t)(b * H) * es;
-    if (y->dtype == DL_F32)
-      for (j = 0; j < H; j++) ((float *)(void *)d)[j] += ((const float *)(const void *)s)[j];
-    else
-      for (j = 0; j < H; j++) ((double *)(void *)d)[j] += ((const double *)(const void *)s)[j];
-  }
+  dl__rnn *r = (dl__rnn *)n->user;
+  (void)dl_tape_grad(tp, n->in[0]);
+  r->ghn_set = 1;
+  r->ghn_walk = tp->backwards;
 }
-/* c_n's rule: hands c_n's gradient to the recurrence's rule (which runs next
- * in this walk: making y's gradient makes sure it runs). */
 DL_API void dl__rnn_cn_bw(dl_tape *tp, dl_node *n) {
   dl__rnn *r = (dl__rnn *)n->user;
   (void)dl_tape_grad(tp, n->in[0]);
@@ -533,6 +598,16 @@ DL_API const char *dl__rnn_misfit(const dl_tensor *x, const dl_tensor *t, int nd
   if (t->dtype != x->dtype) return "dtype mismatch (all f32 or all f64)";
   if (t->ndim != nd || t->shape[0] != d0 || (nd > 1 && t->shape[1] != d1)) return "shape mismatch";
   return NULL;
+}
+
+/* Panics naming op unless every lengths[b] of x [B, T, I] is in 1..T. */
+DL_API void dl__rnn_check_lengths(dl_tape *tp, const char *op, const dl_tensor *x, const int64_t *lengths) {
+  int64_t b;
+  if (!lengths) return;
+  for (b = 0; b < x->shape[0]; b++)
+    if (lengths[b] < 1 || lengths[b] > x->shape[1])
+      DL_PANIC(x->ctx ? x->ctx : tp->ctx, op, "lengths[%lld] = %lld is not in 1..T = %lld (x %s)", (long long)b,
+               (long long)lengths[b], (long long)x->shape[1], DL_SHAPESTR(x));
 }
 
 /* Checks the arguments of a recurrent op; panics naming the op, what is
@@ -610,12 +685,15 @@ DL_API void *dl__rnn_scratch(dl_tape *tp, const char *op, const dl_tensor *x, in
 }
 /* The start of dl__rnn_run and dl__rnn_run_gpu (dev: every buffer in device
  * memory): the input projection xp of every step, the recurrence's state r
- * (returned) with its buffers, the output *y [B, T, H] and its tangent. in
- * [5] receives the backward's inputs (xp, w_hh, b_hh, h0, c0), *jvp whether
- * tangents flow. */
+ * (returned) with its buffers, the output *y [B, T, H] and its tangent, and
+ * h_n / c_n [B, H] (with tangents) when asked for (the kernels write them at
+ * each row's last step). in [5] receives the backward's inputs (xp, w_hh,
+ * b_hh, h0, c0), *jvp whether tangents flow. lengths (validated) is copied
+ * into the tape's (device) scratch. */
 DL_API dl__rnn *dl__rnn_start(dl_tape *tp, const char *op, int kind, int dev, dl_tensor *x, dl_tensor *h0,
                               dl_tensor *c0, dl_tensor *w_ih, dl_tensor *w_hh, dl_tensor *b_ih, dl_tensor *b_hh,
-                              dl_tensor **in, dl_tensor **y_out, int *jvp_out) {
+                              const int64_t *lengths, dl_tensor **h_n, dl_tensor **c_n, dl_tensor **in,
+                              dl_tensor **y_out, int *jvp_out) {
   const int G = kind == DL__RNN_LSTM ? 4 : kind == DL__RNN_GRU ? 3 : 1;
   dl_tensor *xp, *y;
   dl__rnn *r;
@@ -705,9 +783,52 @@ DL_API dl__rnn *dl__rnn_start(dl_tape *tp, const char *op, int kind, int dev, dl
       }
     }
   }
+  if (lengths) {
+    int64_t *len = (int64_t *)dl__rnn_scratch(tp, op, x, dev, sizeof(int64_t) * (size_t)B, 0);
+#ifdef DL_USE_CUDA
+    if (dev) dl__gpu_ok(x, op, dlg_copy(dl__gpu_h(x, op), len, lengths, sizeof(int64_t) * (size_t)B, DLG_H2D));
+    else
+#endif
+      memcpy(len, lengths, sizeof(int64_t) * (size_t)B);
+    r->len = len;
+  }
+  if (h_n) {
+    *h_n = dl_tape_out(tp, op, x->dtype, DL_SHAPE(B, H));
+    r->hn = (*h_n)->data;
+    if (jvp) r->thn = dl_tape_tangent(tp, *h_n)->data;
+  }
+  if (c_n && kind == DL__RNN_LSTM) {
+    *c_n = dl_tape_out(tp, op, x->dtype, DL_SHAPE(B, H));
+    r->cno = (*c_n)->data;
+    if (jvp) r->tcn = dl_tape_tangent(tp, *c_n)->data;
+  }
   *y_out = y;
   *jvp_out = jvp;
   return r;
+}
+
+/* The end of dl__rnn_run and dl__rnn_run_gpu: the recurrence's node on the
+ * tape, then h_n's and c_n's (their values are written already). */
+DL_API void dl__rnn_record(dl_tape *tp, const char *op, dl__rnn *r, dl_tensor *y, dl_tensor **in, dl_tensor *hn,
+                           dl_tensor *cn) {
+  dl_node *nd = dl_tape_record_n(tp, op, dl__rnn_bw, y, 5, in);
+  if (nd) nd->user = r;
+  if (hn) {
+    nd = dl_tape_record(tp, op, dl__rnn_hn_bw, hn, y, NULL, NULL);
+    if (nd) {
+      nd->flags |= DL_NODE_KEEP_OUT_GRAD; /* read by the recurrence's rule */
+      nd->user = r;
+      r->hnt = hn;
+    }
+  }
+  if (cn) {
+    nd = dl_tape_record(tp, op, dl__rnn_cn_bw, cn, y, NULL, NULL);
+    if (nd) {
+      nd->flags |= DL_NODE_KEEP_OUT_GRAD; /* read by the recurrence's rule */
+      nd->user = r;
+      r->cn = cn;
+    }
+  }
 }
 
 #ifdef DL_USE_CUDA
@@ -734,15 +855,16 @@ DL_API void dl__rnn_devices(const char *op, int kind, const dl_tensor *x, const 
  * the device; the same buffers in device memory, the same steps. */
 DL_API dl_tensor *dl__rnn_run_gpu(dl_tape *tp, const char *op, int kind, dl_tensor *x, dl_tensor *h0,
                                   dl_tensor *c0, dl_tensor *w_ih, dl_tensor *w_hh, dl_tensor *b_ih,
-                                  dl_tensor *b_hh, dl_tensor **h_n, dl_tensor **c_n) {
+                                  dl_tensor *b_hh, const int64_t *lengths, dl_tensor **h_n, dl_tensor **c_n) {
   dlg_handle *h = dl__dnn_h(tp, op, x); /* x on the device, tp a device tape */
-  dl_tensor *y, *in[5];
+  dl_tensor *y, *in[5], *hn = NULL, *cn = NULL;
   dl__rnn *r;
   dlg_rnn d;
   int64_t B, T, H, GH, t;
   size_t es;
   int jvp;
-  r = dl__rnn_start(tp, op, kind, 1, x, h0, c0, w_ih, w_hh, b_ih, b_hh, in, &y, &jvp);
+  r = dl__rnn_start(tp, op, kind, 1, x, h0, c0, w_ih, w_hh, b_ih, b_hh, lengths, h_n ? &hn : NULL,
+                    c_n ? &cn : NULL, in, &y, &jvp);
   B = r->B;
   T = r->T;
   H = r->H;
@@ -770,50 +892,32 @@ DL_API dl_tensor *dl__rnn_run_gpu(dl_tape *tp, const char *op, int kind, dl_tens
     }
     dl__gpu_ok(x, op, dlg_rnn_fwd(h, (int)r->dtype, &d, t));
   }
-  {
-    dl_node *nd = dl_tape_record_n(tp, op, dl__rnn_bw, y, 5, in);
-    if (nd) nd->user = r;
-  }
-  if (h_n) {
-    dl_tensor *hn = dl_tape_out(tp, op, x->dtype, DL_SHAPE(B, H));
-    dl__rnn_move_dev(x, op, hn->data, H, (const char *)r->y + (size_t)((T - 1) * H) * es, T * H, B, H, 0);
-    if (jvp)
-      dl__rnn_move_dev(x, op, dl_tape_tangent(tp, hn)->data, H, (const char *)r->ty + (size_t)((T - 1) * H) * es,
-                       T * H, B, H, 0);
-    dl_tape_record(tp, op, dl__rnn_hn_bw, hn, y, NULL, NULL);
-    *h_n = hn;
-  }
-  if (c_n && kind == DL__RNN_LSTM) {
-    dl_tensor *cn = dl_tape_out(tp, op, x->dtype, DL_SHAPE(B, H));
-    dl_node *nd;
-    dl__rnn_move_dev(x, op, cn->data, H, (const char *)r->c + (size_t)((T - 1) * r->c_lt) * es, r->c_lb, B, H, 0);
-    if (jvp) dl__gpu_ok(x, op, dlg_copy(h, dl_tape_tangent(tp, cn)->data, r->tc, (size_t)(B * H) * es, DLG_D2D));
-    nd = dl_tape_record(tp, op, dl__rnn_cn_bw, cn, y, NULL, NULL);
-    if (nd) {
-      nd->flags |= DL_NODE_KEEP_OUT_GRAD; /* read by the recurrence's rule */
-      nd->user = r;
-      r->cn = cn;
-    }
-    *c_n = cn;
-  }
+  dl__rnn_record(tp, op, r, y, in, hn, cn);
+  if (h_n) *h_n = hn;
+  if (c_n) *c_n = cn;
   return y;
 }
 #endif
 
+/* The recurrent ops: argument checks, then the recurrence on the host or the device. */
 DL_API dl_tensor *dl__rnn_run(dl_tape *tp, const char *op, int kind, dl_tensor *x, dl_tensor *h0,
                               dl_tensor *c0, dl_tensor *w_ih, dl_tensor *w_hh, dl_tensor *b_ih,
-                              dl_tensor *b_hh, dl_tensor **h_n, dl_tensor **c_n) {
-  dl_tensor *y, *in[5];
+                              dl_tensor *b_hh, const dl_rnn_args *a, dl_tensor **h_n, dl_tensor **c_n) {
+  dl_tensor *y, *in[5], *hn = NULL, *cn = NULL;
+  const int64_t *lengths = a ? a->lengths : NULL;
   dl__rnn *r;
   int64_t B, T, H, GH, t;
   size_t es;
   int jvp;
   dl__rnn_validate(tp, op, kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh);
+  dl__rnn_check_lengths(tp, op, x, lengths);
 #ifdef DL_USE_CUDA
   dl__rnn_devices(op, kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh);
-  if (x->device == DL_CUDA || tp->gpu) return dl__rnn_run_gpu(tp, op, kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh, h_n, c_n);
+  if (x->device == DL_CUDA || tp->gpu)
+    return dl__rnn_run_gpu(tp, op, kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh, lengths, h_n, c_n);
 #endif
-  r = dl__rnn_start(tp, op, kind, 0, x, h0, c0, w_ih, w_hh, b_ih, b_hh, in, &y, &jvp);
+  r = dl__rnn_start(tp, op, kind, 0, x, h0, c0, w_ih, w_hh, b_ih, b_hh, lengths, h_n ? &hn : NULL,
+                    c_n ? &cn : NULL, in, &y, &jvp);
   B = r->B;
   T = r->T;
   H = r->H;
@@ -840,32 +944,9 @@ DL_API dl_tensor *dl__rnn_run(dl_tape *tp, const char *op, int kind, dl_tensor *
     }
     dl__rnn_rows(r, NULL, t);
   }
-  {
-    dl_node *nd = dl_tape_record_n(tp, op, dl__rnn_bw, y, 5, in);
-    if (nd) nd->user = r;
-  }
-  if (h_n) {
-    dl_tensor *hn = dl_tape_out(tp, op, x->dtype, DL_SHAPE(B, H));
-    dl__rnn_rows_copy(x->dtype, hn->data, (const char *)r->y + (size_t)((T - 1) * H) * es, B, H, T * H, 0);
-    if (jvp)
-      dl__rnn_rows_copy(x->dtype, dl_tape_tangent(tp, hn)->data, (const char *)r->ty + (size_t)((T - 1) * H) * es,
-                        B, H, T * H, 0);
-    dl_tape_record(tp, op, dl__rnn_hn_bw, hn, y, NULL, NULL);
-    *h_n = hn;
-  }
-  if (c_n && kind == DL__RNN_LSTM) {
-    dl_tensor *cn = dl_tape_out(tp, op, x->dtype, DL_SHAPE(B, H));
-    dl_node *nd;
-    dl__rnn_rows_copy(x->dtype, cn->data, (const char *)r->c + (size_t)((T - 1) * r->c_lt) * es, B, H, r->c_lb, 0);
-    if (jvp) memcpy(dl_tape_tangent(tp, cn)->data, r->tc, (size_t)(B * H) * es);
-    nd = dl_tape_record(tp, op, dl__rnn_cn_bw, cn, y, NULL, NULL);
-    if (nd) {
-      nd->flags |= DL_NODE_KEEP_OUT_GRAD; /* read by the recurrence's rule */
-      nd->user = r;
-      r->cn = cn;
-    }
-    *c_n = cn;
-  }
+  dl__rnn_record(tp, op, r, y, in, hn, cn);
+  if (h_n) *h_n = hn;
+  if (c_n) *c_n = cn;
   return y;
 }
 
@@ -882,7 +963,14 @@ DL_API dl_tensor *dl__rnn_run(dl_tape *tp, const char *op, int kind, dl_tensor *
 DL_API dl_tensor *dl_t_rnn(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *w_ih, dl_tensor *w_hh,
                            dl_tensor *b_ih, dl_tensor *b_hh, int tanh_not_relu, dl_tensor **h_n) {
   return dl__rnn_run(tp, "dl_t_rnn", tanh_not_relu ? DL__RNN_TANH : DL__RNN_RELU, x, h0, NULL, w_ih, w_hh,
-                     b_ih, b_hh, h_n, NULL);
+                     b_ih, b_hh, NULL, h_n, NULL);
+}
+/* dl_t_rnn with options a (dl_rnn_args: per-row lengths; NULL = dl_t_rnn). */
+DL_API dl_tensor *dl_t_rnn_ex(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *w_ih, dl_tensor *w_hh,
+                              dl_tensor *b_ih, dl_tensor *b_hh, int tanh_not_relu, const dl_rnn_args *a,
+                              dl_tensor **h_n) {
+  return dl__rnn_run(tp, "dl_t_rnn_ex", tanh_not_relu ? DL__RNN_TANH : DL__RNN_RELU, x, h0, NULL, w_ih, w_hh,
+                     b_ih, b_hh, a, h_n, NULL);
 }
 
 /* LSTM, torch.nn.LSTM(I, H, batch_first=True), one layer, one direction:
@@ -898,7 +986,13 @@ DL_API dl_tensor *dl_t_rnn(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *
 DL_API dl_tensor *dl_t_lstm(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *c0, dl_tensor *w_ih,
                             dl_tensor *w_hh, dl_tensor *b_ih, dl_tensor *b_hh, dl_tensor **h_n,
                             dl_tensor **c_n) {
-  return dl__rnn_run(tp, "dl_t_lstm", DL__RNN_LSTM, x, h0, c0, w_ih, w_hh, b_ih, b_hh, h_n, c_n);
+  return dl__rnn_run(tp, "dl_t_lstm", DL__RNN_LSTM, x, h0, c0, w_ih, w_hh, b_ih, b_hh, NULL, h_n, c_n);
+}
+/* dl_t_lstm with options a (dl_rnn_args: per-row lengths; NULL = dl_t_lstm). */
+DL_API dl_tensor *dl_t_lstm_ex(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *c0, dl_tensor *w_ih,
+                               dl_tensor *w_hh, dl_tensor *b_ih, dl_tensor *b_hh, const dl_rnn_args *a,
+                               dl_tensor **h_n, dl_tensor **c_n) {
+  return dl__rnn_run(tp, "dl_t_lstm_ex", DL__RNN_LSTM, x, h0, c0, w_ih, w_hh, b_ih, b_hh, a, h_n, c_n);
 }
 
 /* GRU, torch.nn.GRU(I, H, batch_first=True), one layer, one direction:
@@ -912,7 +1006,12 @@ DL_API dl_tensor *dl_t_lstm(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor 
  * Outputs in the tape's arena. */
 DL_API dl_tensor *dl_t_gru(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *w_ih, dl_tensor *w_hh,
                            dl_tensor *b_ih, dl_tensor *b_hh, dl_tensor **h_n) {
-  return dl__rnn_run(tp, "dl_t_gru", DL__RNN_GRU, x, h0, NULL, w_ih, w_hh, b_ih, b_hh, h_n, NULL);
+  return dl__rnn_run(tp, "dl_t_gru", DL__RNN_GRU, x, h0, NULL, w_ih, w_hh, b_ih, b_hh, NULL, h_n, NULL);
+}
+/* dl_t_gru with options a (dl_rnn_args: per-row lengths; NULL = dl_t_gru). */
+DL_API dl_tensor *dl_t_gru_ex(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *w_ih, dl_tensor *w_hh,
+                              dl_tensor *b_ih, dl_tensor *b_hh, const dl_rnn_args *a, dl_tensor **h_n) {
+  return dl__rnn_run(tp, "dl_t_gru_ex", DL__RNN_GRU, x, h0, NULL, w_ih, w_hh, b_ih, b_hh, a, h_n, NULL);
 }
 
 #endif /* !__cplusplus */
