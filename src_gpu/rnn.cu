@@ -72,6 +72,16 @@ template <class T> __host__ __device__ void rnn_fwd_at(const dlg_rnn &r, int64_t
     g[H + j] = f_;
     g[2 * H + j] = g_;
     g[3 * H + j] = o_;
+  } else if (r.rb && r.phase == 0) { // r, z and u = r h_{t-1} (g's 4th part)
+    const T r_ = rsig(xp[j] + (s[j] + bh[j]));
+    g[j] = r_;
+    g[H + j] = rsig(xp[H + j] + (s[H + j] + bh[H + j]));
+    g[3 * H + j] = r_ * hp[j];
+  } else if (r.rb) { // s's n part is u w_hn^T now
+    const T z_ = g[H + j];
+    const T n_ = rtanh(xp[2 * H + j] + (s[2 * H + j] + bh[2 * H + j]));
+    y[j] = ((T)1 - z_) * n_ + z_ * hp[j];
+    g[2 * H + j] = n_;
   } else {
     const T hn_ = s[2 * H + j] + bh[2 * H + j];
     const T r_ = rsig(xp[j] + (s[j] + bh[j]));
@@ -84,7 +94,7 @@ template <class T> __host__ __device__ void rnn_fwd_at(const dlg_rnn &r, int64_t
     g[3 * H + j] = hn_;
   }
   if (r.ty) rnn_fwd_tangent_at<T>(r, t, b, j, y, g, c, cp, hp);
-  if (t == L - 1) { // the row's last real step: h_n, c_n and their tangents
+  if (t == L - 1 && !(r.rb && r.phase == 0)) { // the row's last real step: h_n, c_n and their tangents
     if (r.hn) ((T *)r.hn)[b * H + j] = y[j];
     if (r.cn) ((T *)r.cn)[b * H + j] = c[j];
     if (r.thn) ((T *)r.thn)[b * H + j] = ((const T *)r.ty)[bt * H + j];
@@ -115,6 +125,17 @@ __host__ __device__ void rnn_fwd_tangent_at(const dlg_rnn &r, int64_t t, int64_t
     const T tc_ = tf * cp[j] + f_ * tc[j] + ti * g_ + i_ * tg;
     tc[j] = tc_;
     ty[j] = to * k_ + o_ * ((T)1 - k_ * k_) * tc_;
+  } else if (r.rb && r.phase == 0) { // u's tangent tr h_{t-1} + r th_{t-1}
+    const T *thp = t ? ty - H : (const T *)r.th0 + b * r.th0_ld;
+    const T r_ = g[j];
+    const T tr = r_ * ((T)1 - r_) * (tx[j] + ts[j] + tb[j]);
+    ((T *)r.tu)[b * H + j] = tr * hp[j] + r_ * thp[j];
+  } else if (r.rb) { // ts's n part is tu w_hn^T + u tw_hn^T now
+    const T *thp = t ? ty - H : (const T *)r.th0 + b * r.th0_ld;
+    const T z_ = g[H + j], n_ = g[2 * H + j];
+    const T tz = z_ * ((T)1 - z_) * (tx[H + j] + ts[H + j] + tb[H + j]);
+    const T tn = ((T)1 - n_ * n_) * (tx[2 * H + j] + (ts[2 * H + j] + tb[2 * H + j]));
+    ty[j] = ((T)1 - z_) * tn + tz * (hp[j] - n_) + z_ * thp[j];
   } else {
     const T *thp = t ? ty - H : (const T *)r.th0 + b * r.th0_ld;
     const T r_ = g[j], z_ = g[H + j], n_ = g[2 * H + j], hn_ = g[3 * H + j];
@@ -158,6 +179,27 @@ __host__ __device__ void rnn_bwd_at(const dlg_rnn &r, const dlg_rnn_bw &w, int64
     dx[3 * H + j] = dht * k_ * (o_ * ((T)1 - o_));
     dc[j] = dct * f_;
     dh[j] = 0;
+  } else if (r.rb && r.phase == 0) { // da_n, da_z; then du = da_n w_hn (a GEMM)
+    const T *hp = t ? y - H : (const T *)r.h0 + b * r.h0_ld;
+    T *ds = (T *)w.dhs + bt * GH;
+    const T z_ = g[H + j], n_ = g[2 * H + j];
+    const T dht = gy[j] + dh[j];
+    const T dan = dht * ((T)1 - z_) * ((T)1 - n_ * n_);
+    const T daz = dht * (hp[j] - n_) * (z_ * ((T)1 - z_));
+    dh[j] = dht * z_;
+    dx[H + j] = daz;
+    dx[2 * H + j] = dan;
+    ds[H + j] = daz;
+    ds[2 * H + j] = dan;
+  } else if (r.rb) { // da_r = du h_{t-1} s'(r), dh += du r
+    const T *hp = t ? y - H : (const T *)r.h0 + b * r.h0_ld;
+    const T *du = (const T *)w.du + b * H;
+    T *ds = (T *)w.dhs + bt * GH;
+    const T r_ = g[j];
+    const T dar = du[j] * hp[j] * (r_ * ((T)1 - r_));
+    dx[j] = dar;
+    ds[j] = dar;
+    dh[j] += du[j] * r_;
   } else {
     const T *hp = t ? y - H : (const T *)r.h0 + b * r.h0_ld;
     T *ds = (T *)w.dhs + bt * GH;
@@ -194,6 +236,8 @@ int rnn_check(dlg_handle *h, const char *op, int dtype, const dlg_rnn *r, int64_
     return dlg_fail(h, DLG_ERR, "%s: dtype %d is not DLG_F32 (%d) or DLG_F64 (%d)", op, dtype, DLG_F32, DLG_F64);
   if (!r || r->kind < DLG_RNN_TANH || r->kind > DLG_RNN_GRU)
     return dlg_fail(h, DLG_ERR, "%s: unknown cell kind %d", op, r ? r->kind : -1);
+  if (r->rb && (r->kind != DLG_RNN_GRU || r->phase < 0 || r->phase > 1))
+    return dlg_fail(h, DLG_ERR, "%s: rb %d (phase %d) is for the GRU, phase 0 or 1", op, r->rb, r->phase);
   if (r->B < 1 || r->T < 1 || r->H < 1 || t < 0 || t >= r->T)
     return dlg_fail(h, DLG_ERR, "%s: sizes B %lld, T %lld, H %lld, step %lld", op, (long long)r->B, (long long)r->T,
                     (long long)r->H, (long long)t);
@@ -211,7 +255,7 @@ int rnn_check(dlg_handle *h, const char *op, int dtype, const dlg_rnn *r, int64_
 extern "C" int dlg_rnn_fwd(dlg_handle *h, int dtype, const dlg_rnn *r, int64_t t) {
   int rc = rnn_check(h, "dlg_rnn_fwd", dtype, r, t);
   if (rc != DLG_OK) return rc;
-  if (r->ty && (!r->txp || !r->ts || !r->tbhh || !r->th0 || (r->kind == DLG_RNN_LSTM && !r->tc)))
+  if (r->ty && (!r->txp || !r->ts || !r->tbhh || !r->th0 || (r->kind == DLG_RNN_LSTM && !r->tc) || (r->rb && !r->tu)))
     return dlg_fail(h, DLG_ERR, "dlg_rnn_fwd: a tangent buffer is NULL");
   const unsigned blocks = dlg_blocks(h, r->B * r->H, kThreads);
   if (dtype == DLG_F32) DLG_LAUNCH(blocks, kThreads, 0, h->stream, rnn_fwd_k<float>)(*r, t);
@@ -222,7 +266,8 @@ extern "C" int dlg_rnn_fwd(dlg_handle *h, int dtype, const dlg_rnn *r, int64_t t
 extern "C" int dlg_rnn_bwd(dlg_handle *h, int dtype, const dlg_rnn *r, const dlg_rnn_bw *w, int64_t t) {
   int rc = rnn_check(h, "dlg_rnn_bwd", dtype, r, t);
   if (rc != DLG_OK) return rc;
-  if (!w || !w->gy || !w->dx || !w->dh || (r->kind == DLG_RNN_LSTM && !w->dc) || (r->kind == DLG_RNN_GRU && !w->dhs))
+  if (!w || !w->gy || !w->dx || !w->dh || (r->kind == DLG_RNN_LSTM && !w->dc) || (r->kind == DLG_RNN_GRU && !w->dhs) ||
+      (r->rb && !w->du))
     return dlg_fail(h, DLG_ERR, "dlg_rnn_bwd: a gradient buffer is NULL");
   const unsigned blocks = dlg_blocks(h, r->B * r->H, kThreads);
   if (dtype == DLG_F32) DLG_LAUNCH(blocks, kThreads, 0, h->stream, rnn_bwd_k<float>)(*r, *w, t);

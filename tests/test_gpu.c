@@ -922,7 +922,7 @@ static void test_index_gather_pad(void) {
 
 typedef struct rnn_spec {
   const char *name;
-  int kind;     /* 0 rnn tanh, 1 rnn relu, 2 lstm, 3 gru */
+  int kind;     /* 0 rnn tanh, 1 rnn relu, 2 lstm, 3 gru, 4 gru with the reset gate before the product */
   int h0, bias; /* h0 (and c0) given; b_ih, b_hh given (one [2 G H] input, sliced) */
   int lengths;  /* the _ex op with rows of lengths {4, 1, 3} (T = 4); 2: also the reverse
                    direction as dl_rnn_forward_lengths runs it (each row read backwards) */
@@ -934,6 +934,8 @@ static const rnn_spec rnn_specs[] = {
     {"dl_t_rnn_ex tanh, lengths 4 1 3, h0", 0, 1, 1, 1}, {"dl_t_rnn_ex relu, lengths 4 1 3", 1, 0, 0, 1},
     {"dl_t_lstm_ex, lengths 4 1 3, h0 and c0", 2, 1, 1, 1}, {"dl_t_gru_ex, lengths 4 1 3", 3, 0, 1, 1},
     {"dl_t_lstm_ex both directions, lengths 4 1 3", 2, 1, 1, 2},
+    {"dl_t_gru_ex reset before linear, h0, biases", 4, 1, 1, 0},
+    {"dl_t_gru_ex reset before linear, lengths 4 1 3", 4, 0, 0, 1},
 };
 /* in: x [3,4,5], h0, c0 [3,6] (or NULL), w_ih [G*6,5], w_hh [G*6,6], b [2*G*6]
  * (b_ih, b_hh side by side; or NULL). y + h_n + c_n (the last two broadcast
@@ -946,7 +948,9 @@ static dl_tensor *prog_rnn(dl_tape *tp, dl_tensor *const *in, const void *user) 
   dl_tensor *y, *hn = NULL, *cn = NULL;
   static const int64_t lengths[3] = {4, 1, 3};
   dl_rnn_args a;
+  memset(&a, 0, sizeof a);
   a.lengths = s->lengths ? lengths : NULL;
+  a.gru_reset_before_linear = s->kind == 4;
   if (s->kind <= 1) y = dl_t_rnn_ex(tp, in[0], in[1], in[3], in[4], bih, bhh, s->kind == 0, &a, &hn);
   else if (s->kind == 2) y = dl_t_lstm_ex(tp, in[0], in[1], in[2], in[3], in[4], bih, bhh, &a, &hn, &cn);
   else y = dl_t_gru_ex(tp, in[0], in[1], in[3], in[4], bih, bhh, &a, &hn);
@@ -963,7 +967,7 @@ static dl_tensor *prog_rnn(dl_tape *tp, dl_tensor *const *in, const void *user) 
 }
 static void build_rnn(gcase *c, const void *arg) {
   const rnn_spec *s = (const rnn_spec *)arg;
-  const int64_t G = s->kind == 2 ? 4 : s->kind == 3 ? 3 : 1;
+  const int64_t G = s->kind == 2 ? 4 : s->kind >= 3 ? 3 : 1;
   case_init(c, s->name, prog_rnn, s, 1);
   add_in(c, uni(DL_SHAPE(3, 4, 5), -1, 1), 1, 1);
   add_in(c, s->h0 ? uni(DL_SHAPE(3, 6), -1, 1) : NULL, 1, 1);

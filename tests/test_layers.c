@@ -1148,6 +1148,71 @@ static void test_nested_names_and_lookups(void) {
   dl_model_free(m);
 }
 
+/* The GRU layer with the reset gate before the product: a one-layer layer
+ * gives exactly dl_t_gru_ex's output with gru_reset_before_linear (and not
+ * the default form's); the 2-layer bidirectional layer on rows of
+ * different lengths passes gradcheck; the summary says so; other kinds
+ * refuse the flag. */
+typedef struct gru_rb_gc {
+  dl_layer *l;
+  const int64_t *lengths;
+} gru_rb_gc;
+static dl_tensor *gru_rb_gc_fn(dl_tape *tp, dl_tensor **in, void *user) {
+  const gru_rb_gc *u = (const gru_rb_gc *)user;
+  dl_tensor *hn, *y = dl_rnn_forward_lengths(u->l, tp, in[0], u->lengths, in[1], NULL, &hn, NULL);
+  dl_tensor *parts[2];
+  parts[0] = dl_t_reshape(tp, y, 1, (const int64_t[]){-1});
+  parts[1] = dl_t_reshape(tp, hn, 1, (const int64_t[]){-1});
+  return dl_t_concat(tp, 2, parts, 0);
+}
+static void test_gru_reset_before_linear(void) {
+  dl_model *m = dl_model_make(&ctx, &(dl_model_desc){.dtype = DL_F64, .seed = 21});
+  dl_layer *one = dl_gru_make(m, NULL, "one", &(dl_rnn_desc){.input = 3, .hidden = 4, .gru_reset_before_linear = 1});
+  dl_layer *bi = dl_gru_make(m, NULL, "bi",
+                             &(dl_rnn_desc){.input = 3, .hidden = 4, .num_layers = 2, .bidirectional = 1,
+                                            .gru_reset_before_linear = 1});
+  static const int64_t lengths[3] = {5, 2, 4};
+  dl_rng rng = dl_rng_make(77);
+  dl_tensor *x = dl_tensor_make(&ctx, DL_F64, DL_SHAPE(3, 5, 3)), *h0 = dl_tensor_make(&ctx, DL_F64, DL_SHAPE(4, 3, 4));
+  dl_tensor *y, *yop, *ypt, *in[2];
+  dl_rnn_args a;
+  dl_gradcheck_result res;
+  dl_tape tp;
+  char line[200];
+  int ok;
+  CHECK(dl_model_status(m) == DL_OK && dl_model_pack(m) == DL_OK);
+  dl_tensor_rand_normal(x, &rng, 0, 1);
+  dl_tensor_rand_normal(h0, &rng, 0, 0.5);
+  dl_tape_init(&tp, &ctx, 0);
+  memset(&a, 0, sizeof a);
+  a.gru_reset_before_linear = 1;
+  y = dl_rnn_forward(one, &tp, x, NULL, NULL, NULL, NULL);
+  yop = dl_t_gru_ex(&tp, x, NULL, dl_model_tensor(m, "one.weight_ih_l0"), dl_model_tensor(m, "one.weight_hh_l0"),
+                    dl_model_tensor(m, "one.bias_ih_l0"), dl_model_tensor(m, "one.bias_hh_l0"), &a, NULL);
+  ypt = dl_t_gru(&tp, x, NULL, dl_model_tensor(m, "one.weight_ih_l0"), dl_model_tensor(m, "one.weight_hh_l0"),
+                 dl_model_tensor(m, "one.bias_ih_l0"), dl_model_tensor(m, "one.bias_hh_l0"), NULL);
+  CHECK(max_abs_diff(y, yop) == 0);
+  CHECK(max_abs_diff(y, ypt) > 1e-3);
+  dl_tape_free(&tp);
+  {
+    gru_rb_gc u = {bi, lengths};
+    in[0] = x;
+    in[1] = h0;
+    dl_requires_grad(x);
+    dl_requires_grad(h0);
+    ok = dl_gradcheck(&ctx, gru_rb_gc_fn, &u, 2, in, 1e-6, 1e-7, &res);
+    CHECK_MSG(ok && res.checked == x->numel + h0->numel, "gradcheck: grad_err %.3g jvp_err %.3g", res.grad_err,
+              res.jvp_err);
+  }
+  bi->vt->describe(bi, line, sizeof line);
+  CHECK_MSG(strstr(line, "reset before linear") && strstr(line, "bidirectional"), "%s", line);
+  EXPECT_PANIC(dl_lstm_make(m, NULL, "l", &(dl_rnn_desc){.input = 3, .hidden = 4, .gru_reset_before_linear = 1}),
+               "LSTM", "GRU only");
+  dl_tensor_free(x);
+  dl_tensor_free(h0);
+  dl_model_free(m);
+}
+
 static void test_wrong_inputs_of_each_layer(void) {
   dl_model *m = dl_model_make(&ctx, &(dl_model_desc){.dtype = DL_F32, .seed = 6});
   dl_layer *lstm = dl_lstm_make(m, NULL, "lstm", &(dl_rnn_desc){.input = 3, .hidden = 4, .num_layers = 2});
@@ -1546,6 +1611,7 @@ int main(void) {
   RUN(test_frozen);
   RUN(test_nested_names_and_lookups);
   RUN(test_wrong_inputs_of_each_layer);
+  RUN(test_gru_reset_before_linear);
   RUN(test_train_eval);
   RUN(test_summary);
   RUN(test_out_of_memory_while_building);

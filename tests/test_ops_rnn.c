@@ -9,7 +9,14 @@
  *   (norm-wise, max abs error / max abs value, <= 5e-6). Every case runs
  *   three ways: the loss built on the tape (one backward), one backward per
  *   output with its seed (the gradients add up), and with every input a
- *   strided view.
+ *   strided view. Packed sequences (pack_padded_sequence, unsorted
+ *   lengths) against the _ex ops with dl_rnn_args.lengths; the GRU with the
+ *   reset gate before the product (gru_reset_before_linear, no PyTorch
+ *   module) against the fixture script's step-by-step GRU, whose other form
+ *   it checks against torch.nn.GRU.
+ * - rows of different lengths agree with each row run alone (outputs,
+ *   states, tangents, gradients); past a row's end y is 0 and x gets no
+ *   gradient.
  * - dl_gradcheck (f64, reverse and forward mode) of each op: all outputs,
  *   y / h_n / c_n alone, with and without h0/c0 and biases, h0 an op's
  *   output, strided inputs.
@@ -26,9 +33,10 @@
 
 static dl_ctx ctx, ctx1, ctx2;
 
-enum { K_TANH = 0, K_RELU = 1, K_LSTM = 2, K_GRU = 3 };
-static const char *kind_names[] = {"rnn_tanh", "rnn_relu", "lstm", "gru"};
-static const int kind_gates[] = {1, 1, 4, 3};
+/* K_GRU_RB: the GRU with the reset gate before the product (dl_rnn_args.gru_reset_before_linear) */
+enum { K_TANH = 0, K_RELU = 1, K_LSTM = 2, K_GRU = 3, K_GRU_RB = 4 };
+static const char *kind_names[] = {"rnn_tanh", "rnn_relu", "lstm", "gru", "gru_rb"};
+static const int kind_gates[] = {1, 1, 4, 3, 3};
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -55,8 +63,10 @@ static dl_tensor *call_len(dl_tape *tp, int kind, dl_tensor *x, dl_tensor *h0, d
                            dl_tensor *whh, dl_tensor *bih, dl_tensor *bhh, const int64_t *lengths, dl_tensor **hn,
                            dl_tensor **cn) {
   dl_rnn_args a;
+  memset(&a, 0, sizeof a);
   a.lengths = lengths;
-  if (!lengths) switch (kind) {
+  a.gru_reset_before_linear = kind == K_GRU_RB;
+  if (!lengths && kind != K_GRU_RB) switch (kind) {
       case K_TANH: return dl_t_rnn(tp, x, h0, wih, whh, bih, bhh, 1, hn);
       case K_RELU: return dl_t_rnn(tp, x, h0, wih, whh, bih, bhh, 0, hn);
       case K_LSTM: return dl_t_lstm(tp, x, h0, c0, wih, whh, bih, bhh, hn, cn);
@@ -133,7 +143,7 @@ static int run_fixture(const fx2_case *c, int mode) {
     }
     for (k = 0; k < lt->numel; k++) lengths[k] = (int64_t)lt->v[k];
   }
-  if (kind < 0 || kind > 3) {
+  if (kind < 0 || kind > 4) {
     CHECK_MSG(0, "case %s has no kind", c->name);
     return 1;
   }
@@ -208,7 +218,7 @@ static int run_fixture(const fx2_case *c, int mode) {
 }
 
 static void test_fixtures(void) {
-  int i, mode, seen[4][2][2], packed[4], f32 = 0;
+  int i, mode, seen[5][2][2], packed[5], f32 = 0;
   memset(seen, 0, sizeof seen);
   memset(packed, 0, sizeof packed);
   if (!fx_ok) SKIP("%s", fx.err);
@@ -220,14 +230,14 @@ static void test_fixtures(void) {
       CHECK_MSG(bad == 0, "fixture %s %s mode %d: %d comparison(s) off PyTorch", c->name, c->f64 ? "f64" : "f32",
                 mode, bad);
     }
-    if (kind >= 0 && kind < 4) seen[kind][(int)fx2_param(c, "h0", 0)][(int)fx2_param(c, "bias", 0)]++;
-    if (kind >= 0 && kind < 4 && fx2_param(c, "packed", 0) == 1) {
+    if (kind >= 0 && kind < 5) seen[kind][(int)fx2_param(c, "h0", 0)][(int)fx2_param(c, "bias", 0)]++;
+    if (kind >= 0 && kind < 5 && fx2_param(c, "packed", 0) == 1) {
       CHECK_MSG(fx2_get(c, "lengths") != NULL, "packed case %s has no lengths", c->name);
       packed[kind]++;
     }
     f32 += !c->f64;
   }
-  for (i = 0; i < 4; i++) {
+  for (i = 0; i < 5; i++) {
     int a, b;
     for (a = 0; a < 2; a++)
       for (b = 0; b < 2; b++)
@@ -236,6 +246,7 @@ static void test_fixtures(void) {
   }
   CHECK(f32 > 0 && f32 < fx.n);
   CHECK(fx2_find(&fx, "lstm_cn_only", 1) && fx2_find(&fx, "lstm_long", 0) && fx2_find(&fx, "gru_hn_only", 1));
+  CHECK(fx2_find(&fx, "gru_rb_long", 0) && fx2_find(&fx, "gru_rb_packed", 0) && fx2_find(&fx, "gru_rb_packed", 1));
   printf("  %d fixture runs (%d cases, %d f32); worst rel error vs PyTorch: f64 %.3g, f32 %.3g\n", fx_runs, fx.n,
          f32, worst_fx[1], worst_fx[0]);
 }
@@ -246,7 +257,7 @@ static void test_fixtures(void) {
 static void test_values_and_no_grad(void) {
   const int64_t B = 3, T = 7, I = 5, H = 6;
   int kind, f64;
-  for (kind = 0; kind < 4; kind++)
+  for (kind = 0; kind < 5; kind++)
     for (f64 = 0; f64 < 2; f64++) {
       const dl_dtype dt = f64 ? DL_F64 : DL_F32;
       const int64_t GH = kind_gates[kind] * H;
@@ -298,7 +309,7 @@ static void test_values_and_no_grad(void) {
 static void test_partial_grads_and_tangents(void) {
   const int64_t B = 3, T = 6, I = 4, H = 5;
   int kind;
-  for (kind = 0; kind < 4; kind++) {
+  for (kind = 0; kind < 5; kind++) {
     const int64_t GH = kind_gates[kind] * H;
     dl_rng rng = dl_rng_make(300 + (uint64_t)kind);
     dl_tensor *x = mk(&ctx, DL_F64, DL_SHAPE(B, T, I), &rng, 1.0), *h0 = mk(&ctx, DL_F64, DL_SHAPE(B, H), &rng, 0.5);
@@ -386,7 +397,7 @@ static double row_diff(const dl_tensor *a, int64_t b, int64_t L, const dl_tensor
 static void test_lengths(void) {
   const int64_t B = 4, T = 7, I = 3, H = 5, lengths[4] = {3, 7, 1, 5};
   int kind;
-  for (kind = 0; kind < 4; kind++) {
+  for (kind = 0; kind < 5; kind++) {
     const int64_t GH = kind_gates[kind] * H;
     const int lstm = kind == K_LSTM;
     dl_rng rng = dl_rng_make(900 + (uint64_t)kind);
@@ -571,7 +582,7 @@ static void gradcheck_len(int kind, int bias, int h0, int outs, int h0_op, int s
 
 static void test_gradcheck(void) {
   int kind;
-  for (kind = 0; kind < 4; kind++) {
+  for (kind = 0; kind < 5; kind++) {
     const int all = kind == K_LSTM ? 7 : 3;
     gradcheck_one(kind, 1, 1, all, 0, 0);
     gradcheck_one(kind, 0, 0, all, 0, 0);
@@ -604,7 +615,7 @@ static void test_gradcheck(void) {
 static void test_threads(void) {
   const int64_t B = 24, T = 5, I = 32, H = 96;
   int kind;
-  for (kind = 0; kind < 4; kind++) {
+  for (kind = 0; kind < 5; kind++) {
     const int64_t GH = kind_gates[kind] * H;
     dl_ctx *cs[2];
     dl_tensor *p[2][7], *y[2], *hn[2], *cn[2], *tv[7], *seed, *seedh;
@@ -758,10 +769,13 @@ static void test_panics(void) {
   EXPECT_PANIC(dl_t_lstm(&tp, x, NULL, NULL, NULL, whh, NULL, NULL, NULL, NULL), "dl_t_lstm", "required");
   {
     static const int64_t l0[2] = {3, 0}, l6[2] = {6, 2};
-    dl_rnn_args a0 = {l0}, a6 = {l6};
+    dl_rnn_args a0 = {.lengths = l0}, a6 = {.lengths = l6};
     EXPECT_PANIC(dl_t_lstm_ex(&tp, x, NULL, NULL, wih, whh, NULL, NULL, &a0, NULL, NULL), "dl_t_lstm_ex",
                  "lengths[1] = 0", "1..T = 5", "f32[2, 5, 3]");
     EXPECT_PANIC(dl_t_rnn_ex(&tp, x, NULL, w43, w44, NULL, NULL, 1, &a6, NULL), "dl_t_rnn_ex", "lengths[0] = 6");
+    EXPECT_PANIC(dl_t_lstm_ex(&tp, x, NULL, NULL, wih, whh, NULL, NULL, &(dl_rnn_args){.gru_reset_before_linear = 1},
+                              NULL, NULL),
+                 "dl_t_lstm_ex", "gru_reset_before_linear 1", "GRU only");
   }
   dl_tape_free(&tp);
   dl_tensor_free(x); dl_tensor_free(x2); dl_tensor_free(x0); dl_tensor_free(wih); dl_tensor_free(whh);

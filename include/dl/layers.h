@@ -1458,13 +1458,17 @@ DL_API dl_layer *dl_rmsnorm_make(dl_model *m, dl_layer *parent, const char *name
  * h_n / c_n are [2 num_layers, B, hidden] in PyTorch's order (layer 0
  * forward, layer 0 reverse, layer 1 forward, ...). The reverse direction
  * is the one-direction op on the sequence reversed along time (an
- * index_select each way). */
+ * index_select each way). gru_reset_before_linear (GRU only): the reset
+ * gate applied to h before w_hn, n = tanh(x w_in^T + b_in + (r h) w_hn^T +
+ * b_hn), as ONNX's GRU with linear_before_reset = 0 and Keras's
+ * reset_after=False (0: PyTorch's form; the same parameters either way). */
 typedef struct dl_rnn_desc {
   int64_t input, hidden;
   int num_layers;
   int no_bias;
   int relu;
   int bidirectional;
+  int gru_reset_before_linear;
 } dl_rnn_desc;
 typedef enum dl__lay_rnn_kind { DL__LAY_RNN, DL__LAY_LSTM, DL__LAY_GRU } dl__lay_rnn_kind;
 #define DL_RNN_MAX_LAYERS 16
@@ -1516,6 +1520,7 @@ DL_API dl_tensor *dl_rnn_forward_lengths(dl_layer *l, dl_tape *tp, dl_tensor *x,
     DL_PANIC(tp->ctx, "dl_rnn_forward", "'%s' is a %s, not an RNN, LSTM or GRU", l->name, l->vt->type);
   memset(&a, 0, sizeof a);
   a.lengths = lengths;
+  a.gru_reset_before_linear = R->d.gru_reset_before_linear;
   dl__check_input(l, x, 3, 3, 2, R->d.input);
   dl__rnn_check_lengths(tp, l->vt->type, x, lengths);
   if ((h0 && (h0->ndim != 3 || h0->shape[0] != L || h0->shape[1] != x->shape[0] || h0->shape[2] != R->d.hidden)) ||
@@ -1567,8 +1572,9 @@ DL_API dl_tensor *dl__lay_rnn_forward1(dl_layer *l, dl_tape *tp, dl_tensor *x) {
 }
 DL_API void dl__lay_rnn_describe(const dl_layer *l, char *buf, size_t n) {
   const dl__lay_rnn *R = (const dl__lay_rnn *)l;
-  snprintf(buf, n, "%lld, %lld, layers=%d%s%s%s", (long long)R->d.input, (long long)R->d.hidden, R->d.num_layers,
-           R->d.no_bias ? ", bias=0" : "", R->d.relu ? ", relu" : "", R->d.bidirectional ? ", bidirectional" : "");
+  snprintf(buf, n, "%lld, %lld, layers=%d%s%s%s%s", (long long)R->d.input, (long long)R->d.hidden, R->d.num_layers,
+           R->d.no_bias ? ", bias=0" : "", R->d.relu ? ", relu" : "", R->d.bidirectional ? ", bidirectional" : "",
+           R->d.gru_reset_before_linear ? ", reset before linear" : "");
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_rnn_vt, {"RNN", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL, 0});
 DL__GLOBAL(const dl_layer_vt dl__lay_lstm_vt, {"LSTM", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL, 0});
@@ -1580,9 +1586,11 @@ DL_API dl_layer *dl__lay_rnn_make(dl_model *m, dl_layer *parent, const char *nam
   dl__lay_rnn *R;
   int k, L = d->num_layers ? d->num_layers : 1;
   double bound;
-  if (d->input <= 0 || d->hidden <= 0 || L < 1 || L > DL_RNN_MAX_LAYERS || (d->relu && kind != DL__LAY_RNN))
-    DL_PANIC(m->ctx, vts[kind]->type, "input %lld and hidden %lld must be > 0, num_layers %d in 1..%d%s",
-             (long long)d->input, (long long)d->hidden, L, DL_RNN_MAX_LAYERS, d->relu && kind != DL__LAY_RNN ? ", relu is for RNN only" : "");
+  if (d->input <= 0 || d->hidden <= 0 || L < 1 || L > DL_RNN_MAX_LAYERS || (d->relu && kind != DL__LAY_RNN) ||
+      (d->gru_reset_before_linear && (kind != DL__LAY_GRU || d->gru_reset_before_linear != 1)))
+    DL_PANIC(m->ctx, vts[kind]->type, "input %lld and hidden %lld must be > 0, num_layers %d in 1..%d%s%s",
+             (long long)d->input, (long long)d->hidden, L, DL_RNN_MAX_LAYERS, d->relu && kind != DL__LAY_RNN ? ", relu is for RNN only" : "",
+             d->gru_reset_before_linear ? ", gru_reset_before_linear 0 or 1, GRU only" : "");
   R = (dl__lay_rnn *)dl_layer_new(m, parent, name, vts[kind], sizeof *R);
   if (!R) return NULL;
   R->d = *d;

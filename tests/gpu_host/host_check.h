@@ -83,6 +83,7 @@ typedef struct rnn_ref_io {
   void *gx, *gh0, *gc0, *gwih, *gwhh, *gbih, *gbhh;
   void *ty, *thn, *tcn;
   const int64_t *lengths; /* [B] or NULL: the _ex ops with these lengths */
+  int rb;                 /* GRU: the reset gate before the product */
 } rnn_ref_io;
 void rnn_ref(const rnn_ref_io *io);
 

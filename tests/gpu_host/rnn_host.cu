@@ -83,7 +83,8 @@ struct Shape {
 };
 
 // One case: cell `kind`, inputs h0 / c0 and the biases present or not.
-template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, bool has_bias, bool var_len) {
+template <class T>
+static void rnn_case(int kind, const Shape &sh, bool has_h0, bool has_bias, bool var_len, bool rb = false) {
   const int dt = sizeof(T) == 8;
   const double tol = dt ? 1e-12 : 1e-5;
   const int64_t B = sh.B, Tn = sh.T, I = sh.I, H = sh.H, G = rnn_gates(kind), GH = G * H;
@@ -121,6 +122,7 @@ template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, 
     io.gx = rgx.data(); io.gh0 = rgh0.data(); io.gc0 = rgc0.data(); io.gwih = rgwih.data();
     io.gwhh = rgwhh.data(); io.gbih = rgbih.data(); io.gbhh = rgbhh.data();
     io.lengths = var_len ? len.data() : nullptr;
+    io.rb = rb;
     rnn_ref(&io);
   }
 
@@ -140,7 +142,7 @@ template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, 
                                        : lstm ? "lstm" : "gru") +
                            (dt ? " f64" : " f32") + " B " + std::to_string(B) + " T " + std::to_string(Tn) + " I " +
                            std::to_string(I) + " H " + std::to_string(H) + (has_h0 ? " h0" : "") +
-                           (has_bias ? " bias" : "") + (var_len ? " lengths" : "");
+                           (has_bias ? " bias" : "") + (var_len ? " lengths" : "") + (rb ? " reset-before" : "");
 
   for (int full = 1; full >= 0; full--) { // full: training (every step kept, tangents); 0: a no-grad call
     const bool jvp = full;
@@ -189,6 +191,9 @@ template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, 
       if (lstm) r.tcn = tcn.data();
     }
     r.len = var_len ? len.data() : nullptr;
+    r.rb = rb;
+    std::vector<T> tu(B * H, (T)kUnset);
+    if (rb && jvp) r.tu = tu.data();
     r.hn = hn.data(); // the kernel writes h_n (c_n) at each row's last step
     if (lstm) r.cn = cn.data();
     for (int64_t t = 0; t < Tn; t++) {
@@ -208,6 +213,18 @@ template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, 
           beta = 1;
         }
         if (beta == 0) std::fill(ts.begin(), ts.end(), (T)0);
+      }
+      if (rb) { // phase 0, then s_n = u w_hn^T (and ts_n), then phase 1 (ops/rnn.h's device loop)
+        const T *u = g.data() + t * r.g_lt + 3 * H;
+        r.phase = 0;
+        for (int64_t b = 0; b < B; b++)
+          for (int64_t j = 0; j < H; j++) rnn_fwd_at<T>(r, t, b, j);
+        gemm<T>(0, 1, B, H, H, u, r.g_lb, whh.data() + 2 * H * H, H, 0.0, s.data() + 2 * H, GH);
+        if (jvp) {
+          gemm<T>(0, 1, B, H, H, tu.data(), H, whh.data() + 2 * H * H, H, 0.0, ts.data() + 2 * H, GH);
+          gemm<T>(0, 1, B, H, H, u, r.g_lb, twhh.data() + 2 * H * H, H, 1.0, ts.data() + 2 * H, GH);
+        }
+        r.phase = 1;
       }
       for (int64_t b = 0; b < B; b++)
         for (int64_t j = 0; j < H; j++) rnn_fwd_at<T>(r, t, b, j);
@@ -233,17 +250,27 @@ template <class T> static void rnn_case(int kind, const Shape &sh, bool has_h0, 
     w.dh = dh.data();
     w.dc = dc.data();
     T *dhs = (T *)w.dhs;
+    std::vector<T> du(B * H, (T)kUnset);
+    w.du = rb ? du.data() : nullptr;
     for (int64_t t = Tn - 1; t >= 0; t--) {
+      if (rb) {
+        r.phase = 0;
+        for (int64_t b = 0; b < B; b++)
+          for (int64_t j = 0; j < H; j++) rnn_bwd_at<T>(r, w, t, b, j);
+        gemm<T>(0, 0, B, H, H, dhs + t * GH + 2 * H, Tn * GH, whh.data() + 2 * H * H, H, 0.0, du.data(), H);
+        r.phase = 1;
+      }
       for (int64_t b = 0; b < B; b++)
         for (int64_t j = 0; j < H; j++) rnn_bwd_at<T>(r, w, t, b, j);
       if (t > 0 || has_h0)
-        gemm<T>(0, 0, B, H, GH, dhs + t * GH, Tn * GH, whh.data(), H, 1.0, dh.data(), H);
+        gemm<T>(0, 0, B, H, rb ? 2 * H : GH, dhs + t * GH, Tn * GH, whh.data(), H, 1.0, dh.data(), H);
     }
     std::vector<T> gwhh(GH * H, (T)0), gbhh(GH, (T)0), hpm(B * Tn * H, (T)kUnset);
     if (has_h0) move<T>(hpm.data(), Tn * H, h0.data(), H, B, H, 0);
     else std::fill(hpm.begin(), hpm.end(), (T)0);
     if (Tn > 1) move<T>(hpm.data() + H, Tn * H, y.data(), Tn * H, B, (Tn - 1) * H, 0);
-    gemm<T>(1, 0, GH, H, B * Tn, dhs, GH, hpm.data(), H, 1.0, gwhh.data(), H);
+    gemm<T>(1, 0, rb ? 2 * H : GH, H, B * Tn, dhs, GH, hpm.data(), H, 1.0, gwhh.data(), H);
+    if (rb) gemm<T>(1, 0, H, H, B * Tn, dhs + 2 * H, GH, g.data() + 3 * H, S * H, 1.0, gwhh.data() + 2 * H * H, H);
     colsum_add<T>(gbhh.data(), dhs, B * Tn, GH);
     // linear's backward: gx = dx w_ih, gw_ih = dx^T x, gb_ih = column sums of dx
     std::vector<T> gx(B * Tn * I, (T)0), gwih(GH * I, (T)0), gbih(GH, (T)0);
@@ -275,6 +302,14 @@ static void lstm_f32(void) { rnn_cases<float>(DLG_RNN_LSTM); }
 static void lstm_f64(void) { rnn_cases<double>(DLG_RNN_LSTM); }
 static void gru_f32(void) { rnn_cases<float>(DLG_RNN_GRU); }
 static void gru_f64(void) { rnn_cases<double>(DLG_RNN_GRU); }
+// the GRU with the reset gate before the product, with and without lengths
+template <class T> static void gru_rb_cases(void) {
+  static const Shape shapes[] = {{3, 5, 4, 6}, {1, 1, 2, 3}, {2, 7, 3, 17}};
+  for (const auto &sh : shapes)
+    for (int v = 0; v < 8; v++) rnn_case<T>(DLG_RNN_GRU, sh, v & 1, v >> 1 & 1, v >> 2 & 1, true);
+}
+static void gru_rb_f32(void) { gru_rb_cases<float>(); }
+static void gru_rb_f64(void) { gru_rb_cases<double>(); }
 
 int main(void) {
   RUN(rnn_tanh_f32);
@@ -285,5 +320,7 @@ int main(void) {
   RUN(lstm_f64);
   RUN(gru_f32);
   RUN(gru_f64);
+  RUN(gru_rb_f32);
+  RUN(gru_rb_f64);
   return harness_finish();
 }

@@ -48,7 +48,9 @@ void rnn_ref(const rnn_ref_io *io) {
     }
   }
   dl_tape_init(&tp, &ref_ctx, 0);
+  memset(&a, 0, sizeof a);
   a.lengths = io->lengths;
+  a.gru_reset_before_linear = io->rb;
   if (io->kind <= 1)
     y = dl_t_rnn_ex(&tp, in[0], in[1], in[3], in[4], in[5], in[6], io->kind == 0, &a, &hn);
   else if (io->kind == 2)

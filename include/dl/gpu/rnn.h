@@ -48,7 +48,14 @@ enum { DLG_RNN_TANH = 0, DLG_RNN_RELU = 1, DLG_RNN_LSTM = 2, DLG_RNN_GRU = 3 };
  * as they were. At t = len[b] - 1 (T - 1 without len) the forward copies
  * row b's y, c, ty, tc into hn, cn, thn, tcn (those not NULL). The backward
  * leaves dh = 0 (GRU: dh z) on every row it ran: the step's GEMM adds
- * da w_hh into it. */
+ * da w_hh into it.
+ * The GRU with the reset gate before the product (rb, dl_rnn_args's
+ * gru_reset_before_linear) runs each step in two phases with a GEMM
+ * between: phase 0 writes r, z and u = r h_{t-1} (g's fourth part; its
+ * tangent in tu), ops/rnn.h then puts u w_hn^T in s's n part (and the
+ * tangent's in ts), phase 1 writes n and h_t. Backward: phase 0 writes
+ * da_n, da_z and dh = dh_t z, the GEMM du = da_n w_hn, phase 1 da_r =
+ * du h_{t-1} s'(r) and dh += du r. */
 typedef struct dlg_rnn {
   int kind;
   int64_t B, T, H;
@@ -60,6 +67,8 @@ typedef struct dlg_rnn {
   int64_t txp_lb, txp_lt, th0_ld;
   void *ty, *tc;
   const int64_t *len; /* [B] device: steps of row b (1..T), NULL: T */
+  int rb, phase; /* GRU, reset gate before the product: phase 0 r, z, u; 1 n, h (see above) */
+  void *tu;      /* rb: [B, H] u's tangent */
   void *hn, *cn, *thn, *tcn; /* [B, H] or NULL: h_n, c_n and tangents, written at row b's last step */
 } dlg_rnn;
 
@@ -76,6 +85,7 @@ int dlg_rnn_fwd(dlg_handle *h, int dtype, const dlg_rnn *r, int64_t t);
 typedef struct dlg_rnn_bw {
   const void *gy;
   void *dx, *dhs, *dh, *dc;
+  void *du; /* rb: [B, H] da_n w_hn, between the two phases */
 } dlg_rnn_bw;
 
 /* Step t's gate derivatives for every batch row: exactly dl__rnn_bwd_row_*

@@ -25,6 +25,8 @@
  *   GRU   r = s(a_r), z = s(a_z),
  *         n = tanh(x_t W_in^T + b_in + r (h_{t-1} W_hn^T + b_hn))
  *         h_t = (1 - z) n + z h_{t-1}
+ *         or, with dl_rnn_args.gru_reset_before_linear (ONNX's default),
+ *         n = tanh(x_t W_in^T + b_in + (r h_{t-1}) W_hn^T + b_hn)
  * Returns y [B, T, H] (every h_t), contiguous, in the tape's arena (valid
  * until dl_tape_rewind). When h_n (c_n) is not NULL, *h_n (*c_n) receives the
  * last state h_{T-1} (c_{T-1}) [B, H] (each row's last real step with
@@ -47,6 +49,14 @@
  * hidden part of the n gate's gradient is r * da_n). Results do not depend
  * on the thread count: every kernel is element-wise over batch rows, column
  * sums run in a fixed order, and the GEMMs split only their output.
+ *
+ * The GRU with the reset gate before the product needs r before the n
+ * gate's GEMM, so a step is the r and z rows' GEMM, a kernel (r, z and
+ * u = r h_{t-1}, kept as the GRU's fourth saved value), the GEMM
+ * u w_hn^T, a kernel (n, h_t). Backward per step: a kernel (da_n, da_z,
+ * dh z), du = da_n w_hn, a kernel (da_r = du h_{t-1} s'(r), dh += du r),
+ * then dh += [da_r, da_z] w_h{r,z}; after the loop grad w_hn += da_n^T u
+ * over all B*T rows. Tangents as the forward, with tu = tr h + r th.
  *
  * Variable lengths (the _ex ops, dl_rnn_args.lengths): at a step t past row
  * b's end the gate kernel writes y = 0 (and its tangent) and leaves the
@@ -95,9 +105,17 @@ DL__HEADER_BEGIN
  *            y[b, t] = 0 and take no part: the padding of x gets no
  *            gradient, a gradient arriving at y[b, t] there is dropped, and
  *            h_n[b] (c_n[b]) is the state after step lengths[b] - 1. The
- *            array is copied; it may change after the call. */
+ *            array is copied; it may change after the call.
+ *   gru_reset_before_linear  (dl_t_gru_ex only) 0: PyTorch's (and cuDNN's)
+ *            GRU, n = tanh(x W_in^T + b_in + r (h W_hn^T + b_hn)); 1: the
+ *            reset gate applied before the product, as in Cho et al. 2014,
+ *            ONNX's GRU with linear_before_reset = 0 (its default) and
+ *            Keras's reset_after=False:
+ *            n = tanh(x W_in^T + b_in + (r h) W_hn^T + b_hn).
+ *            Same parameters, names and layouts in both forms. */
 typedef struct dl_rnn_args {
   const int64_t *lengths;
+  int gru_reset_before_linear;
 } dl_rnn_args;
 
 enum { DL__RNN_TANH = 0, DL__RNN_RELU = 1, DL__RNN_LSTM = 2, DL__RNN_GRU = 3 };
@@ -108,6 +126,8 @@ enum { DL__RNN_TANH = 0, DL__RNN_RELU = 1, DL__RNN_LSTM = 2, DL__RNN_GRU = 3 };
  * (the zero row of a missing h0). */
 typedef struct dl__rnn {
   int kind, G, S;               /* DL__RNN_*; gates; saved values per hidden unit */
+  int rb;                       /* GRU with the reset gate before the product (two phases a step) */
+  int phase;                    /* rb: 0 the r and z gates (and u = r h_{t-1}), 1 the n gate and h_t */
   int64_t B, T, H;
   dl_ctx *ctx;
   dl_dtype dtype;
@@ -136,6 +156,7 @@ typedef struct dl__rnn {
   void *ty;                     /* [B, T, H] y's tangent */
   void *tc;                     /* [B, H] the LSTM cell's tangent, updated in place */
   void *ts;                     /* [B, G*H] scratch */
+  void *tu;                     /* rb: [B, H] u's tangent */
   /* variable lengths: len[b] steps of row b are real (1..T), later steps
    * give y = 0 and leave the state alone; NULL: every row has T steps */
   const int64_t *len;
@@ -149,12 +170,15 @@ typedef struct dl__rnn {
 } dl__rnn;
 
 /* Per-walk buffers of the backward rule: gy [B, T, H] (y's gradient),
+ * (GRU with rb: the gradient of u = r h_{t-1} in du [B, H] between the two
+ * phases of a step; dhs holds da_r, da_z, da_n, whose n part multiplies u),
  * dx [B, T, G*H] (pre-activation gradients: xp's gradient), dhs (GRU: the
  * gradient of h_{t-1} w_hh^T + b_hh; the others: dx), dh, dc [B, H]
  * (gradients flowing into step t from step t+1). */
 typedef struct dl__rnn_bwbuf {
   const void *gy;
   void *dx, *dhs, *dh, *dc;
+  void *du; /* rb: [B, H] the gradient of u = r h_{t-1} (da_n W_hn) */
 } dl__rnn_bwbuf;
 
 /* The element-wise kernels of one step for batch row b, once per float type:
@@ -202,6 +226,22 @@ typedef struct dl__rnn_bwbuf {
         g[2 * H + j] = g_;                                                                   \
         g[3 * H + j] = o_;                                                                   \
       }                                                                                      \
+    } else if (r->rb && r->phase == 0) { /* r, z and u = r h_{t-1} (g's 4th part) */         \
+      DL__RSIMD                                                                              \
+      for (j = 0; j < H; j++) {                                                              \
+        const FT r_ = dl_sigmoid_##SFX(xp[j] + (s[j] + bh[j]));                              \
+        g[j] = r_;                                                                           \
+        g[H + j] = dl_sigmoid_##SFX(xp[H + j] + (s[H + j] + bh[H + j]));                     \
+        g[3 * H + j] = r_ * hp[j];                                                           \
+      }                                                                                      \
+    } else if (r->rb) { /* s's n part is u w_hn^T now */                                     \
+      DL__RSIMD                                                                              \
+      for (j = 0; j < H; j++) {                                                              \
+        const FT z_ = g[H + j];                                                              \
+        const FT n_ = dl_tanh_##SFX(xp[2 * H + j] + (s[2 * H + j] + bh[2 * H + j]));         \
+        y[j] = ((FT)1 - z_) * n_ + z_ * hp[j];                                               \
+        g[2 * H + j] = n_;                                                                   \
+      }                                                                                      \
     } else {                                                                                 \
       DL__RSIMD                                                                              \
       for (j = 0; j < H; j++) {                                                              \
@@ -240,6 +280,24 @@ typedef struct dl__rnn_bwbuf {
           tc[j] = tc_;                                                                       \
           ty[j] = to * k_ + o_ * ((FT)1 - k_ * k_) * tc_;                                    \
         }                                                                                    \
+      } else if (r->rb && r->phase == 0) { /* u's tangent tr h_{t-1} + r th_{t-1} */        \
+        const FT *thp = t ? ty - H : (const FT *)r->th0 + b * r->th0_ld;                     \
+        FT *tu = (FT *)r->tu + b * H;                                                        \
+        DL__RSIMD                                                                            \
+        for (j = 0; j < H; j++) {                                                            \
+          const FT r_ = g[j];                                                                \
+          const FT tr = r_ * ((FT)1 - r_) * (tx[j] + ts[j] + tb[j]);                         \
+          tu[j] = tr * hp[j] + r_ * thp[j];                                                  \
+        }                                                                                    \
+      } else if (r->rb) { /* ts's n part is tu w_hn^T + u tw_hn^T now */                    \
+        const FT *thp = t ? ty - H : (const FT *)r->th0 + b * r->th0_ld;                     \
+        DL__RSIMD                                                                            \
+        for (j = 0; j < H; j++) {                                                            \
+          const FT z_ = g[H + j], n_ = g[2 * H + j];                                         \
+          const FT tz = z_ * ((FT)1 - z_) * (tx[H + j] + ts[H + j] + tb[H + j]);             \
+          const FT tn = ((FT)1 - n_ * n_) * (tx[2 * H + j] + (ts[2 * H + j] + tb[2 * H + j])); \
+          ty[j] = ((FT)1 - z_) * tn + tz * (hp[j] - n_) + z_ * thp[j];                       \
+        }                                                                                    \
       } else {                                                                               \
         const FT *thp = t ? ty - H : (const FT *)r->th0 + b * r->th0_ld;                     \
         DL__RSIMD                                                                            \
@@ -253,7 +311,7 @@ typedef struct dl__rnn_bwbuf {
         }                                                                                    \
       }                                                                                      \
     }                                                                                        \
-    if (t == L - 1) { /* the row's last real step: h_n, c_n and their tangents */            \
+    if (t == L - 1 && !(r->rb && r->phase == 0)) { /* the row's last step: h_n, c_n, tangents */ \
       if (r->hn) memcpy((FT *)r->hn + b * H, y, (size_t)H * sizeof(FT));                    \
       if (r->cno) memcpy((FT *)r->cno + b * H, c, (size_t)H * sizeof(FT));                   \
       if (r->thn) memcpy((FT *)r->thn + b * H, (FT *)r->ty + bt * H, (size_t)H * sizeof(FT)); \
@@ -299,6 +357,33 @@ typedef struct dl__rnn_bwbuf {
         dx[3 * H + j] = dht * k_ * (o_ * ((FT)1 - o_));                                      \
         dc[j] = dct * f_;                                                                    \
         dh[j] = 0;                                                                           \
+      }                                                                                      \
+    } else if (r->rb && r->phase == 0) { /* da_n, da_z; then du = da_n w_hn (a GEMM) */      \
+      const FT *hp = t ? y - H : (const FT *)r->h0 + b * r->h0_ld;                           \
+      FT *ds = (FT *)w->dhs + bt * GH;                                                       \
+      DL__RSIMD                                                                              \
+      for (j = 0; j < H; j++) {                                                              \
+        const FT z_ = g[H + j], n_ = g[2 * H + j];                                           \
+        const FT dht = gy[j] + dh[j];                                                        \
+        const FT dan = dht * ((FT)1 - z_) * ((FT)1 - n_ * n_);                               \
+        const FT daz = dht * (hp[j] - n_) * (z_ * ((FT)1 - z_));                             \
+        dh[j] = dht * z_;                                                                    \
+        dx[H + j] = daz;                                                                     \
+        dx[2 * H + j] = dan;                                                                 \
+        ds[H + j] = daz;                                                                     \
+        ds[2 * H + j] = dan;                                                                 \
+      }                                                                                      \
+    } else if (r->rb) { /* da_r = du h_{t-1} s'(r), dh += du r */                            \
+      const FT *hp = t ? y - H : (const FT *)r->h0 + b * r->h0_ld;                           \
+      const FT *du = (const FT *)w->du + b * H;                                              \
+      FT *ds = (FT *)w->dhs + bt * GH;                                                       \
+      DL__RSIMD                                                                              \
+      for (j = 0; j < H; j++) {                                                              \
+        const FT r_ = g[j];                                                                  \
+        const FT dar = du[j] * hp[j] * (r_ * ((FT)1 - r_));                                  \
+        dx[j] = dar;                                                                         \
+        ds[j] = dar;                                                                         \
+        dh[j] += du[j] * r_;                                                                 \
       }                                                                                      \
     } else {                                                                                 \
       const FT *hp = t ? y - H : (const FT *)r->h0 + b * r->h0_ld;                           \
@@ -438,6 +523,8 @@ DL_API dlg_rnn dl__rnn_dlg(const dl__rnn *r) {
   d.ty = r->ty;
   d.tc = r->tc;
   d.len = r->len;
+  d.rb = r->rb;
+  d.tu = r->tu;
   d.hn = r->hn;
   d.cn = r->cno;
   d.thn = r->thn;
@@ -483,7 +570,7 @@ DL_API void dl__rnn_bw_gpu(dl_tape *tp, dl_node *n) {
   dl_tensor *gxp = dl_tape_grad(tp, n->in[0]), *gw = dl_tape_grad(tp, n->in[1]);
   dl_tensor *gb = dl_tape_grad(tp, n->in[2]), *gh0 = dl_tape_grad(tp, n->in[3]);
   dl_tensor *gc0 = dl_tape_grad(tp, n->in[4]);
-  const dlg_rnn d = dl__rnn_dlg(r);
+  dlg_rnn d = dl__rnn_dlg(r);
   dlg_rnn_bw w;
   int64_t t;
   w.gy = on->data;
@@ -502,11 +589,19 @@ DL_API void dl__rnn_bw_gpu(dl_tape *tp, dl_node *n) {
   } else {
     w.dc = dl__rnn_zeros_dev(tp, on, op, (size_t)(B * H) * es);
   }
+  w.du = r->rb ? dl_tape_dev_scratch(tp, op, (size_t)(B * H) * es) : NULL;
   for (t = T - 1; t >= 0; t--) {
+    if (r->rb) { /* as on the host: phase 0, du = da_n w_hn, phase 1 */
+      d.phase = 0;
+      dl__gpu_ok(on, op, dlg_rnn_bwd(h, (int)r->dtype, &d, &w, t));
+      dl__rnn_gemm_dev(on, op, 0, 0, B, H, H, (const char *)w.dhs + (size_t)(t * GH + 2 * H) * es, T * GH,
+                       (const char *)r->whh + (size_t)(2 * H * H) * es, H, 0.0, w.du, H);
+      d.phase = 1;
+    }
     dl__gpu_ok(on, op, dlg_rnn_bwd(h, (int)r->dtype, &d, &w, t));
-    if (t > 0 || gh0) /* dh_{t-1} += da_t w_hh */
-      dl__rnn_gemm_dev(on, op, 0, 0, B, H, GH, (const char *)w.dhs + (size_t)(t * GH) * es, T * GH, r->whh, H,
-                       1.0, w.dh, H);
+    if (t > 0 || gh0) /* dh_{t-1} += da_t w_hh (rb: the r and z rows) */
+      dl__rnn_gemm_dev(on, op, 0, 0, B, H, r->rb ? 2 * H : GH, (const char *)w.dhs + (size_t)(t * GH) * es, T * GH,
+                       r->whh, H, 1.0, w.dh, H);
   }
   if (gh0) dl__rnn_move_dev(on, op, gh0->data, H, w.dh, H, B, H, 1);
   if (gc0) dl__rnn_move_dev(on, op, gc0->data, H, w.dc, H, B, H, 1);
@@ -515,7 +610,11 @@ DL_API void dl__rnn_bw_gpu(dl_tape *tp, dl_node *n) {
     if (r->has_h0) dl__rnn_move_dev(on, op, hp, T * H, r->h0, r->h0_ld, B, H, 0);
     else dl__gpu_ok(on, op, dlg_memset0(h, hp, (size_t)(B * T * H) * es));
     if (T > 1) dl__rnn_move_dev(on, op, hp + (size_t)H * es, T * H, r->y, T * H, B, (T - 1) * H, 0);
-    dl__rnn_gemm_dev(on, op, 1, 0, GH, H, B * T, w.dhs, GH, hp, H, 1.0, gw->data, H);
+    dl__rnn_gemm_dev(on, op, 1, 0, r->rb ? 2 * H : GH, H, B * T, w.dhs, GH, hp, H, 1.0, gw->data, H);
+    if (r->rb) /* w_hn's rows: da_n^T [u_0, ..., u_{T-1}] (u saved in g) */
+      dl__rnn_gemm_dev(on, op, 1, 0, H, H, B * T, (const char *)w.dhs + (size_t)(2 * H) * es, GH,
+                       (const char *)r->g + (size_t)(3 * H) * es, r->S * H, 1.0,
+                       (char *)gw->data + (size_t)(2 * H * H) * es, H);
   }
   if (gb) dl__gpu_ok(on, op, dlg_sum_axis(h, (int)r->dtype, gb->data, w.dhs, 1, B * T, GH, 1.0, 1));
 }
@@ -551,11 +650,20 @@ DL_API void dl__rnn_bw(dl_tape *tp, dl_node *n) {
   else memset(w.dh, 0, (size_t)(B * H) * es);
   if (dl__rnn_handed(tp, r->cn, r->gcn_set, r->gcn_walk)) memcpy(w.dc, r->cn->grad->data, (size_t)(B * H) * es);
   else memset(w.dc, 0, (size_t)(B * H) * es);
+  if (r->rb) w.du = dl_tape_scratch(tp, r->op, (size_t)(B * H) * es);
   for (t = T - 1; t >= 0; t--) {
-    dl__rnn_rows(r, &w, t); /* leaves dh = 0 (GRU: its direct part dh z) on the rows it ran */
-    if (t > 0 || gh0) /* dh_{t-1} += da_t w_hh */
-      dl__rnn_gemm(r->ctx, dt, DL_NOTRANS, DL_NOTRANS, B, H, GH, (const char *)w.dhs + (size_t)(t * GH) * es,
-                   T * GH, r->whh, H, 1.0, w.dh, H);
+    /* leaves dh = 0 (GRU: its direct part dh z; rb: + du r) on the rows it ran */
+    if (r->rb) {
+      r->phase = 0;
+      dl__rnn_rows(r, &w, t);
+      dl__rnn_gemm(r->ctx, dt, DL_NOTRANS, DL_NOTRANS, B, H, H, (const char *)w.dhs + (size_t)(t * GH + 2 * H) * es,
+                   T * GH, (const char *)r->whh + (size_t)(2 * H * H) * es, H, 0.0, w.du, H); /* du = da_n w_hn */
+      r->phase = 1;
+    }
+    dl__rnn_rows(r, &w, t);
+    if (t > 0 || gh0) /* dh_{t-1} += da_t w_hh (rb: the r and z rows; u's part came through du) */
+      dl__rnn_gemm(r->ctx, dt, DL_NOTRANS, DL_NOTRANS, B, H, r->rb ? 2 * H : GH,
+                   (const char *)w.dhs + (size_t)(t * GH) * es, T * GH, r->whh, H, 1.0, w.dh, H);
   }
   if (gh0) dl__rnn_rows_copy(dt, gh0->data, w.dh, B, H, H, 1);
   if (gc0) dl__rnn_rows_copy(dt, gc0->data, w.dc, B, H, H, 1);
@@ -570,7 +678,12 @@ DL_API void dl__rnn_bw(dl_tape *tp, dl_node *n) {
         memcpy(hp + (size_t)((b * T + 1) * H) * es, (const char *)r->y + (size_t)(b * T * H) * es,
                (size_t)((T - 1) * H) * es);
     }
-    dl__rnn_gemm(r->ctx, dt, DL_TRANS, DL_NOTRANS, GH, H, B * T, w.dhs, GH, hp, H, 1.0, gw->data, H);
+    dl__rnn_gemm(r->ctx, dt, DL_TRANS, DL_NOTRANS, r->rb ? 2 * H : GH, H, B * T, w.dhs, GH, hp, H, 1.0, gw->data,
+                 H);
+    if (r->rb) /* w_hn's rows: da_n^T [u_0, ..., u_{T-1}], u = r h_{t-1} saved in g */
+      dl__rnn_gemm(r->ctx, dt, DL_TRANS, DL_NOTRANS, H, H, B * T, (const char *)w.dhs + (size_t)(2 * H) * es, GH,
+                   (const char *)r->g + (size_t)(3 * H) * es, r->S * H, 1.0,
+                   (char *)gw->data + (size_t)(2 * H * H) * es, H);
   }
   if (gb) dl__rnn_colsum_add(r->ctx, dt, w.dhs, B * T, GH, gb->data);
 }
@@ -692,7 +805,7 @@ DL_API void *dl__rnn_scratch(dl_tape *tp, const char *op, const dl_tensor *x, in
  * into the tape's (device) scratch. */
 DL_API dl__rnn *dl__rnn_start(dl_tape *tp, const char *op, int kind, int dev, dl_tensor *x, dl_tensor *h0,
                               dl_tensor *c0, dl_tensor *w_ih, dl_tensor *w_hh, dl_tensor *b_ih, dl_tensor *b_hh,
-                              const int64_t *lengths, dl_tensor **h_n, dl_tensor **c_n, dl_tensor **in,
+                              const int64_t *lengths, int rb, dl_tensor **h_n, dl_tensor **c_n, dl_tensor **in,
                               dl_tensor **y_out, int *jvp_out) {
   const int G = kind == DL__RNN_LSTM ? 4 : kind == DL__RNN_GRU ? 3 : 1;
   dl_tensor *xp, *y;
@@ -719,6 +832,7 @@ DL_API dl__rnn *dl__rnn_start(dl_tape *tp, const char *op, int kind, int dev, dl
   r = (dl__rnn *)dl_tape_scratch(tp, op, sizeof *r); /* host: read by the rule (dev: pointing at device memory) */
   memset(r, 0, sizeof *r);
   r->kind = kind;
+  r->rb = rb;
   r->G = G;
   r->S = kind == DL__RNN_LSTM || kind == DL__RNN_GRU ? 4 : 0;
   r->B = B;
@@ -758,6 +872,7 @@ DL_API dl__rnn *dl__rnn_start(dl_tape *tp, const char *op, int kind, int dev, dl
     const void *v;
     r->ty = ty->data;
     r->ts = dl__rnn_scratch(tp, op, x, dev, (size_t)(B * GH) * es, 0);
+    if (rb) r->tu = dl__rnn_scratch(tp, op, x, dev, (size_t)(B * H) * es, 0);
     v = dl__rnn_tan(tp, op, xp);
     r->txp = v ? v : r->zero;
     r->txp_lb = v ? T * GH : 0;
@@ -855,7 +970,8 @@ DL_API void dl__rnn_devices(const char *op, int kind, const dl_tensor *x, const 
  * the device; the same buffers in device memory, the same steps. */
 DL_API dl_tensor *dl__rnn_run_gpu(dl_tape *tp, const char *op, int kind, dl_tensor *x, dl_tensor *h0,
                                   dl_tensor *c0, dl_tensor *w_ih, dl_tensor *w_hh, dl_tensor *b_ih,
-                                  dl_tensor *b_hh, const int64_t *lengths, dl_tensor **h_n, dl_tensor **c_n) {
+                                  dl_tensor *b_hh, const int64_t *lengths, int rb, dl_tensor **h_n,
+                                  dl_tensor **c_n) {
   dlg_handle *h = dl__dnn_h(tp, op, x); /* x on the device, tp a device tape */
   dl_tensor *y, *in[5], *hn = NULL, *cn = NULL;
   dl__rnn *r;
@@ -863,7 +979,7 @@ DL_API dl_tensor *dl__rnn_run_gpu(dl_tape *tp, const char *op, int kind, dl_tens
   int64_t B, T, H, GH, t;
   size_t es;
   int jvp;
-  r = dl__rnn_start(tp, op, kind, 1, x, h0, c0, w_ih, w_hh, b_ih, b_hh, lengths, h_n ? &hn : NULL,
+  r = dl__rnn_start(tp, op, kind, 1, x, h0, c0, w_ih, w_hh, b_ih, b_hh, lengths, rb, h_n ? &hn : NULL,
                     c_n ? &cn : NULL, in, &y, &jvp);
   B = r->B;
   T = r->T;
@@ -874,21 +990,35 @@ DL_API dl_tensor *dl__rnn_run_gpu(dl_tape *tp, const char *op, int kind, dl_tens
 
   for (t = 0; t < T; t++) {
     const void *hp = t ? (const char *)r->y + (size_t)((t - 1) * H) * es : h0 ? r->h0 : NULL;
-    const int64_t ld = t ? T * H : H;
-    if (hp) dl__rnn_gemm_dev(x, op, 0, 1, B, GH, H, hp, ld, r->whh, H, 0.0, r->s, GH);
+    const int64_t ld = t ? T * H : H, N = r->rb ? 2 * H : GH; /* rb: the n part comes after r */
+    if (hp) dl__rnn_gemm_dev(x, op, 0, 1, B, N, H, hp, ld, r->whh, H, 0.0, r->s, GH);
     else dl__gpu_ok(x, op, dlg_memset0(h, r->s, (size_t)(B * GH) * es));
     if (jvp) { /* ts = th_{t-1} w_hh^T + h_{t-1} tw_hh^T */
       const void *thp = t ? (const char *)r->ty + (size_t)((t - 1) * H) * es : r->has_th0 ? r->th0 : NULL;
       double beta = 0.0;
       if (thp) {
-        dl__rnn_gemm_dev(x, op, 0, 1, B, GH, H, thp, ld, r->whh, H, 0.0, r->ts, GH);
+        dl__rnn_gemm_dev(x, op, 0, 1, B, N, H, thp, ld, r->whh, H, 0.0, r->ts, GH);
         beta = 1.0;
       }
       if (r->twhh && hp) {
-        dl__rnn_gemm_dev(x, op, 0, 1, B, GH, H, hp, ld, r->twhh, H, beta, r->ts, GH);
+        dl__rnn_gemm_dev(x, op, 0, 1, B, N, H, hp, ld, r->twhh, H, beta, r->ts, GH);
         beta = 1.0;
       }
       if (beta == 0.0) dl__gpu_ok(x, op, dlg_memset0(h, r->ts, (size_t)(B * GH) * es));
+    }
+    if (r->rb) { /* r and z, then s_n = u w_hn^T (u = r h_{t-1} in g), then n and h_t */
+      const char *u = (const char *)r->g + (size_t)(t * r->g_lt + 3 * H) * es;
+      const char *whn = (const char *)r->whh + (size_t)(2 * H * H) * es;
+      d.phase = 0;
+      dl__gpu_ok(x, op, dlg_rnn_fwd(h, (int)r->dtype, &d, t));
+      dl__rnn_gemm_dev(x, op, 0, 1, B, H, H, u, r->g_lb, whn, H, 0.0, (char *)r->s + (size_t)(2 * H) * es, GH);
+      if (jvp) { /* ts_n = tu w_hn^T + u tw_hn^T */
+        dl__rnn_gemm_dev(x, op, 0, 1, B, H, H, r->tu, H, whn, H, 0.0, (char *)r->ts + (size_t)(2 * H) * es, GH);
+        if (r->twhh)
+          dl__rnn_gemm_dev(x, op, 0, 1, B, H, H, u, r->g_lb, (const char *)r->twhh + (size_t)(2 * H * H) * es, H, 1.0,
+                           (char *)r->ts + (size_t)(2 * H) * es, GH);
+      }
+      d.phase = 1;
     }
     dl__gpu_ok(x, op, dlg_rnn_fwd(h, (int)r->dtype, &d, t));
   }
@@ -905,18 +1035,21 @@ DL_API dl_tensor *dl__rnn_run(dl_tape *tp, const char *op, int kind, dl_tensor *
                               dl_tensor *b_hh, const dl_rnn_args *a, dl_tensor **h_n, dl_tensor **c_n) {
   dl_tensor *y, *in[5], *hn = NULL, *cn = NULL;
   const int64_t *lengths = a ? a->lengths : NULL;
+  const int rb = a ? a->gru_reset_before_linear : 0;
   dl__rnn *r;
   int64_t B, T, H, GH, t;
   size_t es;
   int jvp;
   dl__rnn_validate(tp, op, kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh);
   dl__rnn_check_lengths(tp, op, x, lengths);
+  if (rb && (kind != DL__RNN_GRU || rb != 1))
+    DL_PANIC(x->ctx ? x->ctx : tp->ctx, op, "gru_reset_before_linear %d: 0 or 1, GRU only", rb);
 #ifdef DL_USE_CUDA
   dl__rnn_devices(op, kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh);
   if (x->device == DL_CUDA || tp->gpu)
-    return dl__rnn_run_gpu(tp, op, kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh, lengths, h_n, c_n);
+    return dl__rnn_run_gpu(tp, op, kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh, lengths, rb, h_n, c_n);
 #endif
-  r = dl__rnn_start(tp, op, kind, 0, x, h0, c0, w_ih, w_hh, b_ih, b_hh, lengths, h_n ? &hn : NULL,
+  r = dl__rnn_start(tp, op, kind, 0, x, h0, c0, w_ih, w_hh, b_ih, b_hh, lengths, rb, h_n ? &hn : NULL,
                     c_n ? &cn : NULL, in, &y, &jvp);
   B = r->B;
   T = r->T;
@@ -926,21 +1059,38 @@ DL_API dl_tensor *dl__rnn_run(dl_tape *tp, const char *op, int kind, dl_tensor *
 
   for (t = 0; t < T; t++) {
     const void *hp = t ? (const char *)r->y + (size_t)((t - 1) * H) * es : h0 ? r->h0 : NULL;
-    const int64_t ld = t ? T * H : H;
-    if (hp) dl__rnn_gemm(r->ctx, r->dtype, DL_NOTRANS, DL_TRANS, B, GH, H, hp, ld, r->whh, H, 0.0, r->s, GH);
+    const int64_t ld = t ? T * H : H, N = r->rb ? 2 * H : GH; /* rb: the n part comes after r */
+    if (hp) dl__rnn_gemm(r->ctx, r->dtype, DL_NOTRANS, DL_TRANS, B, N, H, hp, ld, r->whh, H, 0.0, r->s, GH);
     else memset(r->s, 0, (size_t)(B * GH) * es);
     if (jvp) { /* ts = th_{t-1} w_hh^T + h_{t-1} tw_hh^T */
       const void *thp = t ? (const char *)r->ty + (size_t)((t - 1) * H) * es : r->has_th0 ? r->th0 : NULL;
       double beta = 0.0;
       if (thp) {
-        dl__rnn_gemm(r->ctx, r->dtype, DL_NOTRANS, DL_TRANS, B, GH, H, thp, ld, r->whh, H, 0.0, r->ts, GH);
+        dl__rnn_gemm(r->ctx, r->dtype, DL_NOTRANS, DL_TRANS, B, N, H, thp, ld, r->whh, H, 0.0, r->ts, GH);
         beta = 1.0;
       }
       if (r->twhh && hp) {
-        dl__rnn_gemm(r->ctx, r->dtype, DL_NOTRANS, DL_TRANS, B, GH, H, hp, ld, r->twhh, H, beta, r->ts, GH);
+        dl__rnn_gemm(r->ctx, r->dtype, DL_NOTRANS, DL_TRANS, B, N, H, hp, ld, r->twhh, H, beta, r->ts, GH);
         beta = 1.0;
       }
       if (beta == 0.0) memset(r->ts, 0, (size_t)(B * GH) * es);
+    }
+    if (r->rb) { /* r and z, then s_n = u w_hn^T (u = r h_{t-1} in g), then n and h_t */
+      const char *u = (const char *)r->g + (size_t)(t * r->g_lt + 3 * H) * es;
+      const char *whn = (const char *)r->whh + (size_t)(2 * H * H) * es;
+      r->phase = 0;
+      dl__rnn_rows(r, NULL, t);
+      dl__rnn_gemm(r->ctx, r->dtype, DL_NOTRANS, DL_TRANS, B, H, H, u, r->g_lb, whn, H, 0.0,
+                   (char *)r->s + (size_t)(2 * H) * es, GH);
+      if (jvp) { /* ts_n = tu w_hn^T + u tw_hn^T */
+        dl__rnn_gemm(r->ctx, r->dtype, DL_NOTRANS, DL_TRANS, B, H, H, r->tu, H, whn, H, 0.0,
+                     (char *)r->ts + (size_t)(2 * H) * es, GH);
+        if (r->twhh)
+          dl__rnn_gemm(r->ctx, r->dtype, DL_NOTRANS, DL_TRANS, B, H, H, u, r->g_lb,
+                       (const char *)r->twhh + (size_t)(2 * H * H) * es, H, 1.0, (char *)r->ts + (size_t)(2 * H) * es,
+                       GH);
+      }
+      r->phase = 1;
     }
     dl__rnn_rows(r, NULL, t);
   }
@@ -1008,7 +1158,8 @@ DL_API dl_tensor *dl_t_gru(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *
                            dl_tensor *b_ih, dl_tensor *b_hh, dl_tensor **h_n) {
   return dl__rnn_run(tp, "dl_t_gru", DL__RNN_GRU, x, h0, NULL, w_ih, w_hh, b_ih, b_hh, NULL, h_n, NULL);
 }
-/* dl_t_gru with options a (dl_rnn_args: per-row lengths; NULL = dl_t_gru). */
+/* dl_t_gru with options a (dl_rnn_args: per-row lengths, the reset gate
+ * before the product; NULL = dl_t_gru). */
 DL_API dl_tensor *dl_t_gru_ex(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tensor *w_ih, dl_tensor *w_hh,
                               dl_tensor *b_ih, dl_tensor *b_hh, const dl_rnn_args *a, dl_tensor **h_n) {
   return dl__rnn_run(tp, "dl_t_gru_ex", DL__RNN_GRU, x, h0, NULL, w_ih, w_hh, b_ih, b_hh, a, h_n, NULL);
