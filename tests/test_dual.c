@@ -670,6 +670,110 @@ static dl_dual64 cubic(dl_dual64 x) {
   return dl_sub(dl_sub(dl_mul(x, dl_mul(x, x)), dl_mul(2, x)), 5);
 }
 
+/* --- second derivatives: nested duals (dl_dual2) ------------------------------
+ * Each function on ((x, t), (1, 0)) must give v = (f(x), f'(x) t) and
+ * d = (f'(x), f''(x) t): v and d.v equal to the dl_dual64 results (1e-14
+ * relative: the composite rules round in another order), d.d / t against central differences
+ * of the dl_dual64 derivative, 1e-6 relative (floor 1e-7); for two inputs
+ * the mixed partials as well, with the seed on x0 then on x1. A few second
+ * derivatives are also checked against closed forms written here. */
+typedef dl_dual64 (*d64_1)(dl_dual64);
+typedef dl_dual2 (*d2_1)(dl_dual2);
+typedef dl_dual64 (*d64_2)(dl_dual64, dl_dual64);
+typedef dl_dual2 (*d2_2)(dl_dual2, dl_dual2);
+static double d64_slope(d64_1 f, double x) { return f(dl_dual64_make(x, 1.0)).d; }
+static int close2(double got, double want, double rel, double floor) {
+  return fabs(got - want) <= rel * fmax(fabs(want), floor);
+}
+static void check_second_1(const char *name, d64_1 f64, d2_1 f2, double x) {
+  const double t = 0.75, h = 1e-5 * fmax(1.0, fabs(x));
+  const dl_dual2 r = f2(dl_dual2_make(x, t, 1.0));
+  const dl_dual64 a = f64(dl_dual64_make(x, t)), b = f64(dl_dual64_make(x, 1.0));
+  const double fd = (d64_slope(f64, x + h) - d64_slope(f64, x - h)) / (2 * h);
+  CHECK_MSG(close2(r.v.v, a.v, 1e-14, 1e-300) && close2(r.v.d, a.d, 1e-14, 1e-300) && close2(r.d.v, b.d, 1e-14, 1e-300),
+            "%s(%g): first order (%.17g, %.17g, %.17g) vs dual64", name, x, r.v.v, r.v.d, r.d.v);
+  CHECK_MSG(close2(r.d.d / t, fd, 1e-6, 1e-7), "%s''(%g) = %.12g, central differences %.12g", name, x, r.d.d / t, fd);
+}
+static void check_second_2(const char *name, d64_2 f64, d2_2 f2, double x0, double x1) {
+  const double t0 = 0.6, t1 = -0.35, h = 1e-5;
+  int k;
+  for (k = 0; k < 2; k++) { /* the seed (the outer derivative) on x0, then on x1 */
+    const dl_dual2 r = f2(dl_dual2_make(x0, t0, k == 0), dl_dual2_make(x1, t1, k == 1));
+    /* d/ds of df/dxk at (x0 + s t0, x1 + s t1) */
+    const dl_dual64 p0 = f64(dl_dual64_make(x0 + h * t0, k == 0), dl_dual64_make(x1 + h * t1, k == 1));
+    const dl_dual64 m0 = f64(dl_dual64_make(x0 - h * t0, k == 0), dl_dual64_make(x1 - h * t1, k == 1));
+    const dl_dual64 b = f64(dl_dual64_make(x0, k == 0), dl_dual64_make(x1, k == 1));
+    const double fd = (p0.d - m0.d) / (2 * h);
+    CHECK_MSG(r.d.v == b.d, "%s(%g, %g) seed %d: first order %.17g vs %.17g", name, x0, x1, k, r.d.v, b.d);
+    CHECK_MSG(close2(r.d.d, fd, 1e-6, 1e-7), "%s(%g, %g) seed %d: second order %.12g, central differences %.12g",
+              name, x0, x1, k, r.d.d, fd);
+  }
+}
+static dl_dual64 d64_leaky(dl_dual64 x) { return dl_leaky_relu_dual64(x, 0.2); }
+static dl_dual2 d2_leaky(dl_dual2 x) { return dl_leaky_relu_dual2(x, 0.2); }
+static dl_dual64 d64_elu(dl_dual64 x) { return dl_elu_dual64(x, 1.3); }
+static dl_dual2 d2_elu(dl_dual2 x) { return dl_elu_dual2(x, 1.3); }
+static dl_dual64 d64_clamp(dl_dual64 x) { return dl_clamp_dual64(x, -1.0, 2.0); }
+static dl_dual2 d2_clamp(dl_dual2 x) { return dl_clamp_dual2(x, -1.0, 2.0); }
+/* a composite in the generic math, written once, evaluated on both types */
+static dl_dual64 comp64(dl_dual64 x) {
+  DL_SCALAR(dl_dual64);
+  return dl_mul(dl_tanh(dl_mul(x, 1.5)), dl_add(dl_exp(dl_neg(dl_square(x))), dl_softplus(x)));
+}
+static dl_dual2 comp2(dl_dual2 x) {
+  DL_SCALAR(dl_dual2);
+  return dl_mul(dl_tanh(dl_mul(x, 1.5)), dl_add(dl_exp(dl_neg(dl_square(x))), dl_softplus(x)));
+}
+static void test_second_derivatives(void) {
+  static const struct {
+    const char *name;
+    d64_1 f64;
+    d2_1 f2;
+    double lo; /* points: lo .. lo + 3 in steps of 0.73 (away from kinks) */
+  } un[] = {
+      {"exp", dl_exp_dual64, dl_exp_dual2, -2.1},          {"log", dl_log_dual64, dl_log_dual2, 0.3},
+      {"log1p", dl_log1p_dual64, dl_log1p_dual2, -0.7},    {"expm1", dl_expm1_dual64, dl_expm1_dual2, -2.1},
+      {"sqrt", dl_sqrt_dual64, dl_sqrt_dual2, 0.2},        {"sin", dl_sin_dual64, dl_sin_dual2, -1.9},
+      {"cos", dl_cos_dual64, dl_cos_dual2, -1.9},          {"tanh", dl_tanh_dual64, dl_tanh_dual2, -2.1},
+      {"sigmoid", dl_sigmoid_dual64, dl_sigmoid_dual2, -2.1}, {"erf", dl_erf_dual64, dl_erf_dual2, -1.6},
+      {"abs", dl_abs_dual64, dl_abs_dual2, -2.1},          {"square", dl_square_dual64, dl_square_dual2, -2.1},
+      {"relu", dl_relu_dual64, dl_relu_dual2, -2.1},       {"gelu_tanh", dl_gelu_tanh_dual64, dl_gelu_tanh_dual2, -2.9},
+      {"gelu", dl_gelu_dual64, dl_gelu_dual2, -2.9},       {"silu", dl_silu_dual64, dl_silu_dual2, -2.9},
+      {"softplus", dl_softplus_dual64, dl_softplus_dual2, -2.9}, {"neg", dl_neg_dual64, dl_neg_dual2, -2.1},
+      {"leaky_relu", d64_leaky, d2_leaky, -2.1},           {"elu", d64_elu, d2_elu, -2.1},
+      {"clamp", d64_clamp, d2_clamp, -2.1},                {"composite", comp64, comp2, -2.1},
+  };
+  static const struct {
+    const char *name;
+    d64_2 f64;
+    d2_2 f2;
+    double x0, x1;
+  } bin[] = {
+      {"add", dl_add_dual64, dl_add_dual2, 0.4, -1.3}, {"sub", dl_sub_dual64, dl_sub_dual2, 0.4, -1.3},
+      {"mul", dl_mul_dual64, dl_mul_dual2, 0.4, -1.3}, {"div", dl_div_dual64, dl_div_dual2, 0.4, -1.3},
+      {"pow", dl_pow_dual64, dl_pow_dual2, 1.7, -1.3}, {"pow", dl_pow_dual64, dl_pow_dual2, 0.6, 2.5},
+      {"max", dl_max_dual64, dl_max_dual2, 0.4, -1.3}, {"min", dl_min_dual64, dl_min_dual2, 0.4, -1.3},
+  };
+  int i, k;
+  for (i = 0; i < NELEM(un); i++)
+    for (k = 0; k < 5; k++) check_second_1(un[i].name, un[i].f64, un[i].f2, un[i].lo + 0.73 * k);
+  for (i = 0; i < NELEM(bin); i++) check_second_2(bin[i].name, bin[i].f64, bin[i].f2, bin[i].x0, bin[i].x1);
+  { /* closed forms: tanh'' = -2 t (1 - t^2), sigmoid'' = s (1 - s) (1 - 2 s), gelu'' = pdf (2 - x^2) */
+    const double x = 0.83, t = dl_tanh_f64(x), sg = sigm(x), pdf = exp(-0.5 * x * x) / sqrt(2 * 3.14159265358979323846);
+    CHECK(close2(dl_tanh_dual2(dl_dual2_make(x, 1, 1)).d.d, -2 * t * (1 - t * t), 1e-13, TINY));
+    CHECK(close2(dl_sigmoid_dual2(dl_dual2_make(x, 1, 1)).d.d, sg * (1 - sg) * (1 - 2 * sg), 1e-13, TINY));
+    CHECK(close2(dl_gelu_dual2(dl_dual2_make(x, 1, 1)).d.d, pdf * (2 - x * x), 1e-13, TINY));
+    CHECK(close2(dl_log_dual2(dl_dual2_make(x, 1, 1)).d.d, -1 / (x * x), 1e-15, TINY));
+  }
+  { /* numbers in a dl_dual2 context are constants; kinks and comparisons have no second derivative */
+    DL_SCALAR(dl_dual2);
+    const dl_dual2 c = dl_add(dl_mul(2, 3), 0.5), g = dl_gt(dl_dual2_make(1, 1, 1), 0);
+    CHECK(c.v.v == 6.5 && c.v.d == 0 && c.d.v == 0 && c.d.d == 0);
+    CHECK(g.v.v == 1 && g.d.v == 0 && g.d.d == 0);
+    CHECK(dl_relu_dual2(dl_dual2_make(0.0, 1, 1)).d.v == 0 && dl_abs_dual2(dl_dual2_make(0.0, 1, 1)).d.v == 0);
+  }
+}
+
 static void test_newton(void) {
   const double root = 2.0945514815423265;
   const double starts[] = {2.0, 3.0, 10.0};
@@ -701,5 +805,6 @@ int main(void) {
   RUN(test_generic_scalar);
   RUN(test_generic_types);
   RUN(test_newton);
+  RUN(test_second_derivatives);
   return harness_finish();
 }

@@ -4,8 +4,9 @@
  * with eps^2 = 0, so evaluating f on (x, 1) gives (f(x), f'(x)). dl_dual holds
  * floats, dl_dual64 doubles.
  *
- * Each function below exists as concrete, callable functions for four types:
+ * Each function below exists as concrete, callable functions for five types:
  *   dl_exp_f32(float)  dl_exp_f64(double)  dl_exp_dual(dl_dual)  dl_exp_dual64(dl_dual64)
+ *   dl_exp_dual2(dl_dual2)   (nested duals: second derivatives, see below)
  * and as one generic name, dl_exp(x), that picks among them. In C the pick is
  * made by _Generic from the *scalar context*, not from the argument alone:
  *
@@ -229,6 +230,143 @@ DL__SCALAR_FUNCS(double, f64, exp, log, log1p, expm1, sqrt, sin, cos, tanh, dl__
 DL__DUAL_FUNCS(dl_dual, float, dual, f32)
 DL__DUAL_FUNCS(dl_dual64, double, dual64, f64)
 
+/* >>nested duals (second derivatives) ----------------------------------------
+ * dl_dual2 is a dual number whose two parts are dl_dual64s: a dual of duals,
+ * (v, d) = v + d e2 with v = v.v + v.d e1 and e1^2 = e2^2 = 0. Evaluating f
+ * on ((x, t), (1, 0)) gives
+ *   v = (f(x), f'(x) t)        d = (f'(x), f''(x) t)
+ * so the second derivative along t comes out of the first-order rules
+ * applied twice. Each rule below is the dual rule of dl_dual64 with its
+ * arithmetic done in dl_dual64 (the inner derivative of the outer one): a
+ * user's element-wise op written with the generic math gets its second
+ * derivative with no code of its own (the op list's second-order backward
+ * rule, DL__EW_HVP in expr.h, is built on it). f64 only: f32 ops evaluate
+ * it in double. */
+typedef struct dl_dual2 { dl_dual64 v, d; } dl_dual2;
+DL_HD DL__VAPI dl_dual2 dl__mk_dual2(dl_dual64 v, dl_dual64 d) { dl_dual2 r; r.v = v; r.d = d; return r; }
+/* The value x + t e1 with derivative 1 along e2 (the point and direction a
+ * second-order rule evaluates at). */
+DL_HD DL__VAPI dl_dual2 dl_dual2_make(double x, double t, double dx) {
+  return dl__mk_dual2(dl_dual64_make(x, t), dl_dual64_make(dx, 0.0));
+}
+#define DL__D2K(k) dl_dual64_make((k), 0.0)
+DL_HD DL__VAPI dl_dual2 dl_add_dual2(dl_dual2 a, dl_dual2 b) {
+  return dl__mk_dual2(dl_add_dual64(a.v, b.v), dl_add_dual64(a.d, b.d));
+}
+DL_HD DL__VAPI dl_dual2 dl_sub_dual2(dl_dual2 a, dl_dual2 b) {
+  return dl__mk_dual2(dl_sub_dual64(a.v, b.v), dl_sub_dual64(a.d, b.d));
+}
+DL_HD DL__VAPI dl_dual2 dl_mul_dual2(dl_dual2 a, dl_dual2 b) {
+  return dl__mk_dual2(dl_mul_dual64(a.v, b.v), dl_add_dual64(dl_mul_dual64(a.d, b.v), dl_mul_dual64(a.v, b.d)));
+}
+DL_HD DL__VAPI dl_dual2 dl_div_dual2(dl_dual2 a, dl_dual2 b) {
+  dl_dual64 q = dl_div_dual64(a.v, b.v);
+  return dl__mk_dual2(q, dl_div_dual64(dl_sub_dual64(a.d, dl_mul_dual64(q, b.d)), b.v));
+}
+DL_HD DL__VAPI dl_dual2 dl_neg_dual2(dl_dual2 a) { return dl__mk_dual2(dl_neg_dual64(a.v), dl_neg_dual64(a.d)); }
+/* f(a) = (f(a.v), f'(a.v) a.d), f' evaluated in dl_dual64 */
+#define DL__D2_CHAIN(f, fprime) return dl__mk_dual2(f, dl_mul_dual64(a.d, fprime))
+DL_HD DL__VAPI dl_dual2 dl_exp_dual2(dl_dual2 a) {
+  dl_dual64 e = dl_exp_dual64(a.v);
+  DL__D2_CHAIN(e, e);
+}
+DL_HD DL__VAPI dl_dual2 dl_log_dual2(dl_dual2 a) { DL__D2_CHAIN(dl_log_dual64(a.v), dl_div_dual64(DL__D2K(1), a.v)); }
+DL_HD DL__VAPI dl_dual2 dl_log1p_dual2(dl_dual2 a) {
+  DL__D2_CHAIN(dl_log1p_dual64(a.v), dl_div_dual64(DL__D2K(1), dl_add_dual64(DL__D2K(1), a.v)));
+}
+DL_HD DL__VAPI dl_dual2 dl_expm1_dual2(dl_dual2 a) { DL__D2_CHAIN(dl_expm1_dual64(a.v), dl_exp_dual64(a.v)); }
+DL_HD DL__VAPI dl_dual2 dl_sqrt_dual2(dl_dual2 a) {
+  dl_dual64 s = dl_sqrt_dual64(a.v);
+  DL__D2_CHAIN(s, dl_div_dual64(DL__D2K(0.5), s));
+}
+DL_HD DL__VAPI dl_dual2 dl_sin_dual2(dl_dual2 a) { DL__D2_CHAIN(dl_sin_dual64(a.v), dl_cos_dual64(a.v)); }
+DL_HD DL__VAPI dl_dual2 dl_cos_dual2(dl_dual2 a) {
+  DL__D2_CHAIN(dl_cos_dual64(a.v), dl_neg_dual64(dl_sin_dual64(a.v)));
+}
+DL_HD DL__VAPI dl_dual2 dl_tanh_dual2(dl_dual2 a) {
+  dl_dual64 t = dl_tanh_dual64(a.v);
+  DL__D2_CHAIN(t, dl_sub_dual64(DL__D2K(1), dl_mul_dual64(t, t)));
+}
+DL_HD DL__VAPI dl_dual2 dl_sigmoid_dual2(dl_dual2 a) {
+  dl_dual64 s = dl_sigmoid_dual64(a.v);
+  DL__D2_CHAIN(s, dl_mul_dual64(s, dl_sub_dual64(DL__D2K(1), s)));
+}
+DL_HD DL__VAPI dl_dual2 dl_erf_dual2(dl_dual2 a) {
+  DL__D2_CHAIN(dl_erf_dual64(a.v),
+               dl_mul_dual64(DL__D2K(DL__2_OVER_SQRT_PI), dl_exp_dual64(dl_neg_dual64(dl_mul_dual64(a.v, a.v)))));
+}
+/* as dl_pow_dual64: d(a^b) = b a^(b-1) da + a^b ln(a) db, each term 0 where
+ * its factor da (db) is 0 everywhere, so that a constant exponent or base
+ * gives no 0 * inf */
+DL_HD DL__VAPI dl_dual2 dl_pow_dual2(dl_dual2 a, dl_dual2 b) {
+  dl_dual64 p = dl_pow_dual64(a.v, b.v), d = DL__D2K(0);
+  if (a.d.v != 0.0 || a.d.d != 0.0)
+    d = dl_mul_dual64(dl_mul_dual64(a.d, b.v), dl_pow_dual64(a.v, dl_sub_dual64(b.v, DL__D2K(1))));
+  if ((b.d.v != 0.0 || b.d.d != 0.0) && p.v != 0.0)
+    d = dl_add_dual64(d, dl_mul_dual64(dl_mul_dual64(b.d, p), dl_log_dual64(a.v)));
+  return dl__mk_dual2(p, d);
+}
+DL_HD DL__VAPI dl_dual2 dl_square_dual2(dl_dual2 a) { return dl_mul_dual2(a, a); }
+/* the kinks as the first-order rules: the slope of the side the value is on */
+DL_HD DL__VAPI dl_dual2 dl_abs_dual2(dl_dual2 a) {
+  return a.v.v > 0.0 ? a : (a.v.v < 0.0 ? dl_neg_dual2(a) : dl__mk_dual2(dl_abs_dual64(a.v), DL__D2K(0)));
+}
+DL_HD DL__VAPI dl_dual2 dl_relu_dual2(dl_dual2 a) {
+  return a.v.v > 0.0 ? a : dl__mk_dual2(dl_relu_dual64(a.v), DL__D2K(0));
+}
+DL_HD DL__VAPI dl_dual2 dl_leaky_relu_dual2(dl_dual2 a, double slope) {
+  return a.v.v > 0.0 ? a : dl_mul_dual2(a, dl__mk_dual2(DL__D2K(slope), DL__D2K(0)));
+}
+DL_HD DL__VAPI dl_dual2 dl_elu_dual2(dl_dual2 a, double alpha) {
+  if (a.v.v > 0.0) return a;
+  DL__D2_CHAIN(dl_mul_dual64(DL__D2K(alpha), dl_expm1_dual64(a.v)), dl_mul_dual64(DL__D2K(alpha), dl_exp_dual64(a.v)));
+}
+DL_HD DL__VAPI dl_dual2 dl_gelu_tanh_dual2(dl_dual2 a) {
+  /* 0.5 x (1 + tanh(u)), u = c (x + k x^3): written with the rules above */
+  dl_dual2 x3 = dl_mul_dual2(a, dl_mul_dual2(a, a));
+  dl_dual2 u = dl_mul_dual2(dl__mk_dual2(DL__D2K(DL__SQRT_2_OVER_PI), DL__D2K(0)),
+                            dl_add_dual2(a, dl_mul_dual2(dl__mk_dual2(DL__D2K(0.044715), DL__D2K(0)), x3)));
+  dl_dual2 h = dl_mul_dual2(dl__mk_dual2(DL__D2K(0.5), DL__D2K(0)), a);
+  return dl_mul_dual2(h, dl_add_dual2(dl__mk_dual2(DL__D2K(1), DL__D2K(0)), dl_tanh_dual2(u)));
+}
+DL_HD DL__VAPI dl_dual2 dl_gelu_dual2(dl_dual2 a) {
+  /* x cdf(x): d = cdf + x pdf, in dl_dual64 */
+  dl_dual64 x = a.v;
+  dl_dual64 cdf = dl_mul_dual64(DL__D2K(0.5),
+                                dl_add_dual64(DL__D2K(1), dl_erf_dual64(dl_mul_dual64(x, DL__D2K(DL__INV_SQRT_2)))));
+  dl_dual64 pdf = dl_mul_dual64(DL__D2K(DL__INV_SQRT_2PI), dl_exp_dual64(dl_mul_dual64(DL__D2K(-0.5), dl_mul_dual64(x, x))));
+  DL__D2_CHAIN(dl_mul_dual64(x, cdf), dl_add_dual64(cdf, dl_mul_dual64(x, pdf)));
+}
+DL_HD DL__VAPI dl_dual2 dl_silu_dual2(dl_dual2 a) { return dl_mul_dual2(a, dl_sigmoid_dual2(a)); }
+DL_HD DL__VAPI dl_dual2 dl_softplus_dual2(dl_dual2 a) {
+  DL__D2_CHAIN(dl_softplus_dual64(a.v), dl_sigmoid_dual64(a.v));
+}
+DL_HD DL__VAPI dl_dual2 dl_max_dual2(dl_dual2 a, dl_dual2 b) {
+  if (a.v.v > b.v.v || a.v.v != a.v.v) return a;
+  if (a.v.v < b.v.v || b.v.v != b.v.v) return b;
+  return dl_mul_dual2(dl_add_dual2(a, b), dl__mk_dual2(DL__D2K(0.5), DL__D2K(0)));
+}
+DL_HD DL__VAPI dl_dual2 dl_min_dual2(dl_dual2 a, dl_dual2 b) {
+  if (a.v.v < b.v.v || a.v.v != a.v.v) return a;
+  if (a.v.v > b.v.v || b.v.v != b.v.v) return b;
+  return dl_mul_dual2(dl_add_dual2(a, b), dl__mk_dual2(DL__D2K(0.5), DL__D2K(0)));
+}
+DL_HD DL__VAPI dl_dual2 dl_clamp_dual2(dl_dual2 a, double lo, double hi) {
+  if (a.v.v < lo) return dl__mk_dual2(DL__D2K(lo), DL__D2K(0));
+  if (a.v.v > hi) return dl__mk_dual2(DL__D2K(hi), DL__D2K(0));
+  return a;
+}
+#define DL__D2_CMP(name, OP)                                                           \
+  DL_HD DL__VAPI dl_dual2 dl_##name##_dual2(dl_dual2 a, dl_dual2 b) {                  \
+    return dl__mk_dual2(DL__D2K(a.v.v OP b.v.v ? 1.0 : 0.0), DL__D2K(0));              \
+  }
+DL__D2_CMP(gt, >)
+DL__D2_CMP(ge, >=)
+DL__D2_CMP(lt, <)
+DL__D2_CMP(le, <=)
+DL__D2_CMP(eq, ==)
+DL_HD DL__VAPI dl_dual2 dl_where_dual2(dl_dual2 c, dl_dual2 a, dl_dual2 b) { return c.v.v != 0.0 ? a : b; }
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
@@ -262,7 +400,7 @@ static const struct dl__ERROR_generic_math_needs_DL_SCALAR_or_DL_ASSIGN { int un
 static const struct dl__ERROR_generic_math_needs_DL_SCALAR_or_DL_ASSIGN *const dl__ptag;
 
 /* DL_SCALAR(type): generic math in the rest of the block computes in `type`
- * (float, double, dl_dual or dl_dual64). A statement; declares dl__tag and
+ * (float, double, dl_dual, dl_dual64 or dl_dual2). A statement; declares dl__tag and
  * dl__ptag. */
 #define DL_SCALAR(type) type const *const dl__tag = 0, *const dl__ptag = 0; (void)dl__tag; (void)dl__ptag
 
@@ -280,14 +418,16 @@ void dl__ERROR_mixing_dl_dual_and_dl_dual64(void);
  * Functions are picked by the precision alone (five choices, not one per
  * context: the text of every generic call is that much shorter), leaves by
  * whichever of the two decides them. */
-#define DL__PRECSEL(s32, s64, sd, sdd, p)                                              \
+#define DL__PRECSEL(s32, s64, sd, sdd, sd2, p)                                         \
   _Generic(dl__ptag, const float *: s32, const double *: s64, const dl_dual *: sd,     \
-           const dl_dual64 *: sdd, dl__probe *: p)
+           const dl_dual64 *: sdd, const dl_dual2 *: sd2, dl__probe *: p)
 /* Leaf conversions: (context tag, operand) -> a value of the context's type. */
 DL__VAPI float dl__num_f32(const void *tag, double x) { (void)tag; return (float)x; }
 DL__VAPI double dl__num_f64(const void *tag, double x) { (void)tag; return x; }
 DL__VAPI dl_dual dl__num_dual(const void *tag, double x) { (void)tag; return dl_dual_make((float)x, 0.0f); }
 DL__VAPI dl_dual64 dl__num_dual64(const void *tag, double x) { (void)tag; return dl_dual64_make(x, 0.0); }
+DL__VAPI dl_dual2 dl__num_dual2(const void *tag, double x) { (void)tag; return dl__mk_dual2(DL__D2K(x), DL__D2K(0)); }
+DL__VAPI dl_dual2 dl__same_dual2(const void *tag, dl_dual2 x) { (void)tag; return x; }
 DL__VAPI dl__probe *dl__num_probe(dl__probe *p, double x) { (void)x; return p; }
 DL__VAPI dl__probe *dl__same_probe(dl__probe *tag, dl__probe *x) { (void)tag; return x; }
 DL__VAPI dl_dual dl__same_dual(const void *tag, dl_dual x) { (void)tag; return x; }
@@ -347,7 +487,7 @@ DL_API dl__probe *dl__ld_probe(dl__probe *p, const dl_tensor *t) { dl__probe_ope
 #define DL__LEAF_DUAL DL__LEAF_DUALS(dl__same_dual, dl__ERROR_mixing_dl_dual_and_dl_dual64)
 #define DL__LEAF_DUAL64 DL__LEAF_DUALS(dl__ERROR_mixing_dl_dual_and_dl_dual64, dl__same_dual64)
 #define DL__LEAF_PROBE _Generic(dl__tag, dl__probe *: dl__same_probe, default: dl__ERROR_tensor_outside_DL_ASSIGN)
-#define DL__LEAF_NUMBER DL__PRECSEL(dl__num_f32, dl__num_f64, dl__num_dual, dl__num_dual64, dl__num_probe)
+#define DL__LEAF_NUMBER DL__PRECSEL(dl__num_f32, dl__num_f64, dl__num_dual, dl__num_dual64, dl__num_dual2, dl__num_probe)
 
 /* DL__L(x): x converted to the context's type, evaluated once.
  *
@@ -360,7 +500,8 @@ DL_API dl__probe *dl__ld_probe(dl__probe *p, const dl_tensor *t) { dl__probe_ope
  * get the portable two-paste form: the same result, exponential text. */
 #define DL__PICK(v)                                                                    \
   _Generic((v), dl_tensor *: DL__LEAF_TENSOR, const dl_tensor *: DL__LEAF_TENSOR,      \
-           dl_dual: DL__LEAF_DUAL, dl_dual64: DL__LEAF_DUAL64, dl__probe *: DL__LEAF_PROBE, \
+           dl_dual: DL__LEAF_DUAL, dl_dual64: DL__LEAF_DUAL64, dl_dual2: dl__same_dual2,      \
+           dl__probe *: DL__LEAF_PROBE,                                                \
            default: DL__LEAF_NUMBER)
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(DL_NO_GNU_EXTENSIONS)
 #define DL__LINEAR_MACROS 1
@@ -378,12 +519,14 @@ DL_API dl__probe *dl__probe_1n(dl__probe *a, double n) { (void)n; return a; }
 DL_API dl__probe *dl__probe_1nn(dl__probe *a, double n, double m) { (void)n; (void)m; return a; }
 
 /* The function `name` of the context's type; P is its probe version. */
-#define DL__FN(name, P) DL__PRECSEL(dl_##name##_f32, dl_##name##_f64, dl_##name##_dual, dl_##name##_dual64, P)
+#define DL__FN(name, P)                                                                \
+  DL__PRECSEL(dl_##name##_f32, dl_##name##_f64, dl_##name##_dual, dl_##name##_dual64, dl_##name##_dual2, P)
 
 /* DL_APPLY1/2(f, ...): call a user function family f_f32, f_f64, f_dual,
  * f_dual64 (as DL_DEFINE_OP makes) from generic code. */
-#define DL_APPLY1(f, a) DL__PRECSEL(f##_f32, f##_f64, f##_dual, f##_dual64, dl__probe_1)(DL__L(a))
-#define DL_APPLY2(f, a, b) DL__PRECSEL(f##_f32, f##_f64, f##_dual, f##_dual64, dl__probe_2)(DL__L(a), DL__L(b))
+#define DL_APPLY1(f, a) DL__PRECSEL(f##_f32, f##_f64, f##_dual, f##_dual64, f##_dual2, dl__probe_1)(DL__L(a))
+#define DL_APPLY2(f, a, b)                                                             \
+  DL__PRECSEL(f##_f32, f##_f64, f##_dual, f##_dual64, f##_dual2, dl__probe_2)(DL__L(a), DL__L(b))
 
 /* dl_val(x): x itself as the context's scalar (a tensor read at the current
  * element, a number converted): DL_ASSIGN(y, dl_val(b)) broadcasts b into y. */

@@ -31,7 +31,8 @@
  *
  * The op list: the library's element-wise ops are written once below as
  * X(name, expression in x0 [, x1] [, p0]) and each entry generates
- *   dl__op_NAME_f32/_f64/_dual/_dual64   scalar functions (the expression)
+ *   dl__op_NAME_f32/_f64/_dual/_dual64/_dual2   scalar functions (the
+ *        expression; _dual2 on nested duals gives second derivatives)
  *   dl_NAME_into(y, x0 [, x1] [, p0])     forward, broadcasting, via DL_ASSIGN
  *   dl_NAME_backward(gx0 [, gx1], gy, x0 [, x1] [, p0])
  *        gx += gy * df/dx, the derivative taken by evaluating the same
@@ -42,7 +43,7 @@
  *        numbers whose tangent parts are the txk (broadcast like the xk).
  * A user op is one line at file scope, the same way:
  *   DL_DEFINE_OP1(my_leaky, dl_max(dl_mul(0.2, x0), x0))
- * gives my_leaky_f32 ... my_leaky_dual64, my_leaky_into, my_leaky_backward and
+ * gives my_leaky_f32 ... my_leaky_dual64, my_leaky_dual2, my_leaky_into, my_leaky_backward and
  * my_leaky_jvp (ops.h's DL_T_MAP1(tape, my_leaky, x) records it on the tape),
  * and DL_APPLY1(my_leaky, t) uses it inside any DL_ASSIGN expression.
  */
@@ -587,6 +588,7 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
   DL_HD VSC double FAM##_f64(double x0 PD) { DL_SCALAR(double); return (expr); }         \
   DL_HD VSC dl_dual FAM##_dual(dl_dual x0 PD) { DL_SCALAR(dl_dual); return (expr); }     \
   DL_HD VSC dl_dual64 FAM##_dual64(dl_dual64 x0 PD) { DL_SCALAR(dl_dual64); return (expr); } \
+  DL_HD VSC dl_dual2 FAM##_dual2(dl_dual2 x0 PD) { DL_SCALAR(dl_dual2); return (expr); } \
   SC dl__probe *FAM##_probe(dl__probe *x0 PD) { dl__unused(0 PA); return x0; }        \
   DL__GPU_DECL(FAM)                                                                    \
   DL__EW_KERN1(SC, FAM, float, f32, dual, dl_dual_make, PA)                            \
@@ -644,6 +646,7 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
   DL_HD VSC double FAM##_f64(double x0, double x1) { DL_SCALAR(double); return (expr); } \
   DL_HD VSC dl_dual FAM##_dual(dl_dual x0, dl_dual x1) { DL_SCALAR(dl_dual); return (expr); } \
   DL_HD VSC dl_dual64 FAM##_dual64(dl_dual64 x0, dl_dual64 x1) { DL_SCALAR(dl_dual64); return (expr); } \
+  DL_HD VSC dl_dual2 FAM##_dual2(dl_dual2 x0, dl_dual2 x1) { DL_SCALAR(dl_dual2); return (expr); } \
   SC dl__probe *FAM##_probe(dl__probe *x0, dl__probe *x1) { (void)x1; return x0; }     \
   DL__GPU_DECL(FAM)                                                                    \
   DL__EW_KERN2(SC, FAM, float, f32, dual, dl_dual_make)                                \
