@@ -589,6 +589,14 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
   DL_HD VSC dl_dual FAM##_dual(dl_dual x0 PD) { DL_SCALAR(dl_dual); return (expr); }     \
   DL_HD VSC dl_dual64 FAM##_dual64(dl_dual64 x0 PD) { DL_SCALAR(dl_dual64); return (expr); } \
   DL_HD VSC dl_dual2 FAM##_dual2(dl_dual2 x0 PD) { DL_SCALAR(dl_dual2); return (expr); } \
+  /* second order at x[0] along t[0]: d[0] = f', d[1] = f'' t (seed k = 0) */         \
+  SC void FAM##_d2(const double *x, const double *t, int k, double p0, double *d) {   \
+    const dl_dual2 r_ = FAM##_dual2(dl_dual2_make(x[0], t[0], 1.0) PA);                \
+    (void)k;                                                                           \
+    (void)p0;                                                                          \
+    d[0] = r_.d.v;                                                                     \
+    d[1] = r_.d.d;                                                                     \
+  }                                                                                    \
   SC dl__probe *FAM##_probe(dl__probe *x0 PD) { dl__unused(0 PA); return x0; }        \
   DL__GPU_DECL(FAM)                                                                    \
   DL__EW_KERN1(SC, FAM, float, f32, dual, dl_dual_make, PA)                            \
@@ -647,6 +655,14 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
   DL_HD VSC dl_dual FAM##_dual(dl_dual x0, dl_dual x1) { DL_SCALAR(dl_dual); return (expr); } \
   DL_HD VSC dl_dual64 FAM##_dual64(dl_dual64 x0, dl_dual64 x1) { DL_SCALAR(dl_dual64); return (expr); } \
   DL_HD VSC dl_dual2 FAM##_dual2(dl_dual2 x0, dl_dual2 x1) { DL_SCALAR(dl_dual2); return (expr); } \
+  /* second order at (x[0], x[1]) along (t[0], t[1]), the seed on input k:      \
+   * d[0] = df/dxk, d[1] = d2f/dxk dx0 t0 + d2f/dxk dx1 t1 */                     \
+  SC void FAM##_d2(const double *x, const double *t, int k, double p0, double *d) {   \
+    const dl_dual2 r_ = FAM##_dual2(dl_dual2_make(x[0], t[0], k == 0), dl_dual2_make(x[1], t[1], k == 1)); \
+    (void)p0;                                                                          \
+    d[0] = r_.d.v;                                                                     \
+    d[1] = r_.d.d;                                                                     \
+  }                                                                                    \
   SC dl__probe *FAM##_probe(dl__probe *x0, dl__probe *x1) { (void)x1; return x0; }     \
   DL__GPU_DECL(FAM)                                                                    \
   DL__EW_KERN2(SC, FAM, float, f32, dual, dl_dual_make)                                \

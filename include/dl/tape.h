@@ -88,7 +88,10 @@ struct dl_node {
  * the sum of every gradient). A node that needs otherwise says so: */
 enum {
   DL_NODE_KEEP_SCRATCH = 1u << 0, /* the rule's scratch lives until the rewind (custom ops) */
-  DL_NODE_KEEP_OUT_GRAD = 1u << 1 /* a later rule reads out->grad (an RNN's c_n) */
+  DL_NODE_KEEP_OUT_GRAD = 1u << 1, /* a later rule reads out->grad (an RNN's c_n) */
+  DL_NODE_HVP = 1u << 2,           /* the rule also propagates the gradients' tangents (dl_hvp) */
+  DL_NODE_HVP_LINEAR = 1u << 3     /* the rule is linear in out->grad alone (a sum, a reshape, a
+                                      selection): dl_hvp runs it again on the tangents */
 };
 
 struct dl_tape {
@@ -110,6 +113,7 @@ struct dl_tape {
   struct dl_gpu *gpu;
   void *dev;
   void *gfree;                      /* dl_backward's spent gradients, for reuse (arena) */
+  int hvp;                          /* inside dl_hvp's walk: every gradient carries a tangent */
 };
 
 /* >>device tapes (the device arena behind a tape on a GPU; dl_tape_use_gpu) - */
@@ -297,6 +301,7 @@ DL_API void dl_sgrad_clear(dl_sgrad *s) {
 DL_API void dl_zero_grad(dl_tensor *t) {
   t->flags &= ~(unsigned)DL_TENSOR_DENSE_GRAD;
   if (t->grad) dl_tensor_fill(t->grad, 0.0);
+  if (t->grad && (t->grad->flags & DL_TENSOR_OWNS_TANGENT)) dl_tensor_fill(t->grad->tangent, 0.0);
   if (t->sgrad) dl_sgrad_clear((dl_sgrad *)t->sgrad);
 }
 /* Keep the gradient of an intermediate tensor after backward (valid until
@@ -471,7 +476,14 @@ typedef struct dl__gfree {
 /* A zeroed gradient for the intermediate x: a spent buffer of at least its
  * size (at most twice: the smallest that fits) when there is one, else new
  * in the arena. */
+DL_API dl_tensor *dl__tape_grad_new1(dl_tape *tp, const dl_tensor *x);
+/* A zeroed gradient for x (arena), with a zeroed tangent during dl_hvp. */
 DL_API dl_tensor *dl__tape_grad_new(dl_tape *tp, const dl_tensor *x) {
+  dl_tensor *g = dl__tape_grad_new1(tp, x);
+  if (tp->hvp && g) g->tangent = dl_tape_zeros(tp, "dl_hvp", x->dtype, x->ndim, x->shape);
+  return g;
+}
+DL_API dl_tensor *dl__tape_grad_new1(dl_tape *tp, const dl_tensor *x) {
   size_t bytes = (size_t)x->numel * dl_dtype_size(x->dtype);
   dl__gfree **pp, **best = NULL;
   dl_tensor *t;
@@ -517,13 +529,22 @@ DL_API dl_tensor *dl_tape_grad(dl_tape *tp, dl_tensor *x) {
   if (!x || !(x->flags & DL_TENSOR_REQUIRES_GRAD)) return NULL;
   if (!x->node) x->flags |= DL_TENSOR_DENSE_GRAD; /* a leaf: its dense gradient is in use */
   x->flags &= ~(unsigned)DL_TENSOR__GRAD_UNASKED;
-  if (x->grad) return x->grad;
-  if (!x->node) {
-    if (dl_requires_grad(x) != DL_OK)
-      DL_NOMEM(tp->ctx, "dl_backward", "the gradient of leaf %s (%zu bytes): %s", DL_SHAPESTR(x),
-               (size_t)x->numel * dl_dtype_size(x->dtype), dl_ctx_message(x->ctx));
+  if (!x->node && (x->grad || dl_requires_grad(x) == DL_OK)) {
+    if (tp->hvp && !x->grad->tangent) { /* a leaf's H v: long-lived, like its gradient */
+      dl_tensor *t = dl_tensor_make(x->ctx, x->dtype, x->ndim, x->shape);
+      if (!t)
+        DL_NOMEM(tp->ctx, "dl_hvp", "the Hessian-vector product of leaf %s (%zu bytes): %s", DL_SHAPESTR(x),
+                 (size_t)x->numel * dl_dtype_size(x->dtype), dl_ctx_message(x->ctx));
+      dl_tensor_fill(t, 0.0);
+      x->grad->tangent = t;
+      x->grad->flags |= DL_TENSOR_OWNS_TANGENT;
+    }
     return x->grad;
   }
+  if (x->grad) return x->grad;
+  if (!x->node)
+    DL_NOMEM(tp->ctx, "dl_backward", "the gradient of leaf %s (%zu bytes): %s", DL_SHAPESTR(x),
+             (size_t)x->numel * dl_dtype_size(x->dtype), dl_ctx_message(x->ctx));
   x->grad = dl__tape_grad_new(tp, x);
   return x->grad;
 }
@@ -649,12 +670,72 @@ DL_API dl_node *dl_tape_node_of(const dl_tape *tp, const dl_tensor *t) {
  * of some scalar with respect to loss. Accumulates into the leaves' .grad
  * (and row-sparse gradients). Can be called again for another loss recorded
  * on the same tape before the rewind (gradients add up). */
+DL_API void dl__backward_walk(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed, const char *who);
+/* dl_hvp's tangent rule of a node whose rule is linear in out->grad alone
+ * (DL_NODE_HVP_LINEAR): the rule again, with out->grad and the inputs'
+ * gradients swapped for their tangents (an input without a gradient is
+ * held out), so d(gx)/dv = rule(d(gy)/dv). */
+DL_API void dl__hvp_rerun(dl_tape *tp, dl_node *n) {
+  dl_tensor *go = n->out->grad, *g[64];
+  unsigned fl[64];
+  int k, j, nin = n->nin < 64 ? n->nin : 64;
+  for (k = 0; k < nin; k++) {
+    dl_tensor *x = n->in[k];
+    g[k] = NULL;
+    fl[k] = 0;
+    if (!x) continue;
+    for (j = 0; j < k && n->in[j] != x; j++) {}
+    if (j < k) continue; /* the same tensor twice: swapped once */
+    g[k] = x->grad;
+    fl[k] = x->flags;
+    if (x->grad && x->grad->tangent) x->grad = x->grad->tangent;
+    else x->flags &= ~(unsigned)DL_TENSOR_REQUIRES_GRAD;
+  }
+  n->out->grad = go->tangent;
+  tp->hvp = 0;
+  n->backward(tp, n);
+  tp->hvp = 1;
+  n->out->grad = go;
+  for (k = 0; k < nin; k++) {
+    dl_tensor *x = n->in[k];
+    for (j = 0; j < k && x && n->in[j] != x; j++) {}
+    if (!x || j < k) continue;
+    x->grad = g[k];
+    x->flags = (x->flags & DL_TENSOR_DENSE_GRAD) | fl[k];
+  }
+}
 DL_API void dl_backward(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
+  tp->hvp = 0;
+  dl__backward_walk(tp, loss, seed, "dl_backward");
+}
+/* Hessian-vector products (forward over reverse): dl_backward that also
+ * carries each gradient's tangent. With tangents v set on the parameters
+ * (dl_set_tangent) before the forward pass, every tensor of the pass has
+ * its tangent J v; this walk then propagates, with each gradient g, its
+ * derivative along v: a leaf that requires a gradient ends with
+ * leaf->grad->tangent += H v, the Hessian of the loss (of sum(loss * seed))
+ * times v, next to leaf->grad += the gradient. The tangent of a leaf's
+ * gradient is allocated on the first call (owned by the gradient, freed
+ * with it, zeroed by dl_zero_grad). Element-wise ops (the list's and a
+ * user's DL_DEFINE_OP) get their second-order rule from the same
+ * expression on nested dual numbers (dl_dual2); matmul, linear, the
+ * reductions, shape ops, softmax, log-softmax and the losses have their
+ * own. An op whose rule does not propagate tangents panics naming it. On
+ * the host only, for now. */
+DL_API void dl_hvp(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
+  if (tp->gpu || loss->device != DL_CPU)
+    DL_PANIC(tp->ctx, "dl_hvp", "Hessian-vector products run on the host: %s is on a device tape",
+             DL_SHAPESTR(loss));
+  tp->hvp = 1;
+  dl__backward_walk(tp, loss, seed, "dl_hvp");
+  tp->hvp = 0;
+}
+DL_API void dl__backward_walk(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed, const char *who) {
   dl_node *n, *from = dl_tape_node_of(tp, loss);
   dl_tensor *g;
   if (!from) {
     if (tp->nodes == 0 && tp->rewinds > 0) /* rewound, nothing recorded since */
-      DL_PANIC(tp->ctx, "dl_backward",
+      DL_PANIC(tp->ctx, who,
                "the tape was rewound after this loss was computed: its history is gone "
                "(backward twice across a rewind?); run the forward pass again");
     if (loss->flags & DL_TENSOR_REQUIRES_GRAD && !loss->node) {
@@ -664,13 +745,13 @@ DL_API void dl_backward(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
       else DL_ASSIGN(lg, dl_add(lg, 1.0));
       return;
     }
-    DL_PANIC(tp->ctx, "dl_backward",
+    DL_PANIC(tp->ctx, who,
              "loss %s was not recorded on this tape (made under no-grad, from inputs that "
              "require no gradient - a dl_model's parameters require theirs from dl_model_pack "
              "or the optimizer's make on - or on another tape)", DL_SHAPESTR(loss));
   }
   if (!seed && loss->numel != 1)
-    DL_PANIC(tp->ctx, "dl_backward",
+    DL_PANIC(tp->ctx, who,
              "loss %s is not a scalar: pass a seed gradient of the same shape", DL_SHAPESTR(loss));
   if (seed) dl__check_same(seed, loss, "dl_backward (seed)", 1);
   /* gradients of intermediates are per walk */
@@ -679,10 +760,17 @@ DL_API void dl_backward(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
   if (seed) dl_tensor_copy(g, seed);
   else dl_tensor_fill(g, 1.0);
   loss->grad = g;
+  if (tp->hvp) g->tangent = dl_tape_zeros(tp, who, loss->dtype, loss->ndim, loss->shape); /* the seed is constant */
   for (n = from; n; n = n->prev) {
     if (n->out->grad) {
       dl_arena_mark m;
       int k;
+      if (tp->hvp && !(n->flags & (DL_NODE_HVP | DL_NODE_HVP_LINEAR))) {
+        tp->hvp = 0;
+        DL_PANIC(tp->ctx, who, "%s has no second-order rule yet: its backward does not propagate tangents "
+                 "(dl_hvp supports the element-wise ops, matmul, linear, the reductions, shape ops, softmax, "
+                 "log-softmax and the losses)", n->op);
+      }
       /* the inputs' gradients first, so that the rule's scratch after them
        * can go when it returns; one the rule never asks for (where's
        * condition, a custom op's mask) is taken back, so that no gradient
@@ -696,6 +784,7 @@ DL_API void dl_backward(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
       }
       m = dl_arena_get_mark(&tp->arena);
       n->backward(tp, n);
+      if (tp->hvp && (n->flags & DL_NODE_HVP_LINEAR)) dl__hvp_rerun(tp, n);
       if (!(n->flags & DL_NODE_KEEP_SCRATCH)) dl_arena_rewind(&tp->arena, m);
       for (k = 0; k < n->nin; k++) {
         dl_tensor *x = n->in[k];
@@ -923,6 +1012,101 @@ DL_API int dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_
   }
   dl_no_grad_end(&tp);
   res->max_err = res->grad_err > res->jvp_err ? res->grad_err : res->jvp_err;
+  dl_tape_free(&tp);
+  dl_arena_free(&keep);
+  return res->max_err <= tol;
+}
+
+/* Check Hessian-vector products (dl_hvp) of f at the f64 inputs in[0..nin):
+ * for a random direction v over the inputs flagged with
+ * DL_TENSOR_REQUIRES_GRAD and a random seed w, H v of L = sum(f(in) * w)
+ * (each input's grad->tangent after one dl_hvp) against central
+ * differences of the gradient, (g(x + eps v) - g(x - eps v)) / 2 eps, from
+ * dl_backward, element by element. res->grad_err (and max_err) is the worst
+ * |Hv - numeric| / max(1, |numeric|); jvp_err is 0. Returns 1 when it is
+ * <= tol. The inputs' .grad and their tangents are left holding the last
+ * values computed. */
+DL_API int dl_hvpcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_tensor **in, double eps, double tol,
+                       dl_gradcheck_result *res) {
+  dl_tape tp;
+  dl_tensor *y, *w = NULL, *v[16], *hv[16], *gp[16];
+  dl_rng rng = dl_rng_make(0x51ed270b27a5c3f1ull);
+  dl_arena keep;
+  int k, side;
+  int64_t i;
+  memset(res, 0, sizeof *res);
+  res->input = -1;
+  if (nin > 16) DL_PANIC(ctx, "dl_hvpcheck", "at most 16 inputs, not %d", nin);
+  for (k = 0; k < nin; k++)
+    if ((in[k]->flags & DL_TENSOR_REQUIRES_GRAD) && in[k]->dtype != DL_F64)
+      DL_PANIC(ctx, "dl_hvpcheck", "input %d is %s: hvpcheck runs in f64", k, DL_SHAPESTR(in[k]));
+  if (dl_tape_init(&tp, ctx, 0) != DL_OK || dl_arena_init(&keep, ctx, 0, 1) != DL_OK)
+    DL_PANIC(ctx, "dl_hvpcheck", "out of memory");
+  for (k = 0; k < nin; k++) {
+    v[k] = hv[k] = gp[k] = NULL;
+    if (!(in[k]->flags & DL_TENSOR_REQUIRES_GRAD)) continue;
+    v[k] = dl_tensor_new(&keep, DL_F64, in[k]->ndim, in[k]->shape);
+    hv[k] = dl_tensor_new(&keep, DL_F64, in[k]->ndim, in[k]->shape);
+    gp[k] = dl_tensor_new(&keep, DL_F64, in[k]->ndim, in[k]->shape);
+    if (!v[k] || !hv[k] || !gp[k] || (!in[k]->grad && dl_requires_grad(in[k]) != DL_OK))
+      DL_PANIC(ctx, "dl_hvpcheck", "out of memory");
+    dl_tensor_rand_uniform(v[k], &rng, -1.0, 1.0);
+    dl_zero_grad(in[k]);
+    dl_set_tangent(in[k], v[k]);
+  }
+  /* H v by forward over reverse */
+  y = f(&tp, in, user);
+  w = dl_tensor_new(&keep, y->dtype, y->ndim, y->shape);
+  if (!w) DL_PANIC(ctx, "dl_hvpcheck", "out of memory");
+  dl_tensor_rand_uniform(w, &rng, -1.0, 1.0);
+  if (y->flags & DL_TENSOR_REQUIRES_GRAD) dl_hvp(&tp, y, w);
+  dl_tape_rewind(&tp);
+  for (k = 0; k < nin; k++)
+    if (v[k]) {
+      dl_set_tangent(in[k], NULL);
+      if (in[k]->grad->tangent) dl_tensor_copy(hv[k], in[k]->grad->tangent);
+      else dl_tensor_fill(hv[k], 0.0);
+    }
+  /* central differences of the gradient along v */
+  for (side = 0; side < 2; side++) {
+    const double step = side ? -2 * eps : eps;
+    for (k = 0; k < nin; k++)
+      if (v[k]) {
+        DL_ASSIGN(in[k], dl_add(in[k], dl_mul(step, v[k])));
+        dl_zero_grad(in[k]);
+      }
+    y = f(&tp, in, user);
+    if (y->flags & DL_TENSOR_REQUIRES_GRAD) dl_backward(&tp, y, w);
+    dl_tape_rewind(&tp);
+    for (k = 0; k < nin; k++)
+      if (v[k]) {
+        if (in[k]->sgrad) {
+          dl_sgrad_add_to((dl_sgrad *)in[k]->sgrad, in[k]->grad);
+          dl_sgrad_clear((dl_sgrad *)in[k]->sgrad);
+        }
+        if (side == 0) dl_tensor_copy(gp[k], in[k]->grad);
+        else DL_ASSIGN(gp[k], dl_div(dl_sub(gp[k], in[k]->grad), 2 * eps));
+      }
+  }
+  for (k = 0; k < nin; k++)
+    if (v[k]) DL_ASSIGN(in[k], dl_add(in[k], dl_mul(eps, v[k])));
+  for (k = 0; k < nin; k++) {
+    if (!v[k]) continue;
+    for (i = 0; i < v[k]->numel; i++) {
+      const double a = dl_f64(hv[k])[i], num = dl_f64(gp[k])[i];
+      double err = fabs(a - num) / (fabs(num) > 1 ? fabs(num) : 1);
+      if (!(err <= HUGE_VAL)) err = HUGE_VAL; /* NaN fails */
+      res->checked++;
+      if (err > res->grad_err || res->input < 0) {
+        if (err > res->grad_err) res->grad_err = err;
+        res->input = k;
+        res->index = i;
+        res->analytic = a;
+        res->numeric = num;
+      }
+    }
+  }
+  res->max_err = res->grad_err;
   dl_tape_free(&tp);
   dl_arena_free(&keep);
   return res->max_err <= tol;

@@ -45,7 +45,8 @@ enum {
   DL_TENSOR_REQUIRES_GRAD = 1u << 2,  /* recorded on the tape (tape.h) */
   DL_TENSOR_KEEP_GRAD = 1u << 3,      /* keep .grad of a non-leaf (tape.h) */
   DL_TENSOR_DENSE_GRAD = 1u << 4,     /* a leaf's dense .grad was written since its last zeroing (tape.h) */
-  DL_TENSOR__GRAD_UNASKED = 1u << 5   /* dl_backward made .grad before the rule ran; the rule has not asked for it */
+  DL_TENSOR__GRAD_UNASKED = 1u << 5,  /* dl_backward made .grad before the rule ran; the rule has not asked for it */
+  DL_TENSOR_OWNS_TANGENT = 1u << 6    /* .tangent is a heap tensor freed with this one (a leaf gradient's H v, tape.h) */
 };
 
 /* A row-sparse gradient of a 2-d tensor [rows, width] (tape.h; the
@@ -248,6 +249,7 @@ DL_API void dl_sgrad_free(dl_sgrad *s) {
 DL_API void dl_tensor_free(dl_tensor *t) {
   if (!t || !(t->flags & DL_TENSOR_OWNED)) return;
   if (t->grad && t->grad != t) dl_tensor_free(t->grad);
+  if ((t->flags & DL_TENSOR_OWNS_TANGENT) && t->tangent != t) dl_tensor_free(t->tangent);
   dl_sgrad_free((dl_sgrad *)t->sgrad);
 #ifdef DL__CUDA_C
   if (t->device == DL_CUDA && t->data) dl__gpu_release(t->ctx ? t->ctx->gpu : NULL, t->data);

@@ -143,33 +143,103 @@ typedef void (*dl__bwd2_fn)(dl_tensor *, dl_tensor *, const dl_tensor *, const d
 typedef void (*dl__jvp2_fn)(dl_tensor *, const dl_tensor *, const dl_tensor *, const dl_tensor *,
                             const dl_tensor *);
 
+typedef void (*dl__d2_fn)(const double *x, const double *t, int k, double p0, double *d);
+
+/* The element-wise ops' second-order rule (dl_hvp), from the op's
+ * expression on nested duals (expr.h's FAM_d2): for each input k with a
+ * gradient tangent tg[k],
+ *   tg[k] += tgy df/dxk + gy (d2f/dxk dx0 t0 + d2f/dxk dx1 t1)
+ * summed to x_k's shape; x[], t[] (NULL: zero) broadcast to gy's shape.
+ * Evaluated in double for f32 too. Host only. */
+DL_API void dl__hvp_ew(dl_tape *tp, const char *op, dl__d2_fn f, double p0, int nin, const dl_tensor *gy,
+                       const dl_tensor *tgy, dl_tensor *const *x, dl_tensor *const *t, dl_tensor *const *tg) {
+  int64_t st[2][2][DL_MAX_DIMS], idx[DL_MAX_DIMS], i;
+  const int nd = gy->ndim;
+  int k, j, d;
+  for (j = 0; j < nin; j++)
+    for (k = 0; k < 2; k++) { /* strides of x[j] (k 0) and t[j] (k 1) aligned to gy's shape */
+      const dl_tensor *a = k ? t[j] : x[j];
+      for (d = 0; d < nd; d++) {
+        const int da = d - (nd - (a ? a->ndim : 0));
+        st[j][k][d] = !a || da < 0 || a->shape[da] != gy->shape[d] ? 0 : a->strides[da];
+      }
+    }
+  for (k = 0; k < nin; k++) {
+    dl_tensor *acc;
+    if (!tg[k]) continue;
+    acc = dl_tensor_same_shape(tg[k], gy) && dl_tensor_is_contiguous(tg[k])
+              ? tg[k]
+              : dl_tape_zeros(tp, op, gy->dtype, gy->ndim, gy->shape);
+    memset(idx, 0, sizeof idx);
+    for (i = 0; i < gy->numel; i++) {
+      double xv[2] = {0, 0}, tv[2] = {0, 0}, dv[2], v;
+      int64_t o;
+      for (j = 0; j < nin; j++) {
+        for (o = 0, d = 0; d < nd; d++) o += idx[d] * st[j][0][d];
+        xv[j] = dl__get_at(x[j], o);
+        if (t[j]) {
+          for (o = 0, d = 0; d < nd; d++) o += idx[d] * st[j][1][d];
+          tv[j] = dl__get_at(t[j], o);
+        }
+      }
+      f(xv, tv, k, p0, dv);
+      v = dl__get_at(tgy, i) * dv[0] + dl__get_at(gy, i) * dv[1];
+      if (acc->dtype == DL_F32) ((float *)acc->data)[i] += (float)v;
+      else ((double *)acc->data)[i] += v;
+      for (d = nd - 1; d >= 0; d--) {
+        if (++idx[d] < gy->shape[d]) break;
+        idx[d] = 0;
+      }
+    }
+    if (acc != tg[k]) dl_sum_to_into(tg[k], acc);
+  }
+}
+
 DL_API void dl__t_map1_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
   if (gx) ((dl__bwd1_fn)n->fn[0])(gx, n->out->grad, n->in[0]);
+  if (gx && tp->hvp)
+    dl__hvp_ew(tp, n->op, (dl__d2_fn)n->fn[1], 0.0, 1, n->out->grad, n->out->grad->tangent, n->in,
+               &n->in[0]->tangent, &gx->tangent);
 }
 DL_API void dl__t_map1p_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
   if (gx) ((dl__bwd1p_fn)n->fn[0])(gx, n->out->grad, n->in[0], n->p[0]);
+  if (gx && tp->hvp)
+    dl__hvp_ew(tp, n->op, (dl__d2_fn)n->fn[1], n->p[0], 1, n->out->grad, n->out->grad->tangent, n->in,
+               &n->in[0]->tangent, &gx->tangent);
 }
 DL_API void dl__t_map2_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *ga = dl_tape_grad(tp, n->in[0]), *gb = dl_tape_grad(tp, n->in[1]);
   if (ga || gb) ((dl__bwd2_fn)n->fn[0])(ga, gb, n->out->grad, n->in[0], n->in[1]);
+  if ((ga || gb) && tp->hvp) {
+    dl_tensor *t[2], *tg[2];
+    t[0] = n->in[0]->tangent;
+    t[1] = n->in[1]->tangent;
+    tg[0] = ga ? ga->tangent : NULL; /* x op x: the same tangent twice, both partials added */
+    tg[1] = gb ? gb->tangent : NULL;
+    dl__hvp_ew(tp, n->op, (dl__d2_fn)n->fn[1], 0.0, 2, n->out->grad, n->out->grad->tangent, n->in, t, tg);
+  }
 }
 
 /* y = f(x) for an op made by expr.h's generator (DL_T_MAP1 below). */
 DL_API dl_tensor *dl__t_map1(dl_tape *tp, const char *op, dl_tensor *x, dl__into1_fn into,
-                             dl__bwd1_fn bw, dl__jvp1_fn jvp) {
+                             dl__bwd1_fn bw, dl__jvp1_fn jvp, dl__d2_fn d2) {
   dl_tensor *y;
   dl_node *n;
   dl__ops_same_float(op, x, NULL);
   y = dl_tape_out(tp, op, x->dtype, x->ndim, x->shape);
   into(y, x);
   if (x->tangent) jvp(dl_tape_tangent(tp, y), x, x->tangent);
-  if ((n = dl_tape_record(tp, op, dl__t_map1_bw, y, x, NULL, NULL)) != NULL) n->fn[0] = (void (*)(void))bw;
+  if ((n = dl_tape_record(tp, op, dl__t_map1_bw, y, x, NULL, NULL)) != NULL) {
+    n->fn[0] = (void (*)(void))bw;
+    n->fn[1] = (void (*)(void))d2;
+    n->flags |= DL_NODE_HVP;
+  }
   return y;
 }
 DL_API dl_tensor *dl__t_map1p(dl_tape *tp, const char *op, dl_tensor *x, double p0,
-                              dl__into1p_fn into, dl__bwd1p_fn bw, dl__jvp1p_fn jvp) {
+                              dl__into1p_fn into, dl__bwd1p_fn bw, dl__jvp1p_fn jvp, dl__d2_fn d2) {
   dl_tensor *y;
   dl_node *n;
   dl__ops_same_float(op, x, NULL);
@@ -178,13 +248,15 @@ DL_API dl_tensor *dl__t_map1p(dl_tape *tp, const char *op, dl_tensor *x, double 
   if (x->tangent) jvp(dl_tape_tangent(tp, y), x, x->tangent, p0);
   if ((n = dl_tape_record(tp, op, dl__t_map1p_bw, y, x, NULL, NULL)) != NULL) {
     n->fn[0] = (void (*)(void))bw;
+    n->fn[1] = (void (*)(void))d2;
+    n->flags |= DL_NODE_HVP;
     n->p[0] = p0;
   }
   return y;
 }
 /* y = f(a, b), a and b broadcast to y's shape. */
 DL_API dl_tensor *dl__t_map2(dl_tape *tp, const char *op, dl_tensor *a, dl_tensor *b,
-                             dl__into2_fn into, dl__bwd2_fn bw, dl__jvp2_fn jvp) {
+                             dl__into2_fn into, dl__bwd2_fn bw, dl__jvp2_fn jvp, dl__d2_fn d2) {
   dl_tensor *y;
   dl_node *n;
   int nd;
@@ -195,7 +267,11 @@ DL_API dl_tensor *dl__t_map2(dl_tape *tp, const char *op, dl_tensor *a, dl_tenso
   into(y, a, b);
   if (a->tangent || b->tangent)
     jvp(dl_tape_tangent(tp, y), a, dl_tangent_or_zero(tp, a), b, dl_tangent_or_zero(tp, b));
-  if ((n = dl_tape_record(tp, op, dl__t_map2_bw, y, a, b, NULL)) != NULL) n->fn[0] = (void (*)(void))bw;
+  if ((n = dl_tape_record(tp, op, dl__t_map2_bw, y, a, b, NULL)) != NULL) {
+    n->fn[0] = (void (*)(void))bw;
+    n->fn[1] = (void (*)(void))d2;
+    n->flags |= DL_NODE_HVP;
+  }
   return y;
 }
 
@@ -204,28 +280,29 @@ DL_API dl_tensor *dl__t_map2(dl_tape *tp, const char *op, dl_tensor *a, dl_tenso
  *   DL_DEFINE_OP1(my_leaky, dl_max(dl_mul(0.2, x0), x0))
  *   dl_tensor *y = DL_T_MAP1(tp, my_leaky, x);
  * Its backward and tangent rules come from the same expression. */
-#define DL_T_MAP1(tp, name, x) dl__t_map1((tp), #name, (x), name##_into, name##_backward, name##_jvp)
+#define DL_T_MAP1(tp, name, x) dl__t_map1((tp), #name, (x), name##_into, name##_backward, name##_jvp, name##_d2)
 #define DL_T_MAP1P(tp, name, x, p0)                                                    \
-  dl__t_map1p((tp), #name, (x), (p0), name##_into, name##_backward, name##_jvp)
+  dl__t_map1p((tp), #name, (x), (p0), name##_into, name##_backward, name##_jvp, name##_d2)
 #define DL_T_MAP2(tp, name, a, b)                                                      \
-  dl__t_map2((tp), #name, (a), (b), name##_into, name##_backward, name##_jvp)
+  dl__t_map2((tp), #name, (a), (b), name##_into, name##_backward, name##_jvp, name##_d2)
 
 /* The library's list: dl_t_relu(tp, x), dl_t_leaky_relu(tp, x, slope),
  * dl_t_add(tp, a, b), ... one function per entry of DL_OPS_UNARY,
  * DL_OPS_UNARY_P (number parameter p0) and DL_OPS_BINARY. */
 #define DL__T_LIB1(name, expr)                                                         \
   DL_API dl_tensor *dl_t_##name(dl_tape *tp, dl_tensor *x) {                           \
-    return dl__t_map1(tp, "dl_t_" #name, x, dl_##name##_into, dl_##name##_backward, dl_##name##_jvp); \
+    return dl__t_map1(tp, "dl_t_" #name, x, dl_##name##_into, dl_##name##_backward, dl_##name##_jvp, \
+                      dl__op_##name##_d2);                                             \
   }
 #define DL__T_LIB1P(name, expr)                                                        \
   DL_API dl_tensor *dl_t_##name(dl_tape *tp, dl_tensor *x, double p0) {                \
     return dl__t_map1p(tp, "dl_t_" #name, x, p0, dl_##name##_into, dl_##name##_backward, \
-                       dl_##name##_jvp);                                               \
+                       dl_##name##_jvp, dl__op_##name##_d2);                           \
   }
 #define DL__T_LIB2(name, expr)                                                         \
   DL_API dl_tensor *dl_t_##name(dl_tape *tp, dl_tensor *a, dl_tensor *b) {             \
     return dl__t_map2(tp, "dl_t_" #name, a, b, dl_##name##_into, dl_##name##_backward, \
-                      dl_##name##_jvp);                                                \
+                      dl_##name##_jvp, dl__op_##name##_d2);                            \
   }
 DL_OPS_UNARY(DL__T_LIB1)
 DL_OPS_UNARY_P(DL__T_LIB1P)
@@ -370,14 +447,24 @@ DL_API void dl__matmul_grad_b(dl_tape *tp, dl_tensor *gb, dl_tensor *a, const dl
     dl_matmul_into(gb, &at, gy, 1.0, 1.0);
   }
 }
-DL_API void dl__t_matmul_bw(dl_tape *tp, dl_node *n) {
-  dl_tensor *a = n->in[0], *b = n->in[1], *gy = n->out->grad;
-  dl_tensor *ga = dl_tape_grad(tp, a), *gb = dl_tape_grad(tp, b);
+/* ga += gy b^T, gb += a^T gy (either NULL: skipped). */
+DL_API void dl__matmul_grads(dl_tape *tp, dl_tensor *ga, dl_tensor *gb, const dl_tensor *gy, dl_tensor *a,
+                             const dl_tensor *b) {
   if (ga) {
     dl_tensor bt = dl_view_transpose(b, b->ndim - 2, b->ndim - 1);
     dl_matmul_into(ga, gy, &bt, 1.0, 1.0);
   }
   if (gb) dl__matmul_grad_b(tp, gb, a, gy);
+}
+DL_API void dl__t_matmul_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *a = n->in[0], *b = n->in[1], *gy = n->out->grad;
+  dl_tensor *ga = dl_tape_grad(tp, a), *gb = dl_tape_grad(tp, b);
+  dl__matmul_grads(tp, ga, gb, gy, a, b);
+  if (tp->hvp) { /* d(ga) = d(gy) b^T + gy tb^T, d(gb) = a^T d(gy) + ta^T gy */
+    dl__matmul_grads(tp, ga ? ga->tangent : NULL, gb ? gb->tangent : NULL, gy->tangent, a, b);
+    if (ga && b->tangent) dl__matmul_grads(tp, ga->tangent, NULL, gy, a, b->tangent);
+    if (gb && a->tangent) dl__matmul_grads(tp, NULL, gb->tangent, gy, a->tangent, b);
+  }
 }
 /* y = a @ b: a [..., M, K], b [K, N] (shared by every batch) or [..., K, N]
  * with a's batch dimensions; y [..., M, N]. Transposed views are read
@@ -404,27 +491,45 @@ DL_API dl_tensor *dl_t_matmul(dl_tape *tp, dl_tensor *a, dl_tensor *b) {
     if (a->tangent) dl_matmul_into(ty, a->tangent, b, 1.0, 1.0);
     if (b->tangent) dl_matmul_into(ty, a, b->tangent, 1.0, 1.0);
   }
-  dl_tape_record(tp, "dl_t_matmul", dl__t_matmul_bw, y, a, b, NULL);
+  {
+    dl_node *nd = dl_tape_record(tp, "dl_t_matmul", dl__t_matmul_bw, y, a, b, NULL);
+    if (nd) nd->flags |= DL_NODE_HVP;
+  }
   return y;
 }
 
 /* y = x @ w^T + b (PyTorch's Linear: w [out, in], b [out] or NULL);
  * x [..., in] -> y [..., out]. One GEMM; the bias is its initial value. */
-DL_API void dl__t_linear_bw(dl_tape *tp, dl_node *n) {
-  dl_tensor *x = n->in[0], *w = n->saved[1], *b = n->nin > 2 ? n->in[2] : NULL, *gy = n->out->grad;
-  dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, n->in[1]), *gb = dl_tape_grad(tp, b);
+/* gx += gy w, gw += gy^T xc, gb += the column sums of gy (each NULL: skipped);
+ * xc contiguous, gx and gy contiguous (gradients). */
+DL_API void dl__linear_grads(dl_tensor *gx, dl_tensor *gw, dl_tensor *gb, const dl_tensor *gy, const dl_tensor *xc,
+                             const dl_tensor *w) {
+  const int64_t in = w->shape[1];
   dl_tensor g2 = dl_view_reshape(gy, DL_SHAPE(-1, gy->shape[gy->ndim - 1]));
   if (gx) {
-    dl_tensor gx2 = dl_view_reshape(gx, DL_SHAPE(-1, x->shape[x->ndim - 1]));
+    dl_tensor gx2 = dl_view_reshape(gx, DL_SHAPE(-1, in));
     dl_matmul_into(&gx2, &g2, w, 1.0, 1.0);
   }
   if (gw) {
-    dl_tensor *xc = n->saved[0]; /* x, or the contiguous copy the forward made */
-    dl_tensor x2 = dl_view_reshape(xc, DL_SHAPE(-1, x->shape[x->ndim - 1]));
+    dl_tensor x2 = dl_view_reshape(xc, DL_SHAPE(-1, in));
     dl_tensor gt = dl_view_transpose(&g2, 0, 1);
     dl_matmul_into(gw, &gt, &x2, 1.0, 1.0);
   }
   if (gb) dl_sum_to_into(gb, gy);
+}
+DL_API void dl__t_linear_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *x = n->in[0], *w = n->saved[1], *b = n->nin > 2 ? n->in[2] : NULL, *gy = n->out->grad;
+  dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, n->in[1]), *gb = dl_tape_grad(tp, b);
+  dl__linear_grads(gx, gw, gb, gy, n->saved[0], w); /* saved[0]: x, or the contiguous copy the forward made */
+  if (tp->hvp) { /* d(gx) = d(gy) w + gy tw, d(gw) = d(gy)^T x + gy^T tx, d(gb) = sums of d(gy) */
+    dl__linear_grads(gx ? gx->tangent : NULL, gw ? gw->tangent : NULL, gb ? gb->tangent : NULL, gy->tangent,
+                     n->saved[0], w);
+    if (gx && n->in[1]->tangent) {
+      dl_tensor *tw = dl__t_contig(tp, n->op, n->in[1]->tangent);
+      dl__linear_grads(gx->tangent, NULL, NULL, gy, n->saved[0], tw);
+    }
+    if (gw && x->tangent) dl__linear_grads(NULL, gw->tangent, NULL, gy, dl__t_contig(tp, n->op, x->tangent), w);
+  }
 }
 DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor *b) {
   dl_tensor *y, *xc, *wc, x2, y2, wt;
@@ -480,6 +585,7 @@ DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
     if (n) {
       n->saved[0] = xc;
       n->saved[1] = wc;
+      n->flags |= DL_NODE_HVP;
     }
   }
   return y;

@@ -258,6 +258,22 @@ DL_API void dl__loss_ew_bw(dl_tape *tp, dl_node *n) {
   A.ga = ga ? ga->data : NULL;
   A.gb = gb ? gb->data : NULL;
   dl__loss_run(tp, n->op, dl__lew_blk, &A, a->numel, DL__LOSS_BLOCK, a->numel, 0);
+  if (tp->hvp) { /* mse: the gradient 2 s gy (a - b) is linear in gy and in (a, b) */
+    const dl_tensor *ta = n->in[0]->tangent, *tb = n->in[1]->tangent;
+    if (A.kind != DL__LK_MSE)
+      DL_PANIC(tp->ctx, "dl_hvp", "%s has no second-order rule yet (of the element-wise losses, dl_t_mse has one)",
+               n->op);
+    A.gy = gy->tangent->data;
+    A.ga = ga ? ga->tangent->data : NULL;
+    A.gb = gb ? gb->tangent->data : NULL;
+    dl__loss_run(tp, n->op, dl__lew_blk, &A, a->numel, DL__LOSS_BLOCK, a->numel, 0);
+    if (ta || tb) {
+      A.gy = gy->data;
+      A.a = ta ? dl__t_contig(tp, n->op, (dl_tensor *)ta)->data : dl_tape_zeros(tp, n->op, a->dtype, a->ndim, a->shape)->data;
+      A.b = tb ? dl__t_contig(tp, n->op, (dl_tensor *)tb)->data : dl_tape_zeros(tp, n->op, a->dtype, a->ndim, a->shape)->data;
+      dl__loss_run(tp, n->op, dl__lew_blk, &A, a->numel, DL__LOSS_BLOCK, a->numel, 0);
+    }
+  }
 }
 
 #ifdef DL_USE_CUDA
@@ -289,6 +305,7 @@ DL_API dl_tensor *dl__loss_ew_gpu(dl_tape *tp, const char *op, int kind, dl_tens
                                           tb ? tb->data : NULL, none ? ty->data : NULL, none ? NULL : ty->data, div));
   }
   if ((n = dl_tape_record(tp, op, dl__loss_ew_bw, y, a, b, NULL)) != NULL) {
+    n->flags |= kind == DL__LK_MSE ? (unsigned)DL_NODE_HVP : 0u;
     n->i[0] = (int64_t)r;
     n->i[1] = kind;
     n->p[0] = p;
@@ -345,6 +362,7 @@ DL_API dl_tensor *dl__loss_ew(dl_tape *tp, const char *op, int kind, dl_tensor *
     if (r != DL_REDUCE_NONE) dl__set_at(ty, 0, r == DL_REDUCE_MEAN ? s / (double)N : s);
   }
   if ((n = dl_tape_record(tp, op, dl__loss_ew_bw, y, a, b, NULL)) != NULL) {
+    n->flags |= kind == DL__LK_MSE ? (unsigned)DL_NODE_HVP : 0u;
     n->i[0] = (int64_t)r;
     n->i[1] = kind;
     n->p[0] = p;
@@ -590,6 +608,24 @@ DL_API void dl__t_cross_entropy_bw(dl_tape *tp, dl_node *n) {
   A.gscale = r == DL_REDUCE_MEAN ? 1.0 / (double)N : 1.0;
   A.gx = gx->data;
   dl__loss_run(tp, n->op, dl__ce_blk, &A, N, dl__ce_rows_per_block(C), N * C, 0);
+  if (tp->hvp) { /* d(gx) = (p - target) d(g) + g p (t - <p, t>) per row, t the logits' tangent */
+    const dl_tensor *tz = n->in[0]->tangent;
+    int64_t i, c;
+    A.gy = gy->tangent->data;
+    A.gx = gx->tangent->data;
+    dl__loss_run(tp, n->op, dl__ce_blk, &A, N, dl__ce_rows_per_block(C), N * C, 0);
+    if (tz)
+      for (i = 0; i < N; i++) {
+        const double g = dl__get_at(gy, i * A.gstride) * A.gscale;
+        double dot = 0;
+        for (c = 0; c < C; c++) dot += dl__get_at(prob, i * C + c) * dl__get_at(tz, dl__offset_of_linear(tz, i * C + c));
+        for (c = 0; c < C; c++) {
+          const double pc = dl__get_at(prob, i * C + c), v = g * pc * (dl__get_at(tz, dl__offset_of_linear(tz, i * C + c)) - dot);
+          if (gx->dtype == DL_F32) ((float *)gx->tangent->data)[i * C + c] += (float)v;
+          else ((double *)gx->tangent->data)[i * C + c] += v;
+        }
+      }
+  }
 }
 
 #ifdef DL_USE_CUDA
@@ -618,6 +654,7 @@ DL_API dl_tensor *dl__cross_entropy_gpu(dl_tape *tp, const char *op, dl_tensor *
                                                      none ? ty->data : NULL, none ? NULL : ty->data, div));
   }
   if ((n = dl_tape_record(tp, op, dl__t_cross_entropy_bw, y, logits, NULL, NULL)) != NULL) {
+    n->flags |= DL_NODE_HVP;
     n->i[0] = (int64_t)r;
     n->p[0] = eps;
     n->saved[0] = prob;
@@ -679,6 +716,7 @@ DL_API dl_tensor *dl_t_cross_entropy(dl_tape *tp, dl_tensor *logits, const dl_te
     if (r != DL_REDUCE_NONE) dl__set_at(ty, 0, r == DL_REDUCE_MEAN ? s / (double)N : s);
   }
   if ((n = dl_tape_record(tp, op, dl__t_cross_entropy_bw, y, logits, NULL, NULL)) != NULL) {
+    n->flags |= DL_NODE_HVP;
     n->i[0] = (int64_t)r;
     n->p[0] = label_smoothing;
     n->saved[0] = prob;

@@ -600,6 +600,12 @@ DL_API int dl__red_out_shape(const dl_tensor *x, unsigned mask, int keepdim, int
 /* >>sum, mean, max, min, var, logsumexp ------------------------------------- */
 
 enum { DL__RK_SUM, DL__RK_MEAN, DL__RK_MAX, DL__RK_MIN, DL__RK_VAR, DL__RK_LSE };
+/* dl_hvp: sums, means and the selections of max and min are linear in the
+ * output's gradient (their tangent rule is the rule itself); var and
+ * logsumexp have no second-order rule yet. */
+DL_API unsigned dl__red_hvp_flag(int kind) {
+  return kind == DL__RK_VAR || kind == DL__RK_LSE ? 0u : (unsigned)DL_NODE_HVP_LINEAR;
+}
 
 #ifdef DL_USE_CUDA
 /* The kernel's kind (dl/gpu/reduce.h) of a reduction kind; mean is a scaled sum. */
@@ -694,6 +700,7 @@ DL_API dl_tensor *dl__t_reduce_gpu(dl_tape *tp, const char *op, int kind, dl_ten
   if ((n = dl_tape_record(tp, op, dl__t_reduce_bw, y, x, NULL, NULL)) != NULL) {
     n->i[0] = (int64_t)mask;
     n->i[1] = kind;
+    n->flags |= dl__red_hvp_flag(kind);
     n->p[0] = kind == DL__RK_VAR ? 2.0 / denom : scale;
     n->saved[0] = xc;
     n->saved[1] = means;
@@ -728,7 +735,7 @@ DL_API dl_tensor *dl__t_reduce(dl_tape *tp, const char *op, int kind, dl_tensor 
     } else if (kind == DL__RK_MEAN || kind == DL__RK_VAR) v = NAN;
     else if (kind == DL__RK_LSE) v = -INFINITY;
     dl_tensor_fill(y, v);
-    dl_tape_record(tp, op, dl__t_reduce_bw, y, x, NULL, NULL);
+    if ((n = dl_tape_record(tp, op, dl__t_reduce_bw, y, x, NULL, NULL)) != NULL) n->flags |= DL_NODE_HVP_LINEAR;
     return y;
   }
 #ifdef DL_USE_CUDA
@@ -796,6 +803,7 @@ DL_API dl_tensor *dl__t_reduce(dl_tape *tp, const char *op, int kind, dl_tensor 
   if ((n = dl_tape_record(tp, op, dl__t_reduce_bw, y, x, NULL, NULL)) != NULL) {
     n->i[0] = (int64_t)mask;
     n->i[1] = kind;
+    n->flags |= dl__red_hvp_flag(kind);
     n->p[0] = kind == DL__RK_VAR ? 2.0 / denom : scale;
     n->saved[0] = xc;
     n->saved[1] = means;

@@ -280,6 +280,7 @@ DL_API dl_tensor *dl_t_transpose(dl_tape *tp, dl_tensor *x, int d0, int d1) {
     dl__shape_tangent_copy(tp, y, &tv);
   }
   if ((n = dl_tape_record(tp, "dl_t_transpose", dl__t_transpose_bw, y, x, NULL, NULL)) != NULL) {
+    n->flags |= DL_NODE_HVP_LINEAR;
     n->i[0] = a;
     n->i[1] = b;
   }
@@ -317,8 +318,10 @@ DL_API dl_tensor *dl_t_permute(dl_tape *tp, dl_tensor *x, const int *perm) {
     dl_tensor tv = dl_view_permute(x->tangent, p);
     dl__shape_tangent_copy(tp, y, &tv);
   }
-  if ((n = dl_tape_record(tp, "dl_t_permute", dl__t_permute_bw, y, x, NULL, NULL)) != NULL)
+  if ((n = dl_tape_record(tp, "dl_t_permute", dl__t_permute_bw, y, x, NULL, NULL)) != NULL) {
     for (d = 0; d < x->ndim; d++) n->i[d] = p[d];
+    n->flags |= DL_NODE_HVP_LINEAR;
+  }
   return y;
 }
 
@@ -352,7 +355,10 @@ DL_API dl_tensor *dl__t_reshape_to(dl_tape *tp, const char *op, dl_tensor *x, in
     tv = dl__shape_as(y->tangent, x->ndim, x->shape);
     dl__shape_move(&tv, x->tangent, 0);
   }
-  dl_tape_record(tp, op, dl__t_reshape_bw, y, x, NULL, NULL);
+  {
+    dl_node *n = dl_tape_record(tp, op, dl__t_reshape_bw, y, x, NULL, NULL);
+    if (n) n->flags |= DL_NODE_HVP_LINEAR;
+  }
   return y;
 }
 
@@ -442,6 +448,7 @@ DL_API dl_tensor *dl_t_slice(dl_tape *tp, dl_tensor *x, int dim, int64_t start, 
     dl__shape_tangent_copy(tp, y, &tv);
   }
   if ((n = dl_tape_record(tp, "dl_t_slice", dl__t_slice_bw, y, x, NULL, NULL)) != NULL) {
+    n->flags |= DL_NODE_HVP_LINEAR;
     n->i[0] = d;
     n->i[1] = start;
     n->i[2] = stop;
@@ -602,6 +609,7 @@ DL_API dl_tensor *dl_t_index_select(dl_tape *tp, dl_tensor *x, int dim, const dl
                          (const int64_t *)ix->data, d);
   }
   if ((n = dl_tape_record(tp, "dl_t_index_select", dl__t_index_select_bw, y, x, NULL, NULL)) != NULL) {
+    n->flags |= DL_NODE_HVP_LINEAR;
     n->i[0] = d;
     n->saved[0] = ix;
   }
@@ -725,6 +733,7 @@ DL_API dl_tensor *dl_t_gather(dl_tape *tp, dl_tensor *x, int dim, const dl_tenso
     dl__gather_fwd(tp, y->tangent, x->tangent, (const int64_t *)ix->data, d);
   }
   if ((n = dl_tape_record(tp, "dl_t_gather", dl__t_gather_bw, y, x, NULL, NULL)) != NULL) {
+    n->flags |= DL_NODE_HVP_LINEAR;
     n->i[0] = d;
     n->saved[0] = ix;
   }
@@ -797,7 +806,10 @@ DL_API dl_tensor *dl_t_concat(dl_tape *tp, int n, dl_tensor *const *xs, int dim)
       off += xs[k]->shape[d];
     }
   }
-  if ((nd = dl_tape_record_n(tp, "dl_t_concat", dl__t_concat_bw, y, n, xs)) != NULL) nd->i[0] = d;
+  if ((nd = dl_tape_record_n(tp, "dl_t_concat", dl__t_concat_bw, y, n, xs)) != NULL) {
+    nd->i[0] = d;
+    nd->flags |= DL_NODE_HVP_LINEAR;
+  }
   return y;
 }
 
@@ -838,7 +850,10 @@ DL_API dl_tensor *dl_t_stack(dl_tape *tp, int n, dl_tensor *const *xs, int dim) 
         dl__shape_move(&v, xs[k]->tangent, 0);
       }
   }
-  if ((nd = dl_tape_record_n(tp, "dl_t_stack", dl__t_stack_bw, y, n, xs)) != NULL) nd->i[0] = d;
+  if ((nd = dl_tape_record_n(tp, "dl_t_stack", dl__t_stack_bw, y, n, xs)) != NULL) {
+    nd->i[0] = d;
+    nd->flags |= DL_NODE_HVP_LINEAR;
+  }
   return y;
 }
 
@@ -940,7 +955,10 @@ DL_API dl_tensor *dl_t_pad(dl_tape *tp, dl_tensor *x, int npairs, const int64_t 
 #ifdef DL_USE_CUDA
   if (y->device == DL_CUDA) {
     dl__t_pad_gpu(tp, x, y, lr, value);
-    if ((n = dl_tape_record(tp, "dl_t_pad", dl__t_pad_bw, y, x, NULL, NULL)) != NULL) n->saved[0] = lrt;
+    if ((n = dl_tape_record(tp, "dl_t_pad", dl__t_pad_bw, y, x, NULL, NULL)) != NULL) {
+      n->saved[0] = lrt;
+      n->flags |= DL_NODE_HVP_LINEAR;
+    }
     return y;
   }
 #endif
@@ -958,7 +976,10 @@ DL_API dl_tensor *dl_t_pad(dl_tape *tp, dl_tensor *x, int npairs, const int64_t 
       dl__shape_move(&b, &a, 0);
     }
   }
-  if ((n = dl_tape_record(tp, "dl_t_pad", dl__t_pad_bw, y, x, NULL, NULL)) != NULL) n->saved[0] = lrt;
+  if ((n = dl_tape_record(tp, "dl_t_pad", dl__t_pad_bw, y, x, NULL, NULL)) != NULL) {
+    n->saved[0] = lrt;
+    n->flags |= DL_NODE_HVP_LINEAR;
+  }
   return y;
 }
 

@@ -1,0 +1,285 @@
+/* tests/test_hvp.c - Hessian-vector products (dl_hvp, tape.h): forward over
+ * reverse, checked with dl_hvpcheck (H v against central differences of the
+ * gradient, f64, 1e-6) for every family that has a second-order rule:
+ * every element-wise op of the list (from the nested-dual expression),
+ * broadcasting and an input used twice, a user's one-line op, matmul
+ * (shared and batched right side), linear (bias, a strided input), the
+ * reductions that have one (sum, mean, max), the shape ops, the losses
+ * (cross-entropy with and without label smoothing, every reduction; mse);
+ * a two-layer MLP end to end. Then the bookkeeping: H v accumulates over
+ * two calls like the gradient, dl_zero_grad clears it, the plain gradient
+ * of dl_hvp equals dl_backward's bit for bit, and an op without a rule
+ * panics naming itself.
+ */
+#include "dl.h"
+#include "harness.h"
+
+static dl_ctx ctx;
+
+DL_DEFINE_OP1(test_softsign, dl_div(x0, dl_add(1, dl_abs(x0))))
+
+enum {
+  P_UNARY, P_UNARY_P, P_BINARY, P_BINARY_BCAST, P_SAME_TWICE, P_USER, P_MATMUL, P_MATMUL_BATCH, P_LINEAR,
+  P_LINEAR_STRIDED, P_REDUCE, P_SHAPE, P_CE, P_MSE, P_MLP
+};
+typedef struct prog {
+  int kind, which; /* which: the op's index in its list, or a variant */
+  const char *name;
+} prog;
+
+static dl_tensor *unary_op(dl_tape *tp, int which, dl_tensor *x) {
+  int k = 0;
+#define UN(name, expr)                                                                 \
+  if (k++ == which) {                                                                  \
+    if (!strcmp(#name, "log") || !strcmp(#name, "sqrt") || !strcmp(#name, "log1p"))     \
+      x = dl_t_exp(tp, x); /* keep the argument in the domain */                     \
+    return dl_t_##name(tp, x);                                                         \
+  }
+  DL_OPS_UNARY(UN)
+#undef UN
+  return NULL;
+}
+static dl_tensor *binary_op(dl_tape *tp, int which, dl_tensor *a, dl_tensor *b) {
+  int k = 0;
+#define BI(name, expr)                                                                 \
+  if (k++ == which) {                                                                  \
+    if (!strcmp(#name, "pow")) a = dl_t_exp(tp, a); /* a positive base */            \
+    return dl_t_##name(tp, a, b);                                                      \
+  }
+  DL_OPS_BINARY(BI)
+#undef BI
+  return NULL;
+}
+
+static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
+  const prog *p = (const prog *)user;
+  dl_tensor *x = in[0];
+  switch (p->kind) {
+    case P_UNARY: return unary_op(tp, p->which, x);
+    case P_UNARY_P:
+      switch (p->which) {
+        case 0: return dl_t_leaky_relu(tp, x, 0.1);
+        case 1: return dl_t_elu(tp, x, 1.2);
+        case 2: return dl_t_pow_scalar(tp, dl_t_exp(tp, x), 2.5);
+        case 3: return dl_t_mul(tp, dl_t_add_scalar(tp, x, 0.3), x);
+        default: return dl_t_tanh(tp, dl_t_mul_scalar(tp, x, -1.7));
+      }
+    case P_BINARY: return binary_op(tp, p->which, x, in[1]);
+    case P_BINARY_BCAST: return binary_op(tp, p->which, x, in[1]); /* [3, 4] with [4] */
+    case P_SAME_TWICE: return dl_t_mul(tp, dl_t_sin(tp, x), dl_t_sin(tp, x)) /* distinct nodes */
+                              ? dl_t_div(tp, dl_t_tanh(tp, x), dl_t_add_scalar(tp, dl_t_mul(tp, x, x), 1.0))
+                              : NULL;
+    case P_USER: return DL_T_MAP1(tp, test_softsign, dl_t_mul(tp, x, in[1]));
+    case P_MATMUL: return dl_t_tanh(tp, dl_t_matmul(tp, x, in[1]));
+    case P_MATMUL_BATCH: return dl_t_sigmoid(tp, dl_t_matmul(tp, dl_t_tanh(tp, x), in[1]));
+    case P_LINEAR: return dl_t_tanh(tp, dl_t_linear(tp, x, in[1], in[2]));
+    case P_LINEAR_STRIDED: {
+      dl_tensor *xt = dl_t_transpose(tp, x, 0, 1); /* x stored [in, N] */
+      return dl_t_gelu(tp, dl_t_linear(tp, xt, in[1], in[2]));
+    }
+    case P_REDUCE: {
+      const int ax1[1] = {1};
+      dl_tensor *sq = dl_t_mul(tp, x, x);
+      if (p->which == 0) return dl_t_exp(tp, dl_t_sum(tp, sq, 1, ax1, 0));
+      if (p->which == 1) return dl_t_log(tp, dl_t_add_scalar(tp, dl_t_mean(tp, sq, 1, ax1, 1), 1.0));
+      return dl_t_square(tp, dl_t_max(tp, dl_t_tanh(tp, x), 1, ax1, 0));
+    }
+    case P_SHAPE: {
+      dl_tensor *t = dl_t_tanh(tp, x); /* [3, 4] */
+      dl_tensor *parts[2];
+      int64_t ix[3] = {2, 0, 2}, sh2[2] = {4, 3}, pads[2] = {1, 2};
+      int perm[2] = {1, 0};
+      dl_tensor idx;
+      int64_t three = 3;
+      dl_tensor_wrap(&idx, &ctx, DL_I64, 1, &three, ix);
+      parts[0] = dl_t_reshape(tp, t, 2, sh2);                              /* [4, 3] */
+      parts[1] = dl_t_permute(tp, dl_t_sin(tp, x), perm);                 /* [4, 3] */
+      t = dl_t_concat(tp, 2, parts, 0);                                    /* [8, 3] */
+      t = dl_t_index_select(tp, t, 1, &idx);                               /* [8, 3] */
+      t = dl_t_slice(tp, t, 0, 1, 7, 2);                                   /* [3, 3] */
+      t = dl_t_pad(tp, dl_t_mul(tp, t, t), 1, pads, 0.5);                  /* [3, 6] */
+      parts[0] = t;
+      parts[1] = dl_t_exp(tp, t);
+      return dl_t_stack(tp, 2, parts, 0);
+    }
+    case P_CE: {
+      static const int64_t lab[5] = {2, 0, 3, 3, 1};
+      static const int64_t five = 5;
+      dl_tensor labels;
+      dl_tensor_wrap(&labels, &ctx, DL_I64, 1, &five, (void *)lab);
+      if (p->which == 0) return dl_t_cross_entropy(tp, dl_t_tanh(tp, x), &labels, 0.0, DL_REDUCE_MEAN);
+      if (p->which == 1) return dl_t_cross_entropy(tp, x, &labels, 0.2, DL_REDUCE_SUM);
+      return dl_t_cross_entropy(tp, dl_t_mul(tp, x, x), &labels, 0.1, DL_REDUCE_NONE);
+    }
+    case P_MSE: return dl_t_mse(tp, dl_t_tanh(tp, x), dl_t_sin(tp, in[1]), DL_REDUCE_MEAN);
+    default: { /* P_MLP: x [6, 5] -> 7 (gelu) -> 3, cross-entropy; in = x, w1, b1, w2, b2 */
+      static const int64_t lab[6] = {0, 2, 1, 1, 0, 2};
+      static const int64_t six = 6;
+      dl_tensor labels;
+      dl_tensor_wrap(&labels, &ctx, DL_I64, 1, &six, (void *)lab);
+      return dl_t_cross_entropy(tp, dl_t_linear(tp, dl_t_gelu(tp, dl_t_linear(tp, x, in[1], in[2])), in[3], in[4]),
+                                &labels, 0.0, DL_REDUCE_MEAN);
+    }
+  }
+}
+
+static dl_tensor *mk(int nd, const int64_t *shape, dl_rng *r, double sd) {
+  dl_tensor *t = dl_tensor_make(&ctx, DL_F64, nd, shape);
+  dl_tensor_rand_normal(t, r, 0, sd);
+  return t;
+}
+static double worst;
+static int nchecks;
+static void check(const prog *p, int nin, dl_tensor **in) {
+  dl_gradcheck_result r;
+  int ok, k;
+  for (k = 0; k < nin; k++) dl_requires_grad(in[k]);
+  ok = dl_hvpcheck(&ctx, run, (void *)p, nin, in, 1e-5, 1e-6, &r);
+  CHECK_MSG(ok && r.checked > 0, "%s: H v off by %.3g at input %d element %lld (%.12g vs differences %.12g)", p->name,
+            r.grad_err, r.input, (long long)r.index, r.analytic, r.numeric);
+  if (r.grad_err > worst) worst = r.grad_err;
+  nchecks++;
+}
+static void run_case(int kind, int which, const char *name, int nin, const int64_t (*shapes)[3], const int *nds,
+                     double sd) {
+  prog p;
+  dl_tensor *in[5];
+  dl_rng rng = dl_rng_make(1000 + (uint64_t)(kind * 40 + which));
+  int k;
+  p.kind = kind;
+  p.which = which;
+  p.name = name;
+  for (k = 0; k < nin; k++) in[k] = mk(nds[k], shapes[k], &rng, sd);
+  check(&p, nin, in);
+  for (k = 0; k < nin; k++) dl_tensor_free(in[k]);
+}
+
+static void test_elementwise(void) {
+  static const int64_t s34[2][3] = {{3, 4, 0}, {3, 4, 0}}, sb[2][3] = {{3, 4, 0}, {4, 0, 0}};
+  static const int nd2[2] = {2, 2}, ndb[2] = {2, 1};
+  const char *un[] = {
+#define NM(name, expr) #name,
+      DL_OPS_UNARY(NM)
+  };
+  const char *bi[] = {DL_OPS_BINARY(NM)};
+#undef NM
+  int i;
+  for (i = 0; i < (int)(sizeof un / sizeof *un); i++) run_case(P_UNARY, i, un[i], 1, s34, nd2, 1.0);
+  for (i = 0; i < 5; i++) run_case(P_UNARY_P, i, "unary with a parameter", 1, s34, nd2, 1.0);
+  for (i = 0; i < (int)(sizeof bi / sizeof *bi); i++) {
+    run_case(P_BINARY, i, bi[i], 2, s34, nd2, 1.0);
+    run_case(P_BINARY_BCAST, i, bi[i], 2, sb, ndb, 1.0); /* the [4] side summed back */
+  }
+  run_case(P_SAME_TWICE, 0, "x * x, sin x twice", 1, s34, nd2, 1.0);
+  run_case(P_USER, 0, "DL_DEFINE_OP1 user op", 2, s34, nd2, 1.0);
+}
+static void test_matmul_linear(void) {
+  static const int64_t mm[2][3] = {{2, 3, 4}, {4, 5, 0}}, mb[2][3] = {{2, 3, 4}, {2, 4, 2}};
+  static const int64_t li[3][3] = {{5, 4, 0}, {3, 4, 0}, {3, 0, 0}}, ls[3][3] = {{4, 5, 0}, {3, 4, 0}, {3, 0, 0}};
+  static const int nmm[2] = {3, 2}, nmb[2] = {3, 3}, nli[3] = {2, 2, 1};
+  run_case(P_MATMUL, 0, "matmul, shared right side", 2, mm, nmm, 0.7);
+  run_case(P_MATMUL_BATCH, 0, "matmul, batched", 2, mb, nmb, 0.7);
+  run_case(P_LINEAR, 0, "linear", 3, li, nli, 0.7);
+  run_case(P_LINEAR_STRIDED, 0, "linear, strided x", 3, ls, nli, 0.7);
+}
+static void test_reductions_shapes(void) {
+  static const int64_t s34[1][3] = {{3, 4, 0}};
+  static const int nd[1] = {2};
+  run_case(P_REDUCE, 0, "sum", 1, s34, nd, 0.6);
+  run_case(P_REDUCE, 1, "mean keepdim", 1, s34, nd, 0.6);
+  run_case(P_REDUCE, 2, "max", 1, s34, nd, 1.0);
+  run_case(P_SHAPE, 0, "reshape, permute, concat, index_select, slice, pad, stack", 1, s34, nd, 1.0);
+}
+static void test_losses(void) {
+  static const int64_t s54[2][3] = {{5, 4, 0}, {5, 4, 0}};
+  static const int nd[2] = {2, 2};
+  run_case(P_CE, 0, "cross-entropy mean", 1, s54, nd, 1.0);
+  run_case(P_CE, 1, "cross-entropy sum, label smoothing", 1, s54, nd, 1.0);
+  run_case(P_CE, 2, "cross-entropy none, label smoothing", 1, s54, nd, 1.0);
+  run_case(P_MSE, 0, "mse", 2, s54, nd, 1.0);
+}
+static void test_mlp(void) {
+  static const int64_t sh[5][3] = {{6, 5, 0}, {7, 5, 0}, {7, 0, 0}, {3, 7, 0}, {3, 0, 0}};
+  static const int nd[5] = {2, 2, 1, 2, 1};
+  run_case(P_MLP, 0, "MLP 5-7-3, gelu, cross-entropy", 5, sh, nd, 0.8);
+  printf("  %d H v checks, worst error %.3g\n", nchecks, worst);
+}
+
+/* H v accumulates like the gradient; dl_zero_grad clears it; dl_hvp's
+ * gradient is dl_backward's; an op without a rule panics naming it. */
+static void test_bookkeeping(void) {
+  static const int64_t sh[5][3] = {{6, 5, 0}, {7, 5, 0}, {7, 0, 0}, {3, 7, 0}, {3, 0, 0}};
+  dl_rng rng = dl_rng_make(5);
+  dl_tensor *in[5], *v[5], *g1[5], *h1[5];
+  prog p = {P_MLP, 0, "mlp"};
+  dl_tape tp;
+  int k;
+  int64_t i;
+  for (k = 0; k < 5; k++) {
+    in[k] = mk(k == 2 || k == 4 ? 1 : 2, sh[k], &rng, 0.8);
+    v[k] = mk(k == 2 || k == 4 ? 1 : 2, sh[k], &rng, 1.0);
+    dl_requires_grad(in[k]);
+  }
+  dl_tape_init(&tp, &ctx, 0);
+  for (k = 0; k < 5; k++) dl_set_tangent(in[k], v[k]);
+  dl_hvp(&tp, run(&tp, in, &p), NULL);
+  dl_tape_rewind(&tp);
+  for (k = 0; k < 5; k++) {
+    g1[k] = dl_tensor_make(&ctx, DL_F64, in[k]->ndim, in[k]->shape);
+    h1[k] = dl_tensor_make(&ctx, DL_F64, in[k]->ndim, in[k]->shape);
+    dl_tensor_copy(g1[k], in[k]->grad);
+    dl_tensor_copy(h1[k], in[k]->grad->tangent);
+  }
+  dl_hvp(&tp, run(&tp, in, &p), NULL); /* a second call adds the same again */
+  dl_tape_rewind(&tp);
+  for (k = 0; k < 5; k++)
+    for (i = 0; i < in[k]->numel; i++) {
+      /* (a GEMM that adds into the gradient sums in its own order: not bit for bit) */
+      CHECK_NEAR(dl_f64(in[k]->grad)[i], 2 * dl_f64(g1[k])[i], 1e-12 * (1 + fabs(dl_f64(g1[k])[i])));
+      CHECK_NEAR(dl_f64(in[k]->grad->tangent)[i], 2 * dl_f64(h1[k])[i], 1e-12 * (1 + fabs(dl_f64(h1[k])[i])));
+      CHECK(fabs(dl_f64(h1[k])[i]) > 0 || k == 0);
+    }
+  for (k = 0; k < 5; k++) { /* dl_backward with the same tangents: the same gradient, bit for bit */
+    dl_zero_grad(in[k]);
+    for (i = 0; i < in[k]->numel; i++) CHECK(dl_f64(in[k]->grad->tangent)[i] == 0);
+  }
+  dl_backward(&tp, run(&tp, in, &p), NULL);
+  dl_tape_rewind(&tp);
+  for (k = 0; k < 5; k++)
+    for (i = 0; i < in[k]->numel; i++) {
+      CHECK(dl_f64(in[k]->grad)[i] == dl_f64(g1[k])[i]);
+      CHECK(dl_f64(in[k]->grad->tangent)[i] == 0); /* dl_backward leaves H v alone */
+    }
+  { /* an op without a second-order rule */
+    dl_tensor *x = mk(2, sh[0], &rng, 1.0);
+    const int ax[1] = {1};
+    dl_requires_grad(x);
+    dl_set_tangent(x, v[0]);
+    EXPECT_PANIC(dl_hvp(&tp, dl_t_sum_all(&tp, dl_t_var(&tp, x, 1, ax, 1.0, 0)), NULL), "dl_hvp", "dl_t_var",
+                 "no second-order rule");
+    dl_tape_rewind(&tp);
+    dl_set_tangent(x, NULL);
+    dl_tensor_free(x);
+  }
+  dl_tape_free(&tp);
+  for (k = 0; k < 5; k++) {
+    dl_set_tangent(in[k], NULL);
+    dl_tensor_free(in[k]);
+    dl_tensor_free(v[k]);
+    dl_tensor_free(g1[k]);
+    dl_tensor_free(h1[k]);
+  }
+}
+
+int main(void) {
+  dl_ctx_desc d = {0};
+  d.panic = harness_panic;
+  dl_ctx_init(&ctx, &d);
+  RUN(test_elementwise);
+  RUN(test_matmul_linear);
+  RUN(test_reductions_shapes);
+  RUN(test_losses);
+  RUN(test_mlp);
+  RUN(test_bookkeeping);
+  return harness_finish();
+}
