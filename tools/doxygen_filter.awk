@@ -1,0 +1,101 @@
+# tools/doxygen_filter.awk - Doxygen's INPUT_FILTER for the headers (make docs).
+#
+# The headers document with plain /* ... */ comments: the comment directly
+# above a declaration (no blank line between) says what it is, a comment at
+# the end of a struct field or enum value describes that member, and the
+# top comment of a header is its manual. This filter turns exactly those
+# into Doxygen comments (/** ... */, /**< ... */, \file) on the way into
+# Doxygen, so the headers stay plain C. It never adds or removes a line,
+# so Doxygen's line numbers are the header's. Text inside the converted
+# comments is escaped (\ @ < > & # %) so that Doxygen prints it as written
+# instead of reading it as commands or HTML. Comments inside function bodies
+# and section markers (/* >>name --- */) are left alone.
+#
+#   awk -f tools/doxygen_filter.awk include/dl/core.h
+function esc(s,   r, i, ch) {
+  # one character at a time: awks differ on backslashes in gsub replacements
+  r = ""
+  for (i = 1; i <= length(s); i++) {
+    ch = substr(s, i, 1)
+    if (index("\\@<>&#%$", ch)) r = r "\\" ch; else r = r ch
+  }
+  return r
+}
+# the text of a comment line escaped, its /* opener (if any) replaced by `open`
+function conv(s, open,   p, pre, body, q) {
+  p = index(s, "/*")
+  if (open != "" && p > 0) { pre = substr(s, 1, p - 1); body = substr(s, p + 2) } else { pre = ""; body = s }
+  q = index(body, "*/")
+  if (q > 0) body = esc(substr(body, 1, q - 1)) "*/" substr(body, q + 2)
+  else body = esc(body)
+  # a leading " * " stays as it is (esc leaves * alone)
+  return (open != "" && p > 0) ? pre open body : body
+}
+# code of a line with comments and string/char literals removed, for brace counting
+function code(s) {
+  gsub(/"([^"\\]|\\.)*"/, "\"\"", s); gsub(/'([^'\\]|\\.)*'/, "''", s)
+  gsub(/\/\*([^*]|\*+[^*\/])*\*+\//, " ", s); sub(/\/\*.*$/, "", s); sub(/\/\/.*$/, "", s)
+  return s
+}
+function count(s, ch,   n, i) { n = 0; for (i = 1; i <= length(s); i++) if (substr(s, i, 1) == ch) n++; return n }
+# a line that starts something Doxygen documents (not a preprocessor
+# conditional, not a closing brace, not a blank line or another comment)
+function decl(s) {
+  if (s ~ /^[ \t]*$/) return 0
+  if (s ~ /^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif|include|undef|pragma|error)/) return 0
+  if (s ~ /^[ \t]*(\}|\/\*|\/\/)/) return 0
+  if (s ~ /^[ \t]*(extern "C"|DL__HEADER_(BEGIN|END))/) return 0
+  return 1
+}
+{ L[NR] = $0 }
+END {
+  depth = 0; agg = 0; incom = 0; first = 1
+  for (i = 1; i <= NR; i++) {
+    s = L[i]
+    if (incom) {               # inside a comment already decided
+      if (mode == "") print s; else print conv(s, "")
+      if (index(s, "*/")) incom = 0
+      continue
+    }
+    if (s ~ /^[ \t]*\/\*/ && s !~ /^[ \t]*\/\*[*!]/) {
+      # a comment that starts the line: where does it end, and what follows?
+      for (j = i; j <= NR && !index(j == i ? substr(L[j], index(L[j], "/*") + 2) : L[j], "*/"); j++) ;
+      after = L[j]; sub(/^.*\*\//, "", after)
+      mode = ""
+      if (first && i == 1) mode = "file"
+      else if (after ~ /^[ \t]*$/ && j < NR && decl(L[j + 1]) && s !~ /\/\* >>/ && (depth == 0 || agg)) mode = "doc"
+      first = 0
+      if (mode == "file") {
+        # the header's manual: \file goes at its end, before */
+        for (k = i; k <= j; k++) {
+          t = conv(L[k], k == i ? "/**" : "")
+          if (k == j) sub(/\*\/[ \t]*$/, "\\file */", t)
+          print t
+        }
+        i = j; continue
+      }
+      if (mode == "doc") {
+        for (k = i; k <= j; k++) print conv(L[k], k == i ? "/**" : "")
+        i = j; continue
+      }
+      for (k = i; k <= j; k++) print L[k]
+      i = j; continue
+    }
+    first = 0
+    c = code(s)
+    opens = count(c, "{"); closes = count(c, "}")
+    # extern "C" { ... } of the C++ guards is no block
+    if (s ~ /^[ \t]*extern "C"/ || (c ~ /^[ \t]*\}[ \t]*$/ && L[i - 1] ~ /^#[ \t]*ifdef[ \t]+__cplusplus/)) opens = closes = 0
+    # a member's trailing comment inside a struct/enum, or after a #define at file level
+    p = index(s, "/*")
+    if (p > 1 && substr(s, p, 3) != "/**" && ((agg && depth == 1) || (depth == 0 && s ~ /^#[ \t]*define[ \t]+DL_/)) &&
+        substr(s, 1, p - 1) ~ /[;,][ \t]*$|^[ \t]*[A-Za-z_][A-Za-z0-9_]*[ \t]*(=[^;]*)?[ \t]*$|^#[ \t]*define/) {
+      t = substr(s, 1, p - 1) "/**<" conv(substr(s, p + 2), "")
+      print t
+      if (!index(substr(s, p + 2), "*/")) { incom = 1; mode = "doc" }
+    } else print s
+    if (depth == 0 && opens > closes && c ~ /(struct|enum|union)([ \t]+[A-Za-z_][A-Za-z0-9_]*)?[ \t]*\{/ && c !~ /\(/) agg = 1
+    depth += opens - closes
+    if (depth <= 0) { depth = 0; agg = 0 }
+  }
+}
