@@ -7,6 +7,7 @@
 # and run; a listing checks its own result and exits non-zero when it is
 # wrong, so a guide that drifts from the library fails here. MODE:
 #   (none)      a host program, built with gcc and with clang, run once
+#               (a word gcc:FLAG or clang:FLAG is a flag for that compiler only)
 #   @gpu-fake   built with -DDL_USE_CUDA against the fake device
 #               (make gpu-fake: build/libdlgpu_fake.a) and run on it
 #   @mpi        built with mpicc -DDL_USE_MPI, run under mpirun -n 2
@@ -54,7 +55,8 @@ run() { # name seconds command... : run with a time limit, keep the output
 fake_ok=""
 while IFS=$'\t' read -r name rest md; do
   mode=""; flags=""
-  for w in $rest; do case $w in -) ;; @*) mode=$w ;; *) flags="$flags $w" ;; esac; done
+  for w in $rest; do case $w in -) ;; @*) mode=$w ;; gcc:*|clang:*) ;; *) flags="$flags $w" ;; esac; done
+  only() { for w in $rest; do case $w in "$1":*) printf " %s" "${w#*:}" ;; esac; done; } # COMPILER:FLAG words
   src="$OUT/$name.c"
   case $mode in
     @orphan) FAIL "$name ($md): marker without a \`\`\`c listing"; continue ;;
@@ -63,7 +65,7 @@ while IFS=$'\t' read -r name rest md; do
       for c in gcc clang; do
         command -v $c >/dev/null || continue
         # shellcheck disable=SC2086
-        if ! $c $WARN -O2 -Iinclude "$src" -o "$OUT/$name.$c" $flags -lm 2>"$OUT/$name.$c.log"; then
+        if ! $c $WARN -O2 -Iinclude "$src" -o "$OUT/$name.$c" $flags $(only $c) -lm 2>"$OUT/$name.$c.log"; then
           ok=0; FAIL "$name ($md): does not build with $c"; head -15 "$OUT/$name.$c.log"
         fi
       done
