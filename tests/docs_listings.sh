@@ -47,7 +47,7 @@ run() { # name seconds command... : run with a time limit, keep the output
   local name=$1 secs=$2; shift 2
   local t0 t1 rc
   t0=$(date +%s.%N)
-  timeout "$secs" "$@" >"$OUT/$name.out" 2>&1; rc=$?
+  ( timeout "$secs" "$@" ) >"$OUT/$name.out" 2>&1; rc=$?
   t1=$(date +%s.%N)
   RUN_S=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
   return $rc
