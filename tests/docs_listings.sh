@@ -18,7 +18,7 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT=${1:-build/tests/docs}
-mkdir -p "$OUT"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)   # absolute: listings run inside it
 WARN="-std=c11 -Wall -Wextra -Wpedantic -Werror"
 pass=0; fail=0; skip=0
 PASS() { pass=$((pass + 1)); echo "PASS $*"; }
@@ -47,7 +47,7 @@ run() { # name seconds command... : run with a time limit, keep the output
   local name=$1 secs=$2; shift 2
   local t0 t1 rc
   t0=$(date +%s.%N)
-  ( timeout "$secs" "$@" ) >"$OUT/$name.out" 2>&1; rc=$?
+  ( cd "$OUT" && timeout "$secs" "$@" ) >"$OUT/$name.out" 2>&1; rc=$?   # files a listing writes land in OUT
   t1=$(date +%s.%N)
   RUN_S=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
   return $rc
