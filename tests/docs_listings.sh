@@ -3,14 +3,19 @@
 # code listing marked by a line
 #   <!-- listing: NAME [MODE] [FLAGS...] -->
 # right before its ```c fence is extracted to OUTDIR/NAME.c, compiled with
-# gcc -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 -Iinclude FLAGS ... -lm
-# and run; a listing checks its own result and exits non-zero when it is
-# wrong, so a guide that drifts from the library fails here. MODE:
+# gcc -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 -Iinclude NAME.c FLAGS -lm
+# and run, both inside OUTDIR (so FLAGS may name files that an earlier
+# listing of the same run wrote there, e.g. generated C). A listing checks
+# its own result and exits non-zero when it is wrong, so a guide that
+# drifts from the library fails here. MODE:
 #   (none)      a host program, built with gcc and with clang, run once
 #               (a word gcc:FLAG or clang:FLAG is a flag for that compiler only)
 #   @gpu-fake   built with -DDL_USE_CUDA against the fake device
 #               (make gpu-fake: build/libdlgpu_fake.a) and run on it
 #   @mpi        built with mpicc -DDL_USE_MPI, run under mpirun -n 2
+# A listing built with -DDL_FREESTANDING is also compiled (not linked) for a
+# Cortex-M4 with arm-none-eabi-gcc, with the C files it names, where that
+# compiler exists.
 # then the API reference: doxygen docs/Doxyfile must print no warning (an
 # undocumented public name, a broken comment); the warnings are listed.
 # One line per check (PASS / FAIL / SKIP NAME: why), and last
@@ -18,7 +23,8 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT=${1:-build/tests/docs}
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)   # absolute: listings run inside it
+ROOT=$(pwd)
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)   # absolute: listings are built and run inside it
 WARN="-std=c11 -Wall -Wextra -Wpedantic -Werror"
 pass=0; fail=0; skip=0
 PASS() { pass=$((pass + 1)); echo "PASS $*"; }
@@ -57,7 +63,6 @@ while IFS=$'\t' read -r name rest md; do
   mode=""; flags=""
   for w in $rest; do case $w in -) ;; @*) mode=$w ;; gcc:*|clang:*) ;; *) flags="$flags $w" ;; esac; done
   only() { for w in $rest; do case $w in "$1":*) printf " %s" "${w#*:}" ;; esac; done; } # COMPILER:FLAG words
-  src="$OUT/$name.c"
   case $mode in
     @orphan) FAIL "$name ($md): marker without a \`\`\`c listing"; continue ;;
     "")
@@ -65,13 +70,23 @@ while IFS=$'\t' read -r name rest md; do
       for c in gcc clang; do
         command -v $c >/dev/null || continue
         # shellcheck disable=SC2086
-        if ! $c $WARN -O2 -Iinclude "$src" -o "$OUT/$name.$c" $flags $(only $c) -lm 2>"$OUT/$name.$c.log"; then
+        if ! (cd "$OUT" && $c $WARN -O2 -I"$ROOT/include" "$name.c" -o "$name.$c" $flags $(only $c) -lm) 2>"$OUT/$name.$c.log"; then
           ok=0; FAIL "$name ($md): does not build with $c"; head -15 "$OUT/$name.$c.log"
         fi
       done
       [ $ok = 1 ] || continue
       if run "$name" 60 "$OUT/$name.gcc"; then PASS "$name ($md): built with gcc and clang, ran in ${RUN_S} s: $(tail -n 1 "$OUT/$name.out")"
-      else FAIL "$name ($md): exit $? after ${RUN_S} s"; tail -n 15 "$OUT/$name.out"; fi ;;
+      else FAIL "$name ($md): exit $? after ${RUN_S} s"; tail -n 15 "$OUT/$name.out"; fi
+      if [[ " $flags " == *" -DDL_FREESTANDING "* ]]; then
+        if command -v arm-none-eabi-gcc >/dev/null; then
+          cfiles=""; for w in $flags; do case $w in *.c) cfiles="$cfiles $w" ;; esac; done
+          # shellcheck disable=SC2086
+          if (cd "$OUT" && for f in "$name.c" $cfiles; do arm-none-eabi-gcc $WARN -mcpu=cortex-m4 -mthumb -mfloat-abi=hard \
+                -mfpu=fpv4-sp-d16 -ffreestanding -Os -DDL_FREESTANDING -I"$ROOT/include" -I. -c "$f" -o "$f.arm.o" || exit 1; done) \
+              2>"$OUT/$name.arm.log"; then PASS "$name ($md): compiled for a Cortex-M4 (arm-none-eabi-gcc -ffreestanding)"
+          else FAIL "$name ($md): does not compile for a Cortex-M4"; head -15 "$OUT/$name.arm.log"; fi
+        else SKIP "$name ($md): arm-none-eabi-gcc not found (apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi)"; fi
+      fi ;;
     @gpu-fake)
       if [ -z "$fake_ok" ]; then
         fake_ok=no
@@ -79,7 +94,7 @@ while IFS=$'\t' read -r name rest md; do
       fi
       if [ $fake_ok != yes ]; then SKIP "$name ($md): the fake device did not build (make gpu-fake; needs g++): $(tail -n 1 "$OUT/gpu-fake.log")"; continue; fi
       # shellcheck disable=SC2086
-      if ! gcc $WARN -O2 -DDL_USE_CUDA -Iinclude "$src" -o "$OUT/$name" $flags build/libdlgpu_fake.a -lstdc++ -lm 2>"$OUT/$name.log"; then
+      if ! (cd "$OUT" && gcc $WARN -O2 -DDL_USE_CUDA -I"$ROOT/include" "$name.c" -o "$name" $flags "$ROOT/build/libdlgpu_fake.a" -lstdc++ -lm) 2>"$OUT/$name.log"; then
         FAIL "$name ($md): does not build against the fake device"; head -15 "$OUT/$name.log"; continue
       fi
       if run "$name" 120 "$OUT/$name"; then PASS "$name ($md): ran on the fake device in ${RUN_S} s: $(tail -n 1 "$OUT/$name.out")"
@@ -89,7 +104,7 @@ while IFS=$'\t' read -r name rest md; do
         SKIP "$name ($md): mpicc/mpirun not found (apt-get install libopenmpi-dev openmpi-bin)"; continue
       fi
       # shellcheck disable=SC2086
-      if ! mpicc $WARN -O2 -DDL_USE_MPI -Iinclude "$src" -o "$OUT/$name" $flags -lm 2>"$OUT/$name.log"; then
+      if ! (cd "$OUT" && mpicc $WARN -O2 -DDL_USE_MPI -I"$ROOT/include" "$name.c" -o "$name" $flags -lm) 2>"$OUT/$name.log"; then
         FAIL "$name ($md): does not build with mpicc"; head -15 "$OUT/$name.log"; continue
       fi
       if OMP_NUM_THREADS=1 run "$name" 120 mpirun -n 2 --oversubscribe --allow-run-as-root "$OUT/$name"; then
