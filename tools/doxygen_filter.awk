@@ -37,6 +37,12 @@ function code(s) {
   gsub(/\/\*([^*]|\*+[^*\/])*\*+\//, " ", s); sub(/\/\*.*$/, "", s); sub(/\/\/.*$/, "", s)
   return s
 }
+# a struct field line that declares several names (`double lr, eps;`): one
+# comment documents them all, through a member group (DISTRIBUTE_GROUP_DOC)
+function multi(s,   c) {
+  c = code(s)
+  return agg && depth == 1 && c !~ /\(/ && c ~ /,/ && c ~ /;[ \t]*$/
+}
 function count(s, ch,   n, i) { n = 0; for (i = 1; i <= length(s); i++) if (substr(s, i, 1) == ch) n++; return n }
 # a line that starts something Doxygen documents (not a preprocessor
 # conditional, not a closing brace, not a blank line or another comment)
@@ -75,7 +81,9 @@ END {
         i = j; continue
       }
       if (mode == "doc") {
-        for (k = i; k <= j; k++) print conv(L[k], k == i ? "/**" : "")
+        g = multi(L[j + 1])
+        for (k = i; k <= j; k++) print conv(L[k], k == i ? (g ? "/**@{*/ /**" : "/**") : "")
+        if (g) close_group[j + 1] = 1
         i = j; continue
       }
       for (k = i; k <= j; k++) print L[k]
@@ -91,9 +99,10 @@ END {
     if (p > 1 && substr(s, p, 3) != "/**" && ((agg && depth == 1) || (depth == 0 && s ~ /^#[ \t]*define[ \t]+DL_/)) &&
         substr(s, 1, p - 1) ~ /[;,][ \t]*$|^[ \t]*[A-Za-z_][A-Za-z0-9_]*[ \t]*(=[^;]*)?[ \t]*$|^#[ \t]*define/) {
       t = substr(s, 1, p - 1) "/**<" conv(substr(s, p + 2), "")
+      if (multi(s) && index(substr(s, p + 2), "*/")) t = "/**@{*/ " t " /**@}*/"
       print t
       if (!index(substr(s, p + 2), "*/")) { incom = 1; mode = "doc" }
-    } else print s
+    } else print s (close_group[i] ? " /**@}*/" : "")
     if (depth == 0 && opens > closes && c ~ /(struct|enum|union)([ \t]+[A-Za-z_][A-Za-z0-9_]*)?[ \t]*\{/ && c !~ /\(/) agg = 1
     depth += opens - closes
     if (depth <= 0) { depth = 0; agg = 0 }
