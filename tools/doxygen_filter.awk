@@ -90,6 +90,16 @@ END {
       i = j; continue
     }
     first = 0
+    # a file-scope use of a private generator macro (DL__OPTIM_KERNEL(...),
+    # DL__SCALAR_FUNCS(...)): private code Doxygen would misread as
+    # declarations; it becomes blank lines
+    if (depth == 0 && s ~ /^DL__[A-Z0-9_]+\(/ && s !~ /^DL__(GLOBAL|HEADER_)/) {
+      for (par = 0; i <= NR; i++) {
+        c = code(L[i]); par += count(c, "(") - count(c, ")"); print ""
+        if (par <= 0) break
+      }
+      continue
+    }
     c = code(s)
     opens = count(c, "{"); closes = count(c, "}")
     # extern "C" { ... } of the C++ guards is no block
