@@ -69,7 +69,12 @@ END {
       after = L[j]; sub(/^.*\*\//, "", after)
       mode = ""
       if (first && i == 1) mode = "file"
-      else if (after ~ /^[ \t]*$/ && j < NR && decl(L[j + 1]) && s !~ /\/\* >>/ && (depth == 0 || agg)) mode = "doc"
+      else if (after ~ /^[ \t]*$/ && j < NR && s !~ /\/\* >>/ && (depth == 0 || agg)) {
+        # the declaration may come after a guard or two: /* ... */ #ifndef
+        # DL_X / #define DL_X, or #ifdef __CUDACC__ / #define DL_HD ...
+        for (k = j + 1; k <= j + 3 && L[k] ~ /^#[ \t]*(if|ifdef|ifndef|include)[ \t]/; k++) ;
+        if (decl(L[k])) mode = "doc"
+      }
       first = 0
       if (mode == "file") {
         # the header's manual: \file goes at its end, before */
