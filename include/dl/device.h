@@ -36,6 +36,9 @@ DL__HEADER_BEGIN
  * Device-independent: it calls a backend for raw memory (cudaMalloc under
  * dl_gpu_open; a test's fake device elsewhere), so it is tested without a GPU. */
 
+/* Where the caching allocator gets raw device memory: malloc / free (and
+ * optionally mem_info, message) with a user pointer; cudaMalloc under
+ * dl_gpu_open. */
 typedef struct dl_gpu_backend {
   int (*malloc)(void *user, void **p, size_t bytes); /* DLG_OK, DLG_OOM or DLG_ERR */
   void (*free)(void *user, void *p);
@@ -44,6 +47,9 @@ typedef struct dl_gpu_backend {
   void *user;
 } dl_gpu_backend;
 
+/* The caching allocator's statistics (dl_gpu_get_stats): bytes in use,
+ * cached and reserved, with peaks, and counts of calls, cache hits, backend
+ * calls and out-of-memory retries. */
 typedef struct dl_gpu_stats {
   size_t in_use, peak_in_use;     /* bytes handed out (rounded to the class) */
   size_t cached;                  /* bytes held in free blocks for reuse */
@@ -61,6 +67,9 @@ typedef struct dl__gpu_block {
   int next;     /* next cached block of its class, or -1 */
 } dl__gpu_block;
 
+/* The caching allocator: blocks rounded to size classes and kept for reuse,
+ * so a training loop's steady state calls the backend zero times.
+ * dl_gpu_cache_init, then alloc / free through the dl_gpu. */
 typedef struct dl_gpu_cache {
   dl_ctx *ctx;
   dl_gpu_backend be;
@@ -156,6 +165,8 @@ DL_API int dl__gpu_cache_grow(dl_gpu_cache *c) {
   return 1;
 }
 
+/* Start an empty cache over backend be (copied); allocation failures are
+ * reported in ctx. */
 DL_API void dl_gpu_cache_init(dl_gpu_cache *c, dl_ctx *ctx, const dl_gpu_backend *be) {
   memset(c, 0, sizeof *c);
   c->ctx = ctx;
@@ -275,6 +286,9 @@ DL_API void dl_gpu_cache_destroy(dl_gpu_cache *c) {
 
 /* >>the device --------------------------------------------------------------- */
 
+/* An open GPU (dl_gpu_open): the ctx, the device number and name, the
+ * backend's handle (stream, cuBLAS, cuDNN) and the caching allocator. Close
+ * with dl_gpu_close. */
 typedef struct dl_gpu {
   dl_ctx *ctx;
   int device;
@@ -366,7 +380,9 @@ DL_API void dl_gpu_close(dl_gpu *g) {
   dl_free(g->ctx, g);
 }
 
+/* The device's name ("none" for NULL). */
 DL_API const char *dl_gpu_name(const dl_gpu *g) { return g ? g->name : "none"; }
+/* The caching allocator's statistics. */
 DL_API dl_gpu_stats dl_gpu_get_stats(const dl_gpu *g) { return g->cache.st; }
 /* What the device was asked since dl_gpu_open (gpu/abi.h's dlg_counts:
  * kernel launches, GEMM calls, host waits, cudaMalloc / cudaFree, copies,
@@ -375,6 +391,7 @@ DL_API dl_gpu_stats dl_gpu_get_stats(const dl_gpu *g) { return g->cache.st; }
  * asks for no algorithm and no descriptor and allocates nothing. Zeros
  * without DL_USE_CUDA. */
 typedef dlg_counts dl_gpu_counts;
+/* Those counts for g now (see dl_gpu_counts). */
 DL_API dl_gpu_counts dl_gpu_get_counts(const dl_gpu *g) {
   dl_gpu_counts c;
   memset(&c, 0, sizeof c);

@@ -66,6 +66,7 @@ DL__HEADER_BEGIN
 #endif
 
 #ifndef DL_IO_BUFFER
+/* Bytes the atomic writer buffers before each write to the file. */
 #define DL_IO_BUFFER 65536
 #endif
 

@@ -66,7 +66,10 @@ typedef struct dl_node dl_node;
  * (dl_tape_grad). */
 typedef void (*dl_backward_fn)(dl_tape *tp, dl_node *n);
 
+/* Inputs a node keeps inline (more go in its arena). */
 #define DL_NODE_SAVED 4
+/* One recorded op: its name, backward rule, output and inputs, and what the
+ * rule saved. */
 struct dl_node {
   const char *op;                   /* op name, for messages */
   dl_backward_fn backward;
@@ -91,6 +94,9 @@ enum {
   DL_NODE_KEEP_OUT_GRAD = 1u << 1 /* a later rule reads out->grad (an RNN's c_n) */
 };
 
+/* The reverse-mode tape: an arena for op outputs, nodes, intermediate
+ * gradients and tangents, the list of nodes, the no-grad depth and the
+ * device. dl_tape_init / dl_tape_rewind / dl_tape_free. */
 struct dl_tape {
   dl_ctx *ctx;
   dl_arena arena;                   /* outputs, nodes, intermediate gradients, tangents */
@@ -220,6 +226,8 @@ DL_API void dl_tape_init_buffer(dl_tape *tp, dl_ctx *ctx, void *buf, size_t size
   tp->ctx = ctx;
   dl_arena_init_buffer(&tp->arena, ctx, buf, size);
 }
+/* Release the tape's memory (its outputs become invalid; leaf gradients are
+ * untouched). */
 DL_API void dl_tape_free(dl_tape *tp) {
 #ifdef DL_USE_CUDA
   if (tp->gpu) dl__gpu_tape_free(tp);
@@ -247,14 +255,18 @@ DL_API dl_arena *dl_tape_arena(dl_tape *tp) { return &tp->arena; }
 /* No-grad scopes nest; inside one, ops record nothing and their outputs do
  * not require gradients (tangents still propagate). */
 DL_API void dl_no_grad_begin(dl_tape *tp) { tp->no_grad++; }
+/* Close the innermost no-grad scope (panics when none is open). */
 DL_API void dl_no_grad_end(dl_tape *tp) {
   if (tp->no_grad <= 0) DL_PANIC(tp->ctx, "dl_no_grad_end", "no no-grad scope is open");
   tp->no_grad--;
 }
+/* 1 when ops on tp record (no no-grad scope is open). */
 DL_API int dl_grad_enabled(const dl_tape *tp) { return tp->no_grad == 0; }
 
 /* >>leaves ----------------------------------------------------------------- */
 
+/* Whether t is flagged as needing a gradient (DL_TENSOR_REQUIRES_GRAD); 0
+ * for NULL. */
 DL_API int dl_requires_grad_p(const dl_tensor *t) { return t && (t->flags & DL_TENSOR_REQUIRES_GRAD); }
 
 /* Mark t (a leaf: a parameter or an input) as needing its gradient and give
@@ -803,6 +815,9 @@ DL_API dl_tensor *dl_t_custom(dl_tape *tp, const dl_custom_op *op, void *user, i
 /* The function under test: builds its output from in[] on the tape. */
 typedef dl_tensor *(*dl_gradcheck_fn)(dl_tape *tp, dl_tensor **in, void *user);
 
+/* What dl_gradcheck found: the worst relative errors (overall, reverse
+ * mode, forward mode), where the worst gradient error was, and how many
+ * elements were compared. */
 typedef struct dl_gradcheck_result {
   double max_err;        /* worst |analytic - numeric| / max(1, |numeric|) over all checks */
   double grad_err;       /* the same, reverse mode only */
