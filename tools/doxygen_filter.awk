@@ -70,9 +70,9 @@ END {
       mode = ""
       if (first && i == 1) mode = "file"
       else if (after ~ /^[ \t]*$/ && j < NR && s !~ /\/\* >>/ && (depth == 0 || agg)) {
-        # the declaration may come after a guard or two: /* ... */ #ifndef
-        # DL_X / #define DL_X, or #ifdef __CUDACC__ / #define DL_HD ...
-        for (k = j + 1; k <= j + 3 && L[k] ~ /^#[ \t]*(if|ifdef|ifndef|include)[ \t]/; k++) ;
+        # the declaration may come after a guard or two (/* ... */ #ifndef
+        # DL_X / #define DL_X) or a private DL__GLOBAL(...) line
+        for (k = j + 1; k <= j + 3 && (L[k] ~ /^#[ \t]*(if|ifdef|ifndef|include)[ \t]/ || L[k] ~ /^DL__GLOBAL\(/); k++) ;
         if (decl(L[k])) mode = "doc"
       }
       first = 0
@@ -96,9 +96,10 @@ END {
     }
     first = 0
     # a file-scope use of a private generator macro (DL__OPTIM_KERNEL(...),
-    # DL__SCALAR_FUNCS(...)): private code Doxygen would misread as
-    # declarations; it becomes blank lines
-    if (depth == 0 && s ~ /^DL__[A-Z0-9_]+\(/ && s !~ /^DL__(GLOBAL|HEADER_)/) {
+    # DL__SCALAR_FUNCS(...), a layer's DL__GLOBAL vtable): private code
+    # Doxygen would misread as declarations; it becomes blank lines, and a
+    # comment above it documents the declaration after it
+    if (depth == 0 && s ~ /^DL__[A-Z0-9_]+\(/ && s !~ /^DL__HEADER_/) {
       for (par = 0; i <= NR; i++) {
         c = code(L[i]); par += count(c, "(") - count(c, ")"); print ""
         if (par <= 0) break
