@@ -112,7 +112,7 @@ END {
     if (s ~ /^[ \t]*extern "C"/ || (c ~ /^[ \t]*\}[ \t]*$/ && L[i - 1] ~ /^#[ \t]*ifdef[ \t]+__cplusplus/)) opens = closes = 0
     # a member's trailing comment inside a struct/enum, or after a #define at file level
     p = index(s, "/*")
-    if (p > 1 && substr(s, p, 3) != "/**" && ((agg && depth == 1) || (depth == 0 && s ~ /^#[ \t]*define[ \t]+DL_/)) &&
+    if (p > 1 && substr(s, p, 3) != "/**" && ((agg && depth == 1) || (depth == 0 && s ~ /^#[ \t]*define[ \t]+(DL|DLM|dl|dlm)_/)) &&
         substr(s, 1, p - 1) ~ /[;,][ \t]*$|^[ \t]*[A-Za-z_][A-Za-z0-9_]*[ \t]*(=[^;]*)?[ \t]*$|^#[ \t]*define/) {
       t = substr(s, 1, p - 1) "/**<" conv(substr(s, p + 2), "")
       if (multi(s) && index(substr(s, p + 2), "*/")) t = "/**@{*/ " t " /**@}*/"

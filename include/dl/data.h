@@ -170,6 +170,8 @@ static void *dl__stbi_malloc(size_t n) {
 #endif
 
 #ifndef DL_FASHION_MNIST_DIR
+/* Where dl_load_fashion_mnist looks when it is given no folder (Debian's
+ * dataset-fashion-mnist). */
 #define DL_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 #endif
 
@@ -480,6 +482,7 @@ DL_API dl_status dl_shuffler_make(dl_ctx *ctx, dl_shuffler *s, int64_t n, const 
   return DL_OK;
 }
 
+/* Release the shuffler's permutation (NULL is fine). */
 DL_API void dl_shuffler_free(dl_shuffler *s) {
   if (!s) return;
   dl_free(s->ctx, s->perm);
@@ -506,6 +509,8 @@ DL_API int64_t dl_shuffler_next(dl_shuffler *s, int64_t *out, int64_t max) {
   return m;
 }
 
+/* The shuffler's position (its epoch and how far into it), for a
+ * checkpoint; dl_shuffler_restore puts it back. */
 DL_API dl_shuffler_state dl_shuffler_get_state(const dl_shuffler *s) {
   dl_shuffler_state st;
   st.seed = (int64_t)s->seed;
@@ -561,6 +566,8 @@ typedef struct dl_augment_desc {
   const double *mean, *std;
 } dl_augment_desc;
 
+/* The random stream of one sample's augmentation in one epoch: the same
+ * draws whatever the order, thread or rank that processes it. */
 DL_API dl_rng dl_augment_rng(uint64_t seed, int64_t epoch, int64_t sample) {
   dl_rng r;
   r.key = dl__data_key(seed, 3, (uint64_t)epoch, (uint64_t)sample);
@@ -697,6 +704,9 @@ typedef struct dl_batch {
   int64_t epoch, step;    /* the epoch it belongs to; its number within the epoch */
 } dl_batch;
 
+/* Batches of a dataset into preallocated buffers (dl_batcher_make,
+ * dl_batcher_next, dl_batcher_free): shuffled per epoch, sharded over
+ * workers, converted and normalised as its desc says. */
 typedef struct dl_batcher {
   const dl_dataset *ds;   /* borrowed */
   dl_shuffler shuf;       /* the order (and the checkpointable state) */
@@ -733,6 +743,8 @@ DL_API void dl__batcher_device_free(dl_batcher *b) {
   b->dxbuf = NULL;
 }
 
+/* Release the batcher's buffers (NULL is fine); the dataset is borrowed and
+ * stays. */
 DL_API void dl_batcher_free(dl_batcher *b) {
   if (!b) return;
   dl__batcher_device_free(b);

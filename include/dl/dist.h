@@ -126,6 +126,9 @@ typedef struct dl__dist_bucket {
   int64_t last;  /* overlap: the walk position after which it is final */
 } dl__dist_bucket;
 
+/* A data-parallel job as seen from one rank (dl_dist_init): the rank and
+ * the number of ranks, the attached model, the gradient buckets and the
+ * step count. dl_dist_finalize ends it. */
 typedef struct dl_dist {
   dl_ctx *ctx;
   int rank, world;         /* this process, and how many there are */
@@ -162,6 +165,7 @@ typedef struct dl_dist {
 #endif
 } dl_dist;
 
+/* 1 on rank 0 (and for a NULL dd): the rank that prints and writes files. */
 DL_API int dl_dist_is_root(const dl_dist *dd) { return !dd || dd->rank == 0; }
 
 #ifdef DL_USE_MPI
@@ -932,6 +936,11 @@ DL_API void dl__dist_step_model_guard(void *arg) { /* the model's ctx too, when 
   dl__dist_step_args *a = (dl__dist_step_args *)arg;
   if (dl_nomem_guard(a->o->model->ctx, dl__dist_step_call, a) != DL_OK) a->s = DL_ERR_NOMEM;
 }
+/* dl_train_step over the ranks: the backward pass with the gradient
+ * all-reduce, then clipping, regularisation, the update and zeroing on the
+ * averaged gradient; *norm (NULL: not wanted) gets the global gradient
+ * norm. DL_OK, or DL_ERR_COMM / DL_ERR_NOMEM (see above). Without
+ * DL_USE_MPI it is dl_train_step. */
 DL_API dl_status dl_dist_train_step(dl_dist *dd, dl_optim *o, dl_tape *tp, dl_tensor *loss, const dl_step_desc *d,
                                     double *norm) {
   dl__dist_step_args a = {dd, o, tp, loss, d, norm, DL_OK};
@@ -974,6 +983,8 @@ DL_API void dl__evaluate_sums(dl_model *m, dl_tape *tp, dl_batcher *b, double *v
   dl_no_grad_end(tp);
   dl_model_train(m, was);
 }
+/* dl_dist_evaluate for one process (see above): no status, it cannot fail
+ * short of a panic. */
 DL_API void dl_evaluate(dl_model *m, dl_tape *tp, dl_batcher *b, double *loss, double *acc, dl_confusion *cm) {
   double v[3];
   dl__evaluate_sums(m, tp, b, v, cm);

@@ -51,6 +51,9 @@
 #ifndef __cplusplus
 DL__HEADER_BEGIN
 
+/* How dl_micro_from_model builds a micro model (see the top of this file):
+ * its name, precision, input shape and normalisation, and the int8
+ * calibration samples. */
 typedef struct dl_micro_desc {
   const char *name;        /* C identifier of the model (and the files' prefix); required */
   int precision;           /* DLM_F32 (0 also) or DLM_INT8 */
@@ -75,6 +78,7 @@ typedef struct dl_micro_model {
   dl_ctx *ctx;
 } dl_micro_model;
 
+/* Release a micro model made by dl_micro_from_model (NULL is fine). */
 DL_API void dl_micro_free(dl_micro_model *q) {
   int i;
   if (!q) return;

@@ -147,9 +147,12 @@ DL__HEADER_BEGIN
 #include <string.h>
 
 #ifndef DL_SAFETENSORS_MAX_HEADER
+/* Largest JSON header of a safetensors file a reader accepts, in bytes
+ * (refused beyond it). */
 #define DL_SAFETENSORS_MAX_HEADER 100000000u
 #endif
 #ifndef DL_SAFETENSORS_MAX_DEPTH
+/* Deepest JSON nesting a safetensors header may have (refused beyond it). */
 #define DL_SAFETENSORS_MAX_DEPTH 64
 #endif
 /* The largest count (steps, epochs, positions) a checkpoint may hold: 2^53,
@@ -201,10 +204,14 @@ DL_API uint16_t dl__f64_to_small(double d, int ebits, int mbits) {
   if (rem > half || (rem == half && (q & 1))) q++;
   return (uint16_t)(sign | q);
 }
+/* double -> IEEE half (f16) bits, rounded to nearest even (overflow gives
+ * infinity). */
 DL_API uint16_t dl_f64_to_f16(double d) { return dl__f64_to_small(d, 5, 10); }
+/* double -> bfloat16 bits, rounded to nearest even. */
 DL_API uint16_t dl_f64_to_bf16(double d) { return dl__f64_to_small(d, 8, 7); }
 /* f32 -> f16: the f32 is exact in double, so this is one rounding. */
 DL_API uint16_t dl_f32_to_f16(float f) { return dl__f64_to_small((double)f, 5, 10); }
+/* float -> bfloat16 bits, rounded to nearest even (NaN stays NaN). */
 DL_API uint16_t dl_f32_to_bf16(float f) {
   uint32_t x;
   memcpy(&x, &f, sizeof x);
@@ -217,6 +224,7 @@ DL_API float dl__f32_from_bits(uint32_t x) {
   memcpy(&f, &x, sizeof f);
   return f;
 }
+/* IEEE half (f16) bits -> float, exactly. */
 DL_API float dl_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
   if (e == 0x1f) return dl__f32_from_bits(sign | 0x7f800000u | (m << 13));
@@ -228,8 +236,10 @@ DL_API float dl_f16_to_f32(uint16_t h) {
   }
   return dl__f32_from_bits(sign | ((e + 112) << 23) | (m << 13));
 }
+/* bfloat16 bits -> float, exactly. */
 DL_API float dl_bf16_to_f32(uint16_t h) { return dl__f32_from_bits((uint32_t)h << 16); }
 
+/* 1 for the floating-point dtypes (f32, f64, f16, bf16). */
 DL_API int dl_dtype_is_float(dl_dtype d) { return d == DL_F32 || d == DL_F64 || d == DL_F16 || d == DL_BF16; }
 
 /* One element of a float dtype at p, as double (exact). */
@@ -369,6 +379,7 @@ typedef struct dl_st_tensor {
   size_t header_pos;          /* byte offset of its entry in the header (for messages) */
 } dl_st_tensor;
 
+/* One (key, value) pair of a safetensors file's __metadata__. */
 typedef struct dl_st_meta {
   const char *key, *value;
 } dl_st_meta;
@@ -389,6 +400,8 @@ typedef struct dl_safetensors {
   int captensors, capmeta;
 } dl_safetensors;
 
+/* Release what dl_safetensors_parse / dl_safetensors_open made (NULL is
+ * fine). */
 DL_API void dl_safetensors_free(dl_safetensors *st) {
   if (!st) return;
   dl_free(st->ctx, st->tensors);
@@ -1105,10 +1118,12 @@ typedef struct dl_st_writer {
   dl_status status; /* the first failure of an add (sticky: the save returns it) */
 } dl_st_writer;
 
+/* Start an empty writer; errors go to ctx. */
 DL_API void dl_st_writer_init(dl_st_writer *w, dl_ctx *ctx) {
   memset(w, 0, sizeof *w);
   w->ctx = ctx;
 }
+/* Release the writer's copies and buffers. */
 DL_API void dl_st_writer_free(dl_st_writer *w) {
   int i;
   for (i = 0; i < w->n; i++) dl_free(w->ctx, w->items[i].name);
@@ -1460,6 +1475,8 @@ typedef struct dl_load_desc {
  * (model f32[3])", "unexpected: NAME (file F32[2])", "mismatch: NAME: file
  * F32[3, 4], model f32[4, 3]"); when it fills up, the counts stay exact. */
 #define DL_LOAD_REPORT_TEXT 4096
+/* What a load found (dl_model_load, dl_checkpoint_load): counts of tensors
+ * loaded, missing, unexpected and mismatched, and a text naming them. */
 typedef struct dl_load_report {
   int nloaded;      /* tensors copied (0 when the load failed) */
   int nmissing;     /* expected names absent from the file */
@@ -1539,6 +1556,7 @@ DL_API dl_status dl__io_list_model(dl__io_list *l, const dl_model *m) {
   }
   return DL_OK;
 }
+/* The optimizer kind's name as a checkpoint stores it ("sgd", "adam", ...). */
 DL_API const char *dl_optim_kind_name(dl_optim_kind k) {
   static const char *const n[] = {"sgd", "adam", "rmsprop", "adagrad", "lion", "lamb"};
   return (unsigned)k <= (unsigned)DL_OPT_LAMB ? n[k] : "?";
@@ -1759,6 +1777,8 @@ DL_API dl_status dl__checkpoint_load_st(dl_model *m, dl_optim *o, const dl_safet
   dl__io_list_free(&l);
   return s;
 }
+/* dl_checkpoint_load from an already parsed file (memory or disk): the same
+ * strict, all-or-nothing restore. */
 DL_API dl_status dl_checkpoint_load_st(dl_model *m, dl_optim *o, const dl_safetensors *st, const dl_named_value *vals,
                                        int nvals, dl_load_report *rep) {
   if (rep) memset(rep, 0, sizeof *rep);

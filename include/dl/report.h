@@ -240,6 +240,8 @@ extern int clock_gettime(int, struct timespec *);
  * on other systems C11's timespec_get(TIME_UTC), which can jump if the
  * system time is set. user is ignored (the dl_clock_fn signature). */
 typedef double (*dl_clock_fn)(void *user);
+/* Seconds from CLOCK_MONOTONIC (the default clock of the progress line and
+ * the run). */
 DL_API double dl_clock_monotonic(void *user) {
   struct timespec ts;
   (void)user;
@@ -512,6 +514,8 @@ DL_API void dl_progress_update_acc(dl_progress *p, int64_t samples, double loss,
   }
   if (show) dl__progress_emit(p, line, dl_progress_format(p, line, sizeof line), 0);
 }
+/* dl_progress_update_acc without an accuracy: count a step of samples with
+ * its mean loss. */
 DL_API void dl_progress_update(dl_progress *p, int64_t samples, double loss) {
   dl_progress_update_acc(p, samples, loss, -1);
 }
@@ -653,6 +657,7 @@ DL_API dl_status dl_confusion_init(dl_confusion *cm, dl_ctx *ctx, int64_t classe
   cm->classes = classes;
   return DL_OK;
 }
+/* Release the confusion matrix's counts. */
 DL_API void dl_confusion_free(dl_confusion *cm) {
   dl_tensor_free(cm->matrix);
   memset(cm, 0, sizeof *cm);
@@ -723,6 +728,7 @@ DL_API int64_t dl_confusion_total(const dl_confusion *cm) {
   for (k = 0; k < N; k++) n += ((const int64_t *)cm->matrix->data)[k];
   return n;
 }
+/* How many samples were classified right: the diagonal's sum. */
 DL_API int64_t dl_confusion_correct(const dl_confusion *cm) {
   int64_t c, n = 0;
   for (c = 0; c < cm->classes; c++) n += ((const int64_t *)cm->matrix->data)[c * cm->classes + c];
@@ -799,6 +805,8 @@ DL_API void dl_confusion_fprint(FILE *f, const dl_confusion *cm, const char *con
 typedef struct dl_epoch_stats {
   double epoch, train_loss, train_acc, val_loss, val_acc, lr, samples_per_s, wall_s;
 } dl_epoch_stats;
+/* The columns of dl_epoch_stats: epoch, train_loss, train_acc, val_loss,
+ * val_acc, lr, samples_per_s, wall_s. */
 #define DL_EPOCH_STATS_COLUMNS 8
 DL_API const char *dl__csv_default_column(int i) {
   static const char *const cols[DL_EPOCH_STATS_COLUMNS] = {
@@ -906,6 +914,8 @@ DL_API dl_status dl__csv_write(dl_csv_log *log, const char *op) {
 #endif
 }
 
+/* Open the CSV log that desc names and write its header row; DL_OK, or a
+ * failure status with the message in ctx. */
 DL_API dl_status dl_csv_log_open(dl_csv_log *log, dl_ctx *ctx, const dl_csv_log_desc *desc) {
   char header[4096];
   dl_status st;
@@ -1085,6 +1095,8 @@ typedef struct dl_chart_panel {
   double xmin, xmax, ymin, ymax;      /* the data range shown */
   double xstep, ystep;                /* tick spacing */
 } dl_chart_panel;
+/* Where a chart's two panels (loss, accuracy) go in the image, with their
+ * pixel size and scale. */
 typedef struct dl_chart_layout {
   int width, height, scale;
   dl_chart_panel panel[2];            /* [0] loss, [1] accuracy */
@@ -1092,8 +1104,10 @@ typedef struct dl_chart_layout {
 
 /* The colours: train, val (matplotlib's first two), axes and text, grid. */
 #define DL_CHART_TRAIN_RGB 31, 119, 180
+/* The validation curve's colour (R, G, B). */
 #define DL_CHART_VAL_RGB 255, 127, 14
 
+/* Data coordinates (x, y) -> pixel coordinates in panel p. */
 DL_API void dl_chart_map(const dl_chart_panel *p, double x, double y, double *px, double *py) {
   *px = p->px0 + (x - p->xmin) / (p->xmax - p->xmin) * (p->px1 - p->px0);
   *py = p->py0 + (y - p->ymin) / (p->ymax - p->ymin) * (p->py1 - p->py0);

@@ -98,6 +98,7 @@ DL__HEADER_BEGIN
 
 /* >>flags ----------------------------------------------------------------------- */
 
+/* The value type of a command-line flag (dl_flag). */
 typedef enum dl_flag_kind {
   DL_FLAG_I64 = 1,  /* value: int64_t * */
   DL_FLAG_F64,      /* value: double * */
@@ -105,6 +106,8 @@ typedef enum dl_flag_kind {
   DL_FLAG_SWITCH    /* value: int *, set to 1 by the flag's presence */
 } dl_flag_kind;
 
+/* One command-line flag: its name, type, where its value goes and its help
+ * text. */
 typedef struct dl_flag {
   const char *name;   /* without the dashes: "epochs" */
   dl_flag_kind kind;
@@ -246,6 +249,8 @@ DL_API dl_status dl_flags_main(dl_ctx *ctx, int argc, char **argv, const dl_flag
 
 /* >>train ------------------------------------------------------------------------ */
 
+/* The standard flags' values (--epochs --batch --lr --seed ...):
+ * dl_train_flags points flags at them. */
 typedef struct dl_train_opts {
   int64_t epochs, batch, seed, threads, subset, stop_after;
   double lr;
@@ -255,6 +260,7 @@ typedef struct dl_train_opts {
   int deterministic; /* --deterministic: the GPU's deterministic algorithms (dl_gpu_set_deterministic) */
 } dl_train_opts;
 
+/* How many flags dl_train_flags fills in. */
 #define DL_TRAIN_NFLAGS 19
 
 /* Fill out[0..DL_TRAIN_NFLAGS) with the standard flags, pointing into o;
@@ -428,6 +434,8 @@ typedef struct dl_run_desc {
   dl_dist *dist;
 } dl_run_desc;
 
+/* A training program's run (dl_run_begin): its options, history, progress
+ * line, CSV log, chart and checkpoints. dl_run_free. */
 typedef struct dl_run {
   dl_run_desc desc;
   dl_ctx *ctx;
@@ -510,6 +518,7 @@ DL_API void dl__run_dev_free(dl_run *r) {
   r->dev = NULL;
 }
 
+/* Release what the run holds (its log, history, buffers); NULL is fine. */
 DL_API void dl_run_free(dl_run *r) {
   if (!r) return;
   dl__run_dev_free(r);
@@ -747,6 +756,8 @@ DL_API int dl_run_next_epoch(dl_run *r) {
 /* One optimizer step of the current epoch: its samples, its loss and (for
  * a classifier; < 0: none) how many it got right. */
 DL_API void dl__run_progress(dl_run *r, int64_t samples, double loss, int64_t correct);
+/* Record one optimizer step of the current epoch (see above) and update the
+ * progress line. */
 DL_API void dl_run_step(dl_run *r, int64_t samples, double loss, int64_t correct) {
   r->step++;
   r->samples += samples;

@@ -51,7 +51,10 @@ DL__HEADER_BEGIN
 
 /* >>block ------------------------------------------------------------------- */
 
+/* The normalisation of a transformer block: LayerNorm or RMSNorm. */
 typedef enum dl_tf_norm { DL_TF_LAYERNORM = 0, DL_TF_RMSNORM } dl_tf_norm;
+/* The MLP of a transformer block: GELU, GELU with the tanh approximation,
+ * or SwiGLU. */
 typedef enum dl_tf_mlp { DL_TF_GELU = 0, DL_TF_GELU_TANH, DL_TF_SWIGLU } dl_tf_mlp;
 
 /* A transformer block; zero = the default of each field. */
@@ -230,6 +233,8 @@ DL_API dl_rng *dl_block_rng(dl_layer *l) {
 
 /* >>gpt --------------------------------------------------------------------- */
 
+/* A GPT's shape and options (see above): vocabulary, context, width,
+ * layers, heads, positions and head. */
 typedef struct dl_gpt_desc {
   int64_t vocab, context, embed; /* V, the longest sequence, C */
   int layers, heads;
@@ -417,6 +422,8 @@ DL_API int dl__sample_cmp(const void *a, const void *b) {
   if (x->p != y->p) return x->p > y->p ? -1 : 1;
   return x->i < y->i ? -1 : x->i > y->i;
 }
+/* Draw a token from logits (a [V] row) as s says (temperature, top-k,
+ * top-p; temperature 0: the argmax) from r. */
 DL_API int64_t dl_sample(const dl_tensor *logits, const dl_sample_desc *s, dl_rng *r) {
   const int64_t V = logits->numel;
   const int nucleus = s->top_p > 0 && s->top_p < 1;

@@ -1371,9 +1371,13 @@ DL_API void dl__t_max_unpool2d_bw(dl_tape *tp, dl_node *n) {
  * outside the plane panics; on the device (where checking would mean
  * reading the indices back) it writes nothing too. y lives in the tape's
  * arena (valid until dl_tape_rewind). */
+/* The geometry of dl_t_max_unpool2d (see above): kernel, stride, padding
+ * and, optionally, the output size. */
 typedef struct dl_unpool2d_args {
   int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, out_h, out_w;
 } dl_unpool2d_args;
+/* y = max_unpool2d(x, indices) with the geometry a (see above); y in the
+ * tape's arena. */
 DL_API dl_tensor *dl_t_max_unpool2d(dl_tape *tp, dl_tensor *x, dl_tensor *indices, const dl_unpool2d_args *a) {
   const char *const op = "dl_t_max_unpool2d";
   int64_t Ho, Wo, planes, per_in, per_out, d;
