@@ -47,10 +47,15 @@ DL__HEADER_BEGIN
 extern "C" {
 #endif
 
+/* A dual number in float: value v and derivative (tangent) d; arithmetic on
+ * it carries d along by the chain rule. */
 typedef struct dl_dual { float v, d; } dl_dual;
+/* A dual number in double (see dl_dual). */
 typedef struct dl_dual64 { double v, d; } dl_dual64;
 
+/* The dual number (v, d). */
 DL_HD DL__VAPI dl_dual dl_dual_make(float v, float d) { dl_dual r; r.v = v; r.d = d; return r; }
+/* The dual number (v, d) in double. */
 DL_HD DL__VAPI dl_dual64 dl_dual64_make(double v, double d) { dl_dual64 r; r.v = v; r.d = d; return r; }
 
 /* >>scalar functions ------------------------------------------------------- */
@@ -383,46 +388,46 @@ DL_API dl__probe *dl__probe_1nn(dl__probe *a, double n, double m) { (void)n; (vo
 /* DL_APPLY1/2(f, ...): call a user function family f_f32, f_f64, f_dual,
  * f_dual64 (as DL_DEFINE_OP makes) from generic code. */
 #define DL_APPLY1(f, a) DL__PRECSEL(f##_f32, f##_f64, f##_dual, f##_dual64, dl__probe_1)(DL__L(a))
-#define DL_APPLY2(f, a, b) DL__PRECSEL(f##_f32, f##_f64, f##_dual, f##_dual64, dl__probe_2)(DL__L(a), DL__L(b))
+#define DL_APPLY2(f, a, b) DL__PRECSEL(f##_f32, f##_f64, f##_dual, f##_dual64, dl__probe_2)(DL__L(a), DL__L(b)) /* f(a, b) for a user's binary family (DL_DEFINE_OP2) */
 
 /* dl_val(x): x itself as the context's scalar (a tensor read at the current
  * element, a number converted): DL_ASSIGN(y, dl_val(b)) broadcasts b into y. */
 #define dl_val(x) DL__L(x)
-#define dl_add(a, b) DL__FN(add, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_sub(a, b) DL__FN(sub, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_mul(a, b) DL__FN(mul, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_div(a, b) DL__FN(div, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_pow(a, b) DL__FN(pow, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_max(a, b) DL__FN(max, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_min(a, b) DL__FN(min, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_gt(a, b) DL__FN(gt, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_ge(a, b) DL__FN(ge, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_lt(a, b) DL__FN(lt, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_le(a, b) DL__FN(le, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_eq(a, b) DL__FN(eq, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_where(c, a, b) DL__FN(where, dl__probe_3)(DL__L(c), DL__L(a), DL__L(b))
-#define dl_neg(x) DL__FN(neg, dl__probe_1)(DL__L(x))
-#define dl_exp(x) DL__FN(exp, dl__probe_1)(DL__L(x))
-#define dl_log(x) DL__FN(log, dl__probe_1)(DL__L(x))
-#define dl_log1p(x) DL__FN(log1p, dl__probe_1)(DL__L(x))
-#define dl_expm1(x) DL__FN(expm1, dl__probe_1)(DL__L(x))
-#define dl_sqrt(x) DL__FN(sqrt, dl__probe_1)(DL__L(x))
-#define dl_sin(x) DL__FN(sin, dl__probe_1)(DL__L(x))
-#define dl_cos(x) DL__FN(cos, dl__probe_1)(DL__L(x))
-#define dl_tanh(x) DL__FN(tanh, dl__probe_1)(DL__L(x))
-#define dl_sigmoid(x) DL__FN(sigmoid, dl__probe_1)(DL__L(x))
-#define dl_erf(x) DL__FN(erf, dl__probe_1)(DL__L(x))
-#define dl_abs(x) DL__FN(abs, dl__probe_1)(DL__L(x))
-#define dl_square(x) DL__FN(square, dl__probe_1)(DL__L(x))
-#define dl_relu(x) DL__FN(relu, dl__probe_1)(DL__L(x))
-#define dl_gelu_tanh(x) DL__FN(gelu_tanh, dl__probe_1)(DL__L(x))
-#define dl_gelu(x) DL__FN(gelu, dl__probe_1)(DL__L(x))
-#define dl_silu(x) DL__FN(silu, dl__probe_1)(DL__L(x))
-#define dl_softplus(x) DL__FN(softplus, dl__probe_1)(DL__L(x))
+#define dl_add(a, b) DL__FN(add, dl__probe_2)(DL__L(a), DL__L(b)) /* a + b */
+#define dl_sub(a, b) DL__FN(sub, dl__probe_2)(DL__L(a), DL__L(b)) /* a - b */
+#define dl_mul(a, b) DL__FN(mul, dl__probe_2)(DL__L(a), DL__L(b)) /* a * b */
+#define dl_div(a, b) DL__FN(div, dl__probe_2)(DL__L(a), DL__L(b)) /* a / b */
+#define dl_pow(a, b) DL__FN(pow, dl__probe_2)(DL__L(a), DL__L(b)) /* a^b */
+#define dl_max(a, b) DL__FN(max, dl__probe_2)(DL__L(a), DL__L(b)) /* max(a, b) (NaN propagates; the derivative is split evenly on a tie) */
+#define dl_min(a, b) DL__FN(min, dl__probe_2)(DL__L(a), DL__L(b)) /* min(a, b) (as dl_max) */
+#define dl_gt(a, b) DL__FN(gt, dl__probe_2)(DL__L(a), DL__L(b)) /* a > b: 1 or 0 in the context's type (no derivative) */
+#define dl_ge(a, b) DL__FN(ge, dl__probe_2)(DL__L(a), DL__L(b)) /* a >= b: 1 or 0 */
+#define dl_lt(a, b) DL__FN(lt, dl__probe_2)(DL__L(a), DL__L(b)) /* a < b: 1 or 0 */
+#define dl_le(a, b) DL__FN(le, dl__probe_2)(DL__L(a), DL__L(b)) /* a <= b: 1 or 0 */
+#define dl_eq(a, b) DL__FN(eq, dl__probe_2)(DL__L(a), DL__L(b)) /* a == b: 1 or 0 */
+#define dl_where(c, a, b) DL__FN(where, dl__probe_3)(DL__L(c), DL__L(a), DL__L(b)) /* c != 0 ? a : b */
+#define dl_neg(x) DL__FN(neg, dl__probe_1)(DL__L(x)) /* -x */
+#define dl_exp(x) DL__FN(exp, dl__probe_1)(DL__L(x)) /* e^x */
+#define dl_log(x) DL__FN(log, dl__probe_1)(DL__L(x)) /* natural logarithm */
+#define dl_log1p(x) DL__FN(log1p, dl__probe_1)(DL__L(x)) /* log(1 + x), accurate near 0 */
+#define dl_expm1(x) DL__FN(expm1, dl__probe_1)(DL__L(x)) /* e^x - 1, accurate near 0 */
+#define dl_sqrt(x) DL__FN(sqrt, dl__probe_1)(DL__L(x)) /* square root */
+#define dl_sin(x) DL__FN(sin, dl__probe_1)(DL__L(x)) /* sine */
+#define dl_cos(x) DL__FN(cos, dl__probe_1)(DL__L(x)) /* cosine */
+#define dl_tanh(x) DL__FN(tanh, dl__probe_1)(DL__L(x)) /* hyperbolic tangent */
+#define dl_sigmoid(x) DL__FN(sigmoid, dl__probe_1)(DL__L(x)) /* 1 / (1 + e^-x) */
+#define dl_erf(x) DL__FN(erf, dl__probe_1)(DL__L(x)) /* the error function */
+#define dl_abs(x) DL__FN(abs, dl__probe_1)(DL__L(x)) /* |x| */
+#define dl_square(x) DL__FN(square, dl__probe_1)(DL__L(x)) /* x * x */
+#define dl_relu(x) DL__FN(relu, dl__probe_1)(DL__L(x)) /* max(0, x) */
+#define dl_gelu_tanh(x) DL__FN(gelu_tanh, dl__probe_1)(DL__L(x)) /* GELU, tanh approximation */
+#define dl_gelu(x) DL__FN(gelu, dl__probe_1)(DL__L(x)) /* GELU, exact: x * (1 + erf(x / sqrt 2)) / 2 */
+#define dl_silu(x) DL__FN(silu, dl__probe_1)(DL__L(x)) /* x * sigmoid(x) */
+#define dl_softplus(x) DL__FN(softplus, dl__probe_1)(DL__L(x)) /* log(1 + e^x) */
 /* slope, alpha, lo, hi are plain numbers (not differentiated) */
 #define dl_leaky_relu(x, slope) DL__FN(leaky_relu, dl__probe_1n)(DL__L(x), (slope))
-#define dl_elu(x, alpha) DL__FN(elu, dl__probe_1n)(DL__L(x), (alpha))
-#define dl_clamp(x, lo, hi) DL__FN(clamp, dl__probe_1nn)(DL__L(x), (lo), (hi))
+#define dl_elu(x, alpha) DL__FN(elu, dl__probe_1n)(DL__L(x), (alpha)) /* x > 0 ? x : alpha * (e^x - 1) */
+#define dl_clamp(x, lo, hi) DL__FN(clamp, dl__probe_1nn)(DL__L(x), (lo), (hi)) /* min(max(x, lo), hi) */
 
 #else /* >>generic (C++) ------------------------------------------------------ */
 
@@ -535,7 +540,7 @@ DL_HD inline typename dl__cxx_common<typename dl__cxx_common<A, B>::type, C>::ty
  * dl_t_minimum; dl_t_max and dl_t_min are reductions, as torch.maximum and
  * torch.max are), in C and C++. */
 #define dl_maximum(a, b) dl_max(a, b)
-#define dl_minimum(a, b) dl_min(a, b)
+#define dl_minimum(a, b) dl_min(a, b) /* min(a, b) (the element-wise list's name) */
 
 DL__HEADER_END
 #endif /* DL_DUAL_H */
