@@ -103,10 +103,10 @@ DL_API const char *dl_dtype_name(dl_dtype d) {
 /* Run-time allocator: alloc(size, user) and free(ptr, user); realloc is
  * optional (NULL: alloc + copy + free). Zero fields mean DL_MALLOC/DL_FREE. */
 typedef struct dl_allocator {
-  void *(*alloc)(size_t size, void *user);
-  void *(*realloc)(void *ptr, size_t size, void *user);
-  void (*free)(void *ptr, void *user);
-  void *user;
+  void *(*alloc)(size_t size, void *user); /* alloc(size, user): size bytes or NULL */
+  void *(*realloc)(void *ptr, size_t size, void *user); /* realloc(ptr, size, user); NULL: alloc, copy and free instead */
+  void (*free)(void *ptr, void *user); /* free(ptr, user) */
+  void *user; /* passed to the three */
 } dl_allocator;
 
 /* Panic handler: op is the operation's name ("dl_matmul"), message names the
@@ -126,14 +126,14 @@ typedef void (*dl_log_fn)(void *user, int level, const char *message);
  *                      every thread they run on, restoring the caller's
  *                      floating-point mode afterwards; 1: leave them alone */
 typedef struct dl_ctx_desc {
-  dl_allocator allocator;
-  dl_panic_fn panic;
-  void *panic_user;
-  dl_log_fn log;
-  void *log_user;
-  int threads;
-  int64_t parallel_threshold;
-  int keep_denormals;
+  dl_allocator allocator; /* {0}: DL_MALLOC / DL_REALLOC / DL_FREE */
+  dl_panic_fn panic; /* NULL: print to stderr, abort() */
+  void *panic_user; /* passed to panic */
+  dl_log_fn log; /* NULL: print to stderr */
+  void *log_user; /* passed to log */
+  int threads; /* 0: OpenMP's default (1 without OpenMP) */
+  int64_t parallel_threshold; /* 0: DL_PARALLEL_THRESHOLD elements */
+  int keep_denormals; /* 1: leave denormals alone (0: flush them to zero in library loops) */
 } dl_ctx_desc;
 
 /* Fused loops' record of whether their OpenMP team beats one thread (see
@@ -452,7 +452,7 @@ typedef struct dl__arena_block {
 /* A bump allocator (see above): make it with dl_arena_init or
  * dl_arena_init_buffer, release with dl_arena_free. */
 typedef struct dl_arena {
-  dl_ctx *ctx;
+  dl_ctx *ctx; /* allocator and error reports (may be NULL) */
   unsigned char *base;      /* main block */
   size_t cap;               /* its capacity */
   size_t used;              /* current offset (main block and overflow blocks) */
@@ -460,7 +460,7 @@ typedef struct dl_arena {
   size_t needed;            /* high-water including failed requests */
   dl__arena_block *over;    /* newest overflow block */
   size_t over_used;         /* bytes used in *over */
-  int grow, owns;
+  int grow, owns; /* may take overflow blocks; allocated its main block (else the caller's buffer) */
   uint64_t allocs;          /* calls to the allocator so far (for tests/benchmarks) */
 } dl_arena;
 
@@ -610,7 +610,7 @@ DL_API size_t dl_arena_bytes_needed(const dl_arena *a) { return a->needed; }
  * a tensor in parallel gives the same numbers for any thread count. The state
  * is two integers, copyable and checkpointable. */
 typedef struct dl_rng {
-  uint64_t key;
+  uint64_t key; /* the stream: every draw is mix(key + (index + 1) * golden) */
   uint64_t counter;  /* draws consumed so far */
 } dl_rng;
 

@@ -41,10 +41,10 @@ DL__HEADER_BEGIN
  * dl_gpu_open. */
 typedef struct dl_gpu_backend {
   int (*malloc)(void *user, void **p, size_t bytes); /* DLG_OK, DLG_OOM or DLG_ERR */
-  void (*free)(void *user, void *p);
+  void (*free)(void *user, void *p); /* free(user, p) */
   int (*mem_info)(void *user, size_t *free_bytes, size_t *total_bytes); /* may be NULL */
   const char *(*message)(void *user);                                    /* may be NULL */
-  void *user;
+  void *user; /* passed to the four */
 } dl_gpu_backend;
 
 /* The caching allocator's statistics (dl_gpu_get_stats): bytes in use,
@@ -71,16 +71,16 @@ typedef struct dl__gpu_block {
  * so a training loop's steady state calls the backend zero times.
  * dl_gpu_cache_init, then alloc / free through the dl_gpu. */
 typedef struct dl_gpu_cache {
-  dl_ctx *ctx;
-  dl_gpu_backend be;
+  dl_ctx *ctx; /* allocator of the cache's own tables, error reports */
+  dl_gpu_backend be; /* where device memory comes from (a copy) */
   dl__gpu_block *blocks; /* every block the backend gave, live or cached; p == NULL: a free record */
-  int nblocks, capblocks;
+  int nblocks, capblocks; /* blocks in use and capacity */
   int *ptab;             /* open addressing: pointer -> block index (-1 empty, -2 deleted) */
-  int pcap;
+  int pcap; /* ptab's capacity */
   size_t *ckey;          /* open addressing: class size -> first cached block (chead) */
-  int *chead;
-  int ccap;
-  dl_gpu_stats st;
+  int *chead; /* the first cached block of each class (with ckey) */
+  int ccap; /* ckey's and chead's capacity */
+  dl_gpu_stats st; /* the statistics (dl_gpu_get_stats) */
 } dl_gpu_cache;
 
 /* The class a request of `bytes` is rounded up to. */
@@ -290,13 +290,13 @@ DL_API void dl_gpu_cache_destroy(dl_gpu_cache *c) {
  * backend's handle (stream, cuBLAS, cuDNN) and the caching allocator. Close
  * with dl_gpu_close. */
 typedef struct dl_gpu {
-  dl_ctx *ctx;
-  int device;
-  char name[160];
+  dl_ctx *ctx; /* the context it was opened on */
+  int device; /* the device number */
+  char name[160]; /* the device's name (dl_gpu_name) */
 #ifdef DL_USE_CUDA
   dlg_handle *h;
 #endif
-  dl_gpu_cache cache;
+  dl_gpu_cache cache; /* the caching allocator of its memory */
 } dl_gpu;
 
 #ifdef DL_USE_CUDA
