@@ -95,6 +95,12 @@ END {
       i = j; continue
     }
     first = 0
+    # a struct on one line with its fields' comment inside:
+    #   typedef struct dl_dual { float v, d; /* value, derivative */ } dl_dual;
+    if (depth == 0 && s ~ /struct[ \t]+[A-Za-z_0-9]+[ \t]*\{[^{}]*;[ \t]*\/\*[^*]*\*\/[ \t]*\}/) {
+      t = s; sub(/\/\*/, "/**<", t); sub(/\*\/[ \t]*\}/, "*/ /**@}*/ }", t); sub(/\{/, "{ /**@{*/", t)
+      print t; continue
+    }
     # a file-scope use of a private generator macro (DL__OPTIM_KERNEL(...),
     # DL__SCALAR_FUNCS(...), a layer's DL__GLOBAL vtable): private code
     # Doxygen would misread as declarations; it becomes blank lines, and a
@@ -112,7 +118,8 @@ END {
     if (s ~ /^[ \t]*extern "C"/ || (c ~ /^[ \t]*\}[ \t]*$/ && L[i - 1] ~ /^#[ \t]*ifdef[ \t]+__cplusplus/)) opens = closes = 0
     # a member's trailing comment inside a struct/enum, or after a #define at file level
     p = index(s, "/*")
-    if (p > 1 && substr(s, p, 3) != "/**" && ((agg && depth == 1) || (depth == 0 && s ~ /^#[ \t]*define[ \t]+(DL|DLM|dl|dlm)_/)) &&
+    # (a line that closes a nested union, "} cfg; /* ... */", is a member too)
+    if (p > 1 && substr(s, p, 3) != "/**" && ((agg && (depth == 1 || (depth == 2 && s ~ /^[ \t]*\}/))) || (depth == 0 && s ~ /^#[ \t]*define[ \t]+(DL|DLM|dl|dlm)_/)) &&
         substr(s, 1, p - 1) ~ /[;,][ \t]*$|^[ \t]*[A-Za-z_][A-Za-z0-9_]*[ \t]*(=[^;]*)?[ \t]*$|^#[ \t]*define/) {
       t = substr(s, 1, p - 1) "/**<" conv(substr(s, p + 2), "")
       if (multi(s) && index(substr(s, p + 2), "*/")) t = "/**@{*/ " t " /**@}*/"

@@ -763,7 +763,7 @@ DL_API void dl__team_end(dl__team *tm, dl_ctx *ctx, int64_t units) {
  * returns the previous mode for dl_ftz_leave. On targets without a known
  * control register they do nothing. Library loops call them on every worker
  * thread unless the ctx sets keep_denormals. */
-typedef struct dl_fpmode { unsigned long bits; int changed; } dl_fpmode;
+typedef struct dl_fpmode { unsigned long bits; int changed; /* the previous mode; whether it was changed */ } dl_fpmode;
 
 #if defined(__SSE__) || defined(__x86_64__) || defined(_M_X64)
 #include <xmmintrin.h>

@@ -49,9 +49,9 @@ extern "C" {
 
 /* A dual number in float: value v and derivative (tangent) d; arithmetic on
  * it carries d along by the chain rule. */
-typedef struct dl_dual { float v, d; } dl_dual;
+typedef struct dl_dual { float v, d; /* value, derivative */ } dl_dual;
 /* A dual number in double (see dl_dual). */
-typedef struct dl_dual64 { double v, d; } dl_dual64;
+typedef struct dl_dual64 { double v, d; /* value, derivative */ } dl_dual64;
 
 /* The dual number (v, d). */
 DL_HD DL__VAPI dl_dual dl_dual_make(float v, float d) { dl_dual r; r.v = v; r.d = d; return r; }

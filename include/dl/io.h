@@ -370,10 +370,10 @@ DL_API const char *dl_safetensors_dtype_name(dl_dtype d) {
 /* One tensor of a parsed file. */
 typedef struct dl_st_tensor {
   const char *name;           /* UTF-8, NUL-terminated, owned by the dl_safetensors */
-  dl_dtype dtype;
+  dl_dtype dtype; /* F32, F64, F16, BF16, I64, I32, I8 or U8 */
   int ndim;                   /* 0 (a scalar) .. DL_MAX_DIMS */
-  int64_t shape[DL_MAX_DIMS];
-  int64_t numel;
+  int64_t shape[DL_MAX_DIMS]; /* sizes, shape[ndim..] are 1 */
+  int64_t numel; /* product of shape */
   uint64_t begin, end;        /* data_offsets: bytes in the data region */
   const unsigned char *data;  /* its bytes (little-endian; not necessarily aligned) */
   size_t header_pos;          /* byte offset of its entry in the header (for messages) */
@@ -381,23 +381,23 @@ typedef struct dl_st_tensor {
 
 /* One (key, value) pair of a safetensors file's __metadata__. */
 typedef struct dl_st_meta {
-  const char *key, *value;
+  const char *key, *value; /* UTF-8, NUL-terminated, owned by the dl_safetensors */
 } dl_st_meta;
 
 /* A parsed, validated safetensors file. Zero-initialise or let
  * dl_safetensors_parse / _open fill it; release with dl_safetensors_free. */
 typedef struct dl_safetensors {
-  dl_ctx *ctx;
+  dl_ctx *ctx; /* allocator and error reports */
   dl_st_tensor *tensors;      /* ntensors, sorted by name (strcmp) */
-  int ntensors;
+  int ntensors; /* number of tensors */
   dl_st_meta *meta;           /* nmeta, sorted by key */
-  int nmeta;
+  int nmeta; /* number of metadata pairs */
   uint64_t header_len;        /* bytes of JSON (the 8-byte length not included) */
   uint64_t data_len;          /* bytes of the data region, which starts at file offset 8 + header_len */
   const unsigned char *data;  /* the data region (borrowed from the caller's buffer, or owned) */
   char *strings;              /* decoded names, keys and values */
   void *owned;                /* the file's bytes, for dl_safetensors_open */
-  int captensors, capmeta;
+  int captensors, capmeta; /* capacities of tensors and meta */
 } dl_safetensors;
 
 /* Release what dl_safetensors_parse / dl_safetensors_open made (NULL is
@@ -1110,11 +1110,11 @@ typedef struct dl__st_item {
 /* Collects tensors to write. The tensors' data is borrowed: keep it alive
  * and unchanged until the save (or _to_memory) returns. */
 typedef struct dl_st_writer {
-  dl_ctx *ctx;
-  dl__st_item *items;
-  int n, cap;
+  dl_ctx *ctx; /* allocator and error reports */
+  dl__st_item *items; /* the tensors to write, in order (borrowed data) */
+  int n, cap; /* items and capacity */
   char **meta;      /* key, value, key, value ... (owned copies) */
-  int nmeta, capmeta;
+  int nmeta, capmeta; /* meta's pairs and capacity */
   dl_status status; /* the first failure of an add (sticky: the save returns it) */
 } dl_st_writer;
 
@@ -1454,10 +1454,10 @@ typedef enum dl_st_cast { DL_ST_KEEP = 0, DL_ST_AS_F16, DL_ST_AS_BF16, DL_ST_AS_
  *   cast         dl_model_save only: store float tensors as another dtype
  *   io           system-call hooks (NULL: POSIX) */
 typedef struct dl_save_desc {
-  const char *const *meta;
-  int nmeta;
-  dl_st_cast cast;
-  const dl_io_hooks *io;
+  const char *const *meta; /* nmeta (key, value) pairs for __metadata__: meta[2k], meta[2k+1] */
+  int nmeta; /* number of pairs */
+  dl_st_cast cast; /* dl_model_save only: store float tensors as another dtype */
+  const dl_io_hooks *io; /* system-call hooks of the atomic write (NULL: POSIX) */
 } dl_save_desc;
 
 /* Load options; zero = strict, no conversion.
@@ -1467,8 +1467,8 @@ typedef struct dl_save_desc {
  *   convert  1: a float tensor of another float dtype (f16, bf16, f64 ...) is
  *            converted to the model's, rounded to nearest even */
 typedef struct dl_load_desc {
-  int partial;
-  int convert;
+  int partial; /* 1: missing and unexpected names are reported, not errors */
+  int convert; /* 1: float tensors of another float dtype are converted */
 } dl_load_desc;
 
 /* What a load found. text lists one problem per line ("missing: NAME
@@ -1482,7 +1482,7 @@ typedef struct dl_load_report {
   int nmissing;     /* expected names absent from the file */
   int nunexpected;  /* names in the file that nothing expected */
   int nmismatch;    /* present with another shape or dtype */
-  char text[DL_LOAD_REPORT_TEXT];
+  char text[DL_LOAD_REPORT_TEXT]; /* "missing: NAME (model f32[3])" ... one line each, cut when full */
 } dl_load_report;
 
 
@@ -1491,10 +1491,10 @@ typedef struct dl_load_report {
  * contiguous tensor of any dtype and shape; a load needs the same dtype and
  * shape) points at it; a save reads it there, a load writes it there. */
 typedef struct dl_named_value {
-  const char *name;
-  int64_t *i64;
-  double *f64;
-  dl_tensor *t;
+  const char *name; /* its name in the file (extra/NAME) */
+  int64_t *i64; /* an int64 number, or NULL */
+  double *f64; /* a double number, or NULL */
+  dl_tensor *t; /* a contiguous tensor, or NULL */
 } dl_named_value;
 
 /* One tensor a load or save moves: its name in the file and the memory it

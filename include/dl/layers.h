@@ -125,8 +125,8 @@ typedef enum dl_init_kind {
 /* An initialisation scheme and its argument (a gain, a bound, a constant:
  * dl_init_name says which). */
 typedef struct dl_init {
-  dl_init_kind kind;
-  double arg;
+  dl_init_kind kind; /* the scheme */
+  double arg; /* its argument (a gain, a bound or a value, as the scheme needs) */
 } dl_init;
 
 /* The scheme's name as dl_model_configure's init= takes it
@@ -247,7 +247,7 @@ typedef struct dl_param {
   char name[DL_NAME_MAX];  /* full name, PyTorch state_dict style */
   dl_tensor t;             /* the values (t.grad: the gradient, after dl_model_pack) */
   dl_tensor g;             /* the gradient tensor t.grad points to (a view into the model's buffer) */
-  dl_param_kind kind;
+  dl_param_kind kind; /* weight, bias, normalisation parameter or buffer */
   int sparse;              /* row-sparse gradient in t.sgrad (Embedding(sparse=1)): lazy updates */
   int frozen;              /* no gradient, no update */
   double lr_mult, wd_mult; /* per-parameter multipliers of the optimizer's lr and weight decay */
@@ -272,10 +272,10 @@ typedef struct dl_model dl_model;
  * always may. */
 typedef struct dl_layer_vt {
   const char *type; /* "Linear", "Conv2d" ... */
-  dl_tensor *(*forward)(dl_layer *l, dl_tape *tp, dl_tensor *x);
-  void (*describe)(const dl_layer *l, char *buf, size_t n);
-  void (*free)(dl_layer *l);
-  int container;
+  dl_tensor *(*forward)(dl_layer *l, dl_tape *tp, dl_tensor *x); /* y = forward(l, tp, x); NULL for a layer called part by part */
+  void (*describe)(const dl_layer *l, char *buf, size_t n); /* the constructor's arguments as text, for dl_model_summary */
+  void (*free)(dl_layer *l); /* releases what the layer allocated beyond its struct (usually NULL) */
+  int container; /* 1: other layers may be made with it as their parent */
 } dl_layer_vt;
 
 /* A Module's forward in plain C (dl_module_make): y from x, its parts
@@ -285,13 +285,13 @@ typedef dl_tensor *(*dl_forward_fn)(dl_layer *l, dl_tape *tp, dl_tensor *x);
 /* A layer: its kind, name, parent and children, and its parameters (in the
  * model's list). Made by the dl_*_make constructors, owned by the model. */
 struct dl_layer {
-  const dl_layer_vt *vt;
-  dl_model *model;
+  const dl_layer_vt *vt; /* its kind */
+  dl_model *model; /* the model that owns it */
   dl_layer *parent;         /* NULL for the root */
   char name[DL_NAME_MAX];   /* full name ("" for the root) */
   const char *local;        /* the last component of name */
   dl_layer **child;         /* children, in order */
-  int nchild, capchild;
+  int nchild, capchild; /* children and capacity */
   int first_param, nparam;  /* the params it made itself: model->params[first_param ..] */
   dl_forward_fn fn;         /* a Module's forward */
   void *user;               /* a Module's user pointer */
@@ -309,15 +309,15 @@ typedef struct dl_model_desc {
  * name, the packed parameter and gradient buffers, the training mode and
  * the first failure. dl_model_make / dl_model_free. */
 struct dl_model {
-  dl_ctx *ctx;
-  dl_dtype dtype;
-  uint64_t seed;
+  dl_ctx *ctx; /* allocator and error reports */
+  dl_dtype dtype; /* of every parameter */
+  uint64_t seed; /* as in the desc */
   dl_rng rng;              /* initialisation draws */
   dl_param **params;       /* nparams, creation order (buffers included) */
-  int nparams, capparams;
+  int nparams, capparams; /* parameters and capacity */
   dl_layer root;           /* nn.Sequential-like top level */
   dl_layer **layers;       /* every layer but the root, creation order (to free them) */
-  int nlayers, caplayers;
+  int nlayers, caplayers; /* layers and capacity */
   int training;            /* 1: train mode (default) */
   int packed;              /* dl_model_pack done */
   void *pbuf, *gbuf;       /* packed values and gradients of the trainable parameters */
@@ -979,8 +979,8 @@ DL_API dl_layer *dl_residual_make(dl_model *m, dl_layer *parent, const char *nam
  * x [..., in] -> [..., out]. Init: kaiming_uniform(a = sqrt 5) weight
  * (U(+-1/sqrt(in))), bias U(+-1/sqrt(in)). */
 typedef struct dl_linear_desc {
-  int64_t in, out;
-  int no_bias;
+  int64_t in, out; /* input and output features */
+  int no_bias; /* 1: no bias */
 } dl_linear_desc;
 
 typedef struct dl__lay_linear {
@@ -1029,10 +1029,10 @@ DL_API dl_layer *dl_linear_make(dl_model *m, dl_layer *parent, const char *name,
 /* torch.nn.Conv2d's options (see above; zero fields are PyTorch's
  * defaults). */
 typedef struct dl_conv2d_desc {
-  int64_t in, out;
-  int kernel, stride, padding, dilation, groups;
+  int64_t in, out; /* input and output channels */
+  int kernel, stride, padding, dilation, groups; /* height's (and width's unless the _w field is set); 0: PyTorch's default */
   int kernel_w, stride_w, padding_w, dilation_w; /* 0: as the square value */
-  int no_bias;
+  int no_bias; /* 1: no bias */
   /* as dl_conv2d_args (ops/conv.h): DL_PAD_EXPLICIT reads padding /
    * padding_w as the top / left (padding_w as given, no square default) and
    * these as the bottom / right; DL_PAD_SAME(_LOWER) computes them */
@@ -1041,10 +1041,10 @@ typedef struct dl_conv2d_desc {
 /* nn.Conv1d: weight [out, in/groups, kernel]; pad_mode, padding_end as
  * dl_conv1d_args. */
 typedef struct dl_conv1d_desc {
-  int64_t in, out;
-  int kernel, stride, padding, dilation, groups;
-  int no_bias;
-  int pad_mode, padding_end;
+  int64_t in, out; /* input and output channels */
+  int kernel, stride, padding, dilation, groups; /* 0: PyTorch's default (stride 1, padding 0, dilation 1, groups 1) */
+  int no_bias; /* 1: no bias */
+  int pad_mode, padding_end; /* as dl_conv1d_args (ops/conv.h) */
 } dl_conv1d_desc;
 
 typedef struct dl__lay_conv {
@@ -1155,10 +1155,10 @@ DL_API dl_layer *dl_conv1d_make(dl_model *m, dl_layer *parent, const char *name,
  * and padding_end / padding_w_end as the bottom / right (taken as given, no
  * square default); DL_PAD_SAME and DL_PAD_SAME_LOWER compute them. */
 typedef struct dl_pool2d_desc {
-  int kernel, stride, padding;
-  int kernel_w, stride_w, padding_w;
+  int kernel, stride, padding; /* the window's height (and width); stride 0: the kernel */
+  int kernel_w, stride_w, padding_w; /* the width's; 0: the square value */
   int exclude_pad; /* avg only */
-  int dilation, dilation_w, ceil_mode, pad_mode, padding_end, padding_w_end;
+  int dilation, dilation_w, ceil_mode, pad_mode, padding_end, padding_w_end; /* see above and dl_pool2d_args */
 } dl_pool2d_desc;
 typedef struct dl__lay_pool {
   dl_layer base;
@@ -1306,8 +1306,8 @@ DL_API dl_rng *dl_dropout_rng(dl_layer *l) {
  * see optim.h); sparse = 0: a dense gradient and ordinary updates, as in
  * PyTorch. */
 typedef struct dl_embedding_desc {
-  int64_t num, dim;
-  int sparse;
+  int64_t num, dim; /* rows (vocabulary) and their width */
+  int sparse; /* 1: row-sparse gradients and lazy updates */
 } dl_embedding_desc;
 typedef struct dl__embedding {
   dl_layer base;
@@ -1353,9 +1353,9 @@ DL_API dl_layer *dl_embedding_make(dl_model *m, dl_layer *parent, const char *na
  * eps 0 = 1e-5, momentum 0 = 0.1 (a cumulative average, momentum=None in
  * PyTorch, is not offered). */
 typedef struct dl_batchnorm_desc {
-  int64_t features;
-  double eps, momentum;
-  int no_affine, no_running_stats;
+  int64_t features; /* C, the channels */
+  double eps, momentum; /* 0: 1e-5 and 0.1 */
+  int no_affine, no_running_stats; /* 1: no weight and bias; 1: no running statistics (batch statistics in eval mode too) */
 } dl_batchnorm_desc;
 typedef struct dl__lay_batchnorm {
   dl_layer base;
@@ -1428,10 +1428,10 @@ DL_API dl_layer *dl_batchnorm2d_make(dl_model *m, dl_layer *parent, const char *
  * (= 0) have that shape, unless no_affine. eps 0 = 1e-5 for LayerNorm, and
  * for RMSNorm the dtype's machine epsilon (PyTorch's eps=None). */
 typedef struct dl_norm_desc {
-  int ndims;
-  int64_t shape[4];
-  double eps;
-  int no_affine;
+  int ndims; /* how many last dimensions are normalised (0: 1) */
+  int64_t shape[4]; /* their sizes */
+  double eps; /* 0: 1e-5 (LayerNorm), the dtype's epsilon (RMSNorm) */
+  int no_affine; /* 1: no weight (and bias) */
 } dl_norm_desc;
 typedef struct dl__lay_norm {
   dl_layer base;
@@ -1511,11 +1511,11 @@ DL_API dl_layer *dl_rmsnorm_make(dl_model *m, dl_layer *parent, const char *name
  * is the one-direction op on the sequence reversed along time (an
  * index_select each way). */
 typedef struct dl_rnn_desc {
-  int64_t input, hidden;
-  int num_layers;
-  int no_bias;
-  int relu;
-  int bidirectional;
+  int64_t input, hidden; /* input features and hidden size */
+  int num_layers; /* stacked layers (0: 1) */
+  int no_bias; /* 1: no biases */
+  int relu; /* RNN only: ReLU instead of tanh */
+  int bidirectional; /* 1: both directions (see above) */
 } dl_rnn_desc;
 typedef enum dl__lay_rnn_kind { DL__LAY_RNN, DL__LAY_LSTM, DL__LAY_GRU } dl__lay_rnn_kind;
 /* Most stacked layers an RNN, LSTM or GRU layer may have. */
@@ -1661,10 +1661,10 @@ DL_API dl_layer *dl_gru_make(dl_model *m, dl_layer *parent, const char *name, co
  * Called as a layer it is self-attention, y = attn(x, x, x), causal when
  * desc.causal. */
 typedef struct dl_mha_desc {
-  int64_t embed;
-  int heads;
-  int no_bias;
-  int causal;
+  int64_t embed; /* E, the model width */
+  int heads; /* attention heads (E divisible by it) */
+  int no_bias; /* 1: no biases */
+  int causal; /* 1: position t attends to positions <= t only */
 } dl_mha_desc;
 typedef struct dl__lay_mha {
   dl_layer base;

@@ -111,10 +111,10 @@ typedef enum dlm_op {
 /* One tensor of the plan: [c, h, w] at arena + offset (4-byte aligned);
  * int8: real = scale * (q - zero). */
 typedef struct dlm_tensor {
-  int32_t c, h, w;
-  uint32_t offset;
-  float scale;
-  int32_t zero;
+  int32_t c, h, w; /* channels, height, width */
+  uint32_t offset; /* byte offset in the arena (4-byte aligned) */
+  float scale; /* int8: real = scale * (q - zero) */
+  int32_t zero; /* int8: the zero point */
 } dlm_tensor;
 
 /* One layer. Geometry fields that an op does not use are 0. */
@@ -141,24 +141,24 @@ typedef struct dlm_model {
   uint32_t magic;           /* DLM_MAGIC */
   int32_t version;          /* DLM_VERSION */
   int32_t precision;        /* dlm_precision */
-  int32_t nlayers, ntensors;
-  const dlm_layer *layers;
-  const dlm_tensor *tensors;
+  int32_t nlayers, ntensors; /* layers and tensors */
+  const dlm_layer *layers; /* the layers, in order */
+  const dlm_tensor *tensors; /* the tensors */
   int32_t input, output;    /* tensor indices */
   const float *input_lut;   /* f32: pixel value 0..255 -> input value */
   const int8_t *input_lut_q;/* int8: pixel value -> quantised input */
   uint32_t arena_bytes;     /* what dlm_arena_size computes */
   uint32_t scratch_offset;  /* int8 convolution accumulators (after the tensors) */
-  const char *name;
+  const char *name; /* the C identifier (for messages) */
 } dlm_model;
 
 /* Why a call failed: the status, the bytes a too small arena needs, and a
  * message naming the layer and the sizes. */
 typedef struct dlm_error {
-  dlm_status status;
+  dlm_status status; /* DLM_OK or the failure */
   uint32_t need;            /* DLM_ERR_ARENA: the bytes the model needs */
   int32_t layer;            /* the layer at fault, or -1 */
-  char msg[160];
+  char msg[160]; /* names the layer and the sizes */
 } dlm_error;
 
 /* >>messages (no stdio: a small formatter of its own) ------------------------ */

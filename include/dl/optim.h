@@ -60,33 +60,33 @@ DL__HEADER_BEGIN
 
 /* torch.optim.SGD */
 typedef struct dl_sgd_cfg {
-  double lr, momentum, dampening, weight_decay;
-  int nesterov, maximize;
+  double lr, momentum, dampening, weight_decay; /* PyTorch's names and meanings */
+  int nesterov, maximize; /* 1: Nesterov momentum; 1: maximise the objective */
 } dl_sgd_cfg;
 
 /* torch.optim.Adam (decoupled = 0) and torch.optim.AdamW (decoupled = 1) */
 typedef struct dl_adam_cfg {
-  double lr, beta1, beta2, eps, weight_decay;
-  int amsgrad, decoupled, maximize;
+  double lr, beta1, beta2, eps, weight_decay; /* PyTorch's names and meanings */
+  int amsgrad, decoupled, maximize; /* 1: AMSGrad; 1: AdamW's decoupled weight decay; 1: maximise */
 } dl_adam_cfg;
 
 /* torch.optim.RMSprop */
 typedef struct dl_rmsprop_cfg {
-  double lr, alpha, eps, weight_decay, momentum;
-  int centered, maximize;
+  double lr, alpha, eps, weight_decay, momentum; /* PyTorch's names and meanings */
+  int centered, maximize; /* 1: centred (by the mean gradient); 1: maximise */
 } dl_rmsprop_cfg;
 
 /* torch.optim.Adagrad */
 typedef struct dl_adagrad_cfg {
-  double lr, lr_decay, weight_decay, initial_accumulator_value, eps;
-  int maximize;
+  double lr, lr_decay, weight_decay, initial_accumulator_value, eps; /* PyTorch's names and meanings */
+  int maximize; /* 1: maximise the objective */
 } dl_adagrad_cfg;
 
 /* Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"):
  *   c = beta1*m + (1-beta1)*g;  p = p*(1 - lr*wd) - lr*sign(c);
  *   m = beta2*m + (1-beta2)*g */
 typedef struct dl_lion_cfg {
-  double lr, beta1, beta2, weight_decay;
+  double lr, beta1, beta2, weight_decay; /* the paper's names */
 } dl_lion_cfg;
 
 /* LAMB (You et al. 2020, "Large Batch Optimization for Deep Learning:
@@ -101,8 +101,8 @@ typedef struct dl_lion_cfg {
  * the paper. Defaults: betas 0.9, 0.999, eps 1e-6 (the paper's), no weight
  * decay, no trust clipping, bias correction on. */
 typedef struct dl_lamb_cfg {
-  double lr, beta1, beta2, eps, weight_decay, max_trust;
-  int bias_correction;
+  double lr, beta1, beta2, eps, weight_decay, max_trust; /* the paper's names; max_trust > 0 clips the trust ratio */
+  int bias_correction; /* 1: bias-corrected moments (the default) */
 } dl_lamb_cfg;
 
 /* PyTorch's defaults (Lion: the paper's betas 0.9, 0.99, no weight decay). */
@@ -872,8 +872,8 @@ typedef void (*dl__optim_update_fn)(struct dl_optim *o, const dl_param *pr, dl_t
  * its kind and configuration, each parameter's state tensors (by name:
  * dl_optim_state) and step count, the learning rate. dl_optim_free. */
 typedef struct dl_optim {
-  dl_model *model;
-  dl_optim_kind kind;
+  dl_model *model; /* the model it updates (borrowed) */
+  dl_optim_kind kind; /* SGD, Adam ... */
   dl__optim_update_fn update;                /* the kind's kernel: a pointer, so that a program
                                                 compiles only the optimizers it makes */
   union {
@@ -886,7 +886,7 @@ typedef struct dl_optim {
   } cfg;                                     /* as given; cfg's lr is the base lr */
   double lr;                                 /* current lr (dl_optim_set_lr; starts at cfg's) */
   int nstate;                                /* state tensors per parameter */
-  const char *state_name[DL_OPTIM_MAX_STATE];
+  const char *state_name[DL_OPTIM_MAX_STATE]; /* the state tensors' names ("exp_avg" ...) */
   void *sbuf;                                /* nstate * model->pnumel elements */
   dl_tensor *state;                          /* [model->nparams][DL_OPTIM_MAX_STATE] views (buffers: unused) */
   int64_t *steps;                            /* per parameter */
@@ -1306,8 +1306,8 @@ DL_API void dl_optim_step(dl_optim *o) {
  *               and norms have wd_mult 0). Decoupled weight decay belongs to
  *               the optimizer (AdamW, Lion). */
 typedef struct dl_step_desc {
-  double clip_value, clip_norm;
-  double l1, l2;
+  double clip_value, clip_norm; /* clamp to [-clip_value, clip_value]; cap the global L2 norm (0: off) */
+  double l1, l2; /* L1 and L2 penalties added to the gradients, times wd_mult (0: off) */
 } dl_step_desc;
 
 /* Sum of squares of a contiguous buffer, in double, with four interleaved
