@@ -304,14 +304,14 @@ enum {
  *   label        a prefix ("train | epoch ..."); NULL: none
  *   clock        seconds from clock(clock_user); NULL: dl_clock_monotonic */
 typedef struct dl_progress_desc {
-  FILE *stream;
-  int64_t epochs, steps;
-  int mode;
-  double redraw_s, every_frac, every_s, smoothing;
-  int width;
-  const char *label;
-  dl_clock_fn clock;
-  void *clock_user;
+  FILE *stream; /* NULL: stderr */
+  int64_t epochs, steps; /* E for "epoch e/E" and S steps per epoch; 0: unknown */
+  int mode; /* DL_PROGRESS_AUTO: in place on a terminal, lines otherwise */
+  double redraw_s, every_frac, every_s, smoothing; /* timing of redraws and lines, and the loss shown (see above) */
+  int width; /* in place: cut lines to width - 1; 0: $COLUMNS, else no cut */
+  const char *label; /* a prefix; NULL: none */
+  dl_clock_fn clock; /* seconds from clock(clock_user); NULL: dl_clock_monotonic */
+  void *clock_user; /* passed to clock */
 } dl_progress_desc;
 
 /* Plain memory the caller owns; nothing to free. Fields are readable. */
@@ -637,9 +637,9 @@ DL_API double dl_accuracy(const dl_tensor *logits, const dl_tensor *labels) {
 /* A confusion matrix accumulated over batches. matrix is int64 [C, C],
  * owned: row = true class, column = predicted class. */
 typedef struct dl_confusion {
-  int64_t classes;
-  dl_tensor *matrix;
-  dl_ctx *ctx;
+  int64_t classes; /* the number of classes */
+  dl_tensor *matrix; /* i64 [classes, classes]: row the true class, column the predicted one */
+  dl_ctx *ctx; /* allocator and error reports */
 } dl_confusion;
 
 /* Zeroed C x C matrix. DL_ERR_ARG for classes < 1, DL_ERR_NOMEM /
@@ -803,7 +803,7 @@ DL_API void dl_confusion_fprint(FILE *f, const dl_confusion *cm, const char *con
 /* The default columns and the values that fill them (dl_csv_log_epoch). A
  * NaN field is written as an empty cell (e.g. no validation this epoch). */
 typedef struct dl_epoch_stats {
-  double epoch, train_loss, train_acc, val_loss, val_acc, lr, samples_per_s, wall_s;
+  double epoch, train_loss, train_acc, val_loss, val_acc, lr, samples_per_s, wall_s; /* the CSV log's columns, in its order */
 } dl_epoch_stats;
 /* The columns of dl_epoch_stats: epoch, train_loss, train_acc, val_loss,
  * val_acc, lr, samples_per_s, wall_s. */
@@ -824,11 +824,11 @@ DL_API const char *dl__csv_default_column(int i) {
  *              one; 1: truncate and start over
  *   digits     significant digits of the values (%.*g); 0: 10 */
 typedef struct dl_csv_log_desc {
-  const char *path;
-  const char *const *columns;
-  int ncolumns;
-  int fresh;
-  int digits;
+  const char *path; /* the file (required) */
+  const char *const *columns; /* ncolumns names; NULL: the dl_epoch_stats columns */
+  int ncolumns; /* number of columns */
+  int fresh; /* 0: append to a log with the same header (or start one); 1: start over */
+  int digits; /* significant digits of the values; 0: 10 */
 } dl_csv_log_desc;
 
 /* The log keeps the file's whole text and rewrites it through the atomic
@@ -839,10 +839,10 @@ typedef struct dl_csv_log_desc {
 typedef struct dl_csv_log {
   char *path;          /* the file (a copy) */
   char *text;          /* its content: header and rows */
-  size_t len, cap;
-  int ncolumns, digits, default_columns;
+  size_t len, cap; /* text's length and capacity */
+  int ncolumns, digits, default_columns; /* columns, digits, whether they are dl_epoch_stats' */
   int64_t rows;        /* rows written by this log object */
-  dl_ctx *ctx;
+  dl_ctx *ctx; /* allocator and error reports */
 } dl_csv_log;
 
 /* Open (or create) the log and write the header if the file is new or
@@ -1074,11 +1074,11 @@ DL_API dl_status dl_csv_save(dl_ctx *ctx, const dl_csv_log_desc *desc, const dou
  *   x_label      NULL: "epoch"
  *   train_name, val_name   the legend's names; NULL: "train", "val" */
 typedef struct dl_chart_desc {
-  int64_t n;
-  const double *x;
-  const double *train_loss, *val_loss, *train_acc, *val_acc;
-  int width, height, scale;
-  const char *title, *x_label, *train_name, *val_name;
+  int64_t n; /* points per curve (epochs), >= 1 */
+  const double *x; /* [n] x values, increasing; NULL: 1 .. n */
+  const double *train_loss, *val_loss, *train_acc, *val_acc; /* [n] each, or NULL (see above) */
+  int width, height, scale; /* pixels and font scale; 0: defaults */
+  const char *title, *x_label, *train_name, *val_name; /* the title, the x axis' label and the legend's names; NULL: defaults */
 } dl_chart_desc;
 
 /* Where a panel went. The frame's left column and bottom row are the axes
@@ -1089,7 +1089,7 @@ typedef struct dl_chart_desc {
  * the data's, widened to whole ticks (ystep apart); the x range is the
  * data's. */
 typedef struct dl_chart_panel {
-  int present;
+  int present; /* 1: the panel is drawn */
   int left, top, right, bottom;       /* the frame, inclusive */
   double px0, px1, py0, py1;          /* pixels of xmin, xmax, ymin, ymax */
   double xmin, xmax, ymin, ymax;      /* the data range shown */
@@ -1098,7 +1098,7 @@ typedef struct dl_chart_panel {
 /* Where a chart's two panels (loss, accuracy) go in the image, with their
  * pixel size and scale. */
 typedef struct dl_chart_layout {
-  int width, height, scale;
+  int width, height, scale; /* the image's pixels and the font scale */
   dl_chart_panel panel[2];            /* [0] loss, [1] accuracy */
 } dl_chart_layout;
 

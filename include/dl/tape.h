@@ -72,9 +72,9 @@ typedef void (*dl_backward_fn)(dl_tape *tp, dl_node *n);
  * rule saved. */
 struct dl_node {
   const char *op;                   /* op name, for messages */
-  dl_backward_fn backward;
-  dl_tensor *out;
-  int nin;
+  dl_backward_fn backward; /* the rule that propagates out->grad to the inputs */
+  dl_tensor *out; /* the op's output */
+  int nin; /* number of inputs */
   dl_tensor **in;                   /* nin inputs (arena) */
   dl_tensor *saved[DL_NODE_SAVED];  /* extra tensors the rule needs (arena or caller's) */
   double p[4];                      /* number parameters */
@@ -98,7 +98,7 @@ enum {
  * gradients and tangents, the list of nodes, the no-grad depth and the
  * device. dl_tape_init / dl_tape_rewind / dl_tape_free. */
 struct dl_tape {
-  dl_ctx *ctx;
+  dl_ctx *ctx; /* allocator, errors, threads, the panic handler */
   dl_arena arena;                   /* outputs, nodes, intermediate gradients, tangents */
   dl_node *last;                    /* newest node, NULL when empty */
   int64_t nodes;                    /* recorded since the last rewind */
@@ -109,12 +109,12 @@ struct dl_tape {
    * rule ran), newest first; NULL: none. dist.h uses it to start a gradient
    * bucket's all-reduce as soon as the bucket's parameters are final. */
   void (*on_node)(dl_tape *tp, dl_node *n, void *user);
-  void *on_node_user;
+  void *on_node_user; /* passed to on_node */
   /* A device tape (gpu.h's dl_tape_use_gpu): outputs, intermediate gradients
    * and device scratch are device memory from `dev`, a bump arena over the
    * device's caching allocator, rewound with the tape. NULL: the host. */
   struct dl_gpu *gpu;
-  void *dev;
+  void *dev; /* the device bump arena (see above) */
   void *gfree;                      /* dl_backward's spent gradients, for reuse (arena) */
 };
 
@@ -763,10 +763,15 @@ DL_API dl_tensor *dl_tangent_or_zero(dl_tape *tp, const dl_tensor *x) {
  * jvp (optional) sets tout from the inputs' tangents tin[k] (NULL = zero).
  * An input with a tangent and no jvp rule panics. */
 typedef struct dl_custom_op {
-  const char *name;
+  const char *name; /* in panics and traces */
+  /* forward(out, in, nin, user): fill out from the inputs */
   void (*forward)(dl_tensor *out, dl_tensor *const *in, int nin, void *user);
+  /* backward(tp, gy, out, in, nin, user): accumulate into dl_tape_grad(tp,
+   * in[k]) (NULL: no gradient wanted) */
   void (*backward)(dl_tape *tp, const dl_tensor *gy, const dl_tensor *out, dl_tensor *const *in,
                    int nin, void *user);
+  /* jvp(tout, out, in, tin, nin, user): forward mode, tout from the
+   * tangents tin[k] (NULL: zero); optional */
   void (*jvp)(dl_tensor *tout, const dl_tensor *out, dl_tensor *const *in,
               dl_tensor *const *tin, int nin, void *user);
 } dl_custom_op;
@@ -824,7 +829,7 @@ typedef struct dl_gradcheck_result {
   double jvp_err;        /* the same, forward mode only */
   int input;             /* where grad_err was reached: input ... */
   int64_t index;         /* ... and element (row-major) */
-  double analytic, numeric;
+  double analytic, numeric; /* the two values compared there */
   int64_t checked;       /* gradient elements compared */
 } dl_gradcheck_result;
 

@@ -58,9 +58,9 @@ typedef struct dl_sgrad {
   int64_t *rows;                     /* [cap] row indices */
   int64_t *slot;                     /* [nrows] row -> position in rows, or -1 */
   void *values;                      /* [cap, width], the tensor's dtype; on the tensor's device */
-  dl_dtype dtype;
+  dl_dtype dtype; /* of the values */
   dl_device device;                  /* where values lives (rows and slot are host memory) */
-  dl_ctx *ctx;
+  dl_ctx *ctx; /* allocator and error reports */
 } dl_sgrad;
 
 /* A strided view of up to DL_MAX_DIMS dimensions over data it may own; the
@@ -71,8 +71,8 @@ typedef struct dl_tensor {
   int64_t strides[DL_MAX_DIMS];      /* in elements */
   int64_t numel;                     /* product of shape */
   int ndim;                          /* 0 (a scalar) .. DL_MAX_DIMS */
-  dl_dtype dtype;
-  dl_device device;
+  dl_dtype dtype; /* element type */
+  dl_device device; /* host or GPU memory */
   unsigned flags;                    /* DL_TENSOR_* */
   dl_ctx *ctx;                       /* panic handler, allocator, threads; may be NULL */
   struct dl_tensor *grad;            /* gradient, same shape and dtype (tape.h) */

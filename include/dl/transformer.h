@@ -76,8 +76,8 @@ typedef struct dl_block_desc {
 
 /* The keys and values of past positions, per block, for generation. */
 typedef struct dl_kv_cache {
-  dl_ctx *ctx;
-  int layers;
+  dl_ctx *ctx; /* allocator and error reports */
+  int layers; /* blocks (one k and v each) */
   int64_t batch, heads, head_dim, cap, len; /* len positions held (of cap) */
   dl_tensor **k, **v;                       /* [layers] of [batch, heads, cap, head_dim], owned */
 } dl_kv_cache;
@@ -237,7 +237,7 @@ DL_API dl_rng *dl_block_rng(dl_layer *l) {
  * layers, heads, positions and head. */
 typedef struct dl_gpt_desc {
   int64_t vocab, context, embed; /* V, the longest sequence, C */
-  int layers, heads;
+  int layers, heads; /* blocks and attention heads */
   int rope;        /* 1: rotary embeddings in every block, no wpe; 0: learned positions wpe */
   int untied;      /* 1: a separate lm_head.weight; 0: the head reuses wte (GPT-2) */
   double dropout;  /* embedding and residual dropout */
@@ -399,9 +399,9 @@ DL_API dl_status dl_kv_cache_init(dl_kv_cache *c, dl_layer *gpt, int64_t batch, 
 /* temperature 0: the most likely token (greedy); top_k 0: all tokens;
  * top_p 0 or 1: no nucleus cut. */
 typedef struct dl_sample_desc {
-  double temperature;
-  int top_k;
-  double top_p;
+  double temperature; /* 0: the most likely token (greedy) */
+  int top_k; /* 0: all tokens */
+  double top_p; /* 0 or 1: no nucleus cut */
 } dl_sample_desc;
 
 /* One token drawn from logits [V] (any strides, f32 or f64, on the host):
