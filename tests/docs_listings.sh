@@ -120,7 +120,7 @@ n=$(grep -c . "$list")
 if command -v doxygen >/dev/null; then
   mkdir -p build/docs
   if doxygen docs/Doxyfile >"$OUT/doxygen.log" 2>&1; then
-    nw=$(grep -c . build/docs/warnings.log 2>/dev/null || echo 0)
+    nw=$(grep -c . build/docs/warnings.log 2>/dev/null); nw=${nw:-0}
     if [ "$nw" = 0 ]; then PASS "doxygen docs/Doxyfile: no warning, every public name documented"
     else
       FAIL "doxygen docs/Doxyfile: $nw warnings (build/docs/warnings.log), e.g. undocumented:"
