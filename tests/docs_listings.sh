@@ -16,8 +16,10 @@
 # A listing built with -DDL_FREESTANDING is also compiled (not linked) for a
 # Cortex-M4 with arm-none-eabi-gcc, with the C files it names, where that
 # compiler exists.
-# then the API reference: doxygen docs/Doxyfile must print no warning (an
-# undocumented public name, a broken comment); the warnings are listed.
+# then the API reference: the prototypes that tools/doxygen_filter.awk
+# writes for generated functions must compile against dl.h, and doxygen
+# docs/Doxyfile must print no warning (an undocumented public name, a
+# broken comment); the warnings are listed.
 # One line per check (PASS / FAIL / SKIP NAME: why), and last
 #   DOCS <passed> <failed> <skipped>
 set -u
@@ -115,6 +117,22 @@ while IFS=$'\t' read -r name rest md; do
 done <"$list"
 n=$(grep -c . "$list")
 [ "$n" -gt 0 ] || FAIL "no listing found in docs/*.md"
+
+# the prototypes tools/doxygen_filter.awk writes for generated functions
+# (the op list's dl_NAME_into ..., dl_t_NAME; blas.h's dl_gemm_*) must match
+# the real ones: each is redeclared after dl.h, which gcc refuses when the
+# types differ
+protos="$OUT/oplist_protos.c"
+{ echo '#include "dl.h"'
+  for h in include/dl/expr.h include/dl/ops/core.h include/dl/blas.h; do
+    # without the doc comments; (dl_t_NAME) escapes dl/site.h's macro of that name
+    awk -f tools/doxygen_filter.awk "$h" | grep -E '^/\*\*.*\); $' |
+      sed -E 's#/\*\*([^*]|\*+[^*/])*\*+/##g; s#\*(dl_t_[a-z_0-9]+)\(#*(\1)(#g'
+  done; } >"$protos"
+np=$(grep -oE 'dl_[a-z_0-9]+\)?\(' "$protos" | grep -c .)
+if [ "$np" -gt 100 ] && gcc $WARN -I"$ROOT/include" -c "$protos" -o /dev/null 2>"$OUT/oplist_protos.log"; then
+  PASS "the API reference's $np prototypes of generated functions match dl.h's"
+else FAIL "the API reference's prototypes of generated functions ($np) do not match dl.h"; head -10 "$OUT/oplist_protos.log"; fi
 
 # the API reference: no warning
 if command -v doxygen >/dev/null; then

@@ -9,7 +9,11 @@
 # so Doxygen's line numbers are the header's. Text inside the converted
 # comments is escaped (\ @ < > & # %) so that Doxygen prints it as written
 # instead of reading it as commands or HTML. Comments inside function bodies
-# and section markers (/* >>name --- */) are left alone.
+# and section markers (/* >>name --- */) are left alone. Functions that a
+# macro generates get documented prototypes on the line of the macro's use
+# (the op list's, blas.h's *_PUBLIC generator); uses of private generator
+# macros (DL__*) become blank lines. Run from the repository root (the op
+# list is read from include/dl/expr.h).
 #
 #   awk -f tools/doxygen_filter.awk include/dl/core.h
 function esc(s,   r, i, ch) {
@@ -43,6 +47,97 @@ function multi(s,   c) {
   c = code(s)
   return agg && depth == 1 && c !~ /\(/ && c ~ /,/ && c ~ /;[ \t]*$/
 }
+# the entries X(name, expression) of expr.h's lists, read once:
+# OPS[list, k] = name, OPX[list, k] = expression, OPN[list] = count
+function oplists(   f, line, list, name, ex) {
+  if (OPLOADED++) return
+  f = "include/dl/expr.h"
+  while ((getline line < f) > 0) {
+    if (line ~ /^#define DL_OPS_(UNARY|UNARY_P|BINARY)\(X\)/) { list = line; sub(/^#define /, "", list); sub(/\(X\).*$/, "", list); continue }
+    if (list == "") continue
+    if (line ~ /^[ \t]*X\(/) {
+      name = line; sub(/^[ \t]*X\(/, "", name); sub(/,.*$/, "", name)
+      ex = line; sub(/^[ \t]*X\([a-z_0-9]+,[ \t]*/, "", ex); sub(/[ \t]*\\?[ \t]*$/, "", ex); sub(/\)$/, "", ex)
+      OPS[list, ++OPN[list]] = name; OPX[list, OPN[list]] = ex
+    }
+    if (line !~ /\\[ \t]*$/) list = ""
+  }
+  close(f)
+}
+function oplist(s,   list, gen, k, n, e, r, p) {
+  oplists()
+  list = s; sub(/\(.*$/, "", list)
+  gen = s; sub(/^[^(]*\(/, "", gen); sub(/\).*$/, "", gen)
+  p = (gen ~ /P$/) ? ", double p0" : ""
+  r = ""
+  for (k = 1; k <= OPN[list]; k++) {
+    n = OPS[list, k]; e = esc(OPX[list, k])
+    if (gen == "DL__LIB_OP1" || gen == "DL__LIB_OP1P")
+      r = r "/** y = f(x0) = " e ", element by element, x0 broadcast to y (expr.h's op list). */ " \
+          "void dl_" n "_into(dl_tensor *y, const dl_tensor *x0_" p "); " \
+          "/** gx0 += gy * df/dx0 for f(x0) = " e ", summed to x0's shape; a NULL gx0 is skipped. */ " \
+          "void dl_" n "_backward(dl_tensor *gx0, const dl_tensor *gy, const dl_tensor *x0_" p "); " \
+          "/** Forward mode of f(x0) = " e ": ty = df/dx0 * tx0. */ " \
+          "void dl_" n "_jvp(dl_tensor *ty, const dl_tensor *x0_, const dl_tensor *tx0_" p "); "
+    else if (gen == "DL__LIB_OP2")
+      r = r "/** y = f(x0, x1) = " e ", element by element, both broadcast to y (expr.h's op list). */ " \
+          "void dl_" n "_into(dl_tensor *y, const dl_tensor *x0_, const dl_tensor *x1_); " \
+          "/** gx0 += gy * df/dx0, gx1 += gy * df/dx1 for f = " e ", each summed to its input's shape; a NULL one is skipped. */ " \
+          "void dl_" n "_backward(dl_tensor *gx0, dl_tensor *gx1, const dl_tensor *gy, const dl_tensor *x0_, const dl_tensor *x1_); " \
+          "/** Forward mode of f = " e ": ty = df/dx0 * tx0 + df/dx1 * tx1. */ " \
+          "void dl_" n "_jvp(dl_tensor *ty, const dl_tensor *x0_, const dl_tensor *tx0_, const dl_tensor *x1_, const dl_tensor *tx1_); "
+    else if (gen == "DL__T_LIB1" || gen == "DL__T_LIB1P")
+      r = r "/** y = " e " with x0 = x" (p != "" ? " and the number p0" : "") ", on the tape: dl_" n "_into forward, its backward and forward-mode rules from the same expression. */ " \
+          "dl_tensor *dl_t_" n "(dl_tape *tp, dl_tensor *x" p "); "
+    else
+      r = r "/** y = " e " with x0 = a, x1 = b (broadcast), on the tape: dl_" n "_into forward, its backward and forward-mode rules from the same expression. */ " \
+          "dl_tensor *dl_t_" n "(dl_tape *tp, dl_tensor *a, dl_tensor *b); "
+  }
+  return r
+}
+# whole-word replacement of identifier w by r in s (and the pasted forms ##w, w##)
+function subword(s, w, r,   out, pre, post) {
+  gsub("##" w, r, s); gsub(w "##", r, s)
+  out = ""
+  while (match(s, "(^|[^A-Za-z0-9_])" w "([^A-Za-z0-9_]|$)")) {
+    pre = substr(s, 1, RSTART - 1); post = substr(s, RSTART, RLENGTH)
+    out = out pre; s = substr(s, RSTART + RLENGTH)
+    sub(w, r, post); out = out substr(post, 1, length(post) - 1); s = substr(post, length(post)) s
+  }
+  return out s
+}
+# A generator of public functions, #define NAME_PUBLIC(params) ... (blas.h's
+# DL__GEMM_DEFINE_PUBLIC), used at file scope as NAME_PUBLIC(args): each
+# DL_API declaration of its body, with the comment before it and the
+# arguments substituted, becomes a documented prototype on the line of the
+# use, so that the generated functions have entries.
+function public_gen(s,   name, args, k, j, n, np, a, P, line, cm, incm, decl, indecl, r, t) {
+  name = s; sub(/\(.*$/, "", name)
+  if (!(name in GEN_AT)) return ""
+  args = s; sub(/^[^(]*\(/, "", args); sub(/\)[^)]*$/, "", args)
+  n = split(args, a, /[ \t]*,[ \t]*/); np = split(GEN_PARAMS[name], P, /[ \t]*,[ \t]*/)
+  r = ""; cm = ""; incm = 0; decl = ""; indecl = 0
+  for (k = GEN_AT[name] + 1; k <= NR; k++) {
+    line = L[k]; sub(/\\[ \t]*$/, "", line)
+    if (!incm && !indecl && line ~ /^[ \t]*\/\*/) { incm = 1; cm = "" }
+    if (incm) {
+      t = line; sub(/^[ \t]*\/\*+/, "", t); sub(/^[ \t]*\*[ \t]?/, "", t); sub(/\*\/.*$/, "", t)
+      cm = cm " " t
+      if (index(line, "*/")) incm = 0
+    } else if (line ~ /^[ \t]*DL_API/ || indecl) {
+      indecl = 1; t = line; sub(/^[ \t]+/, "", t); decl = decl " " t
+      if (index(decl, "{")) {
+        sub(/[ \t]*\{.*$/, "", decl); sub(/^ DL_API /, "", decl)
+        for (j = 1; j <= np && j <= n; j++) decl = subword(decl, P[j], a[j])
+        gsub(/[ \t]+/, " ", decl); gsub(/[ \t]+/, " ", cm)
+        r = r "/**" esc(cm) " */ " decl "; "
+        decl = ""; indecl = 0; cm = ""
+      }
+    }
+    if (L[k] !~ /\\[ \t]*$/) break
+  }
+  return r
+}
 function count(s, ch,   n, i) { n = 0; for (i = 1; i <= length(s); i++) if (substr(s, i, 1) == ch) n++; return n }
 # a line that starts something Doxygen documents (not a preprocessor
 # conditional, not a closing brace, not a blank line or another comment)
@@ -55,6 +150,12 @@ function decl(s) {
 }
 { L[NR] = $0 }
 END {
+  for (i = 1; i <= NR; i++)
+    if (L[i] ~ /^#[ \t]*define[ \t]+[A-Z_0-9]+_PUBLIC\(/) {
+      t = L[i]; sub(/^#[ \t]*define[ \t]+/, "", t); n = t; sub(/\(.*$/, "", n)
+      sub(/^[^(]*\(/, "", t); sub(/\).*$/, "", t)
+      GEN_AT[n] = i; GEN_PARAMS[n] = t
+    }
   depth = 0; agg = 0; incom = 0; first = 1
   for (i = 1; i <= NR; i++) {
     s = L[i]
@@ -95,6 +196,14 @@ END {
       i = j; continue
     }
     first = 0
+    # the op list's instantiations (expr.h: dl_NAME_into / _backward / _jvp;
+    # ops/core.h: dl_t_NAME): one documented prototype per entry of the
+    # list, all on this line, so that each generated function has an entry
+    # (tests/docs_listings.sh compiles these prototypes against dl.h)
+    if (s ~ /^DL_OPS_(UNARY|UNARY_P|BINARY)\((DL__LIB_OP1|DL__LIB_OP1P|DL__LIB_OP2|DL__T_LIB1|DL__T_LIB1P|DL__T_LIB2)\)/) {
+      print oplist(s); continue
+    }
+    if (depth == 0 && s ~ /^[A-Z_0-9]+_PUBLIC\(/ && (t = public_gen(s)) != "") { print t; continue }
     # a struct on one line with its fields' comment inside:
     #   typedef struct dl_dual { float v, d; /* value, derivative */ } dl_dual;
     if (depth == 0 && s ~ /struct[ \t]+[A-Za-z_0-9]+[ \t]*\{[^{}]*;[ \t]*\/\*[^*]*\*\/[ \t]*\}/) {
