@@ -23,7 +23,7 @@
 # One line per check (PASS / FAIL / SKIP NAME: why), and last
 #   DOCS <passed> <failed> <skipped>
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${1:-build/tests/docs}
 ROOT=$(pwd)
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)   # absolute: listings are built and run inside it
@@ -71,7 +71,7 @@ while IFS=$'\t' read -r name rest md; do
       ok=1
       for c in gcc clang; do
         command -v $c >/dev/null || continue
-        # shellcheck disable=SC2086
+        # shellcheck disable=SC2086,SC2046
         if ! (cd "$OUT" && $c $WARN -O2 -I"$ROOT/include" "$name.c" -o "$name.$c" $flags $(only $c) -lm) 2>"$OUT/$name.$c.log"; then
           ok=0; FAIL "$name ($md): does not build with $c"; head -15 "$OUT/$name.$c.log"
         fi
