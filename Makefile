@@ -15,6 +15,8 @@
 #                CMake package dl::dl, the documents, and build/libdlgpu.a when
 #                `make gpu-lib` built it; PREFIX (default /usr/local) and DESTDIR
 #   make uninstall  removes what make install put there
+#   make docs    the API reference from the header comments (Doxygen): build/docs/html/index.html;
+#                fails when a public name has no comment (build/docs/warnings.log)
 #   make fuzz-long every fuzz/fuzz_*.c for FUZZ_SECONDS each (default 3600; make test
 #                runs them for 15 s): `make fuzz-long FUZZ_SECONDS=600 FUZZ_TARGETS="image"`
 
@@ -22,7 +24,7 @@ CC = gcc
 WARN = -std=c11 -Wall -Wextra -Wpedantic -Werror
 BUILD = build
 
-.PHONY: all run examples test quick bench clean deps-run deps-test deps-bench gpu gpu-lib gpu-fake \
+.PHONY: all run examples test quick bench clean deps-run deps-test deps-bench docs deps-docs gpu gpu-lib gpu-fake \
   install uninstall version fuzz-long firmware deps-firmware
 
 all: test
@@ -35,6 +37,8 @@ deps-bench:
 	@bash tools/deps.sh bench
 deps-firmware:
 	@bash tools/deps.sh firmware
+deps-docs:
+	@bash tools/deps.sh docs
 
 # The main job: train the MLP on Fashion-MNIST, built from its one file the
 # way a user builds it (threads, OpenBLAS GEMM, zlib for the gzip files, stb
@@ -183,3 +187,14 @@ FUZZ_SECONDS ?= 3600
 FUZZ_TARGETS ?=
 fuzz-long:
 	bash fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# The API reference: Doxygen (Debian's doxygen) over include/ and docs/*.md,
+# configured by docs/Doxyfile; the headers' plain comments become doc comments
+# through tools/doxygen_filter.awk. HTML in build/docs/html; any warning (an
+# undocumented public name, a broken comment) is printed and fails the target.
+docs: deps-docs
+	@mkdir -p $(BUILD)/docs
+	doxygen docs/Doxyfile
+	@if [ -s $(BUILD)/docs/warnings.log ]; then cat $(BUILD)/docs/warnings.log; \
+	  echo "make docs: $$(wc -l <$(BUILD)/docs/warnings.log) warnings (build/docs/warnings.log)" >&2; exit 1; fi
+	@echo "API reference: $(BUILD)/docs/html/index.html (no warnings)"

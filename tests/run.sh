@@ -40,6 +40,12 @@
 #      `ulimit -v` at 20 levels: it fits, or exits 1 saying "out of memory";
 #      never a signal or a hang (tests/test_oom.c fails each allocation of a
 #      training program through the allocator hooks)
+#   4e. the guides: tests/docs_listings.sh extracts every marked listing of
+#      docs/*.md, builds it warning-free (gcc and clang; the GPU guide against
+#      the fake device, the MPI guide with mpicc under mpirun -n 2, the
+#      firmware guide also for a Cortex-M4) and runs it; then Doxygen
+#      (docs/Doxyfile, as `make docs`) must give no warning: a public name
+#      without a comment fails, and the names are listed
 #   5. the test programs again under -fsanitize=address,undefined
 #   6. fuzz/run.sh 15: every fuzz/fuzz_*.c built with clang's libFuzzer, ASan
 #      and UBSan and run for 15 s on a copy of its seed corpus; each target
@@ -348,6 +354,15 @@ if [ $# = 4 ]; then
   pass=$((pass + $2)); skip=$((skip + $4))
   [ "$3" -gt 0 ] && { fail=$((fail + $3)); failed+=("out of memory under ulimit -v ($3 builds)"); }
 else bad "tests/oom_ulimit.sh (no result line)"; echo "$om" | tail -n 20; fi
+
+# --- 4e. the guides and the API reference -------------------------------------
+dl=$(bash tests/docs_listings.sh "$B/docs" 2>&1)
+echo "$dl" | grep -v '^DOCS '
+set -- $(echo "$dl" | grep '^DOCS ' | tail -n 1)
+if [ $# = 4 ]; then
+  pass=$((pass + $2)); skip=$((skip + $4))
+  [ "$3" -gt 0 ] && { fail=$((fail + $3)); failed+=("docs: guides' listings or the API reference ($3 checks)"); }
+else bad "tests/docs_listings.sh (no result line)"; echo "$dl" | tail -n 20; fi
 
 # --- 5. sanitizers ------------------------------------------------------------
 if [ "${DL_TEST_QUICK:-0}" != 1 ]; then

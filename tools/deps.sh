@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/deps.sh WHAT - install what WHAT (run | test | firmware | bench) needs from
+# tools/deps.sh WHAT - install what WHAT (run | test | firmware | bench | docs) needs from
 # Debian's packages, only where something is missing. Needs root (or sudo)
 # when it has to install; prints the apt-get line otherwise.
 set -u
@@ -23,7 +23,8 @@ case "${1:-test}" in
          need fortunes; need libopenmpi-dev /usr/bin/mpicc; need openmpi-bin /usr/bin/mpirun
          need cmake cmake; need pkgconf pkg-config
          need gcc-arm-none-eabi arm-none-eabi-gcc; need libnewlib-arm-none-eabi /usr/lib/arm-none-eabi/newlib
-         need qemu-system-arm qemu-system-arm ;;
+         need qemu-system-arm qemu-system-arm; need doxygen doxygen ;;
+  docs)  need doxygen doxygen ;;
   firmware) need gcc gcc; need make make; need libc6-dev /usr/include/stdio.h; need libgomp1; need libopenblas-dev
          need zlib1g-dev /usr/include/zlib.h; need dataset-fashion-mnist /usr/share/datasets/fashion-mnist
          need gcc-arm-none-eabi arm-none-eabi-gcc; need libnewlib-arm-none-eabi /usr/lib/arm-none-eabi/newlib
@@ -32,7 +33,7 @@ case "${1:-test}" in
          need zlib1g-dev /usr/include/zlib.h; need libstb-dev /usr/include/stb/stb_image.h
          need dataset-fashion-mnist /usr/share/datasets/fashion-mnist
          need libopenmpi-dev /usr/bin/mpicc; need openmpi-bin /usr/bin/mpirun ;;
-  *) echo "usage: $0 run|test|firmware|bench" >&2; exit 2 ;;
+  *) echo "usage: $0 run|test|firmware|bench|docs" >&2; exit 2 ;;
 esac
 [ ${#want[@]} -eq 0 ] && exit 0
 echo "installing: ${want[*]}"

@@ -140,9 +140,13 @@ extern "C" {
 
 /* >>gemm-api --------------------------------------------------------------- */
 
+/* Whether a GEMM operand is used as stored (DL_NOTRANS) or transposed
+ * (DL_TRANS). */
 typedef enum dl_trans { DL_NOTRANS = 0, DL_TRANS = 1 } dl_trans;
 
 #ifndef DL_GEMM_PARALLEL_FLOPS
+/* Flops (2 m n k) below which the built-in GEMM stays on the calling
+ * thread. */
 #define DL_GEMM_PARALLEL_FLOPS 1000000
 #endif
 
@@ -659,6 +663,9 @@ typedef struct dl__gemm_cache {
   dl_ctx own;         /* a copy holding the allocator that made p */
 } dl__gemm_cache;
 DL__GLOBAL(DL__TLS dl__gemm_cache dl__gemm_tls, DL__ZERO_INIT);
+/* Release the calling thread's GEMM packing buffer (it is kept between
+ * calls and grows to the largest GEMM seen); the next GEMM allocates it
+ * again. */
 DL_API void dl_gemm_release_cache(void) {
   dl_free(dl__gemm_tls.has_ctx ? &dl__gemm_tls.own : NULL, dl__gemm_tls.p);
   dl__gemm_tls.p = NULL;

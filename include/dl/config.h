@@ -32,9 +32,13 @@
  * checks that the four agree and that CHANGELOG.md's newest entry is this
  * one. DL_VERSION_NUMBER is for #if: 0.2.0 is 200, 1.4.12 is 10412. */
 #define DL_VERSION_MAJOR 0
+/* The minor version: before 1.0, a new one may change the API. */
 #define DL_VERSION_MINOR 2
+/* The patch version: fixes only. */
 #define DL_VERSION_PATCH 0
+/* "MAJOR.MINOR.PATCH". */
 #define DL_VERSION_STRING "0.2.0"
+/* For #if: MAJOR * 10000 + MINOR * 100 + PATCH (0.2.0 is 200). */
 #define DL_VERSION_NUMBER (DL_VERSION_MAJOR * 10000 + DL_VERSION_MINOR * 100 + DL_VERSION_PATCH)
 
 /* >>compile once -------------------------------------------------------------
@@ -119,15 +123,24 @@
 #endif
 #else
 #include <stdlib.h>
+/* The default allocator hooks, the C library's malloc: DL_MALLOC(size,
+ * user) allocates (user is the ctx's allocator argument, unused here),
+ * DL_REALLOC(ptr, size, user) resizes, DL_FREE(ptr, user) frees. Define all
+ * three before the first #include to replace them, or none. */
 #define DL_MALLOC(size, user) ((void)(user), malloc(size))
+/* DL_REALLOC(ptr, size, user): the default realloc hook (see DL_MALLOC). */
 #define DL_REALLOC(ptr, size, user) ((void)(user), realloc((ptr), (size)))
+/* DL_FREE(ptr, user): the default free hook (see DL_MALLOC). */
 #define DL_FREE(ptr, user) ((void)(user), free(ptr))
 #endif
 
 #ifndef DL_PARALLEL_THRESHOLD
+/* Elements below which a library loop never starts an OpenMP team (default
+ * 32768; dl_ctx_desc.parallel_threshold overrides it per ctx). */
 #define DL_PARALLEL_THRESHOLD 32768
 #endif
 
+/* Most dimensions a tensor has (shape and strides are arrays of this size). */
 #define DL_MAX_DIMS 8
 /* Alignment of every tensor's data and arena allocation, in bytes. */
 #define DL_ALIGN 64

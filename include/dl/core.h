@@ -58,6 +58,9 @@ extern "C" {
   X(DL_ERR_NO_DEVICE, "no such device")                                       \
   X(DL_ERR_COMM, "communication failure")
 
+/* Status codes: DL_OK or the kind of failure (out of memory, size overflow,
+ * I/O, bad or truncated data, bad argument, shape or dtype mismatch,
+ * unsupported, no device, communication); dl_status_str gives the text. */
 typedef enum dl_status {
 #define DL__X(id, msg) id,
   DL__STATUS_LIST(DL__X)
@@ -77,6 +80,8 @@ DL_API const char *dl_status_str(dl_status s) {
 
 /* >>dtype ------------------------------------------------------------------ */
 
+/* Element types of tensors: f32, f64, i32, i64, u8, i8, and f16 / bf16
+ * (storage in files only: io.h converts them). */
 typedef enum dl_dtype {
   DL_F32 = 0, DL_F64, DL_I32, DL_I64, DL_U8, DL_I8, DL_F16, DL_BF16,
   DL_DTYPE_COUNT
@@ -98,10 +103,10 @@ DL_API const char *dl_dtype_name(dl_dtype d) {
 /* Run-time allocator: alloc(size, user) and free(ptr, user); realloc is
  * optional (NULL: alloc + copy + free). Zero fields mean DL_MALLOC/DL_FREE. */
 typedef struct dl_allocator {
-  void *(*alloc)(size_t size, void *user);
-  void *(*realloc)(void *ptr, size_t size, void *user);
-  void (*free)(void *ptr, void *user);
-  void *user;
+  void *(*alloc)(size_t size, void *user); /* alloc(size, user): size bytes or NULL */
+  void *(*realloc)(void *ptr, size_t size, void *user); /* realloc(ptr, size, user); NULL: alloc, copy and free instead */
+  void (*free)(void *ptr, void *user); /* free(ptr, user) */
+  void *user; /* passed to the three */
 } dl_allocator;
 
 /* Panic handler: op is the operation's name ("dl_matmul"), message names the
@@ -121,14 +126,14 @@ typedef void (*dl_log_fn)(void *user, int level, const char *message);
  *                      every thread they run on, restoring the caller's
  *                      floating-point mode afterwards; 1: leave them alone */
 typedef struct dl_ctx_desc {
-  dl_allocator allocator;
-  dl_panic_fn panic;
-  void *panic_user;
-  dl_log_fn log;
-  void *log_user;
-  int threads;
-  int64_t parallel_threshold;
-  int keep_denormals;
+  dl_allocator allocator; /* {0}: DL_MALLOC / DL_REALLOC / DL_FREE */
+  dl_panic_fn panic; /* NULL: print to stderr, abort() */
+  void *panic_user; /* passed to panic */
+  dl_log_fn log; /* NULL: print to stderr */
+  void *log_user; /* passed to log */
+  int threads; /* 0: OpenMP's default (1 without OpenMP) */
+  int64_t parallel_threshold; /* 0: DL_PARALLEL_THRESHOLD elements */
+  int keep_denormals; /* 1: leave denormals alone (0: flush them to zero in library loops) */
 } dl_ctx_desc;
 
 /* Fused loops' record of whether their OpenMP team beats one thread (see
@@ -142,6 +147,10 @@ typedef struct dl__team_state {
 } dl__team_state;
 
 struct dl_gpu; /* a device (gpu.h) */
+/* The context: what other libraries keep in globals (the desc with its
+ * defaults, the open GPU, the last failure and its message, the team
+ * guard's state, the out-of-memory recovery point). Made by dl_ctx_init;
+ * plain memory the caller owns. */
 typedef struct dl_ctx {
   dl_ctx_desc desc;      /* as given, with defaults filled in */
   struct dl_gpu *gpu;    /* the device opened on this context (gpu.h's dl_gpu_open), NULL: none */
@@ -170,6 +179,8 @@ DL_API int dl_ctx_threads(const dl_ctx *ctx) {
   return 1;
 #endif
 }
+/* Elements below which library loops under ctx stay on one thread (the
+ * desc's parallel_threshold, else DL_PARALLEL_THRESHOLD). */
 DL_API int64_t dl_ctx_parallel_threshold(const dl_ctx *ctx) {
   return (ctx && ctx->desc.parallel_threshold > 0) ? ctx->desc.parallel_threshold
                                                    : (int64_t)DL_PARALLEL_THRESHOLD;
@@ -194,6 +205,9 @@ DL_API void dl_ctx_clear(dl_ctx *ctx) {
   if (ctx) { ctx->status = DL_OK; ctx->message[0] = 0; }
 }
 
+/* Send a formatted message at level (0 information, otherwise a warning) to
+ * the ctx's log hook; with none (or a NULL ctx) it goes to stderr as "dl:
+ * [warning: ]message" (nowhere under DL_NO_STDIO). */
 DL_API void dl_log_msg(const dl_ctx *ctx, int level, const char *fmt, ...) DL__PRINTF(3, 4);
 DL_API void dl_log_msg(const dl_ctx *ctx, int level, const char *fmt, ...) {
   char buf[1024];
@@ -269,6 +283,9 @@ DL_API DL__NORETURN void dl_panic_at(const dl_ctx *ctx, const char *file, int li
 #endif
   abort();
 }
+/* DL_PANIC(ctx, op, fmt, ...): report a programmer error (shape, dtype,
+ * argument) of op with this file:line through the ctx's panic handler; does
+ * not return. A statement; each argument is evaluated once. */
 #define DL_PANIC(ctx, op, ...) dl_panic_at((ctx), __FILE__, __LINE__, (op), __VA_ARGS__)
 
 /* >>out of memory inside an op ----------------------------------------------- */
@@ -320,6 +337,9 @@ DL_API DL__NORETURN void dl_nomem_at(dl_ctx *ctx, const char *file, int line, co
   }
   dl_panic_at(ctx, file, line, op, "out of memory: %s (dl_ctx_on_nomem makes this a status)", msg);
 }
+/* DL_NOMEM(ctx, op, fmt, ...): leave op through the ctx's out-of-memory
+ * recovery point (dl_ctx_on_nomem) with DL_ERR_NOMEM and the message, or
+ * panic when there is none; does not return. */
 #define DL_NOMEM(ctx, op, ...) dl_nomem_at((ctx), __FILE__, __LINE__, (op), __VA_ARGS__)
 /* fn(arg) under a recovery point of its own: DL_OK, or DL_ERR_NOMEM when an
  * op in it ran out of memory (message in ctx); ctx's previous point is back
@@ -352,6 +372,8 @@ DL_API int dl_size_mul(size_t a, size_t b, size_t *out) {
   *out = a * b;
   return 0;
 }
+/* *out = a + b; returns 1 (and leaves *out alone) when the sum overflows
+ * size_t, else 0. */
 DL_API int dl_size_add(size_t a, size_t b, size_t *out) {
   if (b > SIZE_MAX - a) return 1;
   *out = a + b;
@@ -368,6 +390,7 @@ DL_API void *dl_raw_alloc(dl_ctx *ctx, size_t size) {
   if (!p) dl_fail(ctx, DL_ERR_NOMEM, "out of memory allocating %zu bytes", size);
   return p;
 }
+/* Free p from dl_raw_alloc with the same ctx's hooks; NULL is ignored. */
 DL_API void dl_raw_free(dl_ctx *ctx, void *p) {
   if (!p) return;
   if (ctx && ctx->desc.allocator.free) ctx->desc.allocator.free(p, ctx->desc.allocator.user);
@@ -393,6 +416,7 @@ DL_API void *dl_alloc(dl_ctx *ctx, size_t size) {
   memcpy(p - sizeof(void *), &raw, sizeof raw);
   return p;
 }
+/* Free p from dl_alloc (same ctx); NULL is ignored. */
 DL_API void dl_free(dl_ctx *ctx, void *p) {
   void *raw;
   if (!p) return;
@@ -425,8 +449,10 @@ typedef struct dl__arena_block {
   size_t pad;
 } dl__arena_block;
 
+/* A bump allocator (see above): make it with dl_arena_init or
+ * dl_arena_init_buffer, release with dl_arena_free. */
 typedef struct dl_arena {
-  dl_ctx *ctx;
+  dl_ctx *ctx; /* allocator and error reports (may be NULL) */
   unsigned char *base;      /* main block */
   size_t cap;               /* its capacity */
   size_t used;              /* current offset (main block and overflow blocks) */
@@ -434,12 +460,16 @@ typedef struct dl_arena {
   size_t needed;            /* high-water including failed requests */
   dl__arena_block *over;    /* newest overflow block */
   size_t over_used;         /* bytes used in *over */
-  int grow, owns;
+  int grow, owns; /* may take overflow blocks; allocated its main block (else the caller's buffer) */
   uint64_t allocs;          /* calls to the allocator so far (for tests/benchmarks) */
 } dl_arena;
 
+/* A position in an arena (dl_arena_get_mark) to rewind to later
+ * (dl_arena_rewind). */
 typedef size_t dl_arena_mark;
 
+/* An arena of capacity bytes from ctx's allocator (0: none yet); grow != 0
+ * lets it take overflow blocks (see above). DL_OK or DL_ERR_NOMEM. */
 DL_API dl_status dl_arena_init(dl_arena *a, dl_ctx *ctx, size_t capacity, int grow) {
   memset(a, 0, sizeof *a);
   a->ctx = ctx;
@@ -453,6 +483,9 @@ DL_API dl_status dl_arena_init(dl_arena *a, dl_ctx *ctx, size_t capacity, int gr
   a->cap = capacity;
   return DL_OK;
 }
+/* An arena over the caller's buffer of size bytes (aligned to DL_ALIGN
+ * inside it): it never allocates, and a request past the end fails with
+ * DL_ERR_NOMEM. */
 DL_API void dl_arena_init_buffer(dl_arena *a, dl_ctx *ctx, void *buf, size_t size) {
   size_t skip = (DL_ALIGN - ((uintptr_t)buf % DL_ALIGN)) % DL_ALIGN;
   memset(a, 0, sizeof *a);
@@ -470,6 +503,8 @@ DL_API void dl__arena_free_overflow(dl_arena *a, size_t keep_from) {
   }
 }
 
+/* Release the arena's memory (not a caller's buffer); every pointer from it
+ * becomes invalid. */
 DL_API void dl_arena_free(dl_arena *a) {
   dl__arena_free_overflow(a, 0);
   if (a->owns) dl_free(a->ctx, a->base);
@@ -539,6 +574,7 @@ DL_API void *dl_arena_calloc(dl_arena *a, size_t size) {
   return p;
 }
 
+/* The current position, for a later dl_arena_rewind. */
 DL_API dl_arena_mark dl_arena_get_mark(const dl_arena *a) { return a->used; }
 
 /* Release everything allocated after mark. Rewinding a growable arena to 0
@@ -558,8 +594,11 @@ DL_API void dl_arena_rewind(dl_arena *a, dl_arena_mark mark) {
     }
   }
 }
+/* Rewind to the start: dl_arena_rewind(a, 0). */
 DL_API void dl_arena_reset(dl_arena *a) { dl_arena_rewind(a, 0); }
+/* Bytes allocated now. */
 DL_API size_t dl_arena_used(const dl_arena *a) { return a->used; }
+/* The most bytes allocated at once so far. */
 DL_API size_t dl_arena_high_water(const dl_arena *a) { return a->high; }
 /* The capacity that would have served every request so far. */
 DL_API size_t dl_arena_bytes_needed(const dl_arena *a) { return a->needed; }
@@ -571,7 +610,7 @@ DL_API size_t dl_arena_bytes_needed(const dl_arena *a) { return a->needed; }
  * a tensor in parallel gives the same numbers for any thread count. The state
  * is two integers, copyable and checkpointable. */
 typedef struct dl_rng {
-  uint64_t key;
+  uint64_t key; /* the stream: every draw is mix(key + (index + 1) * golden) */
   uint64_t counter;  /* draws consumed so far */
 } dl_rng;
 
@@ -580,6 +619,7 @@ DL_API uint64_t dl__mix64(uint64_t z) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
+/* A stream from a seed (any value, 0 included); the counter starts at 0. */
 DL_API dl_rng dl_rng_make(uint64_t seed) {
   dl_rng r;
   r.key = dl__mix64(seed ^ 0x6a09e667f3bcc909ULL);
@@ -590,11 +630,14 @@ DL_API dl_rng dl_rng_make(uint64_t seed) {
 DL_API uint64_t dl_rng_at(const dl_rng *r, uint64_t index) {
   return dl__mix64(r->key + (index + 1) * 0x9e3779b97f4a7c15ULL);
 }
+/* The next 64 random bits of the stream. */
 DL_API uint64_t dl_rng_u64(dl_rng *r) { return dl_rng_at(r, r->counter++); }
 /* Uniform in [0, 1) from 53 (f64) or 24 (f32) random bits. */
 DL_API double dl__u01_f64(uint64_t x) { return (double)(x >> 11) * (1.0 / 9007199254740992.0); }
 DL_API float dl__u01_f32(uint64_t x) { return (float)(x >> 40) * (1.0f / 16777216.0f); }
+/* Uniform double in [0, 1) from the next draw. */
 DL_API double dl_rng_uniform(dl_rng *r) { return dl__u01_f64(dl_rng_u64(r)); }
+/* Uniform float in [0, 1) from the next draw. */
 DL_API float dl_rng_uniform_f32(dl_rng *r) { return dl__u01_f32(dl_rng_u64(r)); }
 /* Standard normal from one 64-bit draw: Box-Muller on its two 32-bit halves
  * would lose precision, so the two uniforms come from two mixes of it. */
@@ -603,6 +646,7 @@ DL_API double dl__normal_from(uint64_t x) {
   double u2 = dl__u01_f64(dl__mix64(x ^ 0xd1b54a32d192ed03ULL));
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2);
 }
+/* A standard normal (mean 0, deviation 1) from the next draw. */
 DL_API double dl_rng_normal(dl_rng *r) { return dl__normal_from(dl_rng_u64(r)); }
 /* Uniform integer in [0, n), unbiased (Lemire's method with rejection; the
  * retries draw from a sub-stream of this one draw, so each call consumes
@@ -621,6 +665,8 @@ DL_API uint64_t dl__below_from(uint64_t x, uint64_t n) {
     x = sub;
   }
 }
+/* Uniform integer in [0, n) from the next draw, unbiased (n > 0; one draw
+ * per call). */
 DL_API uint64_t dl_rng_below(dl_rng *r, uint64_t n) { return dl__below_from(dl_rng_u64(r), n); }
 
 /* >>team guard ------------------------------------------------------------ */
@@ -717,10 +763,12 @@ DL_API void dl__team_end(dl__team *tm, dl_ctx *ctx, int64_t units) {
  * returns the previous mode for dl_ftz_leave. On targets without a known
  * control register they do nothing. Library loops call them on every worker
  * thread unless the ctx sets keep_denormals. */
-typedef struct dl_fpmode { unsigned long bits; int changed; } dl_fpmode;
+typedef struct dl_fpmode { unsigned long bits; int changed; /* the previous mode; whether it was changed */ } dl_fpmode;
 
 #if defined(__SSE__) || defined(__x86_64__) || defined(_M_X64)
 #include <xmmintrin.h>
+/* Switch flush-to-zero and denormals-are-zero on (on != 0) or off for the
+ * calling thread; returns the previous mode for dl_ftz_leave. */
 DL_API dl_fpmode dl_ftz_enter(int on) {
   dl_fpmode m;
   unsigned int csr = _mm_getcsr();
@@ -730,6 +778,7 @@ DL_API dl_fpmode dl_ftz_enter(int on) {
   if (m.changed) _mm_setcsr(want);
   return m;
 }
+/* Restore the mode dl_ftz_enter returned. */
 DL_API void dl_ftz_leave(dl_fpmode m) {
   if (m.changed) _mm_setcsr((unsigned int)m.bits);
 }
@@ -791,6 +840,12 @@ DL_API dl_fpmode dl_ctx_fp_enter(const dl_ctx *ctx) {
  * directives or `break` out of the loop. */
 #define DL__UNPAREN(...) __VA_ARGS__
 #ifdef _OPENMP
+/* DL_PARALLEL_REGION(ctx, work, units, (team statements), (alone
+ * statements)): the library's one OpenMP parallel region (see above): the
+ * team statements on a team when work is above the ctx's threshold and the
+ * team guard allows it, the alone statements on the calling thread
+ * otherwise; flush-to-zero on every thread unless the ctx keeps denormals.
+ * A statement macro. */
 #define DL_PARALLEL_REGION(ctx_, work_, units_, TEAM, ALONE)                             \
   do {                                                                                  \
     dl_ctx *const dl__pc = (ctx_);                                                      \
@@ -816,6 +871,8 @@ DL_API dl_fpmode dl_ctx_fp_enter(const dl_ctx *ctx) {
       dl_ftz_leave(dl__pfm);                                                            \
     }                                                                                   \
   } while (0)
+/* The running worker's number inside a parallel region (0 to
+ * dl_ctx_threads(ctx) - 1), for per-worker scratch (see above). */
 DL_API int dl_worker(void) { return omp_get_thread_num(); }
 /* Whether the ctx's next region may start a team (threads, not inside
  * another team, the guard not backing off): for a caller that plans its
@@ -838,6 +895,9 @@ DL_API int dl_parallel_allowed(dl_ctx *ctx) {
 DL_API int dl_worker(void) { return 0; }
 DL_API int dl_parallel_allowed(dl_ctx *ctx) { (void)ctx; return 0; }
 #endif
+/* DL_PARALLEL_FOR(ctx, work, n, I, statements...): the statements for I
+ * from 0 to n-1 on the ctx's team, one index at a time (see above). A
+ * statement macro; n is evaluated more than once. */
 #define DL_PARALLEL_FOR(ctx_, work_, n_, I, ...)                                        \
   DL_PARALLEL_REGION(ctx_, work_, (n_),                                                 \
                      ({                                                                 \
@@ -859,6 +919,9 @@ DL_API int dl_parallel_allowed(dl_ctx *ctx) { (void)ctx; return 0; }
  * element loops: I = 0 .. n-1 in blocks of DL_PARALLEL_BLOCK consecutive
  * indices (one block per team step), in order within a block. */
 #define DL_PARALLEL_BLOCK 4096
+/* DL_PARALLEL_RANGE(ctx, work, n, I, statements...): DL_PARALLEL_FOR over
+ * blocks of DL_PARALLEL_BLOCK consecutive indices, for element loops. A
+ * statement macro. */
 #define DL_PARALLEL_RANGE(ctx_, work_, n_, I, ...)                                      \
   do {                                                                                  \
     const int64_t dl__prn = (n_);                                                       \
@@ -876,6 +939,8 @@ DL_API int dl_parallel_allowed(dl_ctx *ctx) { (void)ctx; return 0; }
  * ([lo, hi) never crosses a block boundary: the partition is the same
  * whatever the thread count). For loops that are functions already. */
 typedef void (*dl_range_fn)(void *arg, int64_t lo, int64_t hi);
+/* dl_parallel_for(ctx, n, block, work, fn, arg): fn(arg, lo, hi) over [0,
+ * n) in blocks of `block` indices on the ctx's team (see above). */
 DL_API void dl_parallel_for(dl_ctx *ctx, int64_t n, int64_t block, int64_t work, dl_range_fn fn, void *arg) {
   const int64_t nb = block > 0 && n > 0 ? (n + block - 1) / block : 0;
   DL_PARALLEL_FOR(ctx, work, nb, b, {

@@ -170,6 +170,8 @@ static void *dl__stbi_malloc(size_t n) {
 #endif
 
 #ifndef DL_FASHION_MNIST_DIR
+/* Where dl_load_fashion_mnist looks when it is given no folder (Debian's
+ * dataset-fashion-mnist). */
 #define DL_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 #endif
 
@@ -234,7 +236,7 @@ typedef struct dl_dataset {
   const char *const *class_names; /* [num_classes] when known (image folders, Fashion-MNIST) */
   void *names_block;        /* owned storage behind class_names (NULL if not owned) */
   unsigned own;             /* DL_DATASET_OWN_X / _Y: tensors dl_dataset_free releases */
-  dl_ctx *ctx;
+  dl_ctx *ctx; /* allocator and error reports (may be NULL) */
 } dl_dataset;
 
 /* The row of x / y that holds sample k (0 <= k < ds->n). */
@@ -411,10 +413,10 @@ DL_API dl_status dl_dataset_split(dl_ctx *ctx, const dl_dataset *ds, int64_t n_v
  *                  results are summed across ranks once at the end (training
  *                  needs the same number of steps on every rank: 0 or 1). */
 typedef struct dl_shuffler_desc {
-  uint64_t seed;
-  int no_shuffle;
-  int world, rank;
-  int pad;
+  uint64_t seed; /* the seed of every epoch's permutation */
+  int no_shuffle; /* 1: dataset order every epoch (evaluation) */
+  int world, rank; /* workers sharing the dataset (0: 1) and this one */
+  int pad; /* when world does not divide N: 0 skip, 1 wrap around, 2 uneven (see above) */
 } dl_shuffler_desc;
 
 /* Rank r's sample k of epoch e is position p = k * world + r of the epoch's
@@ -425,18 +427,18 @@ typedef struct dl_shuffler {
   int64_t per_rank;   /* samples this rank sees per epoch */
   int64_t epoch;      /* current epoch */
   int64_t pos;        /* samples of this epoch already handed out (0 .. per_rank) */
-  uint64_t seed;
-  int world, rank, shuffle, pad;
+  uint64_t seed; /* as in the desc */
+  int world, rank, shuffle, pad; /* as in the desc (shuffle: 1 unless no_shuffle) */
   int64_t *perm;      /* [n] the current epoch's permutation (owned; NULL without shuffling) */
-  dl_ctx *ctx;
+  dl_ctx *ctx; /* allocator and error reports */
 } dl_shuffler;
 
 /* What a checkpoint needs to resume a shuffler: seed, epoch and position;
  * n, world, rank and flags (1: shuffle, 2: pad 1, 4: pad 2) to check it is restored into
  * a shuffler of the same configuration. All int64 (the seed's bits). */
 typedef struct dl_shuffler_state {
-  int64_t seed, epoch, pos;
-  int64_t n, world, rank, flags;
+  int64_t seed, epoch, pos; /* the seed's bits, the epoch, the position in it */
+  int64_t n, world, rank, flags; /* the configuration it must be restored into (flags: 1 shuffle, 2 pad 1, 4 pad 2) */
 } dl_shuffler_state;
 
 /* Make the current epoch's permutation (epoch e, position 0). */
@@ -480,6 +482,7 @@ DL_API dl_status dl_shuffler_make(dl_ctx *ctx, dl_shuffler *s, int64_t n, const 
   return DL_OK;
 }
 
+/* Release the shuffler's permutation (NULL is fine). */
 DL_API void dl_shuffler_free(dl_shuffler *s) {
   if (!s) return;
   dl_free(s->ctx, s->perm);
@@ -506,6 +509,8 @@ DL_API int64_t dl_shuffler_next(dl_shuffler *s, int64_t *out, int64_t max) {
   return m;
 }
 
+/* The shuffler's position (its epoch and how far into it), for a
+ * checkpoint; dl_shuffler_restore puts it back. */
 DL_API dl_shuffler_state dl_shuffler_get_state(const dl_shuffler *s) {
   dl_shuffler_state st;
   st.seed = (int64_t)s->seed;
@@ -554,13 +559,15 @@ DL_API dl_status dl_shuffler_restore(dl_shuffler *s, const dl_shuffler_state *st
  *                 in the image's dtype (torchvision's Normalize)
  * Order: crop, flip, normalise (padding is 0 before normalisation). */
 typedef struct dl_augment_desc {
-  uint64_t seed;
-  int crop_padding;
-  int hflip;
-  int channels;
-  const double *mean, *std;
+  uint64_t seed; /* the augmentation's stream (with epoch and sample: dl_augment_rng) */
+  int crop_padding; /* p > 0: random crop with zero padding p */
+  int hflip; /* 1: flip horizontally with probability 1/2 */
+  int channels; /* C, the length of mean and std; 0: no normalisation */
+  const double *mean, *std; /* per-channel normalisation (x - mean[c]) / std[c] */
 } dl_augment_desc;
 
+/* The random stream of one sample's augmentation in one epoch: the same
+ * draws whatever the order, thread or rank that processes it. */
 DL_API dl_rng dl_augment_rng(uint64_t seed, int64_t epoch, int64_t sample) {
   dl_rng r;
   r.key = dl__data_key(seed, 3, (uint64_t)epoch, (uint64_t)sample);
@@ -679,13 +686,13 @@ typedef enum dl_norm { DL_NORM_DEFAULT = 0, DL_NORM_NONE, DL_NORM_SCALE, DL_NORM
  *   augment     random crop / flip / normalisation applied to each batch
  *               after the conversion (inputs [N, C, H, W]); copied, NULL: none */
 typedef struct dl_batcher_desc {
-  int64_t batch_size;
-  int drop_last;
-  dl_shuffler_desc shuffle;
-  dl_dtype dtype;
-  dl_norm norm;
-  double scale, mean, std;
-  const dl_augment_desc *augment;
+  int64_t batch_size; /* samples per batch (0: 32) */
+  int drop_last; /* 1: skip an epoch's last batch when it is smaller */
+  dl_shuffler_desc shuffle; /* the order: seed, no_shuffle, world, rank, pad */
+  dl_dtype dtype; /* batch dtype of u8 inputs: DL_F32 (0) or DL_F64 */
+  dl_norm norm; /* pixel -> value (see dl_norm) */
+  double scale, mean, std; /* of the normalisation (see dl_norm) */
+  const dl_augment_desc *augment; /* crop / flip / normalisation after the conversion (copied; NULL: none) */
 } dl_batcher_desc;
 
 /* A mini-batch: views of the batcher's buffers, valid until the next call. */
@@ -697,23 +704,26 @@ typedef struct dl_batch {
   int64_t epoch, step;    /* the epoch it belongs to; its number within the epoch */
 } dl_batch;
 
+/* Batches of a dataset into preallocated buffers (dl_batcher_make,
+ * dl_batcher_next, dl_batcher_free): shuffled per epoch, sharded over
+ * workers, converted and normalised as its desc says. */
 typedef struct dl_batcher {
   const dl_dataset *ds;   /* borrowed */
   dl_shuffler shuf;       /* the order (and the checkpointable state) */
   dl_tensor *xbuf, *ybuf; /* [batch_size, ...] buffers (owned) */
   dl_tensor xv, yv;       /* the views batches hand out */
   int64_t *idx;           /* [batch_size] rows of the current batch */
-  int64_t batch_size;
-  int drop_last;
+  int64_t batch_size; /* as in the desc (0 replaced by 32) */
+  int drop_last; /* as in the desc */
   int64_t x_elems, y_elems;  /* elements per sample */
   int convert;            /* 0: copy bytes, 1: u8 through lut, 2: float x * mul + add */
-  double mul, add;
-  float lut32[256];
-  double lut64[256];
+  double mul, add; /* convert 2: x * mul + add */
+  float lut32[256]; /* convert 1, f32: the u8 table */
+  double lut64[256]; /* convert 1, f64: the u8 table */
   dl_augment_desc aug;    /* copy; mean/std point into aug_stats */
-  double *aug_stats;
-  int has_aug;
-  dl_ctx *ctx;
+  double *aug_stats; /* storage of aug's mean and std (owned) */
+  int has_aug; /* 1: aug applies */
+  dl_ctx *ctx; /* allocator and error reports */
   struct dl_gpu *gpu;     /* dl_batcher_to_device: batches made on this GPU (NULL: on the host) */
   void *dx, *dlut;        /* there: the dataset's x (its own dtype) and the u8 table */
   dl_tensor *dxbuf;       /* there: the batch buffer [batch_size, ...] */
@@ -733,6 +743,8 @@ DL_API void dl__batcher_device_free(dl_batcher *b) {
   b->dxbuf = NULL;
 }
 
+/* Release the batcher's buffers (NULL is fine); the dataset is borrowed and
+ * stays. */
 DL_API void dl_batcher_free(dl_batcher *b) {
   if (!b) return;
   dl__batcher_device_free(b);
@@ -1651,12 +1663,12 @@ DL_API const char *dl_fashion_mnist_class(int k) { return k >= 0 && k < 10 ? dl_
  * name. Memory: the text, then x and y, sized after every row was checked.
  * Numbers are read with strtod: call it in the "C" numeric locale. */
 typedef struct dl_csv_desc {
-  const char *label;
-  int label_column;
-  int no_label;
-  int regression;
-  dl_dtype dtype;
-  char delimiter;
+  const char *label; /* the label column's header name; NULL: label_column */
+  int label_column; /* 0-based index of the label column; negative counts from the end */
+  int no_label; /* 1: every column is an input and y is NULL */
+  int regression; /* 1: the label is a float (y [N, 1]); 0: a class index (y [N] i64) */
+  dl_dtype dtype; /* x (and regression y) dtype: DL_F32 (0) or DL_F64 */
+  char delimiter; /* 0: ',' */
 } dl_csv_desc;
 
 /* One field of a line starting at *at: its text (quotes removed, spaces
@@ -2296,8 +2308,8 @@ DL_API void dl_image_free(unsigned char *pixels) { stbi_image_free(pixels); }
  *   height, width  the size every image is resized to (required, > 0)
  *   channels       1 (grey), 3 (RGB) or 4 (RGBA); 0: 3. stb_image converts. */
 typedef struct dl_image_folder_desc {
-  int height, width;
-  int channels;
+  int height, width; /* the size every image is resized to (required, > 0) */
+  int channels; /* 1, 3 or 4; 0: 3 */
 } dl_image_folder_desc;
 
 typedef struct dl__names {

@@ -36,14 +36,20 @@ DL__HEADER_BEGIN
  * Device-independent: it calls a backend for raw memory (cudaMalloc under
  * dl_gpu_open; a test's fake device elsewhere), so it is tested without a GPU. */
 
+/* Where the caching allocator gets raw device memory: malloc / free (and
+ * optionally mem_info, message) with a user pointer; cudaMalloc under
+ * dl_gpu_open. */
 typedef struct dl_gpu_backend {
   int (*malloc)(void *user, void **p, size_t bytes); /* DLG_OK, DLG_OOM or DLG_ERR */
-  void (*free)(void *user, void *p);
+  void (*free)(void *user, void *p); /* free(user, p) */
   int (*mem_info)(void *user, size_t *free_bytes, size_t *total_bytes); /* may be NULL */
   const char *(*message)(void *user);                                    /* may be NULL */
-  void *user;
+  void *user; /* passed to the four */
 } dl_gpu_backend;
 
+/* The caching allocator's statistics (dl_gpu_get_stats): bytes in use,
+ * cached and reserved, with peaks, and counts of calls, cache hits, backend
+ * calls and out-of-memory retries. */
 typedef struct dl_gpu_stats {
   size_t in_use, peak_in_use;     /* bytes handed out (rounded to the class) */
   size_t cached;                  /* bytes held in free blocks for reuse */
@@ -61,17 +67,20 @@ typedef struct dl__gpu_block {
   int next;     /* next cached block of its class, or -1 */
 } dl__gpu_block;
 
+/* The caching allocator: blocks rounded to size classes and kept for reuse,
+ * so a training loop's steady state calls the backend zero times.
+ * dl_gpu_cache_init, then alloc / free through the dl_gpu. */
 typedef struct dl_gpu_cache {
-  dl_ctx *ctx;
-  dl_gpu_backend be;
+  dl_ctx *ctx; /* allocator of the cache's own tables, error reports */
+  dl_gpu_backend be; /* where device memory comes from (a copy) */
   dl__gpu_block *blocks; /* every block the backend gave, live or cached; p == NULL: a free record */
-  int nblocks, capblocks;
+  int nblocks, capblocks; /* blocks in use and capacity */
   int *ptab;             /* open addressing: pointer -> block index (-1 empty, -2 deleted) */
-  int pcap;
+  int pcap; /* ptab's capacity */
   size_t *ckey;          /* open addressing: class size -> first cached block (chead) */
-  int *chead;
-  int ccap;
-  dl_gpu_stats st;
+  int *chead; /* the first cached block of each class (with ckey) */
+  int ccap; /* ckey's and chead's capacity */
+  dl_gpu_stats st; /* the statistics (dl_gpu_get_stats) */
 } dl_gpu_cache;
 
 /* The class a request of `bytes` is rounded up to. */
@@ -156,6 +165,8 @@ DL_API int dl__gpu_cache_grow(dl_gpu_cache *c) {
   return 1;
 }
 
+/* Start an empty cache over backend be (copied); allocation failures are
+ * reported in ctx. */
 DL_API void dl_gpu_cache_init(dl_gpu_cache *c, dl_ctx *ctx, const dl_gpu_backend *be) {
   memset(c, 0, sizeof *c);
   c->ctx = ctx;
@@ -275,14 +286,17 @@ DL_API void dl_gpu_cache_destroy(dl_gpu_cache *c) {
 
 /* >>the device --------------------------------------------------------------- */
 
+/* An open GPU (dl_gpu_open): the ctx, the device number and name, the
+ * backend's handle (stream, cuBLAS, cuDNN) and the caching allocator. Close
+ * with dl_gpu_close. */
 typedef struct dl_gpu {
-  dl_ctx *ctx;
-  int device;
-  char name[160];
+  dl_ctx *ctx; /* the context it was opened on */
+  int device; /* the device number */
+  char name[160]; /* the device's name (dl_gpu_name) */
 #ifdef DL_USE_CUDA
   dlg_handle *h;
 #endif
-  dl_gpu_cache cache;
+  dl_gpu_cache cache; /* the caching allocator of its memory */
 } dl_gpu;
 
 #ifdef DL_USE_CUDA
@@ -366,7 +380,9 @@ DL_API void dl_gpu_close(dl_gpu *g) {
   dl_free(g->ctx, g);
 }
 
+/* The device's name ("none" for NULL). */
 DL_API const char *dl_gpu_name(const dl_gpu *g) { return g ? g->name : "none"; }
+/* The caching allocator's statistics. */
 DL_API dl_gpu_stats dl_gpu_get_stats(const dl_gpu *g) { return g->cache.st; }
 /* What the device was asked since dl_gpu_open (gpu/abi.h's dlg_counts:
  * kernel launches, GEMM calls, host waits, cudaMalloc / cudaFree, copies,
@@ -375,6 +391,7 @@ DL_API dl_gpu_stats dl_gpu_get_stats(const dl_gpu *g) { return g->cache.st; }
  * asks for no algorithm and no descriptor and allocates nothing. Zeros
  * without DL_USE_CUDA. */
 typedef dlg_counts dl_gpu_counts;
+/* Those counts for g now (see dl_gpu_counts). */
 DL_API dl_gpu_counts dl_gpu_get_counts(const dl_gpu *g) {
   dl_gpu_counts c;
   memset(&c, 0, sizeof c);

@@ -113,11 +113,11 @@ DL__HEADER_BEGIN
  *   check_every     dl_dist_check every N steps of dl_dist_train_step (0:
  *                   DL_DIST_CHECK_EVERY; < 0: never) */
 typedef struct dl_dist_desc {
-  int64_t bucket_bytes;
-  int no_overlap;
-  double timeout_s;
-  int no_buffer_sync;
-  int64_t check_every;
+  int64_t bucket_bytes; /* gradient bytes per all-reduce (0: DL_DIST_BUCKET_BYTES) */
+  int no_overlap; /* 1: all-reduce after the backward pass instead of during it */
+  double timeout_s; /* seconds before an unfinished collective fails (0: 600; < 0: never) */
+  int no_buffer_sync; /* 1: keep each rank's own buffers (no broadcast from rank 0) */
+  int64_t check_every; /* dl_dist_check every N steps (0: DL_DIST_CHECK_EVERY; < 0: never) */
 } dl_dist_desc;
 
 /* One all-reduce of the packed gradient: elements [start, end). */
@@ -126,8 +126,11 @@ typedef struct dl__dist_bucket {
   int64_t last;  /* overlap: the walk position after which it is final */
 } dl__dist_bucket;
 
+/* A data-parallel job as seen from one rank (dl_dist_init): the rank and
+ * the number of ranks, the attached model, the gradient buckets and the
+ * step count. dl_dist_finalize ends it. */
 typedef struct dl_dist {
-  dl_ctx *ctx;
+  dl_ctx *ctx; /* allocator and error reports */
   int rank, world;         /* this process, and how many there are */
   dl_dist_desc desc;       /* defaults filled in */
   dl_model *model;         /* attached (borrowed) */
@@ -138,30 +141,31 @@ typedef struct dl_dist {
   dl_status status;        /* the first communication failure inside a backward walk */
   /* the plan (dl_dist_attach) */
   dl__dist_bucket *bucket;
-  int nbucket;
+  int nbucket; /* number of buckets */
   int *pbucket;            /* [nparams] a dense parameter's first bucket (-1: none) */
   int *pbucket_end;        /* [nparams] one past its last bucket */
   int64_t *plast;          /* [nparams] walk position of the last node using it (-1: none yet) */
   const dl_tensor **key;   /* [nkey] sorted tensor addresses of dense trainable parameters */
   int *keyparam;           /* [nkey] their parameter numbers */
-  int nkey;
+  int nkey; /* number of keys */
   int *sparse;             /* [nsparse] parameter numbers of the row-sparse ones */
   int *sdense;             /* [nsparse] whether any rank has a dense gradient for it this step */
-  int nsparse;
+  int nsparse; /* number of row-sparse parameters */
   int next;                /* overlap: the next bucket to start (counting down) */
   int64_t visit;           /* overlap: nodes walked so far */
   /* sparse exchange: [world] row counts, MPI counts and displacements;
    * scratch for rows and values (grows to the largest step's needs) */
   int64_t *nnz;
-  int *cnt, *disp;
-  void *sbuf;
-  size_t sbuf_bytes;
+  int *cnt, *disp; /* MPI counts and displacements */
+  void *sbuf; /* scratch for the rows and values */
+  size_t sbuf_bytes; /* its size */
 #ifdef DL_USE_MPI
   MPI_Comm comm;
   MPI_Request *req;        /* [nbucket] */
 #endif
 } dl_dist;
 
+/* 1 on rank 0 (and for a NULL dd): the rank that prints and writes files. */
 DL_API int dl_dist_is_root(const dl_dist *dd) { return !dd || dd->rank == 0; }
 
 #ifdef DL_USE_MPI
@@ -932,6 +936,11 @@ DL_API void dl__dist_step_model_guard(void *arg) { /* the model's ctx too, when 
   dl__dist_step_args *a = (dl__dist_step_args *)arg;
   if (dl_nomem_guard(a->o->model->ctx, dl__dist_step_call, a) != DL_OK) a->s = DL_ERR_NOMEM;
 }
+/* dl_train_step over the ranks: the backward pass with the gradient
+ * all-reduce, then clipping, regularisation, the update and zeroing on the
+ * averaged gradient; *norm (NULL: not wanted) gets the global gradient
+ * norm. DL_OK, or DL_ERR_COMM / DL_ERR_NOMEM (see above). Without
+ * DL_USE_MPI it is dl_train_step. */
 DL_API dl_status dl_dist_train_step(dl_dist *dd, dl_optim *o, dl_tape *tp, dl_tensor *loss, const dl_step_desc *d,
                                     double *norm) {
   dl__dist_step_args a = {dd, o, tp, loss, d, norm, DL_OK};
@@ -974,6 +983,8 @@ DL_API void dl__evaluate_sums(dl_model *m, dl_tape *tp, dl_batcher *b, double *v
   dl_no_grad_end(tp);
   dl_model_train(m, was);
 }
+/* dl_dist_evaluate for one process (see above): no status, it cannot fail
+ * short of a panic. */
 DL_API void dl_evaluate(dl_model *m, dl_tape *tp, dl_batcher *b, double *loss, double *acc, dl_confusion *cm) {
   double v[3];
   dl__evaluate_sums(m, tp, b, v, cm);

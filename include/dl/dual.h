@@ -48,10 +48,15 @@ DL__HEADER_BEGIN
 extern "C" {
 #endif
 
-typedef struct dl_dual { float v, d; } dl_dual;
-typedef struct dl_dual64 { double v, d; } dl_dual64;
+/* A dual number in float: value v and derivative (tangent) d; arithmetic on
+ * it carries d along by the chain rule. */
+typedef struct dl_dual { float v, d; /* value, derivative */ } dl_dual;
+/* A dual number in double (see dl_dual). */
+typedef struct dl_dual64 { double v, d; /* value, derivative */ } dl_dual64;
 
+/* The dual number (v, d). */
 DL_HD DL__VAPI dl_dual dl_dual_make(float v, float d) { dl_dual r; r.v = v; r.d = d; return r; }
+/* The dual number (v, d) in double. */
 DL_HD DL__VAPI dl_dual64 dl_dual64_make(double v, double d) { dl_dual64 r; r.v = v; r.d = d; return r; }
 
 /* >>scalar functions ------------------------------------------------------- */
@@ -240,9 +245,14 @@ DL__DUAL_FUNCS(dl_dual64, double, dual64, f64)
  * arithmetic done in dl_dual64 (the inner derivative of the outer one): a
  * user's element-wise op written with the generic math gets its second
  * derivative with no code of its own (the op list's second-order backward
- * rule, DL__EW_HVP in expr.h, is built on it). f64 only: f32 ops evaluate
- * it in double. */
-typedef struct dl_dual2 { dl_dual64 v, d; } dl_dual2;
+ * rule, the FAM_d2 functions of expr.h's generators and dl_hvp, is built
+ * on it). f64 only: f32 ops evaluate it in double. */
+
+/* A dual of dl_dual64s: second derivatives (see above). */
+typedef struct dl_dual2 {
+  dl_dual64 v; /* the value and its derivative along e1 (the direction t) */
+  dl_dual64 d; /* the derivative along e2 and its derivative along e1 */
+} dl_dual2;
 DL_HD DL__VAPI dl_dual2 dl__mk_dual2(dl_dual64 v, dl_dual64 d) { dl_dual2 r; r.v = v; r.d = d; return r; }
 /* The value x + t e1 with derivative 1 along e2 (the point and direction a
  * second-order rule evaluates at). */
@@ -250,47 +260,62 @@ DL_HD DL__VAPI dl_dual2 dl_dual2_make(double x, double t, double dx) {
   return dl__mk_dual2(dl_dual64_make(x, t), dl_dual64_make(dx, 0.0));
 }
 #define DL__D2K(k) dl_dual64_make((k), 0.0)
+/* a + b, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_add_dual2(dl_dual2 a, dl_dual2 b) {
   return dl__mk_dual2(dl_add_dual64(a.v, b.v), dl_add_dual64(a.d, b.d));
 }
+/* a - b, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_sub_dual2(dl_dual2 a, dl_dual2 b) {
   return dl__mk_dual2(dl_sub_dual64(a.v, b.v), dl_sub_dual64(a.d, b.d));
 }
+/* a * b, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_mul_dual2(dl_dual2 a, dl_dual2 b) {
   return dl__mk_dual2(dl_mul_dual64(a.v, b.v), dl_add_dual64(dl_mul_dual64(a.d, b.v), dl_mul_dual64(a.v, b.d)));
 }
+/* a / b, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_div_dual2(dl_dual2 a, dl_dual2 b) {
   dl_dual64 q = dl_div_dual64(a.v, b.v);
   return dl__mk_dual2(q, dl_div_dual64(dl_sub_dual64(a.d, dl_mul_dual64(q, b.d)), b.v));
 }
+/* -a, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_neg_dual2(dl_dual2 a) { return dl__mk_dual2(dl_neg_dual64(a.v), dl_neg_dual64(a.d)); }
 /* f(a) = (f(a.v), f'(a.v) a.d), f' evaluated in dl_dual64 */
 #define DL__D2_CHAIN(f, fprime) return dl__mk_dual2(f, dl_mul_dual64(a.d, fprime))
+/* e^a, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_exp_dual2(dl_dual2 a) {
   dl_dual64 e = dl_exp_dual64(a.v);
   DL__D2_CHAIN(e, e);
 }
+/* ln a, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_log_dual2(dl_dual2 a) { DL__D2_CHAIN(dl_log_dual64(a.v), dl_div_dual64(DL__D2K(1), a.v)); }
+/* ln(1 + a), on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_log1p_dual2(dl_dual2 a) {
   DL__D2_CHAIN(dl_log1p_dual64(a.v), dl_div_dual64(DL__D2K(1), dl_add_dual64(DL__D2K(1), a.v)));
 }
+/* e^a - 1, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_expm1_dual2(dl_dual2 a) { DL__D2_CHAIN(dl_expm1_dual64(a.v), dl_exp_dual64(a.v)); }
+/* sqrt a, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_sqrt_dual2(dl_dual2 a) {
   dl_dual64 s = dl_sqrt_dual64(a.v);
   DL__D2_CHAIN(s, dl_div_dual64(DL__D2K(0.5), s));
 }
+/* sin a, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_sin_dual2(dl_dual2 a) { DL__D2_CHAIN(dl_sin_dual64(a.v), dl_cos_dual64(a.v)); }
+/* cos a, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_cos_dual2(dl_dual2 a) {
   DL__D2_CHAIN(dl_cos_dual64(a.v), dl_neg_dual64(dl_sin_dual64(a.v)));
 }
+/* tanh a, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_tanh_dual2(dl_dual2 a) {
   dl_dual64 t = dl_tanh_dual64(a.v);
   DL__D2_CHAIN(t, dl_sub_dual64(DL__D2K(1), dl_mul_dual64(t, t)));
 }
+/* 1 / (1 + e^-a), on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_sigmoid_dual2(dl_dual2 a) {
   dl_dual64 s = dl_sigmoid_dual64(a.v);
   DL__D2_CHAIN(s, dl_mul_dual64(s, dl_sub_dual64(DL__D2K(1), s)));
 }
+/* erf a, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_erf_dual2(dl_dual2 a) {
   DL__D2_CHAIN(dl_erf_dual64(a.v),
                dl_mul_dual64(DL__D2K(DL__2_OVER_SQRT_PI), dl_exp_dual64(dl_neg_dual64(dl_mul_dual64(a.v, a.v)))));
@@ -298,6 +323,7 @@ DL_HD DL__VAPI dl_dual2 dl_erf_dual2(dl_dual2 a) {
 /* as dl_pow_dual64: d(a^b) = b a^(b-1) da + a^b ln(a) db, each term 0 where
  * its factor da (db) is 0 everywhere, so that a constant exponent or base
  * gives no 0 * inf */
+/* a^b, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_pow_dual2(dl_dual2 a, dl_dual2 b) {
   dl_dual64 p = dl_pow_dual64(a.v, b.v), d = DL__D2K(0);
   if (a.d.v != 0.0 || a.d.d != 0.0)
@@ -306,21 +332,27 @@ DL_HD DL__VAPI dl_dual2 dl_pow_dual2(dl_dual2 a, dl_dual2 b) {
     d = dl_add_dual64(d, dl_mul_dual64(dl_mul_dual64(b.d, p), dl_log_dual64(a.v)));
   return dl__mk_dual2(p, d);
 }
+/* a^2, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_square_dual2(dl_dual2 a) { return dl_mul_dual2(a, a); }
 /* the kinks as the first-order rules: the slope of the side the value is on */
+/* |a| (derivative 0 at 0), on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_abs_dual2(dl_dual2 a) {
   return a.v.v > 0.0 ? a : (a.v.v < 0.0 ? dl_neg_dual2(a) : dl__mk_dual2(dl_abs_dual64(a.v), DL__D2K(0)));
 }
+/* max(a, 0) (derivative 0 at 0), on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_relu_dual2(dl_dual2 a) {
   return a.v.v > 0.0 ? a : dl__mk_dual2(dl_relu_dual64(a.v), DL__D2K(0));
 }
+/* a > 0 ? a : slope a, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_leaky_relu_dual2(dl_dual2 a, double slope) {
   return a.v.v > 0.0 ? a : dl_mul_dual2(a, dl__mk_dual2(DL__D2K(slope), DL__D2K(0)));
 }
+/* a > 0 ? a : alpha (e^a - 1), on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_elu_dual2(dl_dual2 a, double alpha) {
   if (a.v.v > 0.0) return a;
   DL__D2_CHAIN(dl_mul_dual64(DL__D2K(alpha), dl_expm1_dual64(a.v)), dl_mul_dual64(DL__D2K(alpha), dl_exp_dual64(a.v)));
 }
+/* the tanh approximation of GELU, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_gelu_tanh_dual2(dl_dual2 a) {
   /* 0.5 x (1 + tanh(u)), u = c (x + k x^3): written with the rules above */
   dl_dual2 x3 = dl_mul_dual2(a, dl_mul_dual2(a, a));
@@ -329,6 +361,7 @@ DL_HD DL__VAPI dl_dual2 dl_gelu_tanh_dual2(dl_dual2 a) {
   dl_dual2 h = dl_mul_dual2(dl__mk_dual2(DL__D2K(0.5), DL__D2K(0)), a);
   return dl_mul_dual2(h, dl_add_dual2(dl__mk_dual2(DL__D2K(1), DL__D2K(0)), dl_tanh_dual2(u)));
 }
+/* a cdf(a) (exact GELU), on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_gelu_dual2(dl_dual2 a) {
   /* x cdf(x): d = cdf + x pdf, in dl_dual64 */
   dl_dual64 x = a.v;
@@ -337,25 +370,32 @@ DL_HD DL__VAPI dl_dual2 dl_gelu_dual2(dl_dual2 a) {
   dl_dual64 pdf = dl_mul_dual64(DL__D2K(DL__INV_SQRT_2PI), dl_exp_dual64(dl_mul_dual64(DL__D2K(-0.5), dl_mul_dual64(x, x))));
   DL__D2_CHAIN(dl_mul_dual64(x, cdf), dl_add_dual64(cdf, dl_mul_dual64(x, pdf)));
 }
+/* a sigmoid(a), on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_silu_dual2(dl_dual2 a) { return dl_mul_dual2(a, dl_sigmoid_dual2(a)); }
+/* ln(1 + e^a), on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_softplus_dual2(dl_dual2 a) {
   DL__D2_CHAIN(dl_softplus_dual64(a.v), dl_sigmoid_dual64(a.v));
 }
+/* the larger of a, b (half the derivative each on a tie), on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_max_dual2(dl_dual2 a, dl_dual2 b) {
   if (a.v.v > b.v.v || a.v.v != a.v.v) return a;
   if (a.v.v < b.v.v || b.v.v != b.v.v) return b;
   return dl_mul_dual2(dl_add_dual2(a, b), dl__mk_dual2(DL__D2K(0.5), DL__D2K(0)));
 }
+/* the smaller of a, b (half the derivative each on a tie), on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_min_dual2(dl_dual2 a, dl_dual2 b) {
   if (a.v.v < b.v.v || a.v.v != a.v.v) return a;
   if (a.v.v > b.v.v || b.v.v != b.v.v) return b;
   return dl_mul_dual2(dl_add_dual2(a, b), dl__mk_dual2(DL__D2K(0.5), DL__D2K(0)));
 }
+/* min(max(a, lo), hi), on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_clamp_dual2(dl_dual2 a, double lo, double hi) {
   if (a.v.v < lo) return dl__mk_dual2(DL__D2K(lo), DL__D2K(0));
   if (a.v.v > hi) return dl__mk_dual2(DL__D2K(hi), DL__D2K(0));
   return a;
 }
+/* comparisons on nested duals: 1 or 0, no derivative (dl_gt_dual2, dl_ge_dual2,
+ * dl_lt_dual2, dl_le_dual2, dl_eq_dual2) */
 #define DL__D2_CMP(name, OP)                                                           \
   DL_HD DL__VAPI dl_dual2 dl_##name##_dual2(dl_dual2 a, dl_dual2 b) {                  \
     return dl__mk_dual2(DL__D2K(a.v.v OP b.v.v ? 1.0 : 0.0), DL__D2K(0));              \
@@ -365,6 +405,7 @@ DL__D2_CMP(ge, >=)
 DL__D2_CMP(lt, <)
 DL__D2_CMP(le, <=)
 DL__D2_CMP(eq, ==)
+/* c != 0 ? a : b, on nested duals */
 DL_HD DL__VAPI dl_dual2 dl_where_dual2(dl_dual2 c, dl_dual2 a, dl_dual2 b) { return c.v.v != 0.0 ? a : b; }
 
 #ifdef __cplusplus
@@ -525,47 +566,48 @@ DL_API dl__probe *dl__probe_1nn(dl__probe *a, double n, double m) { (void)n; (vo
 /* DL_APPLY1/2(f, ...): call a user function family f_f32, f_f64, f_dual,
  * f_dual64 (as DL_DEFINE_OP makes) from generic code. */
 #define DL_APPLY1(f, a) DL__PRECSEL(f##_f32, f##_f64, f##_dual, f##_dual64, f##_dual2, dl__probe_1)(DL__L(a))
+/* f(a, b) for a user's binary family (DL_DEFINE_OP2) */
 #define DL_APPLY2(f, a, b)                                                             \
   DL__PRECSEL(f##_f32, f##_f64, f##_dual, f##_dual64, f##_dual2, dl__probe_2)(DL__L(a), DL__L(b))
 
 /* dl_val(x): x itself as the context's scalar (a tensor read at the current
  * element, a number converted): DL_ASSIGN(y, dl_val(b)) broadcasts b into y. */
 #define dl_val(x) DL__L(x)
-#define dl_add(a, b) DL__FN(add, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_sub(a, b) DL__FN(sub, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_mul(a, b) DL__FN(mul, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_div(a, b) DL__FN(div, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_pow(a, b) DL__FN(pow, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_max(a, b) DL__FN(max, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_min(a, b) DL__FN(min, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_gt(a, b) DL__FN(gt, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_ge(a, b) DL__FN(ge, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_lt(a, b) DL__FN(lt, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_le(a, b) DL__FN(le, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_eq(a, b) DL__FN(eq, dl__probe_2)(DL__L(a), DL__L(b))
-#define dl_where(c, a, b) DL__FN(where, dl__probe_3)(DL__L(c), DL__L(a), DL__L(b))
-#define dl_neg(x) DL__FN(neg, dl__probe_1)(DL__L(x))
-#define dl_exp(x) DL__FN(exp, dl__probe_1)(DL__L(x))
-#define dl_log(x) DL__FN(log, dl__probe_1)(DL__L(x))
-#define dl_log1p(x) DL__FN(log1p, dl__probe_1)(DL__L(x))
-#define dl_expm1(x) DL__FN(expm1, dl__probe_1)(DL__L(x))
-#define dl_sqrt(x) DL__FN(sqrt, dl__probe_1)(DL__L(x))
-#define dl_sin(x) DL__FN(sin, dl__probe_1)(DL__L(x))
-#define dl_cos(x) DL__FN(cos, dl__probe_1)(DL__L(x))
-#define dl_tanh(x) DL__FN(tanh, dl__probe_1)(DL__L(x))
-#define dl_sigmoid(x) DL__FN(sigmoid, dl__probe_1)(DL__L(x))
-#define dl_erf(x) DL__FN(erf, dl__probe_1)(DL__L(x))
-#define dl_abs(x) DL__FN(abs, dl__probe_1)(DL__L(x))
-#define dl_square(x) DL__FN(square, dl__probe_1)(DL__L(x))
-#define dl_relu(x) DL__FN(relu, dl__probe_1)(DL__L(x))
-#define dl_gelu_tanh(x) DL__FN(gelu_tanh, dl__probe_1)(DL__L(x))
-#define dl_gelu(x) DL__FN(gelu, dl__probe_1)(DL__L(x))
-#define dl_silu(x) DL__FN(silu, dl__probe_1)(DL__L(x))
-#define dl_softplus(x) DL__FN(softplus, dl__probe_1)(DL__L(x))
+#define dl_add(a, b) DL__FN(add, dl__probe_2)(DL__L(a), DL__L(b)) /* a + b */
+#define dl_sub(a, b) DL__FN(sub, dl__probe_2)(DL__L(a), DL__L(b)) /* a - b */
+#define dl_mul(a, b) DL__FN(mul, dl__probe_2)(DL__L(a), DL__L(b)) /* a * b */
+#define dl_div(a, b) DL__FN(div, dl__probe_2)(DL__L(a), DL__L(b)) /* a / b */
+#define dl_pow(a, b) DL__FN(pow, dl__probe_2)(DL__L(a), DL__L(b)) /* a^b */
+#define dl_max(a, b) DL__FN(max, dl__probe_2)(DL__L(a), DL__L(b)) /* max(a, b) (NaN propagates; the derivative is split evenly on a tie) */
+#define dl_min(a, b) DL__FN(min, dl__probe_2)(DL__L(a), DL__L(b)) /* min(a, b) (as dl_max) */
+#define dl_gt(a, b) DL__FN(gt, dl__probe_2)(DL__L(a), DL__L(b)) /* a > b: 1 or 0 in the context's type (no derivative) */
+#define dl_ge(a, b) DL__FN(ge, dl__probe_2)(DL__L(a), DL__L(b)) /* a >= b: 1 or 0 */
+#define dl_lt(a, b) DL__FN(lt, dl__probe_2)(DL__L(a), DL__L(b)) /* a < b: 1 or 0 */
+#define dl_le(a, b) DL__FN(le, dl__probe_2)(DL__L(a), DL__L(b)) /* a <= b: 1 or 0 */
+#define dl_eq(a, b) DL__FN(eq, dl__probe_2)(DL__L(a), DL__L(b)) /* a == b: 1 or 0 */
+#define dl_where(c, a, b) DL__FN(where, dl__probe_3)(DL__L(c), DL__L(a), DL__L(b)) /* c != 0 ? a : b */
+#define dl_neg(x) DL__FN(neg, dl__probe_1)(DL__L(x)) /* -x */
+#define dl_exp(x) DL__FN(exp, dl__probe_1)(DL__L(x)) /* e^x */
+#define dl_log(x) DL__FN(log, dl__probe_1)(DL__L(x)) /* natural logarithm */
+#define dl_log1p(x) DL__FN(log1p, dl__probe_1)(DL__L(x)) /* log(1 + x), accurate near 0 */
+#define dl_expm1(x) DL__FN(expm1, dl__probe_1)(DL__L(x)) /* e^x - 1, accurate near 0 */
+#define dl_sqrt(x) DL__FN(sqrt, dl__probe_1)(DL__L(x)) /* square root */
+#define dl_sin(x) DL__FN(sin, dl__probe_1)(DL__L(x)) /* sine */
+#define dl_cos(x) DL__FN(cos, dl__probe_1)(DL__L(x)) /* cosine */
+#define dl_tanh(x) DL__FN(tanh, dl__probe_1)(DL__L(x)) /* hyperbolic tangent */
+#define dl_sigmoid(x) DL__FN(sigmoid, dl__probe_1)(DL__L(x)) /* 1 / (1 + e^-x) */
+#define dl_erf(x) DL__FN(erf, dl__probe_1)(DL__L(x)) /* the error function */
+#define dl_abs(x) DL__FN(abs, dl__probe_1)(DL__L(x)) /* |x| */
+#define dl_square(x) DL__FN(square, dl__probe_1)(DL__L(x)) /* x * x */
+#define dl_relu(x) DL__FN(relu, dl__probe_1)(DL__L(x)) /* max(0, x) */
+#define dl_gelu_tanh(x) DL__FN(gelu_tanh, dl__probe_1)(DL__L(x)) /* GELU, tanh approximation */
+#define dl_gelu(x) DL__FN(gelu, dl__probe_1)(DL__L(x)) /* GELU, exact: x * (1 + erf(x / sqrt 2)) / 2 */
+#define dl_silu(x) DL__FN(silu, dl__probe_1)(DL__L(x)) /* x * sigmoid(x) */
+#define dl_softplus(x) DL__FN(softplus, dl__probe_1)(DL__L(x)) /* log(1 + e^x) */
 /* slope, alpha, lo, hi are plain numbers (not differentiated) */
 #define dl_leaky_relu(x, slope) DL__FN(leaky_relu, dl__probe_1n)(DL__L(x), (slope))
-#define dl_elu(x, alpha) DL__FN(elu, dl__probe_1n)(DL__L(x), (alpha))
-#define dl_clamp(x, lo, hi) DL__FN(clamp, dl__probe_1nn)(DL__L(x), (lo), (hi))
+#define dl_elu(x, alpha) DL__FN(elu, dl__probe_1n)(DL__L(x), (alpha)) /* x > 0 ? x : alpha * (e^x - 1) */
+#define dl_clamp(x, lo, hi) DL__FN(clamp, dl__probe_1nn)(DL__L(x), (lo), (hi)) /* min(max(x, lo), hi) */
 
 #else /* >>generic (C++) ------------------------------------------------------ */
 
@@ -678,7 +720,7 @@ DL_HD inline typename dl__cxx_common<typename dl__cxx_common<A, B>::type, C>::ty
  * dl_t_minimum; dl_t_max and dl_t_min are reductions, as torch.maximum and
  * torch.max are), in C and C++. */
 #define dl_maximum(a, b) dl_max(a, b)
-#define dl_minimum(a, b) dl_min(a, b)
+#define dl_minimum(a, b) dl_min(a, b) /* min(a, b) (the element-wise list's name) */
 
 DL__HEADER_END
 #endif /* DL_DUAL_H */

@@ -51,6 +51,9 @@
 #ifndef __cplusplus
 DL__HEADER_BEGIN
 
+/* How dl_micro_from_model builds a micro model (see the top of this file):
+ * its name, precision, input shape and normalisation, and the int8
+ * calibration samples. */
 typedef struct dl_micro_desc {
   const char *name;        /* C identifier of the model (and the files' prefix); required */
   int precision;           /* DLM_F32 (0 also) or DLM_INT8 */
@@ -63,18 +66,19 @@ typedef struct dl_micro_desc {
 
 /* A micro model built on the host: the dlm_model and the arrays it points to. */
 typedef struct dl_micro_model {
-  dlm_model m;
-  dlm_layer *layers;
-  dlm_tensor *tensors;
-  int caplayers, captensors;
-  float lut[256];
-  int8_t lut_q[256];
+  dlm_model m; /* the plan (its arrays below) */
+  dlm_layer *layers; /* the layers (owned) */
+  dlm_tensor *tensors; /* the tensors (owned) */
+  int caplayers, captensors; /* their capacities */
+  float lut[256]; /* f32: pixel -> input value */
+  int8_t lut_q[256]; /* int8: pixel -> quantised input */
   void **blocks; /* every array the layers point to (and the names), owned */
-  int nblocks, capblocks;
-  char name[64];
-  dl_ctx *ctx;
+  int nblocks, capblocks; /* blocks and their capacity */
+  char name[64]; /* the model's C identifier */
+  dl_ctx *ctx; /* allocator and error reports */
 } dl_micro_model;
 
+/* Release a micro model made by dl_micro_from_model (NULL is fine). */
 DL_API void dl_micro_free(dl_micro_model *q) {
   int i;
   if (!q) return;
@@ -922,7 +926,7 @@ DL_API size_t dl_micro_const_bytes(const dl_micro_model *q) {
 /* What dl_micro_export measured. */
 typedef struct dl_micro_report {
   double acc_f32, acc_int8;   /* on the test set given, through the micro kernels */
-  uint32_t arena_f32, arena_int8;
+  uint32_t arena_f32, arena_int8; /* the arena bytes of each precision */
   size_t const_f32, const_int8; /* dl_micro_const_bytes */
 } dl_micro_report;
 

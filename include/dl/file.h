@@ -66,6 +66,7 @@ DL__HEADER_BEGIN
 #endif
 
 #ifndef DL_IO_BUFFER
+/* Bytes the atomic writer buffers before each write to the file. */
 #define DL_IO_BUFFER 65536
 #endif
 
@@ -87,12 +88,12 @@ DL_API char *dl__io_strdup(dl_ctx *ctx, const char *s) {
 typedef struct dl_io_hooks {
   int (*create)(const char *path, void *user);                          /* new file only (O_EXCL), for writing: fd or -1 */
   ptrdiff_t (*write)(int fd, const void *buf, size_t n, void *user);    /* bytes written (short counts continue) or -1 */
-  int (*fsync)(int fd, void *user);
-  int (*close)(int fd, void *user);
-  int (*rename)(const char *from, const char *to, void *user);
+  int (*fsync)(int fd, void *user); /* fsync(fd, user): 0 or -1 with errno */
+  int (*close)(int fd, void *user); /* close(fd, user): 0 or -1 with errno */
+  int (*rename)(const char *from, const char *to, void *user); /* rename(from, to, user): 0 or -1 with errno */
   int (*remove)(const char *path, void *user);                          /* cleanup of the temporary file */
   int (*sync_dir)(const char *dir, void *user);                         /* open the folder, fsync it, close it */
-  void *user;
+  void *user; /* passed to every hook */
 } dl_io_hooks;
 
 #ifdef DL__IO_FILES

@@ -147,9 +147,12 @@ DL__HEADER_BEGIN
 #include <string.h>
 
 #ifndef DL_SAFETENSORS_MAX_HEADER
+/* Largest JSON header of a safetensors file a reader accepts, in bytes
+ * (refused beyond it). */
 #define DL_SAFETENSORS_MAX_HEADER 100000000u
 #endif
 #ifndef DL_SAFETENSORS_MAX_DEPTH
+/* Deepest JSON nesting a safetensors header may have (refused beyond it). */
 #define DL_SAFETENSORS_MAX_DEPTH 64
 #endif
 /* The largest count (steps, epochs, positions) a checkpoint may hold: 2^53,
@@ -201,10 +204,14 @@ DL_API uint16_t dl__f64_to_small(double d, int ebits, int mbits) {
   if (rem > half || (rem == half && (q & 1))) q++;
   return (uint16_t)(sign | q);
 }
+/* double -> IEEE half (f16) bits, rounded to nearest even (overflow gives
+ * infinity). */
 DL_API uint16_t dl_f64_to_f16(double d) { return dl__f64_to_small(d, 5, 10); }
+/* double -> bfloat16 bits, rounded to nearest even. */
 DL_API uint16_t dl_f64_to_bf16(double d) { return dl__f64_to_small(d, 8, 7); }
 /* f32 -> f16: the f32 is exact in double, so this is one rounding. */
 DL_API uint16_t dl_f32_to_f16(float f) { return dl__f64_to_small((double)f, 5, 10); }
+/* float -> bfloat16 bits, rounded to nearest even (NaN stays NaN). */
 DL_API uint16_t dl_f32_to_bf16(float f) {
   uint32_t x;
   memcpy(&x, &f, sizeof x);
@@ -217,6 +224,7 @@ DL_API float dl__f32_from_bits(uint32_t x) {
   memcpy(&f, &x, sizeof f);
   return f;
 }
+/* IEEE half (f16) bits -> float, exactly. */
 DL_API float dl_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
   if (e == 0x1f) return dl__f32_from_bits(sign | 0x7f800000u | (m << 13));
@@ -228,8 +236,10 @@ DL_API float dl_f16_to_f32(uint16_t h) {
   }
   return dl__f32_from_bits(sign | ((e + 112) << 23) | (m << 13));
 }
+/* bfloat16 bits -> float, exactly. */
 DL_API float dl_bf16_to_f32(uint16_t h) { return dl__f32_from_bits((uint32_t)h << 16); }
 
+/* 1 for the floating-point dtypes (f32, f64, f16, bf16). */
 DL_API int dl_dtype_is_float(dl_dtype d) { return d == DL_F32 || d == DL_F64 || d == DL_F16 || d == DL_BF16; }
 
 /* One element of a float dtype at p, as double (exact). */
@@ -360,35 +370,38 @@ DL_API const char *dl_safetensors_dtype_name(dl_dtype d) {
 /* One tensor of a parsed file. */
 typedef struct dl_st_tensor {
   const char *name;           /* UTF-8, NUL-terminated, owned by the dl_safetensors */
-  dl_dtype dtype;
+  dl_dtype dtype; /* F32, F64, F16, BF16, I64, I32, I8 or U8 */
   int ndim;                   /* 0 (a scalar) .. DL_MAX_DIMS */
-  int64_t shape[DL_MAX_DIMS];
-  int64_t numel;
+  int64_t shape[DL_MAX_DIMS]; /* sizes, shape[ndim..] are 1 */
+  int64_t numel; /* product of shape */
   uint64_t begin, end;        /* data_offsets: bytes in the data region */
   const unsigned char *data;  /* its bytes (little-endian; not necessarily aligned) */
   size_t header_pos;          /* byte offset of its entry in the header (for messages) */
 } dl_st_tensor;
 
+/* One (key, value) pair of a safetensors file's __metadata__. */
 typedef struct dl_st_meta {
-  const char *key, *value;
+  const char *key, *value; /* UTF-8, NUL-terminated, owned by the dl_safetensors */
 } dl_st_meta;
 
 /* A parsed, validated safetensors file. Zero-initialise or let
  * dl_safetensors_parse / _open fill it; release with dl_safetensors_free. */
 typedef struct dl_safetensors {
-  dl_ctx *ctx;
+  dl_ctx *ctx; /* allocator and error reports */
   dl_st_tensor *tensors;      /* ntensors, sorted by name (strcmp) */
-  int ntensors;
+  int ntensors; /* number of tensors */
   dl_st_meta *meta;           /* nmeta, sorted by key */
-  int nmeta;
+  int nmeta; /* number of metadata pairs */
   uint64_t header_len;        /* bytes of JSON (the 8-byte length not included) */
   uint64_t data_len;          /* bytes of the data region, which starts at file offset 8 + header_len */
   const unsigned char *data;  /* the data region (borrowed from the caller's buffer, or owned) */
   char *strings;              /* decoded names, keys and values */
   void *owned;                /* the file's bytes, for dl_safetensors_open */
-  int captensors, capmeta;
+  int captensors, capmeta; /* capacities of tensors and meta */
 } dl_safetensors;
 
+/* Release what dl_safetensors_parse / dl_safetensors_open made (NULL is
+ * fine). */
 DL_API void dl_safetensors_free(dl_safetensors *st) {
   if (!st) return;
   dl_free(st->ctx, st->tensors);
@@ -1097,18 +1110,20 @@ typedef struct dl__st_item {
 /* Collects tensors to write. The tensors' data is borrowed: keep it alive
  * and unchanged until the save (or _to_memory) returns. */
 typedef struct dl_st_writer {
-  dl_ctx *ctx;
-  dl__st_item *items;
-  int n, cap;
+  dl_ctx *ctx; /* allocator and error reports */
+  dl__st_item *items; /* the tensors to write, in order (borrowed data) */
+  int n, cap; /* items and capacity */
   char **meta;      /* key, value, key, value ... (owned copies) */
-  int nmeta, capmeta;
+  int nmeta, capmeta; /* meta's pairs and capacity */
   dl_status status; /* the first failure of an add (sticky: the save returns it) */
 } dl_st_writer;
 
+/* Start an empty writer; errors go to ctx. */
 DL_API void dl_st_writer_init(dl_st_writer *w, dl_ctx *ctx) {
   memset(w, 0, sizeof *w);
   w->ctx = ctx;
 }
+/* Release the writer's copies and buffers. */
 DL_API void dl_st_writer_free(dl_st_writer *w) {
   int i;
   for (i = 0; i < w->n; i++) dl_free(w->ctx, w->items[i].name);
@@ -1439,10 +1454,10 @@ typedef enum dl_st_cast { DL_ST_KEEP = 0, DL_ST_AS_F16, DL_ST_AS_BF16, DL_ST_AS_
  *   cast         dl_model_save only: store float tensors as another dtype
  *   io           system-call hooks (NULL: POSIX) */
 typedef struct dl_save_desc {
-  const char *const *meta;
-  int nmeta;
-  dl_st_cast cast;
-  const dl_io_hooks *io;
+  const char *const *meta; /* nmeta (key, value) pairs for __metadata__: meta[2k], meta[2k+1] */
+  int nmeta; /* number of pairs */
+  dl_st_cast cast; /* dl_model_save only: store float tensors as another dtype */
+  const dl_io_hooks *io; /* system-call hooks of the atomic write (NULL: POSIX) */
 } dl_save_desc;
 
 /* Load options; zero = strict, no conversion.
@@ -1452,20 +1467,22 @@ typedef struct dl_save_desc {
  *   convert  1: a float tensor of another float dtype (f16, bf16, f64 ...) is
  *            converted to the model's, rounded to nearest even */
 typedef struct dl_load_desc {
-  int partial;
-  int convert;
+  int partial; /* 1: missing and unexpected names are reported, not errors */
+  int convert; /* 1: float tensors of another float dtype are converted */
 } dl_load_desc;
 
 /* What a load found. text lists one problem per line ("missing: NAME
  * (model f32[3])", "unexpected: NAME (file F32[2])", "mismatch: NAME: file
  * F32[3, 4], model f32[4, 3]"); when it fills up, the counts stay exact. */
 #define DL_LOAD_REPORT_TEXT 4096
+/* What a load found (dl_model_load, dl_checkpoint_load): counts of tensors
+ * loaded, missing, unexpected and mismatched, and a text naming them. */
 typedef struct dl_load_report {
   int nloaded;      /* tensors copied (0 when the load failed) */
   int nmissing;     /* expected names absent from the file */
   int nunexpected;  /* names in the file that nothing expected */
   int nmismatch;    /* present with another shape or dtype */
-  char text[DL_LOAD_REPORT_TEXT];
+  char text[DL_LOAD_REPORT_TEXT]; /* "missing: NAME (model f32[3])" ... one line each, cut when full */
 } dl_load_report;
 
 
@@ -1474,10 +1491,10 @@ typedef struct dl_load_report {
  * contiguous tensor of any dtype and shape; a load needs the same dtype and
  * shape) points at it; a save reads it there, a load writes it there. */
 typedef struct dl_named_value {
-  const char *name;
-  int64_t *i64;
-  double *f64;
-  dl_tensor *t;
+  const char *name; /* its name in the file (extra/NAME) */
+  int64_t *i64; /* an int64 number, or NULL */
+  double *f64; /* a double number, or NULL */
+  dl_tensor *t; /* a contiguous tensor, or NULL */
 } dl_named_value;
 
 /* One tensor a load or save moves: its name in the file and the memory it
@@ -1539,6 +1556,7 @@ DL_API dl_status dl__io_list_model(dl__io_list *l, const dl_model *m) {
   }
   return DL_OK;
 }
+/* The optimizer kind's name as a checkpoint stores it ("sgd", "adam", ...). */
 DL_API const char *dl_optim_kind_name(dl_optim_kind k) {
   static const char *const n[] = {"sgd", "adam", "rmsprop", "adagrad", "lion", "lamb"};
   return (unsigned)k <= (unsigned)DL_OPT_LAMB ? n[k] : "?";
@@ -1759,6 +1777,8 @@ DL_API dl_status dl__checkpoint_load_st(dl_model *m, dl_optim *o, const dl_safet
   dl__io_list_free(&l);
   return s;
 }
+/* dl_checkpoint_load from an already parsed file (memory or disk): the same
+ * strict, all-or-nothing restore. */
 DL_API dl_status dl_checkpoint_load_st(dl_model *m, dl_optim *o, const dl_safetensors *st, const dl_named_value *vals,
                                        int nvals, dl_load_report *rep) {
   if (rep) memset(rep, 0, sizeof *rep);

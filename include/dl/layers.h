@@ -122,11 +122,15 @@ typedef enum dl_init_kind {
   DL__INIT_COUNT
 } dl_init_kind;
 
+/* An initialisation scheme and its argument (a gain, a bound, a constant:
+ * dl_init_name says which). */
 typedef struct dl_init {
-  dl_init_kind kind;
-  double arg;
+  dl_init_kind kind; /* the scheme */
+  double arg; /* its argument (a gain, a bound or a value, as the scheme needs) */
 } dl_init;
 
+/* The scheme's name as dl_model_configure's init= takes it
+ * ("kaiming_normal", ...). */
 DL_API const char *dl_init_name(dl_init_kind k) {
   static const char *const names[DL__INIT_COUNT] = {
       "default", "constant", "zeros", "ones", "uniform", "normal", "xavier_uniform",
@@ -228,6 +232,8 @@ DL_API dl_status dl_init_tensor(dl_tensor *t, dl_init in, dl_rng *r) {
 
 /* >>types ------------------------------------------------------------------ */
 
+/* What a parameter is: a weight, a bias, a normalisation parameter, or a
+ * buffer (running statistics: saved, not trained). */
 typedef enum dl_param_kind {
   DL_PARAM_WEIGHT = 0, /* decayed by default */
   DL_PARAM_BIAS,       /* wd_mult 0 by default */
@@ -241,7 +247,7 @@ typedef struct dl_param {
   char name[DL_NAME_MAX];  /* full name, PyTorch state_dict style */
   dl_tensor t;             /* the values (t.grad: the gradient, after dl_model_pack) */
   dl_tensor g;             /* the gradient tensor t.grad points to (a view into the model's buffer) */
-  dl_param_kind kind;
+  dl_param_kind kind; /* weight, bias, normalisation parameter or buffer */
   int sparse;              /* row-sparse gradient in t.sgrad (Embedding(sparse=1)): lazy updates */
   int frozen;              /* no gradient, no update */
   double lr_mult, wd_mult; /* per-parameter multipliers of the optimizer's lr and weight decay */
@@ -266,22 +272,26 @@ typedef struct dl_model dl_model;
  * always may. */
 typedef struct dl_layer_vt {
   const char *type; /* "Linear", "Conv2d" ... */
-  dl_tensor *(*forward)(dl_layer *l, dl_tape *tp, dl_tensor *x);
-  void (*describe)(const dl_layer *l, char *buf, size_t n);
-  void (*free)(dl_layer *l);
-  int container;
+  dl_tensor *(*forward)(dl_layer *l, dl_tape *tp, dl_tensor *x); /* y = forward(l, tp, x); NULL for a layer called part by part */
+  void (*describe)(const dl_layer *l, char *buf, size_t n); /* the constructor's arguments as text, for dl_model_summary */
+  void (*free)(dl_layer *l); /* releases what the layer allocated beyond its struct (usually NULL) */
+  int container; /* 1: other layers may be made with it as their parent */
 } dl_layer_vt;
 
+/* A Module's forward in plain C (dl_module_make): y from x, its parts
+ * reached with dl_layer_child. */
 typedef dl_tensor *(*dl_forward_fn)(dl_layer *l, dl_tape *tp, dl_tensor *x);
 
+/* A layer: its kind, name, parent and children, and its parameters (in the
+ * model's list). Made by the dl_*_make constructors, owned by the model. */
 struct dl_layer {
-  const dl_layer_vt *vt;
-  dl_model *model;
+  const dl_layer_vt *vt; /* its kind */
+  dl_model *model; /* the model that owns it */
   dl_layer *parent;         /* NULL for the root */
   char name[DL_NAME_MAX];   /* full name ("" for the root) */
   const char *local;        /* the last component of name */
   dl_layer **child;         /* children, in order */
-  int nchild, capchild;
+  int nchild, capchild; /* children and capacity */
   int first_param, nparam;  /* the params it made itself: model->params[first_param ..] */
   dl_forward_fn fn;         /* a Module's forward */
   void *user;               /* a Module's user pointer */
@@ -295,16 +305,19 @@ typedef struct dl_model_desc {
   uint64_t seed;   /* initialisation and dropout streams (0 is a seed like any other) */
 } dl_model_desc;
 
+/* A model: its layers (a tree under root), every parameter by its full
+ * name, the packed parameter and gradient buffers, the training mode and
+ * the first failure. dl_model_make / dl_model_free. */
 struct dl_model {
-  dl_ctx *ctx;
-  dl_dtype dtype;
-  uint64_t seed;
+  dl_ctx *ctx; /* allocator and error reports */
+  dl_dtype dtype; /* of every parameter */
+  uint64_t seed; /* as in the desc */
   dl_rng rng;              /* initialisation draws */
   dl_param **params;       /* nparams, creation order (buffers included) */
-  int nparams, capparams;
+  int nparams, capparams; /* parameters and capacity */
   dl_layer root;           /* nn.Sequential-like top level */
   dl_layer **layers;       /* every layer but the root, creation order (to free them) */
-  int nlayers, caplayers;
+  int nlayers, caplayers; /* layers and capacity */
   int training;            /* 1: train mode (default) */
   int packed;              /* dl_model_pack done */
   void *pbuf, *gbuf;       /* packed values and gradients of the trainable parameters */
@@ -393,6 +406,7 @@ DL_API dl_model *dl_model_make(dl_ctx *ctx, const dl_model_desc *desc) {
 /* DL_OK, or the first failure met while building (the message is in ctx). */
 DL_API dl_status dl_model_status(const dl_model *m) { return m ? m->status : DL_ERR_NOMEM; }
 
+/* Release the model, its layers and parameters (NULL is fine). */
 DL_API void dl_model_free(dl_model *m) {
   int i;
   if (!m) return;
@@ -515,6 +529,8 @@ DL_API void dl_model_zero_grad(dl_model *m) {
 
 /* >>hyperparameters by name ------------------------------------------------ */
 
+/* The per-parameter settings dl_model_set changes (dl_model_configure's
+ * keys lr_mult, wd_mult, clip_value, clip_norm, frozen). */
 typedef enum dl_param_key {
   DL_LR_MULT,     /* double */
   DL_WD_MULT,     /* double */
@@ -603,6 +619,8 @@ DL_API int dl__count_match(const dl_model *m, const char *pat) {
   for (i = 0; i < m->nparams; i++) n += m->params[i]->kind != DL_PARAM_BUFFER && dl_name_match(pat, m->params[i]->name);
   return n;
 }
+/* Apply a text spec of per-parameter settings (see above); DL_OK, or
+ * DL_ERR_ARG with the model unchanged. */
 DL_API dl_status dl_model_configure(dl_model *m, const char *spec) {
   int pass;
   for (pass = 0; pass < 2; pass++) {
@@ -856,6 +874,9 @@ DL_API dl_layer *dl_sequential_make(dl_model *m, dl_layer *parent, const char *n
 /* A layer whose forward is fn (plain C); its children are its named parts.
  * fn may be NULL for a named group that is only called part by part. */
 DL__GLOBAL(const dl_layer_vt dl__lay_module_vt, {"Module", NULL, NULL, NULL, 0});
+/* Append a Module: a layer whose forward is fn (NULL: a group called part
+ * by part), user passed through; add its parts as its children. NULL on
+ * failure. */
 DL_API dl_layer *dl_module_make(dl_model *m, dl_layer *parent, const char *name, dl_forward_fn fn, void *user) {
   dl_layer *l = dl_layer_new(m, parent, name, &dl__lay_module_vt, sizeof(dl_layer));
   if (l) { l->fn = fn; l->user = user; }
@@ -864,6 +885,7 @@ DL_API dl_layer *dl_module_make(dl_model *m, dl_layer *parent, const char *name,
 
 /* >>activations ------------------------------------------------------------ */
 
+/* Activation functions of dl_act_make, dl_residual_make and dl_t_act. */
 typedef enum dl_act {
   DL_ACT_NONE = 0, /* identity */
   DL_ACT_RELU, DL_ACT_LEAKY_RELU, DL_ACT_ELU, DL_ACT_GELU, DL_ACT_GELU_TANH, DL_ACT_SILU,
@@ -887,6 +909,7 @@ DL_API dl_tensor *dl_t_act(dl_tape *tp, dl_tensor *x, dl_act a, double alpha) {
   }
   DL_PANIC(tp->ctx, "dl_t_act", "unknown activation %d", (int)a);
 }
+/* The activation's PyTorch name ("ReLU", ...). */
 DL_API const char *dl_act_name(dl_act a) {
   static const char *const n[] = {"Identity", "ReLU", "LeakyReLU", "ELU", "GELU", "GELU(tanh)",
                                   "SiLU", "Sigmoid", "Tanh", "Softplus"};
@@ -941,6 +964,8 @@ DL_API void dl__lay_residual_describe(const dl_layer *l, char *buf, size_t n) {
   }
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_residual_vt, {"Residual", dl__lay_residual_forward, dl__lay_residual_describe, NULL, 0});
+/* Append a Residual: y = act(children(x) + x), its children run in order (a
+ * container). NULL on failure. */
 DL_API dl_layer *dl_residual_make(dl_model *m, dl_layer *parent, const char *name, dl_act act) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_residual *r = (dl__lay_residual *)dl_layer_new(m, parent, name, &dl__lay_residual_vt, sizeof(dl__lay_residual));
@@ -954,8 +979,8 @@ DL_API dl_layer *dl_residual_make(dl_model *m, dl_layer *parent, const char *nam
  * x [..., in] -> [..., out]. Init: kaiming_uniform(a = sqrt 5) weight
  * (U(+-1/sqrt(in))), bias U(+-1/sqrt(in)). */
 typedef struct dl_linear_desc {
-  int64_t in, out;
-  int no_bias;
+  int64_t in, out; /* input and output features */
+  int no_bias; /* 1: no bias */
 } dl_linear_desc;
 
 typedef struct dl__lay_linear {
@@ -973,6 +998,8 @@ DL_API void dl__lay_linear_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "%lld, %lld%s", (long long)L->d.in, (long long)L->d.out, L->d.no_bias ? ", bias=0" : "");
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_linear_vt, {"Linear", dl__lay_linear_forward, dl__lay_linear_describe, NULL, 0});
+/* Append a Linear layer (torch.nn.Linear: y = x W^T + b, weight [out, in],
+ * bias [out]). NULL on failure (the message in the model's ctx). */
 DL_API dl_layer *dl_linear_make(dl_model *m, dl_layer *parent, const char *name, const dl_linear_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_linear *L;
@@ -999,11 +1026,13 @@ DL_API dl_layer *dl_linear_make(dl_model *m, dl_layer *parent, const char *name,
  * padding (PyTorch's padding=(1, 0)). stride and dilation 0 = 1. Init as
  * Linear with fan_in = in/groups * kh * kw. */
 #define DL_PAD_NONE (-1)
+/* torch.nn.Conv2d's options (see above; zero fields are PyTorch's
+ * defaults). */
 typedef struct dl_conv2d_desc {
-  int64_t in, out;
-  int kernel, stride, padding, dilation, groups;
+  int64_t in, out; /* input and output channels */
+  int kernel, stride, padding, dilation, groups; /* height's (and width's unless the _w field is set); 0: PyTorch's default */
   int kernel_w, stride_w, padding_w, dilation_w; /* 0: as the square value */
-  int no_bias;
+  int no_bias; /* 1: no bias */
   /* as dl_conv2d_args (ops/conv.h): DL_PAD_EXPLICIT reads padding /
    * padding_w as the top / left (padding_w as given, no square default) and
    * these as the bottom / right; DL_PAD_SAME(_LOWER) computes them */
@@ -1012,10 +1041,10 @@ typedef struct dl_conv2d_desc {
 /* nn.Conv1d: weight [out, in/groups, kernel]; pad_mode, padding_end as
  * dl_conv1d_args. */
 typedef struct dl_conv1d_desc {
-  int64_t in, out;
-  int kernel, stride, padding, dilation, groups;
-  int no_bias;
-  int pad_mode, padding_end;
+  int64_t in, out; /* input and output channels */
+  int kernel, stride, padding, dilation, groups; /* 0: PyTorch's default (stride 1, padding 0, dilation 1, groups 1) */
+  int no_bias; /* 1: no bias */
+  int pad_mode, padding_end; /* as dl_conv1d_args (ops/conv.h) */
 } dl_conv1d_desc;
 
 typedef struct dl__lay_conv {
@@ -1096,10 +1125,14 @@ DL_API dl_layer *dl__lay_conv_make(dl_model *m, dl_layer *parent, const char *na
                               (dl_init){DL_INIT_UNIFORM, 1.0 / sqrt(fan)}, m->dtype);
   return m->status == DL_OK ? &C->base : NULL;
 }
+/* Append a Conv2d layer (torch.nn.Conv2d: weight [out, in/groups, kh, kw],
+ * bias [out]). NULL on failure. */
 DL_API dl_layer *dl_conv2d_make(dl_model *m, dl_layer *parent, const char *name, const dl_conv2d_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_conv_make(m, parent, name, *d, 0);
 }
+/* Append a Conv1d layer (torch.nn.Conv1d: weight [out, in/groups, k], bias
+ * [out]). NULL on failure. */
 DL_API dl_layer *dl_conv1d_make(dl_model *m, dl_layer *parent, const char *name, const dl_conv1d_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl_conv2d_desc c;
@@ -1122,10 +1155,10 @@ DL_API dl_layer *dl_conv1d_make(dl_model *m, dl_layer *parent, const char *name,
  * and padding_end / padding_w_end as the bottom / right (taken as given, no
  * square default); DL_PAD_SAME and DL_PAD_SAME_LOWER compute them. */
 typedef struct dl_pool2d_desc {
-  int kernel, stride, padding;
-  int kernel_w, stride_w, padding_w;
+  int kernel, stride, padding; /* the window's height (and width); stride 0: the kernel */
+  int kernel_w, stride_w, padding_w; /* the width's; 0: the square value */
   int exclude_pad; /* avg only */
-  int dilation, dilation_w, ceil_mode, pad_mode, padding_end, padding_w_end;
+  int dilation, dilation_w, ceil_mode, pad_mode, padding_end, padding_w_end; /* see above and dl_pool2d_args */
 } dl_pool2d_desc;
 typedef struct dl__lay_pool {
   dl_layer base;
@@ -1184,10 +1217,12 @@ DL_API dl_layer *dl__lay_pool_make(dl_model *m, dl_layer *parent, const char *na
   P->a.pad_w_end = d->padding_w_end;
   return &P->base;
 }
+/* Append a MaxPool2d layer (torch.nn.MaxPool2d). NULL on failure. */
 DL_API dl_layer *dl_maxpool2d_make(dl_model *m, dl_layer *parent, const char *name, const dl_pool2d_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_pool_make(m, parent, name, d, &dl__lay_maxpool_vt);
 }
+/* Append an AvgPool2d layer (torch.nn.AvgPool2d). NULL on failure. */
 DL_API dl_layer *dl_avgpool2d_make(dl_model *m, dl_layer *parent, const char *name, const dl_pool2d_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_pool_make(m, parent, name, d, &dl__lay_avgpool_vt);
@@ -1202,6 +1237,8 @@ DL_API dl_tensor *dl__lay_gap_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
   return dl_t_mean(tp, x, x->ndim - 2, axes, 0);
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_gap_vt, {"GlobalAvgPool", dl__lay_gap_forward, NULL, NULL, 0});
+/* Append a global average pooling layer: [N, C, ...] -> [N, C], the mean
+ * over every dimension after the second. NULL on failure. */
 DL_API dl_layer *dl_global_avgpool_make(dl_model *m, dl_layer *parent, const char *name) {
   if (!m) return NULL; /* a dl_model_make that failed */
   return dl_layer_new(m, parent, name, &dl__lay_gap_vt, sizeof(dl_layer));
@@ -1218,6 +1255,8 @@ DL_API dl_tensor *dl__lay_flatten_forward(dl_layer *l, dl_tape *tp, dl_tensor *x
   return dl_t_flatten(tp, x, s < 0 ? x->ndim + s : s);
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_flatten_vt, {"Flatten", dl__lay_flatten_forward, NULL, NULL, 0});
+/* Append a Flatten layer (torch.nn.Flatten(start_dim), a negative start_dim
+ * counted from the end). NULL on failure. */
 DL_API dl_layer *dl_flatten_make(dl_model *m, dl_layer *parent, const char *name, int start_dim) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_flatten *F = (dl__lay_flatten *)dl_layer_new(m, parent, name, &dl__lay_flatten_vt, sizeof *F);
@@ -1244,6 +1283,8 @@ DL_API void dl__lay_dropout_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "p=%g", ((const dl__lay_dropout *)l)->p);
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_dropout_vt, {"Dropout", dl__lay_dropout_forward, dl__lay_dropout_describe, NULL, 0});
+/* Append a Dropout layer of probability p (its own random stream, saved in
+ * checkpoints; identity in eval mode). NULL on failure. */
 DL_API dl_layer *dl_dropout_make(dl_model *m, dl_layer *parent, const char *name, double p) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_dropout *D;
@@ -1265,8 +1306,8 @@ DL_API dl_rng *dl_dropout_rng(dl_layer *l) {
  * see optim.h); sparse = 0: a dense gradient and ordinary updates, as in
  * PyTorch. */
 typedef struct dl_embedding_desc {
-  int64_t num, dim;
-  int sparse;
+  int64_t num, dim; /* rows (vocabulary) and their width */
+  int sparse; /* 1: row-sparse gradients and lazy updates */
 } dl_embedding_desc;
 typedef struct dl__embedding {
   dl_layer base;
@@ -1286,6 +1327,8 @@ DL_API void dl__lay_embedding_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "%lld, %lld%s", (long long)E->d.num, (long long)E->d.dim, E->d.sparse ? ", sparse" : "");
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_embedding_vt, {"Embedding", dl__lay_embedding_forward, dl__lay_embedding_describe, NULL, 0});
+/* Append an Embedding layer (torch.nn.Embedding: weight [num, dim]; .sparse
+ * = 1 for row-sparse gradients). NULL on failure. */
 DL_API dl_layer *dl_embedding_make(dl_model *m, dl_layer *parent, const char *name, const dl_embedding_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__embedding *E;
@@ -1310,9 +1353,9 @@ DL_API dl_layer *dl_embedding_make(dl_model *m, dl_layer *parent, const char *na
  * eps 0 = 1e-5, momentum 0 = 0.1 (a cumulative average, momentum=None in
  * PyTorch, is not offered). */
 typedef struct dl_batchnorm_desc {
-  int64_t features;
-  double eps, momentum;
-  int no_affine, no_running_stats;
+  int64_t features; /* C, the channels */
+  double eps, momentum; /* 0: 1e-5 and 0.1 */
+  int no_affine, no_running_stats; /* 1: no weight and bias; 1: no running statistics (batch statistics in eval mode too) */
 } dl_batchnorm_desc;
 typedef struct dl__lay_batchnorm {
   dl_layer base;
@@ -1366,10 +1409,14 @@ DL_API dl_layer *dl__lay_batchnorm_make(dl_model *m, dl_layer *parent, const cha
   }
   return m->status == DL_OK ? &B->base : NULL;
 }
+/* Append a BatchNorm1d layer (torch.nn.BatchNorm1d over [N, C] or [N, C,
+ * L]). NULL on failure. */
 DL_API dl_layer *dl_batchnorm1d_make(dl_model *m, dl_layer *parent, const char *name, const dl_batchnorm_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_batchnorm_make(m, parent, name, d, 0);
 }
+/* Append a BatchNorm2d layer (torch.nn.BatchNorm2d over [N, C, H, W]). NULL
+ * on failure. */
 DL_API dl_layer *dl_batchnorm2d_make(dl_model *m, dl_layer *parent, const char *name, const dl_batchnorm_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_batchnorm_make(m, parent, name, d, 1);
@@ -1381,10 +1428,10 @@ DL_API dl_layer *dl_batchnorm2d_make(dl_model *m, dl_layer *parent, const char *
  * (= 0) have that shape, unless no_affine. eps 0 = 1e-5 for LayerNorm, and
  * for RMSNorm the dtype's machine epsilon (PyTorch's eps=None). */
 typedef struct dl_norm_desc {
-  int ndims;
-  int64_t shape[4];
-  double eps;
-  int no_affine;
+  int ndims; /* how many last dimensions are normalised (0: 1) */
+  int64_t shape[4]; /* their sizes */
+  double eps; /* 0: 1e-5 (LayerNorm), the dtype's epsilon (RMSNorm) */
+  int no_affine; /* 1: no weight (and bias) */
 } dl_norm_desc;
 typedef struct dl__lay_norm {
   dl_layer base;
@@ -1433,10 +1480,14 @@ DL_API dl_layer *dl__lay_norm_make(dl_model *m, dl_layer *parent, const char *na
   }
   return m->status == DL_OK ? &N->base : NULL;
 }
+/* Append a LayerNorm layer (torch.nn.LayerNorm over the last dimensions,
+ * d->shape). NULL on failure. */
 DL_API dl_layer *dl_layernorm_make(dl_model *m, dl_layer *parent, const char *name, const dl_norm_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_norm_make(m, parent, name, d, 0);
 }
+/* Append an RMSNorm layer (torch.nn.RMSNorm over the last dimensions,
+ * d->shape). NULL on failure. */
 DL_API dl_layer *dl_rmsnorm_make(dl_model *m, dl_layer *parent, const char *name, const dl_norm_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_norm_make(m, parent, name, d, 1);
@@ -1463,14 +1514,15 @@ DL_API dl_layer *dl_rmsnorm_make(dl_model *m, dl_layer *parent, const char *name
  * b_hn), as ONNX's GRU with linear_before_reset = 0 and Keras's
  * reset_after=False (0: PyTorch's form; the same parameters either way). */
 typedef struct dl_rnn_desc {
-  int64_t input, hidden;
-  int num_layers;
-  int no_bias;
-  int relu;
-  int bidirectional;
-  int gru_reset_before_linear;
+  int64_t input, hidden; /* input features and hidden size */
+  int num_layers; /* stacked layers (0: 1) */
+  int no_bias; /* 1: no biases */
+  int relu; /* RNN only: ReLU instead of tanh */
+  int bidirectional; /* 1: both directions (see above) */
+  int gru_reset_before_linear; /* GRU only: 1 the reset gate before w_hn (see above) */
 } dl_rnn_desc;
 typedef enum dl__lay_rnn_kind { DL__LAY_RNN, DL__LAY_LSTM, DL__LAY_GRU } dl__lay_rnn_kind;
+/* Most stacked layers an RNN, LSTM or GRU layer may have. */
 #define DL_RNN_MAX_LAYERS 16
 DL__GLOBAL_FWD const dl_layer_vt dl__lay_rnn_vt, dl__lay_lstm_vt, dl__lay_gru_vt, dl__lay_mha_vt; /* defined below */
 typedef struct dl__lay_rnn {
@@ -1617,14 +1669,18 @@ DL_API dl_layer *dl__lay_rnn_make(dl_model *m, dl_layer *parent, const char *nam
   }
   return m->status == DL_OK ? &R->base : NULL;
 }
+/* Append an RNN layer (torch.nn.RNN, batch_first; tanh, or ReLU with
+ * .relu). NULL on failure. */
 DL_API dl_layer *dl_rnn_make(dl_model *m, dl_layer *parent, const char *name, const dl_rnn_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_rnn_make(m, parent, name, d, DL__LAY_RNN);
 }
+/* Append an LSTM layer (torch.nn.LSTM, batch_first). NULL on failure. */
 DL_API dl_layer *dl_lstm_make(dl_model *m, dl_layer *parent, const char *name, const dl_rnn_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_rnn_make(m, parent, name, d, DL__LAY_LSTM);
 }
+/* Append a GRU layer (torch.nn.GRU, batch_first). NULL on failure. */
 DL_API dl_layer *dl_gru_make(dl_model *m, dl_layer *parent, const char *name, const dl_rnn_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_rnn_make(m, parent, name, d, DL__LAY_GRU);
@@ -1638,10 +1694,10 @@ DL_API dl_layer *dl_gru_make(dl_model *m, dl_layer *parent, const char *name, co
  * Called as a layer it is self-attention, y = attn(x, x, x), causal when
  * desc.causal. */
 typedef struct dl_mha_desc {
-  int64_t embed;
-  int heads;
-  int no_bias;
-  int causal;
+  int64_t embed; /* E, the model width */
+  int heads; /* attention heads (E divisible by it) */
+  int no_bias; /* 1: no biases */
+  int causal; /* 1: position t attends to positions <= t only */
 } dl_mha_desc;
 typedef struct dl__lay_mha {
   dl_layer base;
@@ -1666,6 +1722,8 @@ DL_API void dl__lay_mha_describe(const dl_layer *l, char *buf, size_t n) {
            A->d.causal ? ", causal" : "");
 }
 DL__GLOBAL(const dl_layer_vt dl__lay_mha_vt, {"MultiheadAttention", dl__lay_mha_forward1, dl__lay_mha_describe, NULL, 0});
+/* Append a MultiheadAttention layer (torch.nn.MultiheadAttention,
+ * batch_first; self-attention on its input). NULL on failure. */
 DL_API dl_layer *dl_mha_make(dl_model *m, dl_layer *parent, const char *name, const dl_mha_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_mha *A;

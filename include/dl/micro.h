@@ -82,10 +82,11 @@ extern "C" {
 #endif
 
 #define DLM_MAGIC 0x4d4c4455u /* "ULDM" */
-#define DLM_VERSION 1
-#define DLM_MAX_TENSORS 4096
-#define DLM_MAX_LAYERS 4096
+#define DLM_VERSION 1 /* the layout version of dlm_model and dlm_layer */
+#define DLM_MAX_TENSORS 4096 /* most tensors a plan may have */
+#define DLM_MAX_LAYERS 4096 /* most layers a plan may have */
 
+/* What a run or a check returns: DLM_OK or why it refused. */
 typedef enum dlm_status {
   DLM_OK = 0,
   DLM_ERR_ARENA = 1, /* too small (e.need says how many bytes) or misaligned */
@@ -93,8 +94,10 @@ typedef enum dlm_status {
   DLM_ERR_INPUT = 3  /* the input has the wrong size */
 } dlm_status;
 
+/* The arithmetic of a micro model: f32, or int8 with int32 accumulators. */
 typedef enum dlm_precision { DLM_F32 = 1, DLM_INT8 = 2 } dlm_precision;
 
+/* The layer kinds of a micro model. */
 typedef enum dlm_op {
   DLM_OP_LINEAR = 1,     /* out[o] = b[o] + sum_i w[o][i] x[i] */
   DLM_OP_CONV2D = 2,     /* nn.Conv2d, groups 1 */
@@ -108,10 +111,10 @@ typedef enum dlm_op {
 /* One tensor of the plan: [c, h, w] at arena + offset (4-byte aligned);
  * int8: real = scale * (q - zero). */
 typedef struct dlm_tensor {
-  int32_t c, h, w;
-  uint32_t offset;
-  float scale;
-  int32_t zero;
+  int32_t c, h, w; /* channels, height, width */
+  uint32_t offset; /* byte offset in the arena (4-byte aligned) */
+  float scale; /* int8: real = scale * (q - zero) */
+  int32_t zero; /* int8: the zero point */
 } dlm_tensor;
 
 /* One layer. Geometry fields that an op does not use are 0. */
@@ -130,26 +133,32 @@ typedef struct dlm_layer {
   const char *name;         /* the dl_model layer it came from ("3", "block.conv1") */
 } dlm_layer;
 
+/* A micro model: the plan of layers over numbered tensors, its precision,
+ * input, output and arena size, and the input's 256-entry pixel tables.
+ * Written by dl_micro_write as C source (or loaded from a blob with
+ * dlm_load_blob); dlm_check validates it. */
 typedef struct dlm_model {
   uint32_t magic;           /* DLM_MAGIC */
   int32_t version;          /* DLM_VERSION */
   int32_t precision;        /* dlm_precision */
-  int32_t nlayers, ntensors;
-  const dlm_layer *layers;
-  const dlm_tensor *tensors;
+  int32_t nlayers, ntensors; /* layers and tensors */
+  const dlm_layer *layers; /* the layers, in order */
+  const dlm_tensor *tensors; /* the tensors */
   int32_t input, output;    /* tensor indices */
   const float *input_lut;   /* f32: pixel value 0..255 -> input value */
   const int8_t *input_lut_q;/* int8: pixel value -> quantised input */
   uint32_t arena_bytes;     /* what dlm_arena_size computes */
   uint32_t scratch_offset;  /* int8 convolution accumulators (after the tensors) */
-  const char *name;
+  const char *name; /* the C identifier (for messages) */
 } dlm_model;
 
+/* Why a call failed: the status, the bytes a too small arena needs, and a
+ * message naming the layer and the sizes. */
 typedef struct dlm_error {
-  dlm_status status;
+  dlm_status status; /* DLM_OK or the failure */
   uint32_t need;            /* DLM_ERR_ARENA: the bytes the model needs */
   int32_t layer;            /* the layer at fault, or -1 */
-  char msg[160];
+  char msg[160]; /* names the layer and the sizes */
 } dlm_error;
 
 /* >>messages (no stdio: a small formatter of its own) ------------------------ */
@@ -199,6 +208,7 @@ DLM_API dlm_status dlm__fail(const dlm_model *m, dlm_error *e, dlm_status s, int
 
 /* >>plan checks ---------------------------------------------------------------- */
 
+/* Bytes per element of the model's activations: 1 (int8) or 4 (f32). */
 DLM_API uint32_t dlm_elem_size(const dlm_model *m) { return m->precision == DLM_INT8 ? 1u : 4u; }
 /* 1 when the tensor's dimensions are positive and c * h * w <= 2^29 - 1
  * (checked without overflow). */
@@ -206,6 +216,7 @@ DLM_API int dlm__shape_ok(const dlm_tensor *t) {
   const int64_t lim = 0x1fffffff;
   return t->c > 0 && t->h > 0 && t->w > 0 && t->c <= lim && t->h <= lim / t->c && t->w <= lim / ((int64_t)t->c * t->h);
 }
+/* Elements of a tensor: c * h * w. */
 DLM_API uint32_t dlm_tensor_numel(const dlm_tensor *t) { return (uint32_t)t->c * (uint32_t)t->h * (uint32_t)t->w; }
 
 /* Bytes of int32 scratch a layer needs (an int8 convolution's output plane). */
@@ -696,12 +707,15 @@ DLM_API dlm_status dlm_run_f32(const dlm_model *m, void *arena, size_t arena_byt
 /* Number of outputs, output i as a real value (int8: dequantised), and the
  * index of the largest (the first of equals), after a run. */
 DLM_API int32_t dlm_output_count(const dlm_model *m) { return (int32_t)dlm_tensor_numel(&m->tensors[m->output]); }
+/* Output i of the last run, as a float (int8: dequantised). */
 DLM_API float dlm_output(const dlm_model *m, const void *arena, int32_t i) {
   const dlm_tensor *Y = &m->tensors[m->output];
   const unsigned char *p = (const unsigned char *)arena + Y->offset;
   return m->precision == DLM_F32 ? ((const float *)(const void *)p)[i]
                                  : Y->scale * (float)(((const int8_t *)p)[i] - Y->zero);
 }
+/* The index of the largest output of the last run (the first of equals):
+ * the class. */
 DLM_API int32_t dlm_argmax(const dlm_model *m, const void *arena) {
   const dlm_tensor *Y = &m->tensors[m->output];
   const unsigned char *p = (const unsigned char *)arena + Y->offset;
@@ -735,12 +749,13 @@ DLM_API int32_t dlm_argmax(const dlm_model *m, const void *arena) {
  * offsets and lengths leave the blob, then runs dlm_check. */
 #define DLM_BLOB_MAGIC 0x424d4c44u /* "DLMB" read as a little-endian word */
 #define DLM_BLOB_HEADER 96u        /* header and name, bytes */
-#define DLM_BLOB_TENSOR_WORDS 6u
-#define DLM_BLOB_LAYER_WORDS 26u
+#define DLM_BLOB_TENSOR_WORDS 6u /* 32-bit words per tensor record in a blob */
+#define DLM_BLOB_LAYER_WORDS 26u /* 32-bit words per layer record in a blob */
 
 DLM_API uint32_t dlm__word(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
+/* FNV-1a 32-bit hash of n bytes (a blob's checksum). */
 DLM_API uint32_t dlm_fnv1a(const unsigned char *p, size_t n) {
   uint32_t h = 2166136261u;
   size_t i;

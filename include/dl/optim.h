@@ -60,33 +60,33 @@ DL__HEADER_BEGIN
 
 /* torch.optim.SGD */
 typedef struct dl_sgd_cfg {
-  double lr, momentum, dampening, weight_decay;
-  int nesterov, maximize;
+  double lr, momentum, dampening, weight_decay; /* PyTorch's names and meanings */
+  int nesterov, maximize; /* 1: Nesterov momentum; 1: maximise the objective */
 } dl_sgd_cfg;
 
 /* torch.optim.Adam (decoupled = 0) and torch.optim.AdamW (decoupled = 1) */
 typedef struct dl_adam_cfg {
-  double lr, beta1, beta2, eps, weight_decay;
-  int amsgrad, decoupled, maximize;
+  double lr, beta1, beta2, eps, weight_decay; /* PyTorch's names and meanings */
+  int amsgrad, decoupled, maximize; /* 1: AMSGrad; 1: AdamW's decoupled weight decay; 1: maximise */
 } dl_adam_cfg;
 
 /* torch.optim.RMSprop */
 typedef struct dl_rmsprop_cfg {
-  double lr, alpha, eps, weight_decay, momentum;
-  int centered, maximize;
+  double lr, alpha, eps, weight_decay, momentum; /* PyTorch's names and meanings */
+  int centered, maximize; /* 1: centred (by the mean gradient); 1: maximise */
 } dl_rmsprop_cfg;
 
 /* torch.optim.Adagrad */
 typedef struct dl_adagrad_cfg {
-  double lr, lr_decay, weight_decay, initial_accumulator_value, eps;
-  int maximize;
+  double lr, lr_decay, weight_decay, initial_accumulator_value, eps; /* PyTorch's names and meanings */
+  int maximize; /* 1: maximise the objective */
 } dl_adagrad_cfg;
 
 /* Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"):
  *   c = beta1*m + (1-beta1)*g;  p = p*(1 - lr*wd) - lr*sign(c);
  *   m = beta2*m + (1-beta2)*g */
 typedef struct dl_lion_cfg {
-  double lr, beta1, beta2, weight_decay;
+  double lr, beta1, beta2, weight_decay; /* the paper's names */
 } dl_lion_cfg;
 
 /* LAMB (You et al. 2020, "Large Batch Optimization for Deep Learning:
@@ -101,8 +101,8 @@ typedef struct dl_lion_cfg {
  * the paper. Defaults: betas 0.9, 0.999, eps 1e-6 (the paper's), no weight
  * decay, no trust clipping, bias correction on. */
 typedef struct dl_lamb_cfg {
-  double lr, beta1, beta2, eps, weight_decay, max_trust;
-  int bias_correction;
+  double lr, beta1, beta2, eps, weight_decay, max_trust; /* the paper's names; max_trust > 0 clips the trust ratio */
+  int bias_correction; /* 1: bias-corrected moments (the default) */
 } dl_lamb_cfg;
 
 /* PyTorch's defaults (Lion: the paper's betas 0.9, 0.99, no weight decay). */
@@ -112,35 +112,45 @@ DL_API dl_sgd_cfg dl_sgd_defaults(double lr) {
   c.nesterov = 0; c.maximize = 0;
   return c;
 }
+/* torch.optim.Adam's defaults with learning rate lr: betas 0.9, 0.999, eps
+ * 1e-8, no weight decay. */
 DL_API dl_adam_cfg dl_adam_defaults(double lr) {
   dl_adam_cfg c;
   c.lr = lr; c.beta1 = 0.9; c.beta2 = 0.999; c.eps = 1e-8; c.weight_decay = 0;
   c.amsgrad = 0; c.decoupled = 0; c.maximize = 0;
   return c;
 }
+/* torch.optim.AdamW's defaults with learning rate lr: Adam's, decoupled
+ * weight decay 0.01. */
 DL_API dl_adam_cfg dl_adamw_defaults(double lr) {
   dl_adam_cfg c = dl_adam_defaults(lr);
   c.weight_decay = 1e-2;
   c.decoupled = 1;
   return c;
 }
+/* torch.optim.RMSprop's defaults with learning rate lr (alpha 0.99, eps
+ * 1e-8). */
 DL_API dl_rmsprop_cfg dl_rmsprop_defaults(double lr) {
   dl_rmsprop_cfg c;
   c.lr = lr; c.alpha = 0.99; c.eps = 1e-8; c.weight_decay = 0; c.momentum = 0;
   c.centered = 0; c.maximize = 0;
   return c;
 }
+/* torch.optim.Adagrad's defaults with learning rate lr (eps 1e-10). */
 DL_API dl_adagrad_cfg dl_adagrad_defaults(double lr) {
   dl_adagrad_cfg c;
   c.lr = lr; c.lr_decay = 0; c.weight_decay = 0; c.initial_accumulator_value = 0;
   c.eps = 1e-10; c.maximize = 0;
   return c;
 }
+/* Lion's defaults with learning rate lr: the paper's betas 0.9, 0.99, no
+ * weight decay. */
 DL_API dl_lion_cfg dl_lion_defaults(double lr) {
   dl_lion_cfg c;
   c.lr = lr; c.beta1 = 0.9; c.beta2 = 0.99; c.weight_decay = 0;
   return c;
 }
+/* LAMB's defaults with learning rate lr (see dl_lamb_cfg above). */
 DL_API dl_lamb_cfg dl_lamb_defaults(double lr) {
   dl_lamb_cfg c;
   c.lr = lr; c.beta1 = 0.9; c.beta2 = 0.999; c.eps = 1e-6; c.weight_decay = 0; c.max_trust = 0;
@@ -150,6 +160,8 @@ DL_API dl_lamb_cfg dl_lamb_defaults(double lr) {
 
 /* >>schedules -------------------------------------------------------------- */
 
+/* StepLR: base * gamma^(epoch / step_size) (integer division; step_size <=
+ * 0: base). */
 DL_API double dl_lr_step(double base, int64_t epoch, int64_t step_size, double gamma) {
   return base * pow(gamma, (double)(step_size > 0 ? epoch / step_size : 0));
 }
@@ -164,6 +176,7 @@ DL_API double dl_lr_multistep(double base, int64_t epoch, const int *milestones,
   return base * pow(gamma, (double)k);
 }
 
+/* ExponentialLR: base * gamma^epoch. */
 DL_API double dl_lr_exponential(double base, int64_t epoch, double gamma) {
   return base * pow(gamma, (double)epoch);
 }
@@ -577,6 +590,8 @@ DL_API void dl__adam_k_f64(void *const *a, int64_t n, const double *kd) {
   dl__adam_f64((double *)a[0], (const double *)a[1], (double *)a[2], (double *)a[3], (double *)a[4], n,
                (const dl__adam_k *)(const void *)kd);
 }
+/* One Adam / AdamW step on tensor p with gradient g and state m, v (and
+ * vmax with AMSGrad), as described above. */
 DL_API void dl_adam_update(dl_tensor *p, const dl_tensor *g, dl_tensor *m, dl_tensor *v,
                            dl_tensor *vmax, int64_t step, const dl_adam_cfg *c) {
   const char *fn = "dl_adam_update";
@@ -845,15 +860,20 @@ typedef enum dl_optim_kind {
   DL_OPT_LAMB
 } dl_optim_kind;
 
+/* Most state tensors per parameter an optimizer keeps (Adam with AMSGrad:
+ * 3). */
 #define DL_OPTIM_MAX_STATE 3
 struct dl_optim;
 /* One parameter's update: p, its gradient g (row views for a lazy sparse
  * step), its state tensors st[0..nstate), its step count. */
 typedef void (*dl__optim_update_fn)(struct dl_optim *o, const dl_param *pr, dl_tensor *p, const dl_tensor *g,
                                     dl_tensor *st, int64_t step, int sparse);
+/* An optimizer over a model's parameters (dl_optim_sgd, dl_optim_adam ...):
+ * its kind and configuration, each parameter's state tensors (by name:
+ * dl_optim_state) and step count, the learning rate. dl_optim_free. */
 typedef struct dl_optim {
-  dl_model *model;
-  dl_optim_kind kind;
+  dl_model *model; /* the model it updates (borrowed) */
+  dl_optim_kind kind; /* SGD, Adam ... */
   dl__optim_update_fn update;                /* the kind's kernel: a pointer, so that a program
                                                 compiles only the optimizers it makes */
   union {
@@ -866,7 +886,7 @@ typedef struct dl_optim {
   } cfg;                                     /* as given; cfg's lr is the base lr */
   double lr;                                 /* current lr (dl_optim_set_lr; starts at cfg's) */
   int nstate;                                /* state tensors per parameter */
-  const char *state_name[DL_OPTIM_MAX_STATE];
+  const char *state_name[DL_OPTIM_MAX_STATE]; /* the state tensors' names ("exp_avg" ...) */
   void *sbuf;                                /* nstate * model->pnumel elements */
   dl_tensor *state;                          /* [model->nparams][DL_OPTIM_MAX_STATE] views (buffers: unused) */
   int64_t *steps;                            /* per parameter */
@@ -1034,6 +1054,8 @@ DL_API void dl__optim_update_lamb(dl_optim *o, const dl_param *pr, dl_tensor *p,
   dl_lamb_update(p, g, &st[0], &st[1], step, &c);
 }
 
+/* An SGD optimizer over m's trainable parameters (state made lazily, on the
+ * parameters' device). NULL on failure (message in the model's ctx). */
 DL_API dl_optim *dl_optim_sgd(dl_model *m, const dl_sgd_cfg *c) {
   if (!m) return NULL; /* a dl_model_make that failed */
   static const char *const n[] = {"momentum_buffer"};
@@ -1056,6 +1078,7 @@ DL_API dl_optim *dl_optim_adam(dl_model *m, const dl_adam_cfg *c) {
   o->lr = c->lr;
   return dl__optim_state(o, c->amsgrad ? 3 : 2, n);
 }
+/* An RMSprop optimizer over m's trainable parameters. NULL on failure. */
 DL_API dl_optim *dl_optim_rmsprop(dl_model *m, const dl_rmsprop_cfg *c) {
   if (!m) return NULL; /* a dl_model_make that failed */
   const char *n[3];
@@ -1069,6 +1092,7 @@ DL_API dl_optim *dl_optim_rmsprop(dl_model *m, const dl_rmsprop_cfg *c) {
   if (c->centered) n[k++] = "grad_avg";
   return dl__optim_state(o, k, n);
 }
+/* An Adagrad optimizer over m's trainable parameters. NULL on failure. */
 DL_API dl_optim *dl_optim_adagrad(dl_model *m, const dl_adagrad_cfg *c) {
   if (!m) return NULL; /* a dl_model_make that failed */
   static const char *const n[] = {"sum"};
@@ -1082,6 +1106,7 @@ DL_API dl_optim *dl_optim_adagrad(dl_model *m, const dl_adagrad_cfg *c) {
     if (m->params[i]->kind != DL_PARAM_BUFFER) dl_adagrad_init_state(&o->state[i * DL_OPTIM_MAX_STATE], c);
   return o;
 }
+/* A Lion optimizer over m's trainable parameters. NULL on failure. */
 DL_API dl_optim *dl_optim_lion(dl_model *m, const dl_lion_cfg *c) {
   if (!m) return NULL; /* a dl_model_make that failed */
   static const char *const n[] = {"exp_avg"};
@@ -1104,6 +1129,7 @@ DL_API dl_optim *dl_optim_lamb(dl_model *m, const dl_lamb_cfg *c) {
   return dl__optim_state(o, 2, n);
 }
 
+/* Release the optimizer and its state (NULL is fine); the model stays. */
 DL_API void dl_optim_free(dl_optim *o) {
   dl_ctx *ctx;
   if (!o) return;
@@ -1120,6 +1146,7 @@ DL_API void dl_optim_free(dl_optim *o) {
   dl_free(ctx, o);
 }
 
+/* The learning rate the next dl_optim_step uses. */
 DL_API double dl_optim_lr(const dl_optim *o) { return o->lr; }
 /* The weight decay o was made with (its kind's cfg; AdamW's decoupled one too). */
 DL_API double dl_optim_weight_decay(const dl_optim *o) {
@@ -1279,8 +1306,8 @@ DL_API void dl_optim_step(dl_optim *o) {
  *               and norms have wd_mult 0). Decoupled weight decay belongs to
  *               the optimizer (AdamW, Lion). */
 typedef struct dl_step_desc {
-  double clip_value, clip_norm;
-  double l1, l2;
+  double clip_value, clip_norm; /* clamp to [-clip_value, clip_value]; cap the global L2 norm (0: off) */
+  double l1, l2; /* L1 and L2 penalties added to the gradients, times wd_mult (0: off) */
 } dl_step_desc;
 
 /* Sum of squares of a contiguous buffer, in double, with four interleaved
@@ -1455,6 +1482,8 @@ DL_API int dl__clip_skips(const dl_param *p) { return p->kind == DL_PARAM_BUFFER
  * and, with clip_norm set, NaN gradients (as PyTorch). On the host or on
  * the model's GPU. */
 DL_API double dl__clip_grads(dl_model *m, const dl_step_desc *d, int want_norm);
+/* Stage 3 (see above): clip m's gradients as d says; returns the global
+ * gradient norm. */
 DL_API double dl_clip_grads(dl_model *m, const dl_step_desc *d) { return dl__clip_grads(m, d, 1); }
 /* dl_clip_grads; want_norm 0: the norm is not wanted, so when no clipping
  * by norm needs it (no clip_norm in d or on a parameter) no sum of squares
@@ -1560,6 +1589,7 @@ DL_API double dl__apply_grads(dl_optim *o, const dl_step_desc *d, int want_norm)
   dl_model_zero_grad(o->model);
   return norm;
 }
+/* Stages 3-5 and zeroing (see above); returns the gradient norm. */
 DL_API double dl_apply_grads(dl_optim *o, const dl_step_desc *d) { return dl__apply_grads(o, d, 1); }
 
 /* Stages 2-5 in their fixed order, then zero the gradients:

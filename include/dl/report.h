@@ -240,6 +240,8 @@ extern int clock_gettime(int, struct timespec *);
  * on other systems C11's timespec_get(TIME_UTC), which can jump if the
  * system time is set. user is ignored (the dl_clock_fn signature). */
 typedef double (*dl_clock_fn)(void *user);
+/* Seconds from CLOCK_MONOTONIC (the default clock of the progress line and
+ * the run). */
 DL_API double dl_clock_monotonic(void *user) {
   struct timespec ts;
   (void)user;
@@ -302,14 +304,14 @@ enum {
  *   label        a prefix ("train | epoch ..."); NULL: none
  *   clock        seconds from clock(clock_user); NULL: dl_clock_monotonic */
 typedef struct dl_progress_desc {
-  FILE *stream;
-  int64_t epochs, steps;
-  int mode;
-  double redraw_s, every_frac, every_s, smoothing;
-  int width;
-  const char *label;
-  dl_clock_fn clock;
-  void *clock_user;
+  FILE *stream; /* NULL: stderr */
+  int64_t epochs, steps; /* E for "epoch e/E" and S steps per epoch; 0: unknown */
+  int mode; /* DL_PROGRESS_AUTO: in place on a terminal, lines otherwise */
+  double redraw_s, every_frac, every_s, smoothing; /* timing of redraws and lines, and the loss shown (see above) */
+  int width; /* in place: cut lines to width - 1; 0: $COLUMNS, else no cut */
+  const char *label; /* a prefix; NULL: none */
+  dl_clock_fn clock; /* seconds from clock(clock_user); NULL: dl_clock_monotonic */
+  void *clock_user; /* passed to clock */
 } dl_progress_desc;
 
 /* Plain memory the caller owns; nothing to free. Fields are readable. */
@@ -512,6 +514,8 @@ DL_API void dl_progress_update_acc(dl_progress *p, int64_t samples, double loss,
   }
   if (show) dl__progress_emit(p, line, dl_progress_format(p, line, sizeof line), 0);
 }
+/* dl_progress_update_acc without an accuracy: count a step of samples with
+ * its mean loss. */
 DL_API void dl_progress_update(dl_progress *p, int64_t samples, double loss) {
   dl_progress_update_acc(p, samples, loss, -1);
 }
@@ -633,9 +637,9 @@ DL_API double dl_accuracy(const dl_tensor *logits, const dl_tensor *labels) {
 /* A confusion matrix accumulated over batches. matrix is int64 [C, C],
  * owned: row = true class, column = predicted class. */
 typedef struct dl_confusion {
-  int64_t classes;
-  dl_tensor *matrix;
-  dl_ctx *ctx;
+  int64_t classes; /* the number of classes */
+  dl_tensor *matrix; /* i64 [classes, classes]: row the true class, column the predicted one */
+  dl_ctx *ctx; /* allocator and error reports */
 } dl_confusion;
 
 /* Zeroed C x C matrix. DL_ERR_ARG for classes < 1, DL_ERR_NOMEM /
@@ -653,6 +657,7 @@ DL_API dl_status dl_confusion_init(dl_confusion *cm, dl_ctx *ctx, int64_t classe
   cm->classes = classes;
   return DL_OK;
 }
+/* Release the confusion matrix's counts. */
 DL_API void dl_confusion_free(dl_confusion *cm) {
   dl_tensor_free(cm->matrix);
   memset(cm, 0, sizeof *cm);
@@ -723,6 +728,7 @@ DL_API int64_t dl_confusion_total(const dl_confusion *cm) {
   for (k = 0; k < N; k++) n += ((const int64_t *)cm->matrix->data)[k];
   return n;
 }
+/* How many samples were classified right: the diagonal's sum. */
 DL_API int64_t dl_confusion_correct(const dl_confusion *cm) {
   int64_t c, n = 0;
   for (c = 0; c < cm->classes; c++) n += ((const int64_t *)cm->matrix->data)[c * cm->classes + c];
@@ -797,8 +803,10 @@ DL_API void dl_confusion_fprint(FILE *f, const dl_confusion *cm, const char *con
 /* The default columns and the values that fill them (dl_csv_log_epoch). A
  * NaN field is written as an empty cell (e.g. no validation this epoch). */
 typedef struct dl_epoch_stats {
-  double epoch, train_loss, train_acc, val_loss, val_acc, lr, samples_per_s, wall_s;
+  double epoch, train_loss, train_acc, val_loss, val_acc, lr, samples_per_s, wall_s; /* the CSV log's columns, in its order */
 } dl_epoch_stats;
+/* The columns of dl_epoch_stats: epoch, train_loss, train_acc, val_loss,
+ * val_acc, lr, samples_per_s, wall_s. */
 #define DL_EPOCH_STATS_COLUMNS 8
 DL_API const char *dl__csv_default_column(int i) {
   static const char *const cols[DL_EPOCH_STATS_COLUMNS] = {
@@ -816,11 +824,11 @@ DL_API const char *dl__csv_default_column(int i) {
  *              one; 1: truncate and start over
  *   digits     significant digits of the values (%.*g); 0: 10 */
 typedef struct dl_csv_log_desc {
-  const char *path;
-  const char *const *columns;
-  int ncolumns;
-  int fresh;
-  int digits;
+  const char *path; /* the file (required) */
+  const char *const *columns; /* ncolumns names; NULL: the dl_epoch_stats columns */
+  int ncolumns; /* number of columns */
+  int fresh; /* 0: append to a log with the same header (or start one); 1: start over */
+  int digits; /* significant digits of the values; 0: 10 */
 } dl_csv_log_desc;
 
 /* The log keeps the file's whole text and rewrites it through the atomic
@@ -831,10 +839,10 @@ typedef struct dl_csv_log_desc {
 typedef struct dl_csv_log {
   char *path;          /* the file (a copy) */
   char *text;          /* its content: header and rows */
-  size_t len, cap;
-  int ncolumns, digits, default_columns;
+  size_t len, cap; /* text's length and capacity */
+  int ncolumns, digits, default_columns; /* columns, digits, whether they are dl_epoch_stats' */
   int64_t rows;        /* rows written by this log object */
-  dl_ctx *ctx;
+  dl_ctx *ctx; /* allocator and error reports */
 } dl_csv_log;
 
 /* Open (or create) the log and write the header if the file is new or
@@ -906,6 +914,8 @@ DL_API dl_status dl__csv_write(dl_csv_log *log, const char *op) {
 #endif
 }
 
+/* Open the CSV log that desc names and write its header row; DL_OK, or a
+ * failure status with the message in ctx. */
 DL_API dl_status dl_csv_log_open(dl_csv_log *log, dl_ctx *ctx, const dl_csv_log_desc *desc) {
   char header[4096];
   dl_status st;
@@ -1064,11 +1074,11 @@ DL_API dl_status dl_csv_save(dl_ctx *ctx, const dl_csv_log_desc *desc, const dou
  *   x_label      NULL: "epoch"
  *   train_name, val_name   the legend's names; NULL: "train", "val" */
 typedef struct dl_chart_desc {
-  int64_t n;
-  const double *x;
-  const double *train_loss, *val_loss, *train_acc, *val_acc;
-  int width, height, scale;
-  const char *title, *x_label, *train_name, *val_name;
+  int64_t n; /* points per curve (epochs), >= 1 */
+  const double *x; /* [n] x values, increasing; NULL: 1 .. n */
+  const double *train_loss, *val_loss, *train_acc, *val_acc; /* [n] each, or NULL (see above) */
+  int width, height, scale; /* pixels and font scale; 0: defaults */
+  const char *title, *x_label, *train_name, *val_name; /* the title, the x axis' label and the legend's names; NULL: defaults */
 } dl_chart_desc;
 
 /* Where a panel went. The frame's left column and bottom row are the axes
@@ -1079,21 +1089,25 @@ typedef struct dl_chart_desc {
  * the data's, widened to whole ticks (ystep apart); the x range is the
  * data's. */
 typedef struct dl_chart_panel {
-  int present;
+  int present; /* 1: the panel is drawn */
   int left, top, right, bottom;       /* the frame, inclusive */
   double px0, px1, py0, py1;          /* pixels of xmin, xmax, ymin, ymax */
   double xmin, xmax, ymin, ymax;      /* the data range shown */
   double xstep, ystep;                /* tick spacing */
 } dl_chart_panel;
+/* Where a chart's two panels (loss, accuracy) go in the image, with their
+ * pixel size and scale. */
 typedef struct dl_chart_layout {
-  int width, height, scale;
+  int width, height, scale; /* the image's pixels and the font scale */
   dl_chart_panel panel[2];            /* [0] loss, [1] accuracy */
 } dl_chart_layout;
 
 /* The colours: train, val (matplotlib's first two), axes and text, grid. */
 #define DL_CHART_TRAIN_RGB 31, 119, 180
+/* The validation curve's colour (R, G, B). */
 #define DL_CHART_VAL_RGB 255, 127, 14
 
+/* Data coordinates (x, y) -> pixel coordinates in panel p. */
 DL_API void dl_chart_map(const dl_chart_panel *p, double x, double y, double *px, double *py) {
   *px = p->px0 + (x - p->xmin) / (p->xmax - p->xmin) * (p->px1 - p->px0);
   *py = p->py0 + (y - p->ymin) / (p->ymax - p->ymin) * (p->py1 - p->py0);

@@ -98,6 +98,7 @@ DL__HEADER_BEGIN
 
 /* >>flags ----------------------------------------------------------------------- */
 
+/* The value type of a command-line flag (dl_flag). */
 typedef enum dl_flag_kind {
   DL_FLAG_I64 = 1,  /* value: int64_t * */
   DL_FLAG_F64,      /* value: double * */
@@ -105,12 +106,14 @@ typedef enum dl_flag_kind {
   DL_FLAG_SWITCH    /* value: int *, set to 1 by the flag's presence */
 } dl_flag_kind;
 
+/* One command-line flag: its name, type, where its value goes and its help
+ * text. */
 typedef struct dl_flag {
   const char *name;   /* without the dashes: "epochs" */
-  dl_flag_kind kind;
-  void *value;
+  dl_flag_kind kind; /* the value's type */
+  void *value; /* where the value goes (int64_t *, double *, const char ** or int *, by kind) */
   double min, max;    /* numeric range, inclusive; both 0: any (finite) value */
-  const char *help;
+  const char *help; /* one line for --help */
   const char *meta;   /* the value's name in the usage ("N", "FILE"); NULL: from the kind */
 } dl_flag;
 
@@ -246,15 +249,18 @@ DL_API dl_status dl_flags_main(dl_ctx *ctx, int argc, char **argv, const dl_flag
 
 /* >>train ------------------------------------------------------------------------ */
 
+/* The standard flags' values (--epochs --batch --lr --seed ...):
+ * dl_train_flags points flags at them. */
 typedef struct dl_train_opts {
-  int64_t epochs, batch, seed, threads, subset, stop_after;
-  double lr;
-  const char *save, *load, *checkpoint, *resume, *csv, *chart, *data;
+  int64_t epochs, batch, seed, threads, subset, stop_after; /* --epochs --batch --seed --threads --subset --stop-after */
+  double lr; /* --lr */
+  const char *save, *load, *checkpoint, *resume, *csv, *chart, *data; /* --save --load --checkpoint --resume --csv --chart --data (NULL: not given) */
   const char *device; /* "cpu" (NULL too) or "cuda" / "cuda:N": see dl_train_device */
-  int eval, quiet, help;
+  int eval, quiet, help; /* --eval --quiet --help given */
   int deterministic; /* --deterministic: the GPU's deterministic algorithms (dl_gpu_set_deterministic) */
 } dl_train_opts;
 
+/* How many flags dl_train_flags fills in. */
 #define DL_TRAIN_NFLAGS 19
 
 /* Fill out[0..DL_TRAIN_NFLAGS) with the standard flags, pointing into o;
@@ -312,7 +318,7 @@ DL_API dl_status dl_train_opts_check(dl_ctx *ctx, const dl_train_opts *o) {
 /* Where a program writes what the user did not name. */
 typedef struct dl_train_paths {
   char dir[256];                      /* runs/NAME */
-  char save[320], csv[320], chart[320];
+  char save[320], csv[320], chart[320]; /* where the weights, the CSV log and the chart go */
 } dl_train_paths;
 
 /* Default outputs: a training program writes files only where it is told,
@@ -416,21 +422,23 @@ DL_API dl_status dl_train_device(dl_ctx *ctx, const dl_train_opts *o, dl_model *
  *                    ranks and resumes only on as many. While an epoch runs,
  *                    rank 0's progress line shows its own mini-batches. */
 typedef struct dl_run_desc {
-  const dl_train_opts *opts;
-  dl_model *model;
-  dl_optim *optim;
-  dl_batcher *batcher;
-  int64_t steps_per_epoch;
-  const dl_named_value *values;
-  int nvalues;
-  const char *title, *val_name;
-  FILE *out;
-  dl_dist *dist;
+  const dl_train_opts *opts; /* the parsed standard flags (borrowed) */
+  dl_model *model; /* what is trained */
+  dl_optim *optim; /* its optimizer (NULL for evaluation-only programs) */
+  dl_batcher *batcher; /* the training batcher, whose position is checkpointed (NULL: none) */
+  int64_t steps_per_epoch; /* for the progress line and a resume's checks */
+  const dl_named_value *values; /* the program's own numbers or tensors to checkpoint */
+  int nvalues; /* how many */
+  const char *title, *val_name; /* the chart's title; the evaluation curve's name (NULL: "test") */
+  FILE *out; /* progress and summary lines; NULL: stdout */
+  dl_dist *dist; /* the ranks of a data-parallel run; NULL: one process */
 } dl_run_desc;
 
+/* A training program's run (dl_run_begin): its options, history, progress
+ * line, CSV log, chart and checkpoints. dl_run_free. */
 typedef struct dl_run {
-  dl_run_desc desc;
-  dl_ctx *ctx;
+  dl_run_desc desc; /* as given */
+  dl_ctx *ctx; /* allocator and error reports */
   int64_t epoch;          /* epochs finished (a resumed run starts at the checkpoint's) */
   int64_t step;           /* optimizer steps so far, all processes */
   int64_t first_epoch;    /* the epoch this process started from */
@@ -438,16 +446,16 @@ typedef struct dl_run {
   double train_s;         /* this process's seconds in training (evaluation excluded) */
   double t0;              /* clock at dl_run_begin */
   double wall_before;     /* wall seconds of the processes before a resume */
-  int in_epoch;
-  dl_progress pg;
+  int in_epoch; /* 1 between dl_run_next_epoch and dl_run_end_epoch */
+  dl_progress pg; /* the progress line */
   dl_tensor *hist;        /* f64 [DL_EPOCH_STATS_COLUMNS, DL_RUN_MAX_EPOCHS]: one column per epoch */
   int64_t shuffle[3];     /* the batcher's seed, epoch, position */
   int64_t world;          /* ranks (checkpointed as run/world when > 1) */
   int64_t cfg[4];         /* this run's batch size per rank, data size, steps per epoch, --epochs */
   double cfg_lr;          /* this run's --lr (all five checkpointed as run/...) */
   double cfg_wd;          /* its optimizer's weight decay (run/weight_decay; 0 without one) */
-  dl_named_value vals[DL_RUN_MAX_VALUES];
-  int nvals;
+  dl_named_value vals[DL_RUN_MAX_VALUES]; /* what the checkpoint holds: the run's numbers and the program's */
+  int nvals; /* how many */
   dl_load_report report;  /* what --load / --resume found wrong, name by name */
   struct dl__run_dev *dev; /* dl_run_step_async on the GPU: the step waiting to be counted (NULL: none yet) */
 } dl_run;
@@ -510,6 +518,7 @@ DL_API void dl__run_dev_free(dl_run *r) {
   r->dev = NULL;
 }
 
+/* Release what the run holds (its log, history, buffers); NULL is fine. */
 DL_API void dl_run_free(dl_run *r) {
   if (!r) return;
   dl__run_dev_free(r);
@@ -747,6 +756,8 @@ DL_API int dl_run_next_epoch(dl_run *r) {
 /* One optimizer step of the current epoch: its samples, its loss and (for
  * a classifier; < 0: none) how many it got right. */
 DL_API void dl__run_progress(dl_run *r, int64_t samples, double loss, int64_t correct);
+/* Record one optimizer step of the current epoch (see above) and update the
+ * progress line. */
 DL_API void dl_run_step(dl_run *r, int64_t samples, double loss, int64_t correct) {
   r->step++;
   r->samples += samples;

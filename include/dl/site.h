@@ -6,7 +6,7 @@
  * __FILE__ and __LINE__ (core.h's call site, per thread) around the call:
  *
  *   prog.c:41   y = dl_t_matmul(&tp, a, w);
- *   dl: dl_t_matmul: shape mismatch: f32[8, 3] @ f32[4, 2] [raised at include/dl/ops/core.h:392] (prog.c:41)
+ *   dl: dl_t_matmul: shape mismatch: f32[8, 3] @ f32[4, 2] [raised at include/dl/ops/core.h:399] (prog.c:41)
  *
  * and a panic handler (dl_ctx_desc.panic) receives prog.c and 41. In a
  * nested expression the outermost call's line is the one recorded. The

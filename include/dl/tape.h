@@ -66,12 +66,15 @@ typedef struct dl_node dl_node;
  * (dl_tape_grad). */
 typedef void (*dl_backward_fn)(dl_tape *tp, dl_node *n);
 
+/* Inputs a node keeps inline (more go in its arena). */
 #define DL_NODE_SAVED 4
+/* One recorded op: its name, backward rule, output and inputs, and what the
+ * rule saved. */
 struct dl_node {
   const char *op;                   /* op name, for messages */
-  dl_backward_fn backward;
-  dl_tensor *out;
-  int nin;
+  dl_backward_fn backward; /* the rule that propagates out->grad to the inputs */
+  dl_tensor *out; /* the op's output */
+  int nin; /* number of inputs */
   dl_tensor **in;                   /* nin inputs (arena) */
   dl_tensor *saved[DL_NODE_SAVED];  /* extra tensors the rule needs (arena or caller's) */
   double p[4];                      /* number parameters */
@@ -94,8 +97,11 @@ enum {
                                       selection): dl_hvp runs it again on the tangents */
 };
 
+/* The reverse-mode tape: an arena for op outputs, nodes, intermediate
+ * gradients and tangents, the list of nodes, the no-grad depth and the
+ * device. dl_tape_init / dl_tape_rewind / dl_tape_free. */
 struct dl_tape {
-  dl_ctx *ctx;
+  dl_ctx *ctx; /* allocator, errors, threads, the panic handler */
   dl_arena arena;                   /* outputs, nodes, intermediate gradients, tangents */
   dl_node *last;                    /* newest node, NULL when empty */
   int64_t nodes;                    /* recorded since the last rewind */
@@ -106,12 +112,12 @@ struct dl_tape {
    * rule ran), newest first; NULL: none. dist.h uses it to start a gradient
    * bucket's all-reduce as soon as the bucket's parameters are final. */
   void (*on_node)(dl_tape *tp, dl_node *n, void *user);
-  void *on_node_user;
+  void *on_node_user; /* passed to on_node */
   /* A device tape (gpu.h's dl_tape_use_gpu): outputs, intermediate gradients
    * and device scratch are device memory from `dev`, a bump arena over the
    * device's caching allocator, rewound with the tape. NULL: the host. */
   struct dl_gpu *gpu;
-  void *dev;
+  void *dev; /* the device bump arena (see above) */
   void *gfree;                      /* dl_backward's spent gradients, for reuse (arena) */
   int hvp;                          /* inside dl_hvp's walk: every gradient carries a tangent */
 };
@@ -224,6 +230,8 @@ DL_API void dl_tape_init_buffer(dl_tape *tp, dl_ctx *ctx, void *buf, size_t size
   tp->ctx = ctx;
   dl_arena_init_buffer(&tp->arena, ctx, buf, size);
 }
+/* Release the tape's memory (its outputs become invalid; leaf gradients are
+ * untouched). */
 DL_API void dl_tape_free(dl_tape *tp) {
 #ifdef DL_USE_CUDA
   if (tp->gpu) dl__gpu_tape_free(tp);
@@ -251,14 +259,18 @@ DL_API dl_arena *dl_tape_arena(dl_tape *tp) { return &tp->arena; }
 /* No-grad scopes nest; inside one, ops record nothing and their outputs do
  * not require gradients (tangents still propagate). */
 DL_API void dl_no_grad_begin(dl_tape *tp) { tp->no_grad++; }
+/* Close the innermost no-grad scope (panics when none is open). */
 DL_API void dl_no_grad_end(dl_tape *tp) {
   if (tp->no_grad <= 0) DL_PANIC(tp->ctx, "dl_no_grad_end", "no no-grad scope is open");
   tp->no_grad--;
 }
+/* 1 when ops on tp record (no no-grad scope is open). */
 DL_API int dl_grad_enabled(const dl_tape *tp) { return tp->no_grad == 0; }
 
 /* >>leaves ----------------------------------------------------------------- */
 
+/* Whether t is flagged as needing a gradient (DL_TENSOR_REQUIRES_GRAD); 0
+ * for NULL. */
 DL_API int dl_requires_grad_p(const dl_tensor *t) { return t && (t->flags & DL_TENSOR_REQUIRES_GRAD); }
 
 /* Mark t (a leaf: a parameter or an input) as needing its gradient and give
@@ -665,11 +677,6 @@ DL_API dl_node *dl_tape_node_of(const dl_tape *tp, const dl_tensor *t) {
   return NULL;
 }
 
-/* Back-propagate from `loss`: with seed NULL, loss must hold one element and
- * its gradient is 1; otherwise seed (loss's shape and dtype) is the gradient
- * of some scalar with respect to loss. Accumulates into the leaves' .grad
- * (and row-sparse gradients). Can be called again for another loss recorded
- * on the same tape before the rewind (gradients add up). */
 DL_API void dl__backward_walk(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed, const char *who);
 /* dl_hvp's tangent rule of a node whose rule is linear in out->grad alone
  * (DL_NODE_HVP_LINEAR): the rule again, with out->grad and the inputs'
@@ -704,6 +711,11 @@ DL_API void dl__hvp_rerun(dl_tape *tp, dl_node *n) {
     x->flags = (x->flags & DL_TENSOR_DENSE_GRAD) | fl[k];
   }
 }
+/* Back-propagate from `loss`: with seed NULL, loss must hold one element and
+ * its gradient is 1; otherwise seed (loss's shape and dtype) is the gradient
+ * of some scalar with respect to loss. Accumulates into the leaves' .grad
+ * (and row-sparse gradients). Can be called again for another loss recorded
+ * on the same tape before the rewind (gradients add up). */
 DL_API void dl_backward(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
   tp->hvp = 0;
   dl__backward_walk(tp, loss, seed, "dl_backward");
@@ -840,10 +852,15 @@ DL_API dl_tensor *dl_tangent_or_zero(dl_tape *tp, const dl_tensor *x) {
  * jvp (optional) sets tout from the inputs' tangents tin[k] (NULL = zero).
  * An input with a tangent and no jvp rule panics. */
 typedef struct dl_custom_op {
-  const char *name;
+  const char *name; /* in panics and traces */
+  /* forward(out, in, nin, user): fill out from the inputs */
   void (*forward)(dl_tensor *out, dl_tensor *const *in, int nin, void *user);
+  /* backward(tp, gy, out, in, nin, user): accumulate into dl_tape_grad(tp,
+   * in[k]) (NULL: no gradient wanted) */
   void (*backward)(dl_tape *tp, const dl_tensor *gy, const dl_tensor *out, dl_tensor *const *in,
                    int nin, void *user);
+  /* jvp(tout, out, in, tin, nin, user): forward mode, tout from the
+   * tangents tin[k] (NULL: zero); optional */
   void (*jvp)(dl_tensor *tout, const dl_tensor *out, dl_tensor *const *in,
               dl_tensor *const *tin, int nin, void *user);
 } dl_custom_op;
@@ -892,13 +909,16 @@ DL_API dl_tensor *dl_t_custom(dl_tape *tp, const dl_custom_op *op, void *user, i
 /* The function under test: builds its output from in[] on the tape. */
 typedef dl_tensor *(*dl_gradcheck_fn)(dl_tape *tp, dl_tensor **in, void *user);
 
+/* What dl_gradcheck found: the worst relative errors (overall, reverse
+ * mode, forward mode), where the worst gradient error was, and how many
+ * elements were compared. */
 typedef struct dl_gradcheck_result {
   double max_err;        /* worst |analytic - numeric| / max(1, |numeric|) over all checks */
   double grad_err;       /* the same, reverse mode only */
   double jvp_err;        /* the same, forward mode only */
   int input;             /* where grad_err was reached: input ... */
   int64_t index;         /* ... and element (row-major) */
-  double analytic, numeric;
+  double analytic, numeric; /* the two values compared there */
   int64_t checked;       /* gradient elements compared */
 } dl_gradcheck_result;
 

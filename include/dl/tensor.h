@@ -37,6 +37,7 @@ DL__HEADER_BEGIN
 extern "C" {
 #endif
 
+/* Where a tensor's values live: host memory or the GPU. */
 typedef enum dl_device { DL_CPU = 0, DL_CUDA = 1 } dl_device;
 
 enum {
@@ -58,19 +59,21 @@ typedef struct dl_sgrad {
   int64_t *rows;                     /* [cap] row indices */
   int64_t *slot;                     /* [nrows] row -> position in rows, or -1 */
   void *values;                      /* [cap, width], the tensor's dtype; on the tensor's device */
-  dl_dtype dtype;
+  dl_dtype dtype; /* of the values */
   dl_device device;                  /* where values lives (rows and slot are host memory) */
-  dl_ctx *ctx;
+  dl_ctx *ctx; /* allocator and error reports */
 } dl_sgrad;
 
+/* A strided view of up to DL_MAX_DIMS dimensions over data it may own; the
+ * tape's fields (grad, node, tangent) are set by tape.h. */
 typedef struct dl_tensor {
   void *data;                        /* element [0,...,0]; NULL for 0 elements */
   int64_t shape[DL_MAX_DIMS];        /* sizes, shape[ndim..] are 1 */
   int64_t strides[DL_MAX_DIMS];      /* in elements */
   int64_t numel;                     /* product of shape */
   int ndim;                          /* 0 (a scalar) .. DL_MAX_DIMS */
-  dl_dtype dtype;
-  dl_device device;
+  dl_dtype dtype; /* element type */
+  dl_device device; /* host or GPU memory */
   unsigned flags;                    /* DL_TENSOR_* */
   dl_ctx *ctx;                       /* panic handler, allocator, threads; may be NULL */
   struct dl_tensor *grad;            /* gradient, same shape and dtype (tape.h) */
@@ -121,6 +124,8 @@ DL_API dl__shapebuf dl__shape_of(const dl_tensor *t) {
   dl_shape_str(t, b.s, sizeof b.s);
   return b;
 }
+/* DL_SHAPESTR(t): "f32[4, 3]" in a temporary, for messages (valid until the
+ * end of the full expression). */
 #define DL_SHAPESTR(t) (dl__shape_of(t).s)
 
 /* Element count and byte size of a shape, overflow-checked.
@@ -309,9 +314,13 @@ DL_API void dl__want_dtype(const dl_tensor *t, dl_dtype want, const char *op) {
 }
 /* Typed pointer to element 0; panics (naming both dtypes) on a mismatch. */
 DL_API float *dl_f32(const dl_tensor *t) { dl__want_dtype(t, DL_F32, "dl_f32"); return (float *)t->data; }
+/* The data as double * (panics unless t is f64). */
 DL_API double *dl_f64(const dl_tensor *t) { dl__want_dtype(t, DL_F64, "dl_f64"); return (double *)t->data; }
+/* The data as int32_t * (panics unless t is i32). */
 DL_API int32_t *dl_i32(const dl_tensor *t) { dl__want_dtype(t, DL_I32, "dl_i32"); return (int32_t *)t->data; }
+/* The data as int64_t * (panics unless t is i64). */
 DL_API int64_t *dl_i64(const dl_tensor *t) { dl__want_dtype(t, DL_I64, "dl_i64"); return (int64_t *)t->data; }
+/* The data as uint8_t * (panics unless t is u8). */
 DL_API uint8_t *dl_u8(const dl_tensor *t) { dl__want_dtype(t, DL_U8, "dl_u8"); return (uint8_t *)t->data; }
 
 /* Offset in elements of the element at multi-index idx (t->ndim entries).
@@ -357,6 +366,8 @@ DL_API void dl__set_at(dl_tensor *t, int64_t off, double v) {
 /* Read / write one element at multi-index idx, converted to/from double.
  * For tests and printing, not for loops. */
 DL_API double dl_tensor_get(const dl_tensor *t, const int64_t *idx) { return dl__get_at(t, dl_tensor_offset(t, idx)); }
+/* Write one element at multi-index idx, converted from double (see
+ * dl_tensor_get). */
 DL_API void dl_tensor_set(dl_tensor *t, const int64_t *idx, double v) { dl__set_at(t, dl_tensor_offset(t, idx), v); }
 
 /* Linear index i (row-major order over the shape) -> element offset. */
@@ -370,6 +381,8 @@ DL_API int64_t dl__offset_of_linear(const dl_tensor *t, int64_t i) {
   return off;
 }
 
+/* 1 when t's elements are laid out row-major without gaps (dimensions of
+ * size 1 may have any stride). */
 DL_API int dl_tensor_is_contiguous(const dl_tensor *t) {
   int64_t s = 1;
   int d;
@@ -379,6 +392,7 @@ DL_API int dl_tensor_is_contiguous(const dl_tensor *t) {
   }
   return 1;
 }
+/* 1 when a and b have the same number of dimensions and sizes. */
 DL_API int dl_tensor_same_shape(const dl_tensor *a, const dl_tensor *b) {
   int d;
   if (a->ndim != b->ndim) return 0;
@@ -620,9 +634,13 @@ DL_API void dl__rand_fill(dl_tensor *t, dl_rng *r, int normal, double a, double 
   }
   r->counter += (uint64_t)n;
 }
+/* Fill t with uniform values in [lo, hi) from r's stream; the same numbers
+ * for any thread count. Advances r by t's element count. */
 DL_API void dl_tensor_rand_uniform(dl_tensor *t, dl_rng *r, double lo, double hi) {
   dl__rand_fill(t, r, 0, lo, hi, "dl_tensor_rand_uniform");
 }
+/* Fill t with normal values (mean, std) from r's stream; the same numbers
+ * for any thread count. Advances r by t's element count. */
 DL_API void dl_tensor_rand_normal(dl_tensor *t, dl_rng *r, double mean, double std) {
   dl__rand_fill(t, r, 1, mean, std, "dl_tensor_rand_normal");
 }

@@ -51,7 +51,10 @@ DL__HEADER_BEGIN
 
 /* >>block ------------------------------------------------------------------- */
 
+/* The normalisation of a transformer block: LayerNorm or RMSNorm. */
 typedef enum dl_tf_norm { DL_TF_LAYERNORM = 0, DL_TF_RMSNORM } dl_tf_norm;
+/* The MLP of a transformer block: GELU, GELU with the tanh approximation,
+ * or SwiGLU. */
 typedef enum dl_tf_mlp { DL_TF_GELU = 0, DL_TF_GELU_TANH, DL_TF_SWIGLU } dl_tf_mlp;
 
 /* A transformer block; zero = the default of each field. */
@@ -73,8 +76,8 @@ typedef struct dl_block_desc {
 
 /* The keys and values of past positions, per block, for generation. */
 typedef struct dl_kv_cache {
-  dl_ctx *ctx;
-  int layers;
+  dl_ctx *ctx; /* allocator and error reports */
+  int layers; /* blocks (one k and v each) */
   int64_t batch, heads, head_dim, cap, len; /* len positions held (of cap) */
   dl_tensor **k, **v;                       /* [layers] of [batch, heads, cap, head_dim], owned */
 } dl_kv_cache;
@@ -230,9 +233,11 @@ DL_API dl_rng *dl_block_rng(dl_layer *l) {
 
 /* >>gpt --------------------------------------------------------------------- */
 
+/* A GPT's shape and options (see above): vocabulary, context, width,
+ * layers, heads, positions and head. */
 typedef struct dl_gpt_desc {
   int64_t vocab, context, embed; /* V, the longest sequence, C */
-  int layers, heads;
+  int layers, heads; /* blocks and attention heads */
   int rope;        /* 1: rotary embeddings in every block, no wpe; 0: learned positions wpe */
   int untied;      /* 1: a separate lm_head.weight; 0: the head reuses wte (GPT-2) */
   double dropout;  /* embedding and residual dropout */
@@ -394,9 +399,9 @@ DL_API dl_status dl_kv_cache_init(dl_kv_cache *c, dl_layer *gpt, int64_t batch, 
 /* temperature 0: the most likely token (greedy); top_k 0: all tokens;
  * top_p 0 or 1: no nucleus cut. */
 typedef struct dl_sample_desc {
-  double temperature;
-  int top_k;
-  double top_p;
+  double temperature; /* 0: the most likely token (greedy) */
+  int top_k; /* 0: all tokens */
+  double top_p; /* 0 or 1: no nucleus cut */
 } dl_sample_desc;
 
 /* One token drawn from logits [V] (any strides, f32 or f64, on the host):
@@ -417,6 +422,8 @@ DL_API int dl__sample_cmp(const void *a, const void *b) {
   if (x->p != y->p) return x->p > y->p ? -1 : 1;
   return x->i < y->i ? -1 : x->i > y->i;
 }
+/* Draw a token from logits (a [V] row) as s says (temperature, top-k,
+ * top-p; temperature 0: the argmax) from r. */
 DL_API int64_t dl_sample(const dl_tensor *logits, const dl_sample_desc *s, dl_rng *r) {
   const int64_t V = logits->numel;
   const int nucleus = s->top_p > 0 && s->top_p < 1;

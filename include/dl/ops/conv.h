@@ -46,14 +46,14 @@ DL__HEADER_BEGIN
  * pad_w as the top / left and pad_h_end, pad_w_end as the bottom / right;
  * DL_PAD_SAME, DL_PAD_SAME_LOWER compute them. */
 typedef struct dl_conv2d_args {
-  int stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups;
-  int pad_mode, pad_h_end, pad_w_end;
+  int stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups; /* 0: PyTorch's defaults (stride 1, padding 0, dilation 1, groups 1) */
+  int pad_mode, pad_h_end, pad_w_end; /* see below; the _end paddings under DL_PAD_EXPLICIT */
 } dl_conv2d_args;
 /* conv1d options; zero means PyTorch's default; pad_mode as conv2d's (pad
  * at the start, pad_end at the end under DL_PAD_EXPLICIT). */
 typedef struct dl_conv1d_args {
-  int stride, pad, dil, groups;
-  int pad_mode, pad_end;
+  int stride, pad, dil, groups; /* 0: PyTorch's defaults */
+  int pad_mode, pad_end; /* as conv2d's: pad at the start, pad_end at the end */
 } dl_conv1d_args;
 /* How a window op's padding is given (pad_mode):
  *   DL_PAD_SYMMETRIC (0)  pad_h rows at the top and at the bottom, pad_w
@@ -78,8 +78,8 @@ enum { DL_PAD_SYMMETRIC = 0, DL_PAD_EXPLICIT = 1, DL_PAD_SAME = 2, DL_PAD_SAME_L
  * dil_h, dil_w: dilation, 0 = 1, max pooling only. ceil_mode: output sizes
  * rounded up (PyTorch's ceil_mode=True). max_pool2d pads with -inf. */
 typedef struct dl_pool2d_args {
-  int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, exclude_pad;
-  int dil_h, dil_w, ceil_mode, pad_mode, pad_h_end, pad_w_end;
+  int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, exclude_pad; /* see below */
+  int dil_h, dil_w, ceil_mode, pad_mode, pad_h_end, pad_w_end; /* see below and the pad modes above */
 } dl_pool2d_args;
 
 /* >>helpers ---------------------------------------------------------------- */
@@ -1371,9 +1371,13 @@ DL_API void dl__t_max_unpool2d_bw(dl_tape *tp, dl_node *n) {
  * outside the plane panics; on the device (where checking would mean
  * reading the indices back) it writes nothing too. y lives in the tape's
  * arena (valid until dl_tape_rewind). */
+/* The geometry of dl_t_max_unpool2d (see above): kernel, stride, padding
+ * and, optionally, the output size. */
 typedef struct dl_unpool2d_args {
-  int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, out_h, out_w;
+  int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, out_h, out_w; /* stride 0: the kernel; out_h, out_w 0: computed (see above) */
 } dl_unpool2d_args;
+/* y = max_unpool2d(x, indices) with the geometry a (see above); y in the
+ * tape's arena. */
 DL_API dl_tensor *dl_t_max_unpool2d(dl_tape *tp, dl_tensor *x, dl_tensor *indices, const dl_unpool2d_args *a) {
   const char *const op = "dl_t_max_unpool2d";
   int64_t Ho, Wo, planes, per_in, per_out, d;

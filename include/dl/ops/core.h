@@ -281,8 +281,12 @@ DL_API dl_tensor *dl__t_map2(dl_tape *tp, const char *op, dl_tensor *a, dl_tenso
  *   dl_tensor *y = DL_T_MAP1(tp, my_leaky, x);
  * Its backward and tangent rules come from the same expression. */
 #define DL_T_MAP1(tp, name, x) dl__t_map1((tp), #name, (x), name##_into, name##_backward, name##_jvp, name##_d2)
+/* DL_T_MAP1P(tp, name, x, p0): DL_T_MAP1 for an op made by DL_DEFINE_OP1P,
+ * p0 its number parameter. */
 #define DL_T_MAP1P(tp, name, x, p0)                                                    \
   dl__t_map1p((tp), #name, (x), (p0), name##_into, name##_backward, name##_jvp, name##_d2)
+/* DL_T_MAP2(tp, name, a, b): DL_T_MAP1 for a binary op made by
+ * DL_DEFINE_OP2. */
 #define DL_T_MAP2(tp, name, a, b)                                                      \
   dl__t_map2((tp), #name, (a), (b), name##_into, name##_backward, name##_jvp, name##_d2)
 
@@ -325,6 +329,7 @@ DL_API void dl__t_clamp_bw(dl_tape *tp, dl_node *n) {
 #endif
   if (gx) DL_ASSIGN(gx, dl_add(gx, dl_mul(gy, dl_mul(dl_ge(x, lo), dl_le(x, hi)))));
 }
+/* y = min(max(x, lo), hi); the gradient passes where lo <= x <= hi. */
 DL_API dl_tensor *dl_t_clamp(dl_tape *tp, dl_tensor *x, double lo, double hi) {
   dl_tensor *y;
   dl_node *n;
@@ -384,6 +389,8 @@ DL_API void dl__t_where_bw(dl_tape *tp, dl_node *n) {
     dl_sum_to_into(gb, tmp);
   }
 }
+/* y = cond ? a : b element by element (cond != 0), all three broadcast to
+ * y's shape; cond is a mask of the same float dtype and gets no gradient. */
 DL_API dl_tensor *dl_t_where(dl_tape *tp, dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
   dl_tensor *y, tmp;
   int nd, nd2;
@@ -498,8 +505,6 @@ DL_API dl_tensor *dl_t_matmul(dl_tape *tp, dl_tensor *a, dl_tensor *b) {
   return y;
 }
 
-/* y = x @ w^T + b (PyTorch's Linear: w [out, in], b [out] or NULL);
- * x [..., in] -> y [..., out]. One GEMM; the bias is its initial value. */
 /* gx += gy w, gw += gy^T xc, gb += the column sums of gy (each NULL: skipped);
  * xc contiguous, gx and gy contiguous (gradients). */
 DL_API void dl__linear_grads(dl_tensor *gx, dl_tensor *gw, dl_tensor *gb, const dl_tensor *gy, const dl_tensor *xc,
@@ -531,6 +536,9 @@ DL_API void dl__t_linear_bw(dl_tape *tp, dl_node *n) {
     if (gw && x->tangent) dl__linear_grads(NULL, gw->tangent, NULL, gy, dl__t_contig(tp, n->op, x->tangent), w);
   }
 }
+/* y = x @ w^T + b (PyTorch's Linear: w [out, in], b [out] or NULL); x [...,
+ * in] -> y [..., out]. One GEMM; the bias is its initial value. Tangent:
+ * tx w^T + x tw^T + tb; second order (dl_hvp) by the product rule. */
 DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor *b) {
   dl_tensor *y, *xc, *wc, x2, y2, wt;
   int64_t shape[DL_MAX_DIMS];

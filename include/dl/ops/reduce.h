@@ -849,6 +849,7 @@ DL_API dl_tensor *dl_t_logsumexp(dl_tape *tp, dl_tensor *x, int naxes, const int
 DL_API dl_tensor *dl_t_sum_all(dl_tape *tp, dl_tensor *x) {
   return dl__t_reduce(tp, "dl_t_sum_all", DL__RK_SUM, x, 0, NULL, 0.0, 0);
 }
+/* The mean of every element: a 0-d tensor. */
 DL_API dl_tensor *dl_t_mean_all(dl_tape *tp, dl_tensor *x) {
   return dl__t_reduce(tp, "dl_t_mean_all", DL__RK_MEAN, x, 0, NULL, 0.0, 0);
 }

@@ -114,8 +114,8 @@ DL__HEADER_BEGIN
  *            n = tanh(x W_in^T + b_in + (r h) W_hn^T + b_hn).
  *            Same parameters, names and layouts in both forms. */
 typedef struct dl_rnn_args {
-  const int64_t *lengths;
-  int gru_reset_before_linear;
+  const int64_t *lengths;      /* [B] steps of each row (1..T) on the host, or NULL (see above) */
+  int gru_reset_before_linear; /* dl_t_gru_ex: 1 the reset gate before w_hn (see above) */
 } dl_rnn_args;
 
 enum { DL__RNN_TANH = 0, DL__RNN_RELU = 1, DL__RNN_LSTM = 2, DL__RNN_GRU = 3 };
