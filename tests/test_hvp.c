@@ -6,13 +6,15 @@
  * (shared and batched right side), linear (bias, a strided input), the
  * reductions that have one (sum, mean, max), the shape ops, the losses
  * (cross-entropy with and without label smoothing, every reduction; mse);
- * a two-layer MLP end to end. Then the bookkeeping: H v accumulates over
+ * a two-layer MLP end to end; PyTorch's double backward on three small
+ * MLPs (tests/fixtures/hvp.txt) in f64 and f32. Then the bookkeeping: H v accumulates over
  * two calls like the gradient, dl_zero_grad clears it, the plain gradient
  * of dl_hvp equals dl_backward's bit for bit, and an op without a rule
  * panics naming itself.
  */
 #include "dl.h"
 #include "harness.h"
+#include "fixtures2.h"
 
 static dl_ctx ctx;
 
@@ -205,6 +207,62 @@ static void test_mlp(void) {
   printf("  %d H v checks, worst error %.3g\n", nchecks, worst);
 }
 
+/* PyTorch's double backward on small MLPs (tools/fixtures_hvp.py): the
+ * loss, the gradient and H v of the input and every parameter, f64 to
+ * 1e-10 element-wise, f32 to 1e-5 norm-wise (H v in f32 is the f32 forward
+ * and backward with each element-wise op's second-order term in double). */
+static void test_torch_fixtures(void) {
+  static const char *keys[5] = {"x", "w1", "b1", "w2", "b2"};
+  fx2_set fx;
+  double worst64 = 0, worst32 = 0;
+  int c, k, ncase = 0;
+  if (!fx2_load(&fx, "tests/fixtures/hvp.txt")) SKIP("%s", fx.err);
+  for (c = 0; c < fx.n; c++) {
+    const fx2_case *fc = &fx.cases[c];
+    const dl_dtype dt = fc->f64 ? DL_F64 : DL_F32;
+    const int act = (int)fx2_param(fc, "act", -1);
+    dl_tensor *in[5], *v[5], *labels = fx2_make(fc, "labels", DL_I64), *h, *logits, *loss;
+    dl_tape tp;
+    for (k = 0; k < 5; k++) {
+      char key[16];
+      in[k] = fx2_make(fc, keys[k], dt);
+      snprintf(key, sizeof key, "v_%s", keys[k]);
+      v[k] = fx2_make(fc, key, dt);
+      in[k]->ctx = &ctx;
+      dl_requires_grad(in[k]);
+      dl_set_tangent(in[k], v[k]);
+    }
+    dl_tape_init(&tp, &ctx, 0);
+    h = dl_t_linear(&tp, in[0], in[1], in[2]);
+    h = act == 0 ? dl_t_gelu(&tp, h) : act == 1 ? dl_t_tanh(&tp, h) : dl_t_silu(&tp, h);
+    logits = dl_t_linear(&tp, h, in[3], in[4]);
+    loss = dl_t_cross_entropy(&tp, logits, labels, 0.0, DL_REDUCE_MEAN);
+    dl_hvp(&tp, loss, NULL);
+    for (k = 0; k < 11; k++) {
+      char key[16];
+      const dl_tensor *got = k == 0 ? loss : k <= 5 ? in[k - 1]->grad : in[k - 6]->grad->tangent;
+      double e;
+      if (k == 0) snprintf(key, sizeof key, "loss");
+      else snprintf(key, sizeof key, "%s_%s", k <= 5 ? "g" : "hv", keys[(k - 1) % 5]);
+      e = fc->f64 ? fx2_err(got, fx2_get(fc, key)) : fx2_err_norm(got, fx2_get(fc, key));
+      CHECK_MSG(e <= (fc->f64 ? 1e-10 : 1e-5), "%s %s %s: error %.3g", fc->name, fc->f64 ? "f64" : "f32", key, e);
+      if (fc->f64) worst64 = fmax(worst64, e);
+      else worst32 = fmax(worst32, e);
+    }
+    ncase++;
+    dl_tape_free(&tp);
+    for (k = 0; k < 5; k++) {
+      dl_set_tangent(in[k], NULL);
+      dl_tensor_free(in[k]);
+      dl_tensor_free(v[k]);
+    }
+    dl_tensor_free(labels);
+  }
+  CHECK(ncase == 6);
+  printf("  %d PyTorch double-backward cases: worst error f64 %.3g, f32 %.3g (norm-wise)\n", ncase, worst64, worst32);
+  fx2_free(&fx);
+}
+
 /* H v accumulates like the gradient; dl_zero_grad clears it; dl_hvp's
  * gradient is dl_backward's; an op without a rule panics naming it. */
 static void test_bookkeeping(void) {
@@ -280,6 +338,7 @@ int main(void) {
   RUN(test_reductions_shapes);
   RUN(test_losses);
   RUN(test_mlp);
+  RUN(test_torch_fixtures);
   RUN(test_bookkeeping);
   return harness_finish();
 }

@@ -95,6 +95,14 @@
 #define DL__GLOBAL_FWD static
 #endif
 #define DL__LOCAL static inline
+/* The functions a user's DL_DEFINE_OP line generates, which a file may
+ * never call (the tape's backward, the jvp, the second-order rule ...):
+ * static, and no unused-function warning from clang -Wall. */
+#if defined(__GNUC__) || defined(__clang__)
+#define DL__LOCAL_GEN static inline __attribute__((unused))
+#else
+#define DL__LOCAL_GEN static inline
+#endif
 /* A zero initializer that C11 and C++ both take without a warning. */
 #ifdef __cplusplus
 #define DL__ZERO_INIT {}

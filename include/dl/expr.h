@@ -693,15 +693,15 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
 
 /* User ops: one line at file scope. x0 (and x1) are the inputs; in OP1P the
  * number p0 is a parameter of the op (not differentiated). */
-#define DL_DEFINE_OP1(name, expr) DL__GEN_OP1(DL__LOCAL, DL__LOCAL_VAPI, name, name, , , expr)
+#define DL_DEFINE_OP1(name, expr) DL__GEN_OP1(DL__LOCAL_GEN, DL__LOCAL_VAPI, name, name, , , expr)
 /* DL_DEFINE_OP1P(name, expr in x0 and p0): DL_DEFINE_OP1 with a number
  * parameter p0 that is not differentiated (name_into(y, x, p0) ...;
  * DL_T_MAP1P on the tape). */
-#define DL_DEFINE_OP1P(name, expr) DL__GEN_OP1(DL__LOCAL, DL__LOCAL_VAPI, name, name, DL__P1D, DL__P1A, expr)
+#define DL_DEFINE_OP1P(name, expr) DL__GEN_OP1(DL__LOCAL_GEN, DL__LOCAL_VAPI, name, name, DL__P1D, DL__P1A, expr)
 /* DL_DEFINE_OP2(name, expr in x0 and x1): a binary user op, both inputs
  * broadcast (name_into(y, a, b), name_backward(ga, gb, gy, a, b) ...;
  * DL_T_MAP2 on the tape). */
-#define DL_DEFINE_OP2(name, expr) DL__GEN_OP2(DL__LOCAL, DL__LOCAL_VAPI, name, name, expr)
+#define DL_DEFINE_OP2(name, expr) DL__GEN_OP2(DL__LOCAL_GEN, DL__LOCAL_VAPI, name, name, expr)
 #define DL__P1D , double p0
 #define DL__P1A , p0
 

@@ -429,6 +429,11 @@ DL_API void dl_model_free(dl_model *m) {
 #endif
   for (i = 0; i < m->nparams; i++) {
     dl_param *p = m->params[i];
+    if (p->t.grad && (p->t.grad->flags & DL_TENSOR_OWNS_TANGENT)) { /* dl_hvp's H v */
+      dl_tensor_free(p->t.grad->tangent);
+      p->t.grad->tangent = NULL;
+      p->t.grad->flags &= ~(unsigned)DL_TENSOR_OWNS_TANGENT;
+    }
     dl_sgrad_free((dl_sgrad *)p->t.sgrad);
     dl_free(m->ctx, p->own);
     dl_free(m->ctx, p);

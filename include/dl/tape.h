@@ -742,6 +742,16 @@ DL_API void dl_hvp(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
   dl__backward_walk(tp, loss, seed, "dl_hvp");
   tp->hvp = 0;
 }
+/* Frees the H v that dl_hvp allocated for leaf x (x->grad->tangent) when x's
+ * gradient is memory the library does not free (dl_requires_grad_with);
+ * dl_tensor_free and dl_model_free release it themselves. */
+DL_API void dl_hvp_release(dl_tensor *x) {
+  if (x && x->grad && (x->grad->flags & DL_TENSOR_OWNS_TANGENT)) {
+    dl_tensor_free(x->grad->tangent);
+    x->grad->tangent = NULL;
+    x->grad->flags &= ~(unsigned)DL_TENSOR_OWNS_TANGENT;
+  }
+}
 DL_API void dl__backward_walk(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed, const char *who) {
   dl_node *n, *from = dl_tape_node_of(tp, loss);
   dl_tensor *g;

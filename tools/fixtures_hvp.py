@@ -1,0 +1,58 @@
+#!/usr/bin/python3
+"""tools/fixtures_hvp.py - PyTorch reference values for dl_hvp (include/dl/tape.h),
+read by tests/test_hvp.c.
+
+Run from the repository root with Debian's python3 (it has torch):
+
+    /usr/bin/python3 tools/fixtures_hvp.py     # writes tests/fixtures/hvp.txt
+
+Each case is a small MLP, x [N, I] -> Linear(I, H) -> act -> Linear(H, C),
+cross-entropy against labels (reduction mean), in f64 and in f32. With a
+direction v over the input and every parameter, PyTorch's double backward
+gives the Hessian-vector product: g = grad(loss, (x, w1, b1, w2, b2),
+create_graph=True), Hv = grad(sum_k <g_k, v_k>, (x, w1, b1, w2, b2)).
+  params   act (0 gelu exact, 1 tanh, 2 silu)
+  tensors  x, w1, b1, w2, b2, labels, v_x, v_w1, v_b1, v_w2, v_b2,
+           loss, g_x ... g_b2 (the gradient), hv_x ... hv_b2
+"""
+import torch
+
+from fixture_lib import SEED, Writer
+
+ACTS = {0: torch.nn.functional.gelu, 1: torch.tanh, 2: torch.nn.functional.silu}
+KEYS = ("x", "w1", "b1", "w2", "b2")
+
+
+def case(out, name, act, N, I, H, C, g):
+    vals = {"x": torch.randn(N, I, generator=g, dtype=torch.float64),
+            "w1": torch.randn(H, I, generator=g, dtype=torch.float64) * 0.6,
+            "b1": torch.randn(H, generator=g, dtype=torch.float64) * 0.3,
+            "w2": torch.randn(C, H, generator=g, dtype=torch.float64) * 0.6,
+            "b2": torch.randn(C, generator=g, dtype=torch.float64) * 0.3}
+    labels = torch.randint(0, C, (N,), generator=g)
+    vs = {k: torch.randn(v.shape, generator=g, dtype=torch.float64) for k, v in vals.items()}
+    for dt in (torch.float64, torch.float32):
+        ins = [vals[k].to(dt).clone().requires_grad_(True) for k in KEYS]
+        x, w1, b1, w2, b2 = ins
+        logits = torch.nn.functional.linear(ACTS[act](torch.nn.functional.linear(x, w1, b1)), w2, b2)
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+        grads = torch.autograd.grad(loss, ins, create_graph=True)
+        gv = sum((gk * vs[k].to(dt)).sum() for gk, k in zip(grads, KEYS))
+        hv = torch.autograd.grad(gv, ins)
+        tensors = [(k, vals[k].to(dt)) for k in KEYS] + [("labels", labels)]
+        tensors += [("v_" + k, vs[k].to(dt)) for k in KEYS] + [("loss", loss)]
+        tensors += [("g_" + k, gk) for k, gk in zip(KEYS, grads)] + [("hv_" + k, h) for k, h in zip(KEYS, hv)]
+        out.case(name, dt, {"act": act}, tensors)
+
+
+def main():
+    out = Writer("tests/fixtures/hvp.txt", "dl_hvp against PyTorch's double backward (an MLP, cross-entropy)")
+    g = torch.Generator().manual_seed(SEED)
+    case(out, "mlp_gelu", 0, 6, 5, 7, 3, g)
+    case(out, "mlp_tanh", 1, 4, 3, 6, 4, g)
+    case(out, "mlp_silu", 2, 8, 6, 5, 5, g)
+    out.close()
+
+
+if __name__ == "__main__":
+    main()
