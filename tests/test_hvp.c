@@ -5,7 +5,8 @@
  * broadcasting and an input used twice, a user's one-line op, matmul
  * (shared and batched right side), linear (bias, a strided input), the
  * reductions that have one (sum, mean, max), the shape ops, the losses
- * (cross-entropy with and without label smoothing, every reduction; mse);
+ * (cross-entropy with and without label smoothing, every reduction; mse),
+ * softmax and log_softmax along rows and columns;
  * a two-layer MLP end to end; PyTorch's double backward on three small
  * MLPs (tests/fixtures/hvp.txt) in f64 and f32. Then the bookkeeping: H v accumulates over
  * two calls like the gradient, dl_zero_grad clears it, the plain gradient
@@ -22,7 +23,7 @@ DL_DEFINE_OP1(test_softsign, dl_div(x0, dl_add(1, dl_abs(x0))))
 
 enum {
   P_UNARY, P_UNARY_P, P_BINARY, P_BINARY_BCAST, P_SAME_TWICE, P_USER, P_MATMUL, P_MATMUL_BATCH, P_LINEAR,
-  P_LINEAR_STRIDED, P_REDUCE, P_SHAPE, P_CE, P_MSE, P_MLP
+  P_LINEAR_STRIDED, P_REDUCE, P_SHAPE, P_CE, P_MSE, P_SOFTMAX, P_MLP
 };
 typedef struct prog {
   int kind, which; /* which: the op's index in its list, or a variant */
@@ -114,6 +115,11 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
       return dl_t_cross_entropy(tp, dl_t_mul(tp, x, x), &labels, 0.1, DL_REDUCE_NONE);
     }
     case P_MSE: return dl_t_mse(tp, dl_t_tanh(tp, x), dl_t_sin(tp, in[1]), DL_REDUCE_MEAN);
+    case P_SOFTMAX: { /* softmax / log_softmax along the last axis (rows) or the first (strided) */
+      dl_tensor *y = p->which < 2 ? dl_t_softmax(tp, dl_t_mul_scalar(tp, x, 1.3), p->which ? 0 : 1)
+                                  : dl_t_log_softmax(tp, x, p->which == 2 ? 1 : 0);
+      return dl_t_mul(tp, dl_t_sin(tp, y), y);
+    }
     default: { /* P_MLP: x [6, 5] -> 7 (gelu) -> 3, cross-entropy; in = x, w1, b1, w2, b2 */
       static const int64_t lab[6] = {0, 2, 1, 1, 0, 2};
       static const int64_t six = 6;
@@ -199,6 +205,10 @@ static void test_losses(void) {
   run_case(P_CE, 1, "cross-entropy sum, label smoothing", 1, s54, nd, 1.0);
   run_case(P_CE, 2, "cross-entropy none, label smoothing", 1, s54, nd, 1.0);
   run_case(P_MSE, 0, "mse", 2, s54, nd, 1.0);
+  run_case(P_SOFTMAX, 0, "softmax, rows", 1, s54, nd, 1.0);
+  run_case(P_SOFTMAX, 1, "softmax, columns", 1, s54, nd, 1.0);
+  run_case(P_SOFTMAX, 2, "log_softmax, rows", 1, s54, nd, 1.0);
+  run_case(P_SOFTMAX, 3, "log_softmax, columns", 1, s54, nd, 1.0);
 }
 static void test_mlp(void) {
   static const int64_t sh[5][3] = {{6, 5, 0}, {7, 5, 0}, {7, 0, 0}, {3, 7, 0}, {3, 0, 0}};

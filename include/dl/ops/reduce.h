@@ -1079,6 +1079,35 @@ DL_API void dl__t_softmax_bw(dl_tape *tp, dl_node *n) {
   if (!gx || x->numel == 0) return;
   q = dl__smplan_make(x, (int)n->i[0]);
   dl__sm_back(tp->ctx, &q, n->i[1] ? 1 : 0, n->out, n->out->grad, gx);
+  if (tp->hvp) {
+    /* the gradient's tangent: the rule on d(gy), plus the change of the
+     * rule's own factor along y's tangent ty (the forward's):
+     *   softmax      d(gx) = rule(d(gy)) + ty (gy - <gy, y>) - y <gy, ty>
+     *   log_softmax  d(gx) = rule(d(gy)) - p ty sum(gy),  p = e^y
+     * along each row of the axis */
+    const dl_tensor *y = n->out, *ty = y->tangent, *gy = y->grad;
+    int64_t o, j, k;
+    dl__sm_back(tp->ctx, &q, n->i[1] ? 1 : 0, y, gy->tangent, gx->tangent);
+    if (ty)
+      for (o = 0; o < q.outer; o++)
+        for (j = 0; j < q.inner; j++) {
+          const int64_t base = o * q.K * q.inner + j;
+          double a = 0, b = 0;
+          for (k = 0; k < q.K; k++) {
+            const int64_t e = base + k * q.inner;
+            const double yv = dl__get_at(y, e), gv = dl__get_at(gy, e);
+            a += n->i[1] ? gv : gv * yv;
+            b += gv * dl__get_at(ty, e);
+          }
+          for (k = 0; k < q.K; k++) {
+            const int64_t e = base + k * q.inner;
+            const double yv = dl__get_at(y, e), tv = dl__get_at(ty, e), gv = dl__get_at(gy, e);
+            const double d = n->i[1] ? -exp(yv) * tv * a : tv * (gv - a) - yv * b;
+            if (gx->dtype == DL_F32) ((float *)gx->tangent->data)[e] += (float)d;
+            else ((double *)gx->tangent->data)[e] += d;
+          }
+        }
+  }
 }
 
 DL_API dl_tensor *dl__t_softmax(dl_tape *tp, const char *op, dl_tensor *x, int axis, int logsm) {
@@ -1131,6 +1160,7 @@ DL_API dl_tensor *dl__t_softmax(dl_tape *tp, const char *op, dl_tensor *x, int a
     dl__sm_back(tp->ctx, &q, logsm ? 2 : 0, y, tc, ty);
   }
   if ((n = dl_tape_record(tp, op, dl__t_softmax_bw, y, x, NULL, NULL)) != NULL) {
+    n->flags |= DL_NODE_HVP;
     n->i[0] = axis;
     n->i[1] = logsm;
   }
