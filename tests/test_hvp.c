@@ -6,7 +6,7 @@
  * (shared and batched right side), linear (bias, a strided input), the
  * reductions that have one (sum, mean, max), the shape ops, the losses
  * (cross-entropy with and without label smoothing, every reduction; mse),
- * softmax and log_softmax along rows and columns;
+ * softmax and log_softmax along rows and columns, layer and RMS norm;
  * a two-layer MLP end to end; PyTorch's double backward on three small
  * MLPs (tests/fixtures/hvp.txt) in f64 and f32. Then the bookkeeping: H v accumulates over
  * two calls like the gradient, dl_zero_grad clears it, the plain gradient
@@ -23,7 +23,7 @@ DL_DEFINE_OP1(test_softsign, dl_div(x0, dl_add(1, dl_abs(x0))))
 
 enum {
   P_UNARY, P_UNARY_P, P_BINARY, P_BINARY_BCAST, P_SAME_TWICE, P_USER, P_MATMUL, P_MATMUL_BATCH, P_LINEAR,
-  P_LINEAR_STRIDED, P_REDUCE, P_SHAPE, P_CE, P_MSE, P_SOFTMAX, P_MLP
+  P_LINEAR_STRIDED, P_REDUCE, P_SHAPE, P_CE, P_MSE, P_SOFTMAX, P_NORM, P_MLP
 };
 typedef struct prog {
   int kind, which; /* which: the op's index in its list, or a variant */
@@ -115,6 +115,14 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
       return dl_t_cross_entropy(tp, dl_t_mul(tp, x, x), &labels, 0.1, DL_REDUCE_NONE);
     }
     case P_MSE: return dl_t_mse(tp, dl_t_tanh(tp, x), dl_t_sin(tp, in[1]), DL_REDUCE_MEAN);
+    case P_NORM: { /* x [3, 4, 5]; layer norm over the last 1 or 2 dims, rms norm; w, b [5] (or [4, 5]) */
+      dl_tensor *y;
+      if (p->which == 0) y = dl_t_layer_norm(tp, x, 1, in[1], in[2], 1e-5);
+      else if (p->which == 1) y = dl_t_layer_norm(tp, dl_t_transpose(tp, x, 0, 1), 2, in[1], NULL, 1e-5);
+      else if (p->which == 2) y = dl_t_rms_norm(tp, x, 1, in[1], 1e-6);
+      else y = dl_t_layer_norm(tp, x, 1, NULL, NULL, 1e-5);
+      return dl_t_mul(tp, dl_t_tanh(tp, y), y);
+    }
     case P_SOFTMAX: { /* softmax / log_softmax along the last axis (rows) or the first (strided) */
       dl_tensor *y = p->which < 2 ? dl_t_softmax(tp, dl_t_mul_scalar(tp, x, 1.3), p->which ? 0 : 1)
                                   : dl_t_log_softmax(tp, x, p->which == 2 ? 1 : 0);
@@ -205,6 +213,14 @@ static void test_losses(void) {
   run_case(P_CE, 1, "cross-entropy sum, label smoothing", 1, s54, nd, 1.0);
   run_case(P_CE, 2, "cross-entropy none, label smoothing", 1, s54, nd, 1.0);
   run_case(P_MSE, 0, "mse", 2, s54, nd, 1.0);
+  {
+    static const int64_t ln[3][3] = {{3, 4, 5}, {5, 0, 0}, {5, 0, 0}}, ln2[2][3] = {{3, 4, 5}, {3, 5, 0}};
+    static const int ndl[3] = {3, 1, 1}, ndl2[2] = {3, 2};
+    run_case(P_NORM, 0, "layer_norm, weight and bias", 3, ln, ndl, 1.0);
+    run_case(P_NORM, 1, "layer_norm over 2 dims of a transposed x, weight", 2, ln2, ndl2, 1.0);
+    run_case(P_NORM, 2, "rms_norm, weight", 2, ln, ndl, 1.0);
+    run_case(P_NORM, 3, "layer_norm, no affine", 1, ln, ndl, 1.0);
+  }
   run_case(P_SOFTMAX, 0, "softmax, rows", 1, s54, nd, 1.0);
   run_case(P_SOFTMAX, 1, "softmax, columns", 1, s54, nd, 1.0);
   run_case(P_SOFTMAX, 2, "log_softmax, rows", 1, s54, nd, 1.0);

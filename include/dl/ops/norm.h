@@ -735,6 +735,72 @@ DL_API void dl__t_layer_norm_bw_gpu(dl_node *n, dl_tensor *gx, dl_tensor *gw, dl
 }
 #endif
 
+/* dl_hvp's rule of layer / RMS norm, on the host, in double, row by row
+ * (s = 1 / sqrt(var + eps), xh = (x - mu) s, mu = 0 for RMS norm; t*
+ * the tangents along v, gh = gy w):
+ *   tmu = mean(tx), ts = -s^3 mean((x - mu)(tx - tmu)), txh = (tx - tmu) s + (x - mu) ts
+ *   gx  = s (gh - mean(gh) - xh mean(gh xh))            (RMS: no mean(gh) term)
+ *   tgx = ts (gh - m1 - xh m2) + s (tgh - tm1 - txh m2 - xh tm2),
+ *         tgh = tgy w + gy tw, tm1 = mean(tgh), tm2 = mean(tgh xh + gh txh)
+ *   tgw += sum over rows of tgy xh + gy txh,  tgb += sum of tgy. */
+DL_API void dl__ln_hvp(const dl_node *n, dl_tensor *gx, dl_tensor *gw, dl_tensor *gb) {
+  const dl_tensor *x = n->saved[0], *gy = n->out->grad, *tgy = gy->tangent;
+  const dl_tensor *tx = n->in[0]->tangent, *w = n->nin > 1 ? n->in[1] : NULL;
+  const dl_tensor *tw = w ? w->tangent : NULL;
+  const double *wd = (const double *)n->saved[2]->data, *mean = (const double *)n->saved[1]->data;
+  const int center = (int)n->i[1];
+  int64_t R, D, r, j;
+  dl__ln_sizes(n->in[0], (int)n->i[0], &R, &D);
+  {
+    const double *istd = mean + R;
+    for (r = 0; r < R; r++) {
+      const double mu = center ? mean[r] : 0.0, sr = istd[r];
+      double tmu = 0, cov = 0, m1 = 0, m2 = 0, tm1 = 0, tm2 = 0, ts;
+      const int64_t o = r * D;
+      if (tx) {
+        for (j = 0; j < D; j++) tmu += dl__get_at(tx, dl__offset_of_linear(tx, o + j));
+        tmu = center ? tmu / (double)D : 0.0;
+        for (j = 0; j < D; j++)
+          cov += (dl__get_at(x, o + j) - mu) * (dl__get_at(tx, dl__offset_of_linear(tx, o + j)) - tmu);
+      }
+      ts = -sr * sr * sr * cov / (double)D;
+      for (j = 0; j < D; j++) { /* the row's means */
+        const double xh = (dl__get_at(x, o + j) - mu) * sr, txv = tx ? dl__get_at(tx, dl__offset_of_linear(tx, o + j)) : 0;
+        const double txh = (txv - tmu) * sr + (dl__get_at(x, o + j) - mu) * ts;
+        const double gh = dl__get_at(gy, o + j) * wd[j];
+        const double tgh = dl__get_at(tgy, o + j) * wd[j] + (tw ? dl__get_at(gy, o + j) * dl__get_at(tw, dl__offset_of_linear(tw, j)) : 0);
+        m1 += gh;
+        m2 += gh * xh;
+        tm1 += tgh;
+        tm2 += tgh * xh + gh * txh;
+      }
+      m1 = center ? m1 / (double)D : 0.0;
+      tm1 = center ? tm1 / (double)D : 0.0;
+      m2 /= (double)D;
+      tm2 /= (double)D;
+      for (j = 0; j < D; j++) {
+        const double xh = (dl__get_at(x, o + j) - mu) * sr, txv = tx ? dl__get_at(tx, dl__offset_of_linear(tx, o + j)) : 0;
+        const double txh = (txv - tmu) * sr + (dl__get_at(x, o + j) - mu) * ts;
+        const double gyv = dl__get_at(gy, o + j), tgyv = dl__get_at(tgy, o + j);
+        const double gh = gyv * wd[j], tgh = tgyv * wd[j] + (tw ? gyv * dl__get_at(tw, dl__offset_of_linear(tw, j)) : 0);
+        if (gx) {
+          const double v = ts * (gh - m1 - xh * m2) + sr * (tgh - tm1 - txh * m2 - xh * tm2);
+          if (gx->dtype == DL_F32) ((float *)gx->tangent->data)[o + j] += (float)v;
+          else ((double *)gx->tangent->data)[o + j] += v;
+        }
+        if (gw) {
+          const double v = tgyv * xh + gyv * txh;
+          if (gw->dtype == DL_F32) ((float *)gw->tangent->data)[j] += (float)v;
+          else ((double *)gw->tangent->data)[j] += v;
+        }
+        if (gb) {
+          if (gb->dtype == DL_F32) ((float *)gb->tangent->data)[j] += (float)tgyv;
+          else ((double *)gb->tangent->data)[j] += tgyv;
+        }
+      }
+    }
+  }
+}
 DL_API void dl__t_layer_norm_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *x = n->in[0], *w = n->nin > 1 ? n->in[1] : NULL, *b = n->nin > 2 ? n->in[2] : NULL;
   dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, w), *gb = dl_tape_grad(tp, b);
@@ -765,6 +831,7 @@ DL_API void dl__t_layer_norm_bw(dl_tape *tp, dl_node *n) {
     memset(A.part, 0, bytes);
   }
   dl__norm_run(tp, A.dt == DL_F32 ? dl__ln_tile_f32 : dl__ln_tile_f64, &A, nt, A.R * A.D);
+  if (tp->hvp) dl__ln_hvp(n, gx, gw, gb);
   if (!A.part) return;
   /* tile partials, added in tile order */
   for (j = 0; j < A.D; j++) {
@@ -817,6 +884,7 @@ DL_API dl_tensor *dl__t_row_norm_gpu(dl_tape *tp, const char *op, int center, dl
                                          tb ? tb->data : NULL, dl_tape_tangent(tp, y)->data));
   }
   if ((nd = dl_tape_record(tp, op, dl__t_layer_norm_bw, y, x, weight, bias)) != NULL) {
+    nd->flags |= DL_NODE_HVP;
     nd->i[0] = nnorm;
     nd->i[1] = center;
     nd->saved[0] = xc;
@@ -881,6 +949,7 @@ DL_API dl_tensor *dl__t_row_norm(dl_tape *tp, const char *op, int center, dl_ten
     dl__ln_run(tp, &T);
   }
   if ((nd = dl_tape_record(tp, op, dl__t_layer_norm_bw, y, x, weight, bias)) != NULL) {
+    nd->flags |= DL_NODE_HVP;
     nd->i[0] = nnorm;
     nd->i[1] = center;
     nd->saved[0] = xc;
