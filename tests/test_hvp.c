@@ -23,7 +23,7 @@ DL_DEFINE_OP1(test_softsign, dl_div(x0, dl_add(1, dl_abs(x0))))
 
 enum {
   P_UNARY, P_UNARY_P, P_BINARY, P_BINARY_BCAST, P_SAME_TWICE, P_USER, P_MATMUL, P_MATMUL_BATCH, P_LINEAR,
-  P_LINEAR_STRIDED, P_REDUCE, P_SHAPE, P_CE, P_MSE, P_SOFTMAX, P_NORM, P_MLP
+  P_LINEAR_STRIDED, P_REDUCE, P_SHAPE, P_CE, P_MSE, P_SOFTMAX, P_NORM, P_MASKS, P_MLP
 };
 typedef struct prog {
   int kind, which; /* which: the op's index in its list, or a variant */
@@ -123,6 +123,14 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
       else y = dl_t_layer_norm(tp, x, 1, NULL, NULL, 1e-5);
       return dl_t_mul(tp, dl_t_tanh(tp, y), y);
     }
+    case P_MASKS: { /* clamp, where and dropout (a seeded mask) between smooth ops */
+      dl_tensor *c = dl_t_clamp(tp, dl_t_sin(tp, x), -0.6, 0.7), *cond = dl_tape_out(tp, "mask", x->dtype, 2, x->shape);
+      dl_tensor *wh;
+      DL_ASSIGN(cond, dl_gt(in[1], 0.0)); /* a mask, no history */
+      wh = dl_t_where(tp, cond, dl_t_exp(tp, x), dl_t_mul(tp, in[1], x));
+      dl_rng r = dl_rng_make(3);
+      return dl_t_mul(tp, dl_t_dropout(tp, dl_t_mul(tp, c, wh), 0.3, &r, 1), c);
+    }
     case P_SOFTMAX: { /* softmax / log_softmax along the last axis (rows) or the first (strided) */
       dl_tensor *y = p->which < 2 ? dl_t_softmax(tp, dl_t_mul_scalar(tp, x, 1.3), p->which ? 0 : 1)
                                   : dl_t_log_softmax(tp, x, p->which == 2 ? 1 : 0);
@@ -221,6 +229,7 @@ static void test_losses(void) {
     run_case(P_NORM, 2, "rms_norm, weight", 2, ln, ndl, 1.0);
     run_case(P_NORM, 3, "layer_norm, no affine", 1, ln, ndl, 1.0);
   }
+  run_case(P_MASKS, 0, "clamp, where, dropout", 2, s54, nd, 1.0);
   run_case(P_SOFTMAX, 0, "softmax, rows", 1, s54, nd, 1.0);
   run_case(P_SOFTMAX, 1, "softmax, columns", 1, s54, nd, 1.0);
   run_case(P_SOFTMAX, 2, "log_softmax, rows", 1, s54, nd, 1.0);

@@ -358,6 +358,7 @@ DL_API dl_tensor *dl_t_clamp(dl_tape *tp, dl_tensor *x, double lo, double hi) {
     }
   }
   if ((n = dl_tape_record(tp, "dl_t_clamp", dl__t_clamp_bw, y, x, NULL, NULL)) != NULL) {
+    n->flags |= DL_NODE_HVP_LINEAR; /* the pass-through mask is fixed: linear in the gradient */
     n->p[0] = lo;
     n->p[1] = hi;
   }
@@ -426,7 +427,10 @@ DL_API dl_tensor *dl_t_where(dl_tape *tp, dl_tensor *cond, dl_tensor *a, dl_tens
       DL_ASSIGN(ty, dl_where(cond, ta, tb));
     }
   }
-  dl_tape_record(tp, "dl_t_where", dl__t_where_bw, y, cond, a, b);
+  {
+    dl_node *n = dl_tape_record(tp, "dl_t_where", dl__t_where_bw, y, cond, a, b);
+    if (n) n->flags |= DL_NODE_HVP_LINEAR; /* the condition is fixed: linear in the gradient */
+  }
   return y;
 }
 

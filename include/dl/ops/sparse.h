@@ -384,6 +384,8 @@ DL_API dl_tensor *dl_t_dropout(dl_tape *tp, dl_tensor *x, double p, dl_rng *rng,
       dl__gpu_ok(x, op, dlg_dropout_apply(h, (int)x->dtype, N, ty->data, dl__t_contig(tp, op, x->tangent)->data, m, s, 0));
     }
     if ((nd = dl_tape_record(tp, op, dl__t_dropout_bw, y, x, NULL, NULL)) != NULL) {
+    nd->flags |= DL_NODE_HVP_LINEAR; /* a fixed mask: linear in the gradient */
+      nd->flags |= DL_NODE_HVP_LINEAR; /* a fixed mask: linear in the gradient */
       nd->p[0] = s;
       nd->p[1] = p;
       nd->user = m;
@@ -423,6 +425,7 @@ DL_API dl_tensor *dl_t_dropout(dl_tape *tp, dl_tensor *x, double p, dl_rng *rng,
     dl__dropout_apply(ty, dl__t_contig(tp, op, x->tangent), m, s);
   }
   if ((nd = dl_tape_record(tp, op, dl__t_dropout_bw, y, x, NULL, NULL)) != NULL) {
+    nd->flags |= DL_NODE_HVP_LINEAR; /* a fixed mask: linear in the gradient */
     nd->p[0] = s;
     nd->p[1] = p;
     nd->user = m;
