@@ -112,6 +112,7 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
       dl_tensor_wrap(&labels, &ctx, DL_I64, 1, &five, (void *)lab);
       if (p->which == 0) return dl_t_cross_entropy(tp, dl_t_tanh(tp, x), &labels, 0.0, DL_REDUCE_MEAN);
       if (p->which == 1) return dl_t_cross_entropy(tp, x, &labels, 0.2, DL_REDUCE_SUM);
+      if (p->which == 3) return dl_t_nll(tp, dl_t_log_softmax(tp, dl_t_tanh(tp, x), 1), &labels, DL_REDUCE_MEAN);
       return dl_t_cross_entropy(tp, dl_t_mul(tp, x, x), &labels, 0.1, DL_REDUCE_NONE);
     }
     case P_MSE: return dl_t_mse(tp, dl_t_tanh(tp, x), dl_t_sin(tp, in[1]), DL_REDUCE_MEAN);
@@ -220,6 +221,7 @@ static void test_losses(void) {
   run_case(P_CE, 0, "cross-entropy mean", 1, s54, nd, 1.0);
   run_case(P_CE, 1, "cross-entropy sum, label smoothing", 1, s54, nd, 1.0);
   run_case(P_CE, 2, "cross-entropy none, label smoothing", 1, s54, nd, 1.0);
+  run_case(P_CE, 3, "nll of log_softmax", 1, s54, nd, 1.0);
   run_case(P_MSE, 0, "mse", 2, s54, nd, 1.0);
   {
     static const int64_t ln[3][3] = {{3, 4, 5}, {5, 0, 0}, {5, 0, 0}}, ln2[2][3] = {{3, 4, 5}, {3, 5, 0}};

@@ -805,6 +805,7 @@ DL_API dl_tensor *dl_t_nll(dl_tape *tp, dl_tensor *logp, const dl_tensor *labels
                                    none ? ty->data : NULL, none ? NULL : ty->data, div));
     }
     if ((n = dl_tape_record(tp, op, dl__t_nll_bw, y, logp, NULL, NULL)) != NULL) {
+      n->flags |= DL_NODE_HVP_LINEAR; /* a selection of log-probabilities: linear in the gradient */
       n->i[0] = (int64_t)r;
       n->saved[0] = lab;
     }
@@ -820,6 +821,7 @@ DL_API dl_tensor *dl_t_nll(dl_tape *tp, dl_tensor *logp, const dl_tensor *labels
     if (r != DL_REDUCE_NONE) dl__set_at(ty, 0, r == DL_REDUCE_MEAN ? s / (double)N : s);
   }
   if ((n = dl_tape_record(tp, op, dl__t_nll_bw, y, logp, NULL, NULL)) != NULL) {
+      n->flags |= DL_NODE_HVP_LINEAR; /* a selection of log-probabilities: linear in the gradient */
     n->i[0] = (int64_t)r;
     n->saved[0] = lab;
   }
