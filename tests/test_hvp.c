@@ -6,7 +6,7 @@
  * (shared and batched right side), linear (bias, a strided input), the
  * reductions that have one (sum, mean, max), the shape ops, the losses
  * (cross-entropy with and without label smoothing, every reduction; mse),
- * softmax and log_softmax along rows and columns, layer and RMS norm;
+ * softmax and log_softmax along rows and columns, layer, RMS and batch norm;
  * a two-layer MLP end to end; PyTorch's double backward on three small
  * MLPs (tests/fixtures/hvp.txt) in f64 and f32. Then the bookkeeping: H v accumulates over
  * two calls like the gradient, dl_zero_grad clears it, the plain gradient
@@ -121,7 +121,16 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
       if (p->which == 0) y = dl_t_layer_norm(tp, x, 1, in[1], in[2], 1e-5);
       else if (p->which == 1) y = dl_t_layer_norm(tp, dl_t_transpose(tp, x, 0, 1), 2, in[1], NULL, 1e-5);
       else if (p->which == 2) y = dl_t_rms_norm(tp, x, 1, in[1], 1e-6);
-      else y = dl_t_layer_norm(tp, x, 1, NULL, NULL, 1e-5);
+      else if (p->which == 3) y = dl_t_layer_norm(tp, x, 1, NULL, NULL, 1e-5);
+      else if (p->which == 4) y = dl_t_batch_norm(tp, x, in[1], in[2], NULL, NULL, 1, 0.1, 1e-5); /* C = 4 */
+      else { /* evaluation: running statistics (fixed) */
+        static double rm[4] = {0.1, -0.3, 0.2, 0.0}, rv[4] = {0.5, 1.5, 0.9, 2.0};
+        static const int64_t four = 4;
+        dl_tensor m, v;
+        dl_tensor_wrap(&m, &ctx, DL_F64, 1, &four, rm);
+        dl_tensor_wrap(&v, &ctx, DL_F64, 1, &four, rv);
+        y = dl_t_batch_norm(tp, x, in[1], in[2], &m, &v, 0, 0.1, 1e-5);
+      }
       return dl_t_mul(tp, dl_t_tanh(tp, y), y);
     }
     case P_MASKS: { /* clamp, where and dropout (a seeded mask) between smooth ops */
@@ -230,6 +239,11 @@ static void test_losses(void) {
     run_case(P_NORM, 1, "layer_norm over 2 dims of a transposed x, weight", 2, ln2, ndl2, 1.0);
     run_case(P_NORM, 2, "rms_norm, weight", 2, ln, ndl, 1.0);
     run_case(P_NORM, 3, "layer_norm, no affine", 1, ln, ndl, 1.0);
+    {
+      static const int64_t bn[3][3] = {{3, 4, 5}, {4, 0, 0}, {4, 0, 0}};
+      run_case(P_NORM, 4, "batch_norm, training", 3, bn, ndl, 1.0);
+      run_case(P_NORM, 5, "batch_norm, evaluation", 3, bn, ndl, 1.0);
+    }
   }
   run_case(P_MASKS, 0, "clamp, where, dropout", 2, s54, nd, 1.0);
   run_case(P_SOFTMAX, 0, "softmax, rows", 1, s54, nd, 1.0);

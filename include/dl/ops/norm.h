@@ -93,6 +93,88 @@ DL_API void dl__norm_check_x(const char *op, const dl_tensor *x, double eps) {
     DL_PANIC(x->ctx, op, "eps must be finite and >= 0, not %g (x %s)", eps, DL_SHAPESTR(x));
 }
 
+/* dl_hvp's rule of the three norms, on the host, in double, group by group
+ * (layer / RMS norm: a group is a row of D elements, the weight indexed by
+ * the element; batch norm: a group is a channel's N S elements, the weight
+ * indexed by the channel). s = 1 / sqrt(var + eps), xh = (x - mu) s (mu = 0
+ * for RMS norm), gh = gy w, t* the tangents along v:
+ *   statistics of the group (layer, RMS and batch norm in training):
+ *     tmu = mean(tx), ts = -s^3 mean((x - mu)(tx - tmu)),
+ *     txh = (tx - tmu) s + (x - mu) ts
+ *     gx  = s (gh - mean(gh) - xh mean(gh xh))         (RMS: no mean(gh) term)
+ *     tgx = ts (gh - m1 - xh m2) + s (tgh - tm1 - txh m2 - xh tm2),
+ *           tgh = tgy w + gy tw, tm1 = mean(tgh), tm2 = mean(tgh xh + gh txh)
+ *   given statistics (batch norm in evaluation): gx = gh s, tgx = tgh s, txh = tx s
+ *   tgw += the sums of tgy xh + gy txh, tgb += the sums of tgy. */
+typedef struct dl__norm_hvp_geom {
+  int64_t G, M;          /* groups, elements per group */
+  int64_t C, S;          /* batch norm: element k of channel c is ((k / S) C + c) S + k % S */
+  int bn, center, stats; /* batch norm?; subtract the mean?; statistics of the group? */
+} dl__norm_hvp_geom;
+/* The linear index of element k of group g. */
+DL_API int64_t dl__norm_hvp_at(const dl__norm_hvp_geom *q, int64_t g, int64_t k) {
+  return q->bn ? ((k / q->S) * q->C + g) * q->S + k % q->S : g * q->M + k;
+}
+DL_API void dl__norm_hvp(const dl_node *n, const dl__norm_hvp_geom *q, const double *mean, const double *istd,
+                         dl_tensor *gx, dl_tensor *gw, dl_tensor *gb) {
+  const dl_tensor *x = n->saved[0], *gy = n->out->grad, *tgy = gy->tangent;
+  const dl_tensor *tx = n->in[0]->tangent, *w = n->nin > 1 ? n->in[1] : NULL, *tw = w ? w->tangent : NULL;
+  const double *wd = (const double *)n->saved[2]->data;
+  const double Md = (double)q->M;
+  int64_t g, k;
+  for (g = 0; g < q->G; g++) {
+    const double mu = q->center ? mean[g] : 0.0, sr = istd[g];
+    double tmu = 0, cov = 0, m1 = 0, m2 = 0, tm1 = 0, tm2 = 0, ts = 0;
+    int pass;
+    if (tx && q->stats) {
+      for (k = 0; k < q->M; k++) tmu += dl__get_at(tx, dl__offset_of_linear(tx, dl__norm_hvp_at(q, g, k)));
+      tmu = q->center ? tmu / Md : 0.0;
+      for (k = 0; k < q->M; k++) {
+        const int64_t e = dl__norm_hvp_at(q, g, k);
+        cov += (dl__get_at(x, e) - mu) * (dl__get_at(tx, dl__offset_of_linear(tx, e)) - tmu);
+      }
+      ts = -sr * sr * sr * cov / Md;
+    }
+    for (pass = 0; pass < 2; pass++) { /* the group's means, then the tangents */
+      if (pass == 1) {
+        m1 = q->center ? m1 / Md : 0.0;
+        tm1 = q->center ? tm1 / Md : 0.0;
+        m2 /= Md;
+        tm2 /= Md;
+      }
+      for (k = 0; k < q->M; k++) {
+        const int64_t e = dl__norm_hvp_at(q, g, k), pi = q->bn ? g : k;
+        const double xv = dl__get_at(x, e), txv = tx ? dl__get_at(tx, dl__offset_of_linear(tx, e)) : 0.0;
+        const double xh = (xv - mu) * sr, txh = (txv - tmu) * sr + (xv - mu) * ts;
+        const double gyv = dl__get_at(gy, e), tgyv = dl__get_at(tgy, e);
+        const double twv = tw ? dl__get_at(tw, dl__offset_of_linear(tw, pi)) : 0.0;
+        const double gh = gyv * wd[pi], tgh = tgyv * wd[pi] + gyv * twv;
+        if (pass == 0) {
+          m1 += gh;
+          m2 += gh * xh;
+          tm1 += tgh;
+          tm2 += tgh * xh + gh * txh;
+          continue;
+        }
+        if (gx) {
+          const double v = q->stats ? ts * (gh - m1 - xh * m2) + sr * (tgh - tm1 - txh * m2 - xh * tm2) : tgh * sr;
+          if (gx->dtype == DL_F32) ((float *)gx->tangent->data)[e] += (float)v;
+          else ((double *)gx->tangent->data)[e] += v;
+        }
+        if (gw) {
+          const double v = tgyv * xh + gyv * txh;
+          if (gw->dtype == DL_F32) ((float *)gw->tangent->data)[pi] += (float)v;
+          else ((double *)gw->tangent->data)[pi] += v;
+        }
+        if (gb) {
+          if (gb->dtype == DL_F32) ((float *)gb->tangent->data)[pi] += (float)tgyv;
+          else ((double *)gb->tangent->data)[pi] += tgyv;
+        }
+      }
+    }
+  }
+}
+
 /* >>batch norm ------------------------------------------------------------- */
 
 /* x is [N, C, S] (S = product of x's dimensions after the channel),
@@ -430,6 +512,18 @@ DL_API void dl__t_batch_norm_bw(dl_tape *tp, dl_node *n) {
   A.gw = gw ? gw->data : NULL;
   A.gb = gb ? gb->data : NULL;
   dl__bn_run(tp, &A);
+  if (tp->hvp) {
+    dl__norm_hvp_geom q;
+    memset(&q, 0, sizeof q);
+    q.bn = 1;
+    q.G = A.C;
+    q.M = A.N * A.S;
+    q.C = A.C;
+    q.S = A.S;
+    q.center = 1;
+    q.stats = A.batch;
+    dl__norm_hvp(n, &q, A.mean, A.istd, gx, gw, gb);
+  }
 }
 
 #ifdef DL_USE_CUDA
@@ -465,6 +559,7 @@ DL_API dl_tensor *dl__t_batch_norm_gpu(dl_tape *tp, const char *op, dl_tensor *x
                                          tb ? tb->data : NULL, dl_tape_tangent(tp, y)->data));
   }
   if ((nd = dl_tape_record(tp, op, dl__t_batch_norm_bw, y, x, weight, bias)) != NULL) {
+    nd->flags |= DL_NODE_HVP;
     nd->i[0] = batch;
     nd->saved[0] = xc;
     nd->saved[1] = st;
@@ -581,6 +676,7 @@ DL_API dl_tensor *dl_t_batch_norm(dl_tape *tp, dl_tensor *x, dl_tensor *weight, 
     dl__bn_run(tp, &T);
   }
   if ((nd = dl_tape_record(tp, op, dl__t_batch_norm_bw, y, x, weight, bias)) != NULL) {
+    nd->flags |= DL_NODE_HVP;
     nd->i[0] = batch;
     nd->saved[0] = xc;
     nd->saved[1] = st;
@@ -735,72 +831,6 @@ DL_API void dl__t_layer_norm_bw_gpu(dl_node *n, dl_tensor *gx, dl_tensor *gw, dl
 }
 #endif
 
-/* dl_hvp's rule of layer / RMS norm, on the host, in double, row by row
- * (s = 1 / sqrt(var + eps), xh = (x - mu) s, mu = 0 for RMS norm; t*
- * the tangents along v, gh = gy w):
- *   tmu = mean(tx), ts = -s^3 mean((x - mu)(tx - tmu)), txh = (tx - tmu) s + (x - mu) ts
- *   gx  = s (gh - mean(gh) - xh mean(gh xh))            (RMS: no mean(gh) term)
- *   tgx = ts (gh - m1 - xh m2) + s (tgh - tm1 - txh m2 - xh tm2),
- *         tgh = tgy w + gy tw, tm1 = mean(tgh), tm2 = mean(tgh xh + gh txh)
- *   tgw += sum over rows of tgy xh + gy txh,  tgb += sum of tgy. */
-DL_API void dl__ln_hvp(const dl_node *n, dl_tensor *gx, dl_tensor *gw, dl_tensor *gb) {
-  const dl_tensor *x = n->saved[0], *gy = n->out->grad, *tgy = gy->tangent;
-  const dl_tensor *tx = n->in[0]->tangent, *w = n->nin > 1 ? n->in[1] : NULL;
-  const dl_tensor *tw = w ? w->tangent : NULL;
-  const double *wd = (const double *)n->saved[2]->data, *mean = (const double *)n->saved[1]->data;
-  const int center = (int)n->i[1];
-  int64_t R, D, r, j;
-  dl__ln_sizes(n->in[0], (int)n->i[0], &R, &D);
-  {
-    const double *istd = mean + R;
-    for (r = 0; r < R; r++) {
-      const double mu = center ? mean[r] : 0.0, sr = istd[r];
-      double tmu = 0, cov = 0, m1 = 0, m2 = 0, tm1 = 0, tm2 = 0, ts;
-      const int64_t o = r * D;
-      if (tx) {
-        for (j = 0; j < D; j++) tmu += dl__get_at(tx, dl__offset_of_linear(tx, o + j));
-        tmu = center ? tmu / (double)D : 0.0;
-        for (j = 0; j < D; j++)
-          cov += (dl__get_at(x, o + j) - mu) * (dl__get_at(tx, dl__offset_of_linear(tx, o + j)) - tmu);
-      }
-      ts = -sr * sr * sr * cov / (double)D;
-      for (j = 0; j < D; j++) { /* the row's means */
-        const double xh = (dl__get_at(x, o + j) - mu) * sr, txv = tx ? dl__get_at(tx, dl__offset_of_linear(tx, o + j)) : 0;
-        const double txh = (txv - tmu) * sr + (dl__get_at(x, o + j) - mu) * ts;
-        const double gh = dl__get_at(gy, o + j) * wd[j];
-        const double tgh = dl__get_at(tgy, o + j) * wd[j] + (tw ? dl__get_at(gy, o + j) * dl__get_at(tw, dl__offset_of_linear(tw, j)) : 0);
-        m1 += gh;
-        m2 += gh * xh;
-        tm1 += tgh;
-        tm2 += tgh * xh + gh * txh;
-      }
-      m1 = center ? m1 / (double)D : 0.0;
-      tm1 = center ? tm1 / (double)D : 0.0;
-      m2 /= (double)D;
-      tm2 /= (double)D;
-      for (j = 0; j < D; j++) {
-        const double xh = (dl__get_at(x, o + j) - mu) * sr, txv = tx ? dl__get_at(tx, dl__offset_of_linear(tx, o + j)) : 0;
-        const double txh = (txv - tmu) * sr + (dl__get_at(x, o + j) - mu) * ts;
-        const double gyv = dl__get_at(gy, o + j), tgyv = dl__get_at(tgy, o + j);
-        const double gh = gyv * wd[j], tgh = tgyv * wd[j] + (tw ? gyv * dl__get_at(tw, dl__offset_of_linear(tw, j)) : 0);
-        if (gx) {
-          const double v = ts * (gh - m1 - xh * m2) + sr * (tgh - tm1 - txh * m2 - xh * tm2);
-          if (gx->dtype == DL_F32) ((float *)gx->tangent->data)[o + j] += (float)v;
-          else ((double *)gx->tangent->data)[o + j] += v;
-        }
-        if (gw) {
-          const double v = tgyv * xh + gyv * txh;
-          if (gw->dtype == DL_F32) ((float *)gw->tangent->data)[j] += (float)v;
-          else ((double *)gw->tangent->data)[j] += v;
-        }
-        if (gb) {
-          if (gb->dtype == DL_F32) ((float *)gb->tangent->data)[j] += (float)tgyv;
-          else ((double *)gb->tangent->data)[j] += tgyv;
-        }
-      }
-    }
-  }
-}
 DL_API void dl__t_layer_norm_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *x = n->in[0], *w = n->nin > 1 ? n->in[1] : NULL, *b = n->nin > 2 ? n->in[2] : NULL;
   dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, w), *gb = dl_tape_grad(tp, b);
@@ -831,7 +861,15 @@ DL_API void dl__t_layer_norm_bw(dl_tape *tp, dl_node *n) {
     memset(A.part, 0, bytes);
   }
   dl__norm_run(tp, A.dt == DL_F32 ? dl__ln_tile_f32 : dl__ln_tile_f64, &A, nt, A.R * A.D);
-  if (tp->hvp) dl__ln_hvp(n, gx, gw, gb);
+  if (tp->hvp) {
+    dl__norm_hvp_geom q;
+    memset(&q, 0, sizeof q);
+    q.G = A.R;
+    q.M = A.D;
+    q.center = A.center;
+    q.stats = 1;
+    dl__norm_hvp(n, &q, A.mean, A.istd, gx, gw, gb);
+  }
   if (!A.part) return;
   /* tile partials, added in tile order */
   for (j = 0; j < A.D; j++) {
