@@ -4,7 +4,7 @@
  * every element-wise op of the list (from the nested-dual expression),
  * broadcasting and an input used twice, a user's one-line op, matmul
  * (shared and batched right side), linear (bias, a strided input), the
- * reductions that have one (sum, mean, max), the shape ops, the losses
+ * reductions (sum, mean, max, var, logsumexp), the shape ops, the losses
  * (cross-entropy with and without label smoothing, every reduction; mse),
  * softmax and log_softmax along rows and columns, layer, RMS and batch norm;
  * a two-layer MLP end to end; PyTorch's double backward on three small
@@ -85,7 +85,12 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
       dl_tensor *sq = dl_t_mul(tp, x, x);
       if (p->which == 0) return dl_t_exp(tp, dl_t_sum(tp, sq, 1, ax1, 0));
       if (p->which == 1) return dl_t_log(tp, dl_t_add_scalar(tp, dl_t_mean(tp, sq, 1, ax1, 1), 1.0));
-      return dl_t_square(tp, dl_t_max(tp, dl_t_tanh(tp, x), 1, ax1, 0));
+      if (p->which == 2) return dl_t_square(tp, dl_t_max(tp, dl_t_tanh(tp, x), 1, ax1, 0));
+      if (p->which == 3) return dl_t_sin(tp, dl_t_var(tp, dl_t_tanh(tp, x), 1, ax1, 1.0, 1));
+      {
+        const int ax0[1] = {0};
+        return dl_t_exp(tp, dl_t_mul_scalar(tp, dl_t_logsumexp(tp, dl_t_sin(tp, x), 1, ax0, 0), 0.5));
+      }
     }
     case P_SHAPE: {
       dl_tensor *t = dl_t_tanh(tp, x); /* [3, 4] */
@@ -222,6 +227,8 @@ static void test_reductions_shapes(void) {
   run_case(P_REDUCE, 0, "sum", 1, s34, nd, 0.6);
   run_case(P_REDUCE, 1, "mean keepdim", 1, s34, nd, 0.6);
   run_case(P_REDUCE, 2, "max", 1, s34, nd, 1.0);
+  run_case(P_REDUCE, 3, "var keepdim, correction 1", 1, s34, nd, 1.0);
+  run_case(P_REDUCE, 4, "logsumexp over the first axis", 1, s34, nd, 1.0);
   run_case(P_SHAPE, 0, "reshape, permute, concat, index_select, slice, pad, stack", 1, s34, nd, 1.0);
 }
 static void test_losses(void) {
@@ -361,10 +368,9 @@ static void test_bookkeeping(void) {
     }
   { /* an op without a second-order rule */
     dl_tensor *x = mk(2, sh[0], &rng, 1.0);
-    const int ax[1] = {1};
     dl_requires_grad(x);
     dl_set_tangent(x, v[0]);
-    EXPECT_PANIC(dl_hvp(&tp, dl_t_sum_all(&tp, dl_t_var(&tp, x, 1, ax, 1.0, 0)), NULL), "dl_hvp", "dl_t_var",
+    EXPECT_PANIC(dl_hvp(&tp, dl_t_huber(&tp, x, v[0], 1.0, DL_REDUCE_SUM), NULL), "dl_hvp", "dl_t_huber",
                  "no second-order rule");
     dl_tape_rewind(&tp);
     dl_set_tangent(x, NULL);

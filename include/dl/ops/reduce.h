@@ -602,9 +602,9 @@ DL_API int dl__red_out_shape(const dl_tensor *x, unsigned mask, int keepdim, int
 enum { DL__RK_SUM, DL__RK_MEAN, DL__RK_MAX, DL__RK_MIN, DL__RK_VAR, DL__RK_LSE };
 /* dl_hvp: sums, means and the selections of max and min are linear in the
  * output's gradient (their tangent rule is the rule itself); var and
- * logsumexp have no second-order rule yet. */
+ * logsumexp have their own (dl__red_hvp). */
 DL_API unsigned dl__red_hvp_flag(int kind) {
-  return kind == DL__RK_VAR || kind == DL__RK_LSE ? 0u : (unsigned)DL_NODE_HVP_LINEAR;
+  return kind == DL__RK_VAR || kind == DL__RK_LSE ? (unsigned)DL_NODE_HVP : (unsigned)DL_NODE_HVP_LINEAR;
 }
 
 #ifdef DL_USE_CUDA
@@ -625,6 +625,50 @@ DL_API int dl__red_gpu_kind(int kind) {
  * mask, i[1] the kind; p[0] the scale (sum, mean) or 2 / (n - correction)
  * (var); saved[0] contiguous x (max, min, var, logsumexp), saved[1] the
  * means as f64 (var). */
+/* dl_hvp's rule of var and logsumexp over the axes in mask (x [..], y its
+ * reduction), on the host, in double; o(e) is element e's output:
+ *   var  gx = c gy (x - m), c = 2 / (K - correction):
+ *        d(gx) = c d(gy) (x - m) + c gy (tx - tm),   tm the mean of tx
+ *   lse  gx = gy p, p = e^(x - y):
+ *        d(gx) = d(gy) p + gy p (tx - ty),            ty y's tangent */
+DL_API void dl__red_hvp(dl_tape *tp, const dl_node *n, dl_tensor *gx) {
+  const dl_tensor *x = n->in[0], *xc = n->saved[0], *y = n->out, *gy = y->grad, *tgy = gy->tangent;
+  const dl_tensor *tx = x->tangent;
+  const unsigned mask = (unsigned)n->i[0];
+  const int var = (int)n->i[1] == DL__RK_VAR;
+  const int64_t M = y->numel, K = M ? x->numel / M : 0;
+  double *tm = (double *)dl_tape_scratch(tp, n->op, sizeof(double) * (size_t)(M ? M : 1));
+  int64_t idx[DL_MAX_DIMS], e, o;
+  int pass, d;
+  memset(tm, 0, sizeof(double) * (size_t)(M ? M : 1));
+  for (pass = (var && tx) ? 0 : 1; pass < 2; pass++) {
+    memset(idx, 0, sizeof idx);
+    for (e = 0; e < x->numel; e++) {
+      for (o = 0, d = 0; d < x->ndim; d++) /* the output's row-major index: the kept axes */
+        if (!(mask & (1u << d))) o = o * x->shape[d] + idx[d];
+      if (pass == 0) {
+        tm[o] += dl__get_at(tx, dl__offset_of_linear(tx, e)) / (double)K;
+      } else {
+        const double xv = dl__get_at(xc, e), txv = tx ? dl__get_at(tx, dl__offset_of_linear(tx, e)) : 0.0;
+        const double g = dl__get_at(gy, o), tg = dl__get_at(tgy, o);
+        double v;
+        if (var) {
+          const double m = ((const double *)n->saved[1]->data)[o];
+          v = n->p[0] * (tg * (xv - m) + g * (txv - tm[o]));
+        } else {
+          const double p = exp(xv - dl__get_at(y, o)), ty = y->tangent ? dl__get_at(y->tangent, o) : 0.0;
+          v = tg * p + g * p * (txv - ty);
+        }
+        if (gx->dtype == DL_F32) ((float *)gx->tangent->data)[e] += (float)v;
+        else ((double *)gx->tangent->data)[e] += v;
+      }
+      for (d = x->ndim - 1; d >= 0; d--) {
+        if (++idx[d] < x->shape[d]) break;
+        idx[d] = 0;
+      }
+    }
+  }
+}
 DL_API void dl__t_reduce_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *x = n->in[0], *gx = dl_tape_grad(tp, x), *y = n->out, *xc = n->saved[0];
   const char *op = n->op;
@@ -670,6 +714,7 @@ DL_API void dl__t_reduce_bw(dl_tape *tp, dl_node *n) {
       dl__red_expand(tp->ctx, &p, DL__E_EXP, gx, xc, c, s);
       break;
   }
+  if (tp->hvp && (kind == DL__RK_VAR || kind == DL__RK_LSE)) dl__red_hvp(tp, n, gx);
 }
 
 #ifdef DL_USE_CUDA
