@@ -23,7 +23,7 @@ DL_DEFINE_OP1(test_softsign, dl_div(x0, dl_add(1, dl_abs(x0))))
 
 enum {
   P_UNARY, P_UNARY_P, P_BINARY, P_BINARY_BCAST, P_SAME_TWICE, P_USER, P_MATMUL, P_MATMUL_BATCH, P_LINEAR,
-  P_LINEAR_STRIDED, P_REDUCE, P_SHAPE, P_CE, P_MSE, P_SOFTMAX, P_NORM, P_MASKS, P_MLP
+  P_LINEAR_STRIDED, P_REDUCE, P_SHAPE, P_CE, P_MSE, P_SOFTMAX, P_NORM, P_MASKS, P_EMBED, P_MLP
 };
 typedef struct prog {
   int kind, which; /* which: the op's index in its list, or a variant */
@@ -146,6 +146,13 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
       dl_rng r = dl_rng_make(3);
       return dl_t_mul(tp, dl_t_dropout(tp, dl_t_mul(tp, c, wh), 0.3, &r, 1), c);
     }
+    case P_EMBED: { /* a repeated index; the rows, then a nonlinearity mixing them */
+      static const int64_t ix[6] = {2, 0, 2, 4, 1, 2};
+      static const int64_t six = 6;
+      dl_tensor idx;
+      dl_tensor_wrap(&idx, &ctx, DL_I64, 1, &six, (void *)ix);
+      return dl_t_tanh(tp, dl_t_matmul(tp, dl_t_embedding(tp, x, &idx), in[1]));
+    }
     case P_SOFTMAX: { /* softmax / log_softmax along the last axis (rows) or the first (strided) */
       dl_tensor *y = p->which < 2 ? dl_t_softmax(tp, dl_t_mul_scalar(tp, x, 1.3), p->which ? 0 : 1)
                                   : dl_t_log_softmax(tp, x, p->which == 2 ? 1 : 0);
@@ -253,6 +260,10 @@ static void test_losses(void) {
     }
   }
   run_case(P_MASKS, 0, "clamp, where, dropout", 2, s54, nd, 1.0);
+  {
+    static const int64_t em[2][3] = {{5, 4, 0}, {4, 3, 0}};
+    run_case(P_EMBED, 0, "embedding (a leaf: H v dense beside the row-sparse gradient)", 2, em, nd, 1.0);
+  }
   run_case(P_SOFTMAX, 0, "softmax, rows", 1, s54, nd, 1.0);
   run_case(P_SOFTMAX, 1, "softmax, columns", 1, s54, nd, 1.0);
   run_case(P_SOFTMAX, 2, "log_softmax, rows", 1, s54, nd, 1.0);

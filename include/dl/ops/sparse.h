@@ -210,6 +210,13 @@ DL_API void dl__embedding_backward(dl_tape *tp, const dl_tensor *gy, const dl_te
 #endif
   if (!dl_tensor_is_contiguous(g)) g = dl_tensor_contiguous(dl_tape_arena(tp), gy);
   if (!g) dl__tape_nomem(tp, "dl_t_embedding", "the gradient", (size_t)gy->numel * dl_dtype_size(gy->dtype));
+  if (tp->hvp) { /* dl_hvp: the lookup is linear in the weight, so d(gw) = scatter(d(gy)), into the dense H v */
+    const dl_tensor *tg = gy->tangent;
+    dl_tensor *gw = dl_tape_grad(tp, w);
+    if (!dl_tensor_is_contiguous(tg)) tg = dl_tensor_contiguous(dl_tape_arena(tp), gy->tangent);
+    if (!tg) dl__tape_nomem(tp, "dl_t_embedding", "the gradient's tangent", (size_t)gy->numel * dl_dtype_size(gy->dtype));
+    dl__embedding_scatter(tg, gw->tangent->data, e->rows, e);
+  }
   if (w->node) { /* an op's output: dense gradient */
     dl_tensor *gw = dl_tape_grad(tp, w);
     dl__embedding_scatter(g, gw->data, e->rows, e);
@@ -299,7 +306,11 @@ DL_API dl_tensor *dl_t_embedding(dl_tape *tp, dl_tensor *weight, const dl_tensor
   in[1] = (dl_tensor *)(uintptr_t)idx; /* read only */
   if (dl_tape_wants(tp, 1, in) && !weight->node)
     e->slots = (int64_t *)dl_tape_scratch(tp, op, sizeof(int64_t) * (size_t)idx->numel);
-  return dl__t_custom(tp, &dl__embedding_op, e, 2, in, idx->ndim + 1, shape); /* device branches inside */
+  {
+    dl_tensor *y = dl__t_custom(tp, &dl__embedding_op, e, 2, in, idx->ndim + 1, shape); /* device branches inside */
+    if (tp->last && tp->last->out == y) tp->last->flags |= DL_NODE_HVP; /* its rule carries dl_hvp's tangents */
+    return y;
+  }
 }
 
 /* >>dropout ---------------------------------------------------------------- */
