@@ -45,6 +45,7 @@ DL__INL dl_layer *dl__site_l(dl_layer *l) {
 /* the ops with their own definitions */
 #define dl_t_act(...) DL__AT_T(dl_t_act, __VA_ARGS__)
 #define dl_t_avg_pool2d(...) DL__AT_T(dl_t_avg_pool2d, __VA_ARGS__)
+#define dl_t_avg_pool3d(...) DL__AT_T(dl_t_avg_pool3d, __VA_ARGS__)
 #define dl_t_batch_norm(...) DL__AT_T(dl_t_batch_norm, __VA_ARGS__)
 #define dl_t_bce_with_logits(...) DL__AT_T(dl_t_bce_with_logits, __VA_ARGS__)
 #define dl_t_clamp(...) DL__AT_T(dl_t_clamp, __VA_ARGS__)
@@ -52,6 +53,7 @@ DL__INL dl_layer *dl__site_l(dl_layer *l) {
 #define dl_t_contiguous(...) DL__AT_T(dl_t_contiguous, __VA_ARGS__)
 #define dl_t_conv1d(...) DL__AT_T(dl_t_conv1d, __VA_ARGS__)
 #define dl_t_conv2d(...) DL__AT_T(dl_t_conv2d, __VA_ARGS__)
+#define dl_t_conv3d(...) DL__AT_T(dl_t_conv3d, __VA_ARGS__)
 #define dl_t_cross_entropy(...) DL__AT_T(dl_t_cross_entropy, __VA_ARGS__)
 #define dl_t_custom(...) DL__AT_T(dl_t_custom, __VA_ARGS__)
 #define dl_t_dropout(...) DL__AT_T(dl_t_dropout, __VA_ARGS__)
@@ -72,6 +74,7 @@ DL__INL dl_layer *dl__site_l(dl_layer *l) {
 #define dl_t_max(...) DL__AT_T(dl_t_max, __VA_ARGS__)
 #define dl_t_max_pool2d(...) DL__AT_T(dl_t_max_pool2d, __VA_ARGS__)
 #define dl_t_max_pool2d_with_indices(...) DL__AT_T(dl_t_max_pool2d_with_indices, __VA_ARGS__)
+#define dl_t_max_pool3d(...) DL__AT_T(dl_t_max_pool3d, __VA_ARGS__)
 #define dl_t_max_unpool2d(...) DL__AT_T(dl_t_max_unpool2d, __VA_ARGS__)
 #define dl_t_mean(...) DL__AT_T(dl_t_mean, __VA_ARGS__)
 #define dl_t_mean_all(...) DL__AT_T(dl_t_mean_all, __VA_ARGS__)
