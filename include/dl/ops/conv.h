@@ -3,8 +3,12 @@
  *   dl_tensor *h = dl_t_conv2d(tp, x, w, b, &(dl_conv2d_args){.pad_h = 2, .pad_w = 2});
  *   dl_tensor *p = dl_t_max_pool2d(tp, dl_t_relu(tp, h), &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2});
  *
- * Layouts are PyTorch's: x [N, C, H, W] (conv1d: [N, C, L]), weights
- * [O, C/groups, kh, kw] ([O, C/groups, k]), outputs [N, O, Ho, Wo]. Every
+ * Layouts are PyTorch's: x [N, C, H, W] (conv1d: [N, C, L]; conv3d and the
+ * 3-d pools: [N, C, D, H, W]), weights [O, C/groups, kh, kw] ([O, C/groups,
+ * k]; [O, C/groups, kd, kh, kw]), outputs [N, O, Ho, Wo] ([N, O, Do, Ho,
+ * Wo]). One code serves all three ranks: the geometry, im2col and the
+ * pooling loops carry a depth, 1 for the 2-d ops (and conv1d is conv2d with
+ * H = 1). Every
  * argument struct's all-zero value (or a NULL pointer) means PyTorch's
  * defaults: stride 1 (pools: the kernel size), no padding, dilation 1, one
  * group. Inputs may be strided views (copied to contiguous arena memory
@@ -13,6 +17,7 @@
  *
  * Convolution is im2col + GEMM: per image and group,
  *   y[O/g, Ho*Wo] = w[O/g, C/g*kh*kw] @ col[C/g*kh*kw, Ho*Wo]
+ * (3-d: K = C/g*kd*kh*kw rows, P = Do*Ho*Wo columns)
  * (a 1x1 convolution with stride 1 and no padding uses the image itself as
  * col). Backward: grad_w += gy @ col^T, grad_x += col2im(w^T @ gy),
  * grad_b += gy summed over the batch and positions. Above
@@ -247,11 +252,11 @@ DL_API void dl__conv_range(int64_t off, int64_t s, int64_t n, int64_t outn, int6
                                       int64_t m, int64_t rs) {                                     \
     for (; n > 0; n--, d += rs, s += m) dl__conv_acc_##sfx(d, s, m);                               \
   }                                                                                                \
-  /* Row (c, a, i, j) of col, column (od, oh, ow), is x[c, od*sd - pd + a*dd,                     \
-   * oh*sh - ph + i*dh, ow*sw - pw + j*dw], zero outside the input; for each                     \
-   * depth tap a and output depth od (one of each in 2-d) rows oh in [olo, ohi)                  \
-   * and columns ow in [lo, hi) are the ones inside. The channel loop is                          \
-   * innermost: the ranges (two divisions each) are worked out kd*Do*kh*kw                        \
+  /* Row (c, a, i, j) of col, column (od, oh, ow), is x[c, od*sd - pd + a*dd,                      \
+   * oh*sh - ph + i*dh, ow*sw - pw + j*dw], zero outside the input; for each                       \
+   * depth tap a and output depth od (one of each in 2-d) rows oh in [olo, ohi)                    \
+   * and columns ow in [lo, hi) are the ones inside. The channel loop is                           \
+   * innermost: the ranges (two divisions each) are worked out kd*Do*kh*kw                         \
    * times, not Cg*kd*kh*kw times. */                                                              \
   DL_API void dl__im2col_##sfx(const dl__conv_geom *g, const T *x, T *col) {                       \
     const int64_t Wo = g->Wo, sw = g->sw, rs = g->sh * g->W, HW = g->H * g->W;                     \
@@ -368,7 +373,7 @@ DL_API void dl__conv_range(int64_t off, int64_t s, int64_t n, int64_t outn, int6
     T *y = (T *)yv, *col = (T *)colv;                                                              \
     int64_t gi;                                                                                    \
     for (gi = 0; gi < g->G; gi++) {                                                                \
-      const T *xg = x + gi * g->Cg * g->D * g->H * g->W, *B = xg;                                         \
+      const T *xg = x + gi * g->Cg * g->D * g->H * g->W, *B = xg;                                  \
       T *yg = y + gi * g->Og * g->P;                                                               \
       T beta = acc ? (T)1 : (T)0;                                                                  \
       if (b) {                                                                                     \
@@ -390,7 +395,7 @@ DL_API void dl__conv_range(int64_t off, int64_t s, int64_t n, int64_t outn, int6
     T *gx = (T *)gxv, *gw = (T *)gwv, *col = (T *)colv;                                            \
     int64_t gi;                                                                                    \
     for (gi = 0; gi < g->G; gi++) {                                                                \
-      const T *xg = x + gi * g->Cg * g->D * g->H * g->W, *wg = w + gi * g->Og * g->K;                     \
+      const T *xg = x + gi * g->Cg * g->D * g->H * g->W, *wg = w + gi * g->Og * g->K;              \
       const T *gyg = gy + gi * g->Og * g->P;                                                       \
       if (gw) {                                                                                    \
         const T *B = xg;                                                                           \
@@ -402,7 +407,7 @@ DL_API void dl__conv_range(int64_t off, int64_t s, int64_t n, int64_t outn, int6
                       (T)1, gw + gi * g->Og * g->K, g->K);                                         \
       }                                                                                            \
       if (gx) {                                                                                    \
-        T *gxg = gx + gi * g->Cg * g->D * g->H * g->W;                                                    \
+        T *gxg = gx + gi * g->Cg * g->D * g->H * g->W;                                             \
         if (g->direct) {                                                                           \
           dl_gemm_##sfx(ctx, DL_TRANS, DL_NOTRANS, g->K, g->P, g->Og, (T)1, wg, g->K, gyg, g->P,   \
                         (T)1, gxg, g->P);                                                          \
@@ -558,6 +563,12 @@ DL_API dlg_conv2d dl__conv_dlg(const dl__conv_geom *g) {
   c.dh = g->dh;
   c.dw = g->dw;
   c.G = g->G;
+  c.D = g->D;
+  c.kd = g->kd;
+  c.Do = g->Do;
+  c.sd = g->sd;
+  c.pd = g->pd;
+  c.dd = g->dd;
   return c;
 }
 /* dl__t_conv on the device: y = conv(x, w) + b through cuDNN, tangents as
@@ -565,26 +576,22 @@ DL_API dlg_conv2d dl__conv_dlg(const dl__conv_geom *g) {
  * contiguous x and w; dl__t_conv_bw branches to dlg_conv2d_bwd. */
 DL_API dl_tensor *dl__t_conv_gpu(dl_tape *tp, const char *op, dl_tensor *x, dl_tensor *w, dl_tensor *b,
                                  const dl__conv_geom *g, const int64_t *i, dl_backward_fn bw) {
-  dlg_handle *h;
-  dlg_conv2d c;
-  if (i[7] == 2)
-    DL_PANIC(x->ctx, op, "x %s, weight %s on the device: conv3d runs on the CPU only so far", DL_SHAPESTR(x),
-             DL_SHAPESTR(w));
-  h = dl__dnn_h(tp, op, x);
-  c = dl__conv_dlg(g);
+  dlg_handle *h = dl__dnn_h(tp, op, x);
+  const dlg_conv2d c = dl__conv_dlg(g);
   const int dt = (int)x->dtype;
   dl_tensor *y, *xc, *wc, *bc;
   dl_node *n;
-  int64_t shape[4];
+  int64_t shape[5];
   int k;
   dl__dnn_tangent_dev(op, x);
   dl__dnn_tangent_dev(op, w);
   dl__dnn_tangent_dev(op, b);
   shape[0] = g->N;
   shape[1] = g->O;
-  shape[2] = i[7] ? g->Wo : g->Ho;
-  shape[3] = g->Wo;
-  y = dl_tape_out(tp, op, x->dtype, i[7] ? 3 : 4, shape);
+  shape[2] = i[7] == 1 ? g->Wo : i[7] == 2 ? g->Do : g->Ho;
+  shape[3] = i[7] == 2 ? g->Ho : g->Wo;
+  shape[4] = g->Wo;
+  y = dl_tape_out(tp, op, x->dtype, i[7] == 1 ? 3 : i[7] == 2 ? 5 : 4, shape);
   xc = dl__t_contig(tp, op, x);
   wc = dl__t_contig(tp, op, w);
   bc = b ? dl__t_contig(tp, op, b) : NULL;
@@ -998,7 +1005,7 @@ typedef struct dl__pool_geom {
   DL_API void dl__maxpool_fwd_##sfx(const dl__pool_geom *g, const T *x, T *y, int32_t *idx) {      \
     const int64_t HW = g->H * g->W, Q = g->Ho * g->Wo;                                             \
     int64_t od, oh, ow, jd, jh, jw;                                                                \
-    if (g->dd == 1 && g->dh == 1 && g->dw == 1) { /* the window clipped to the input */           \
+    if (g->dd == 1 && g->dh == 1 && g->dw == 1) { /* the window clipped to the input */            \
       for (od = 0; od < g->Do; od++) {                                                             \
         int64_t d0 = od * g->sd - g->pd;                                                           \
         const int64_t d1 = d0 + g->kd < g->D ? d0 + g->kd : g->D;                                  \
@@ -1134,7 +1141,7 @@ DL__INL int64_t dl__avgpool_full(int64_t n, int64_t p, int64_t pe, int64_t k, in
     if (ws < 0) ws = 0;                                                                            \
     cnt = (de > ds ? de - ds : 0) * (he > hs ? he - hs : 0) * (we > ws ? we - ws : 0);             \
   } else {                                                                                         \
-    /* kd kh kw but for the windows that ceil_mode runs past the padding */                       \
+    /* kd kh kw but for the windows that ceil_mode runs past the padding */                        \
     if (od < dfull && oh < hfull && ow < wfull) {                                                  \
       cnt = g->kd * g->kh * g->kw;                                                                 \
     } else {                                                                                       \
@@ -1291,6 +1298,17 @@ DL_API void dl__pool_save(dl_node *n, const dl__pool_geom *g) {
   n->i[6] = dl__pool_pair(g->kd, g->sd);
   n->i[7] = dl__pool_pair(g->pd, g->dd);
 }
+/* The output shape of pooling x with g: [N, C, Ho, Wo] (x 4-d) or
+ * [N, C, Do, Ho, Wo] (x 5-d); returns the rank. */
+DL_API int dl__pool_shape(const dl_tensor *x, const dl__pool_geom *g, int64_t *shape) {
+  const int d3 = x->ndim == 5;
+  shape[0] = g->N;
+  shape[1] = g->C;
+  shape[2] = g->Do;
+  shape[2 + d3] = g->Ho;
+  shape[3 + d3] = g->Wo;
+  return 4 + d3;
+}
 
 #ifdef DL_USE_CUDA
 DL_API dlg_pool2d dl__pool_dlg(const dl__pool_geom *g) {
@@ -1312,6 +1330,13 @@ DL_API dlg_pool2d dl__pool_dlg(const dl__pool_geom *g) {
   p.dw = g->dw;
   p.phe = g->phe;
   p.pwe = g->pwe;
+  p.D = g->D;
+  p.kd = g->kd;
+  p.sd = g->sd;
+  p.pd = g->pd;
+  p.pde = g->pde;
+  p.dd = g->dd;
+  p.Do = g->Do;
   return p;
 }
 /* max_pool2d (max != 0) or avg_pool2d on the device, recorded with rule bw;
@@ -1319,19 +1344,17 @@ DL_API dlg_pool2d dl__pool_dlg(const dl__pool_geom *g) {
  * and hands it to *ind when ind is not NULL. */
 DL_API dl_tensor *dl__t_pool_gpu(dl_tape *tp, const char *op, int max, dl_tensor *x, const dl__pool_geom *g,
                                  dl_backward_fn bw, dl_tensor **ind) {
-  dlg_handle *h;
-  dlg_pool2d pg;
+  dlg_handle *h = dl__dnn_h(tp, op, x);
+  const dlg_pool2d pg = dl__pool_dlg(g);
   const int dt = (int)x->dtype;
   dl_tensor *y, *xc, *idx = NULL;
   dl_node *n;
-  if (x->ndim == 5)
-    DL_PANIC(x->ctx, op, "x %s on the device: 3-d pooling runs on the CPU only so far", DL_SHAPESTR(x));
-  h = dl__dnn_h(tp, op, x);
-  pg = dl__pool_dlg(g);
+  int64_t shape[5];
+  const int nd = dl__pool_shape(x, g, shape);
   dl__dnn_tangent_dev(op, x);
-  y = dl_tape_out(tp, op, x->dtype, DL_SHAPE(g->N, g->C, g->Ho, g->Wo));
+  y = dl_tape_out(tp, op, x->dtype, nd, shape);
   xc = dl__t_contig(tp, op, x);
-  if (max && (ind || dl_tape_wants(tp, 1, &x) || x->tangent)) idx = dl_tape_out(tp, op, DL_I32, 4, y->shape);
+  if (max && (ind || dl_tape_wants(tp, 1, &x) || x->tangent)) idx = dl_tape_out(tp, op, DL_I32, nd, y->shape);
   if (y->numel)
     dl__gpu_ok(x, op, max ? dlg_max_pool2d_fwd(h, dt, &pg, xc->data, y->data, idx ? (int32_t *)idx->data : NULL)
                           : dlg_avg_pool2d_fwd(h, dt, &pg, xc->data, y->data));
@@ -1371,17 +1394,6 @@ DL_API void dl__t_max_pool2d_bw(dl_tape *tp, dl_node *n) {
   if (gx)
     dl__pool_run(tp->ctx, &g, DL__MAXPOOL_BWD, gx->dtype, n->out->grad->data, gx->data,
                  (int32_t *)n->saved[0]->data);
-}
-/* The output shape of pooling x with g: [N, C, Ho, Wo] (x 4-d) or
- * [N, C, Do, Ho, Wo] (x 5-d); returns the rank. */
-DL_API int dl__pool_shape(const dl_tensor *x, const dl__pool_geom *g, int64_t *shape) {
-  const int d3 = x->ndim == 5;
-  shape[0] = g->N;
-  shape[1] = g->C;
-  shape[2] = g->Do;
-  shape[2 + d3] = g->Ho;
-  shape[3 + d3] = g->Wo;
-  return 4 + d3;
 }
 /* max pooling (2-d or 3-d) after the checks, and its argmax in *ind when
  * ind is not NULL. */
