@@ -1085,6 +1085,72 @@ static void test_empty(void) {
   dl_tensor_free(gy);
 }
 
+/* 3-d: the steady state (a training step's arena use the same from the
+ * third step on, as conv2d's), no node without a gradient, no input
+ * channels (y the bias) and an empty batch. */
+static void test_3d_steady_state_empty(void) {
+  dl_tape tp;
+  dl_tensor *x = mk(DL_F32, DL_SHAPE(3, 2, 5, 6, 6), 91), *w = mk(DL_F32, DL_SHAPE(4, 2, 3, 3, 3), 92);
+  dl_tensor *b = mk(DL_F32, DL_SHAPE(4), 93), *y, *gy;
+  dl_tensor *xe = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(2, 0, 3, 4, 4));
+  dl_tensor *we = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(3, 0, 2, 3, 3)), *be = mk(DL_F64, DL_SHAPE(3), 94);
+  dl_tensor *x0 = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(0, 2, 4, 4, 4)), *w0 = mk(DL_F64, DL_SHAPE(3, 2, 3, 3, 3), 95);
+  const dl_pool3d_args pa = {.kernel_d = 2, .kernel_h = 2, .kernel_w = 2};
+  size_t hw = 0;
+  int step;
+  int64_t i;
+  dl_tape_init(&tp, &parctx, 0);
+  y = dl_t_avg_pool3d(&tp, dl_t_max_pool3d(&tp, dl_t_conv3d(&tp, x, w, b, NULL), &pa),
+                      &(dl_pool3d_args){.kernel_d = 1, .kernel_h = 2, .kernel_w = 2});
+  CHECK(y->node == NULL && tp.nodes == 0);
+  dl_tape_rewind(&tp);
+  dl_requires_grad(w);
+  dl_requires_grad(b);
+  for (step = 0; step < 4; step++) {
+    dl_tensor *h = dl_t_conv3d(&tp, x, w, b, &(dl_conv3d_args){.pad_d = 1, .pad_h = 1, .pad_w = 1});
+    dl_tensor *p = dl_t_avg_pool3d(&tp, dl_t_max_pool3d(&tp, h, &pa), &(dl_pool3d_args){.kernel_d = 1, .kernel_h = 2,
+                                                                                          .kernel_w = 1});
+    dl_tensor *g = dl_tape_out(&tp, "test", DL_F32, p->ndim, p->shape);
+    dl_tensor_fill(g, 1.0);
+    CHECK(tp.nodes == 3);
+    dl_zero_grad(w);
+    dl_zero_grad(b);
+    dl_backward(&tp, p, g);
+    if (step == 1) hw = dl_arena_bytes_needed(&tp.arena);
+    if (step > 1) CHECK(dl_arena_bytes_needed(&tp.arena) == hw);
+    dl_tape_rewind(&tp);
+  }
+  /* no input channels: y is the bias everywhere, grad_b the sum of gy */
+  dl_requires_grad(xe);
+  dl_requires_grad(we);
+  dl_requires_grad(be);
+  y = dl_t_conv3d(&tp, xe, we, be, NULL);
+  CHECK(y->ndim == 5 && y->shape[1] == 3 && y->shape[2] == 2 && y->shape[3] == 2 && y->shape[4] == 2);
+  for (i = 0; i < y->numel; i++) CHECK(dl_f64(y)[i] == dl_f64(be)[(i / 8) % 3]);
+  gy = dl_tensor_make(&pctx, DL_F64, 5, y->shape);
+  dl_tensor_fill(gy, 0.5);
+  dl_backward(&tp, y, gy);
+  CHECK(dl_f64(be->grad)[0] == 8.0 && dl_f64(be->grad)[2] == 8.0);
+  dl_tape_rewind(&tp);
+  /* an empty batch */
+  y = dl_t_conv3d(&tp, x0, w0, NULL, NULL);
+  CHECK(y->numel == 0 && y->ndim == 5 && y->shape[1] == 3 && y->shape[2] == 2);
+  y = dl_t_max_pool3d(&tp, x0, &pa);
+  CHECK(y->numel == 0 && y->shape[2] == 2 && y->shape[4] == 2);
+  y = dl_t_avg_pool3d(&tp, x0, &pa);
+  CHECK(y->numel == 0 && y->ndim == 5);
+  dl_tape_free(&tp);
+  dl_tensor_free(x);
+  dl_tensor_free(w);
+  dl_tensor_free(b);
+  dl_tensor_free(xe);
+  dl_tensor_free(we);
+  dl_tensor_free(be);
+  dl_tensor_free(x0);
+  dl_tensor_free(w0);
+  dl_tensor_free(gy);
+}
+
 /* ---- panics ---------------------------------------------------------------------- */
 
 static void test_panics(void) {
@@ -1176,6 +1242,7 @@ int main(void) {
   RUN(test_pool3d_gradcheck);
   RUN(test_3d_threads_ties);
   RUN(test_3d_panics);
+  RUN(test_3d_steady_state_empty);
   RUN(test_torch_fixtures);
   RUN(test_naive_and_threads);
   RUN(test_pool_ties_nan);
