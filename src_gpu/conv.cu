@@ -39,15 +39,52 @@ struct ConvDescs {
 
 bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
+// Whether g has a depth that 4-d descriptors cannot express (dlg_conv2d's
+// kd == 0 is 2-d; a depth of 1 with kernel, stride, dilation 1 and no
+// padding is the 2-d convolution too), and its output depth (1 in 2-d).
+bool conv_3d(const dlg_conv2d *g) {
+  return g->kd != 0 && !(g->D == 1 && g->kd == 1 && g->Do == 1 && g->sd == 1 && g->pd == 0 && g->dd == 1);
+}
+int64_t conv_do(const dlg_conv2d *g) { return g->kd != 0 ? g->Do : 1; }
+
+// The rest of conv_descs for a 3-d g: cuDNN's Nd (5-d) descriptors, the
+// same math and group count as 2-d, cuDNN's output size checked.
+template <class T> int conv_descs_3d(dlg_handle *h, const char *op, const dlg_conv2d *g, ConvDescs *d) {
+  const cudnnDataType_t dt = dnn_type<T>();
+  const int xd[5] = {(int)g->N, (int)g->C, (int)g->D, (int)g->H, (int)g->W};
+  const int yd[5] = {(int)g->N, (int)g->O, (int)g->Do, (int)g->Ho, (int)g->Wo};
+  const int wd[5] = {(int)g->O, (int)(g->C / g->G), (int)g->kd, (int)g->kh, (int)g->kw};
+  const int pad[3] = {(int)g->pd, (int)g->ph, (int)g->pw}, str[3] = {(int)g->sd, (int)g->sh, (int)g->sw};
+  const int dil[3] = {(int)g->dd, (int)g->dh, (int)g->dw};
+  int rc, out[5];
+  if ((rc = dlg_dnn(h, cudnnSetTensorNdDescriptorEx(d->x, CUDNN_TENSOR_NCHW, dt, 5, xd), op)) != DLG_OK) return rc;
+  if ((rc = dlg_dnn(h, cudnnSetTensorNdDescriptorEx(d->y, CUDNN_TENSOR_NCHW, dt, 5, yd), op)) != DLG_OK) return rc;
+  if ((rc = dlg_dnn(h, cudnnSetFilterNdDescriptor(d->w, dt, CUDNN_TENSOR_NCHW, 5, wd), op)) != DLG_OK) return rc;
+  rc = dlg_dnn(h, cudnnSetConvolutionNdDescriptor(d->c, 3, pad, str, dil, CUDNN_CROSS_CORRELATION, dt), op);
+  if (rc != DLG_OK) return rc;
+  if ((rc = dlg_dnn(h, cudnnSetConvolutionGroupCount(d->c, (int)g->G), op)) != DLG_OK) return rc;
+  rc = dlg_dnn(h, cudnnSetConvolutionMathType(d->c, dt == CUDNN_DATA_FLOAT ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH),
+               op);
+  if (rc != DLG_OK) return rc;
+  if ((rc = dlg_dnn(h, cudnnGetConvolutionNdForwardOutputDim(d->c, d->x, d->w, 5, out), op)) != DLG_OK) return rc;
+  for (int k = 0; k < 5; k++)
+    if (out[k] != yd[k])
+      return dlg_fail(h, DLG_ERR, "%s: cuDNN's output [%d, %d, %d, %d, %d] is not y [%d, %d, %d, %d, %d]", op, out[0],
+                      out[1], out[2], out[3], out[4], yd[0], yd[1], yd[2], yd[3], yd[4]);
+  return DLG_OK;
+}
+
 // Checks g (sizes cuDNN can take, consistent groups) and makes the
 // descriptors. Math: f32 FMA only (CUDNN_FMA_MATH: no TF32 tensor cores,
 // whose 10-bit mantissa products would leave the CPU's 1e-4 tolerance);
 // f64 cuDNN's default (double tensor cores, where used, are exact IEEE FMA).
 template <class T> int conv_descs(dlg_handle *h, const char *op, const dlg_conv2d *g, ConvDescs *d) {
   const cudnnDataType_t dt = dnn_type<T>();
+  const bool d3 = conv_3d(g);
   int rc, n, c, hh, ww;
   if (!(g->sh >= 1 && g->sw >= 1 && g->dh >= 1 && g->dw >= 1 && g->G >= 1 && g->ph >= 0 && g->pw >= 0 &&
-        g->kh >= 1 && g->kw >= 1 && g->C % g->G == 0 && g->O % g->G == 0))
+        g->kh >= 1 && g->kw >= 1 && g->C % g->G == 0 && g->O % g->G == 0) ||
+      (d3 && !(g->sd >= 1 && g->dd >= 1 && g->pd >= 0 && g->kd >= 1 && g->D >= 0 && g->Do >= 0)))
     return dlg_fail(h, DLG_ERR, "%s: bad geometry (kernel %lldx%lld, stride %lldx%lld, dilation %lldx%lld, "
                     "padding %lldx%lld, C %lld, O %lld, groups %lld)", op, (long long)g->kh, (long long)g->kw,
                     (long long)g->sh, (long long)g->sw, (long long)g->dh, (long long)g->dw, (long long)g->ph,
@@ -56,10 +93,13 @@ template <class T> int conv_descs(dlg_handle *h, const char *op, const dlg_conv2
     const int64_t v[] = {g->N, g->C, g->H, g->W, g->O, g->kh, g->kw, g->Ho, g->Wo, g->sh, g->sw, g->ph, g->pw,
                          g->dh, g->dw, g->G};
     bool ok = true;
+    const int64_t vd[] = {g->D, g->kd, g->Do, g->sd, g->pd, g->dd};
+    const double D = d3 ? (double)g->D : 1, kd = d3 ? (double)g->kd : 1, Do = d3 ? (double)g->Do : 1;
     for (int64_t e : v) ok = ok && fits_int(e);
+    for (int64_t e : vd) ok = ok && (!d3 || fits_int(e));
     // every tensor below 2^31 elements (cuDNN's strides are int)
-    ok = ok && (double)g->N * g->C * g->H * g->W <= INT_MAX && (double)g->N * g->O * g->Ho * g->Wo <= INT_MAX &&
-         (double)g->O * (g->C / g->G) * g->kh * g->kw <= INT_MAX;
+    ok = ok && (double)g->N * g->C * D * g->H * g->W <= INT_MAX && (double)g->N * g->O * Do * g->Ho * g->Wo <= INT_MAX &&
+         (double)g->O * (g->C / g->G) * kd * g->kh * g->kw <= INT_MAX;
     if (!ok)
       return dlg_fail(h, DLG_ERR, "%s: x [%lld, %lld, %lld, %lld] or y [%lld, %lld, %lld, %lld] too large for "
                       "cuDNN (2^31 elements per tensor)", op, (long long)g->N, (long long)g->C, (long long)g->H,
@@ -71,6 +111,7 @@ template <class T> int conv_descs(dlg_handle *h, const char *op, const dlg_conv2
   if ((rc = dlg_dnn(h, cudnnCreateTensorDescriptor(&d->y), op)) != DLG_OK) return rc;
   if ((rc = dlg_dnn(h, cudnnCreateFilterDescriptor(&d->w), op)) != DLG_OK) return rc;
   if ((rc = dlg_dnn(h, cudnnCreateConvolutionDescriptor(&d->c), op)) != DLG_OK) return rc;
+  if (d3) return conv_descs_3d<T>(h, op, g, d);
   rc = dlg_dnn(h, cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, dt, (int)g->N, (int)g->C, (int)g->H,
                                              (int)g->W), op);
   if (rc != DLG_OK) return rc;
@@ -307,14 +348,15 @@ template <class T> __global__ void conv_bias_final_k(int64_t O, const double *pa
 template <class T>
 int conv_fwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv, const void *bv, void *yv, int acc) {
   const char *op = "dlg_conv2d_fwd";
-  const int64_t ny = g->N * g->O * g->Ho * g->Wo;
+  const int64_t ny = g->N * g->O * conv_do(g) * g->Ho * g->Wo;
   T *y = (T *)yv;
   const T *b = (const T *)bv;
   int rc;
   if (ny <= 0) return DLG_OK;
   if (g->C == 0) { // no input channels: y is the bias (or zero)
     if (b) {
-      DLG_LAUNCH(dlg_blocks(h, ny, kThreads), kThreads, 0, h->stream, conv_bias_k<T>)(ny, g->O, g->Ho * g->Wo, b, y, acc);
+      DLG_LAUNCH(dlg_blocks(h, ny, kThreads), kThreads, 0, h->stream, conv_bias_k<T>)(ny, g->O, conv_do(g) * g->Ho * g->Wo,
+                                                                                      b, y, acc);
       return dlg_launched(h, op);
     }
     return acc ? DLG_OK : dlg_cuda(h, dlg_memset_async(h, y, 0, (size_t)ny * sizeof(T)), op);
@@ -341,7 +383,8 @@ int conv_fwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv,
     if (rc != DLG_OK) return rc;
   }
   if (b) {
-    DLG_LAUNCH(dlg_blocks(h, ny, kThreads), kThreads, 0, h->stream, conv_bias_k<T>)(ny, g->O, g->Ho * g->Wo, b, y, 1);
+    DLG_LAUNCH(dlg_blocks(h, ny, kThreads), kThreads, 0, h->stream, conv_bias_k<T>)(ny, g->O, conv_do(g) * g->Ho * g->Wo,
+                                                                                    b, y, 1);
     return dlg_launched(h, op);
   }
   return DLG_OK;
@@ -351,7 +394,7 @@ template <class T>
 int conv_bwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv, const void *gyv, void *gxv,
              void *gwv, void *gbv) {
   const char *op = "dlg_conv2d_bwd";
-  const int64_t P = g->Ho * g->Wo;
+  const int64_t P = conv_do(g) * g->Ho * g->Wo;
   int rc;
   if (gbv && g->O > 0) { // before cuDNN's passes: the same order as the CPU
     const ChanGeo cg = {g->N, g->O, P};
@@ -367,7 +410,9 @@ int conv_bwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv,
     if ((rc = dlg_launched(h, op)) != DLG_OK) return rc;
   }
   // nothing flows when x, w or gy is empty
-  if ((!gxv && !gwv) || g->N == 0 || g->C == 0 || g->O == 0 || P == 0 || g->H == 0 || g->W == 0) return DLG_OK;
+  if ((!gxv && !gwv) || g->N == 0 || g->C == 0 || g->O == 0 || P == 0 || g->H == 0 || g->W == 0 ||
+      (g->kd != 0 && g->D == 0))
+    return DLG_OK;
   {
     ConvPlan *p;
     const T one = 1;
@@ -416,7 +461,8 @@ int conv_bwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv,
 }
 
 // >>pooling -------------------------------------------------------------------
-// Copies of ops/conv.h's DL__POOL_KERNELS, one thread per element written.
+// Copies of ops/conv.h's DL__POOL_KERNELS (2-d and 3-d: 2-d is the depth-1
+// case), one thread per element written.
 
 // Each body below is the work of one element e (host and device, so that
 // it can be checked against the CPU's loops without a GPU).
@@ -431,30 +477,44 @@ __host__ __device__ inline void pool_taps(int64_t s, int64_t d, int64_t n, int64
   *hi = b;
 }
 
+// g with its depth filled in: a 2-d window (kd == 0) as the depth-1 case.
+__host__ __device__ inline dlg_pool2d pool_norm(dlg_pool2d g) {
+  if (g.kd == 0) {
+    g.D = g.kd = g.sd = g.dd = g.Do = 1;
+    g.pd = g.pde = 0;
+  }
+  return g;
+}
+
+// The bodies below take a normalised g (pool_norm): e indexes the volumes
+// [N*C, Do, Ho, Wo] (outputs) or [N*C, D, H, W] (inputs), the depth 1 in 2-d.
 template <class T>
 __host__ __device__ inline void maxpool_fwd_at(const dlg_pool2d &g, const T *x, T *y, int32_t *idx, int64_t e) {
-  const int64_t ow = e % g.Wo, t = e / g.Wo, oh = t % g.Ho, pl = t / g.Ho;
-  const T *xp = x + pl * g.H * g.W;
-  const int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
-  int64_t h0, h1, w0, w1, at = -1;
+  const int64_t ow = e % g.Wo, t = e / g.Wo, oh = t % g.Ho, t2 = t / g.Ho, od = t2 % g.Do, pl = t2 / g.Do;
+  const int64_t HW = g.H * g.W;
+  const T *xp = x + pl * g.D * HW;
+  const int64_t ds = od * g.sd - g.pd, hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
+  int64_t d0, d1, h0, h1, w0, w1, at = -1;
   T m = -(T)INFINITY;
+  pool_taps(ds, g.dd, g.D, g.kd, &d0, &d1);
   pool_taps(hs, g.dh, g.H, g.kh, &h0, &h1);
   pool_taps(ws, g.dw, g.W, g.kw, &w0, &w1);
-  if (h0 < h1 && w0 < w1) { // the first tap starts the scan (it may be NaN or -inf)
-    at = (hs + h0 * g.dh) * g.W + ws + w0 * g.dw;
+  if (d0 < d1 && h0 < h1 && w0 < w1) { // the first tap starts the scan (it may be NaN or -inf)
+    at = (ds + d0 * g.dd) * HW + (hs + h0 * g.dh) * g.W + ws + w0 * g.dw;
     m = xp[at];
   }
-  for (int64_t jh = h0; jh < h1; jh++) {
-    const int64_t r = (hs + jh * g.dh) * g.W + ws;
-    for (int64_t jw = w0; jw < w1; jw++) {
-      const int64_t p = r + jw * g.dw;
-      const T v = xp[p];
-      if (v > m || v != v) {
-        m = v;
-        at = p;
+  for (int64_t jd = d0; jd < d1; jd++)
+    for (int64_t jh = h0; jh < h1; jh++) {
+      const int64_t r = (ds + jd * g.dd) * HW + (hs + jh * g.dh) * g.W + ws;
+      for (int64_t jw = w0; jw < w1; jw++) {
+        const int64_t p = r + jw * g.dw;
+        const T v = xp[p];
+        if (v > m || v != v) {
+          m = v;
+          at = p;
+        }
       }
     }
-  }
   y[e] = m;
   if (idx) idx[e] = (int32_t)at;
 }
@@ -469,86 +529,94 @@ __host__ __device__ inline void pool_range(int64_t i, int64_t k, int64_t s, int6
   if (*hi > n - 1) *hi = n - 1;
 }
 
-// gx[pl, ih, iw] += gy[pl, oh, ow] for every output whose idx is (ih, iw),
-// in (oh, ow) order, as the CPU's loop over k adds them (e indexes gx). The
-// windows that span (ih, iw) (dilated: (k - 1) d + 1 wide) are searched.
+// gx[pl, id, ih, iw] += gy[pl, od, oh, ow] for every output whose idx is
+// (id, ih, iw), in (od, oh, ow) order, as the CPU's loop over k adds them (e
+// indexes gx). The windows that span (id, ih, iw) (dilated: (k - 1) d + 1
+// wide) are searched.
 template <class T>
 __host__ __device__ inline void maxpool_bwd_at(const dlg_pool2d &g, const T *gy, const int32_t *idx, T *gx,
                                                int64_t e) {
-  const int64_t iw = e % g.W, t = e / g.W, ih = t % g.H, pl = t / g.H;
-  const int64_t pos = ih * g.W + iw;
-  int64_t hlo, hhi, wlo, whi;
+  const int64_t iw = e % g.W, t = e / g.W, ih = t % g.H, t2 = t / g.H, id = t2 % g.D, pl = t2 / g.D;
+  const int64_t pos = (id * g.H + ih) * g.W + iw;
+  int64_t dlo, dhi, hlo, hhi, wlo, whi;
   T v = gx[e];
   bool hit = false;
+  pool_range(id, (g.kd - 1) * g.dd + 1, g.sd, g.pd, g.Do, &dlo, &dhi);
   pool_range(ih, (g.kh - 1) * g.dh + 1, g.sh, g.ph, g.Ho, &hlo, &hhi);
   pool_range(iw, (g.kw - 1) * g.dw + 1, g.sw, g.pw, g.Wo, &wlo, &whi);
-  for (int64_t oh = hlo; oh <= hhi; oh++)
-    for (int64_t ow = wlo; ow <= whi; ow++) {
-      const int64_t k = (pl * g.Ho + oh) * g.Wo + ow;
-      if (idx[k] == pos) {
-        v += gy[k];
-        hit = true;
+  for (int64_t od = dlo; od <= dhi; od++)
+    for (int64_t oh = hlo; oh <= hhi; oh++)
+      for (int64_t ow = wlo; ow <= whi; ow++) {
+        const int64_t k = ((pl * g.Do + od) * g.Ho + oh) * g.Wo + ow;
+        if (idx[k] == pos) {
+          v += gy[k];
+          hit = true;
+        }
       }
-    }
   if (hit) gx[e] = v;
 }
 
 template <class T>
 __host__ __device__ inline void maxpool_tan_at(const dlg_pool2d &g, const T *tx, const int32_t *idx, T *ty,
                                                int64_t e) {
-  const int64_t pl = e / (g.Ho * g.Wo);
-  ty[e] = idx[e] >= 0 ? tx[pl * g.H * g.W + idx[e]] : (T)0;
+  const int64_t pl = e / (g.Do * g.Ho * g.Wo);
+  ty[e] = idx[e] >= 0 ? tx[pl * g.D * g.H * g.W + idx[e]] : (T)0;
 }
 
-// The average's window of (oh, ow) inside the input, [*hs, *he) x [*ws, *we),
-// and its divisor, as ops/conv.h's DL__AVGPOOL_COUNT.
-__host__ __device__ inline void avgpool_window(const dlg_pool2d &g, int64_t oh, int64_t ow, int64_t *hs,
-                                               int64_t *he, int64_t *ws, int64_t *we, int64_t *cnt) {
-  int64_t h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
-  int64_t h1 = h0 + g.kh < g.H + g.phe ? h0 + g.kh : g.H + g.phe;
-  int64_t w1 = w0 + g.kw < g.W + g.pwe ? w0 + g.kw : g.W + g.pwe;
-  const int64_t padded = (h1 - h0) * (w1 - w0);
-  if (h0 < 0) h0 = 0;
-  if (w0 < 0) w0 = 0;
-  if (h1 > g.H) h1 = g.H;
-  if (w1 > g.W) w1 = g.W;
-  if (h1 < h0) h1 = h0;
-  if (w1 < w0) w1 = w0;
-  *hs = h0;
-  *he = h1;
-  *ws = w0;
-  *we = w1;
-  *cnt = g.excl ? (h1 - h0) * (w1 - w0) : padded;
+// One axis of the average's window of output o: [*s, *e) inside the input,
+// and the length inside the padded input [-p, n + pe).
+__host__ __device__ inline void avgpool_axis(int64_t o, int64_t k, int64_t st, int64_t p, int64_t pe, int64_t n,
+                                             int64_t *s, int64_t *e, int64_t *padded) {
+  int64_t a = o * st - p, b = a + k < n + pe ? a + k : n + pe;
+  *padded = b - a;
+  if (a < 0) a = 0;
+  if (b > n) b = n;
+  if (b < a) b = a;
+  *s = a;
+  *e = b;
+}
+// The average's window of (od, oh, ow) inside the input, [ds, de) x [hs, he)
+// x [ws, we) in w[0..6), and its divisor, as ops/conv.h's DL__AVGPOOL_COUNT.
+__host__ __device__ inline void avgpool_window(const dlg_pool2d &g, int64_t od, int64_t oh, int64_t ow, int64_t *w,
+                                               int64_t *cnt) {
+  int64_t pd, ph, pw;
+  avgpool_axis(od, g.kd, g.sd, g.pd, g.pde, g.D, &w[0], &w[1], &pd);
+  avgpool_axis(oh, g.kh, g.sh, g.ph, g.phe, g.H, &w[2], &w[3], &ph);
+  avgpool_axis(ow, g.kw, g.sw, g.pw, g.pwe, g.W, &w[4], &w[5], &pw);
+  *cnt = g.excl ? (w[1] - w[0]) * (w[3] - w[2]) * (w[5] - w[4]) : pd * ph * pw;
 }
 
 template <class T> __host__ __device__ inline void avgpool_fwd_at(const dlg_pool2d &g, const T *x, T *y, int64_t e) {
-  const int64_t ow = e % g.Wo, t = e / g.Wo, oh = t % g.Ho, pl = t / g.Ho;
-  const T *xp = x + pl * g.H * g.W;
-  int64_t hs, he, ws, we, cnt;
+  const int64_t ow = e % g.Wo, t = e / g.Wo, oh = t % g.Ho, t2 = t / g.Ho, od = t2 % g.Do, pl = t2 / g.Do;
+  const T *xp = x + pl * g.D * g.H * g.W;
+  int64_t w[6], cnt;
   T s = 0;
-  avgpool_window(g, oh, ow, &hs, &he, &ws, &we, &cnt);
-  for (int64_t ih = hs; ih < he; ih++)
-    for (int64_t iw = ws; iw < we; iw++) s += xp[ih * g.W + iw];
+  avgpool_window(g, od, oh, ow, w, &cnt);
+  for (int64_t id = w[0]; id < w[1]; id++)
+    for (int64_t ih = w[2]; ih < w[3]; ih++)
+      for (int64_t iw = w[4]; iw < w[5]; iw++) s += xp[(id * g.H + ih) * g.W + iw];
   y[e] = cnt > 0 ? s / (T)cnt : (T)0;
 }
 
-// gx[pl, ih, iw] += gy[pl, oh, ow] / count for every window holding (ih, iw),
-// in (oh, ow) order, as the CPU adds them (e indexes gx).
+// gx[pl, id, ih, iw] += gy[pl, od, oh, ow] / count for every window holding
+// (id, ih, iw), in (od, oh, ow) order, as the CPU adds them (e indexes gx).
 template <class T> __host__ __device__ inline void avgpool_bwd_at(const dlg_pool2d &g, const T *gy, T *gx, int64_t e) {
-  const int64_t iw = e % g.W, t = e / g.W, ih = t % g.H, pl = t / g.H;
-  int64_t hlo, hhi, wlo, whi;
+  const int64_t iw = e % g.W, t = e / g.W, ih = t % g.H, t2 = t / g.H, id = t2 % g.D, pl = t2 / g.D;
+  int64_t dlo, dhi, hlo, hhi, wlo, whi;
   T v = gx[e];
   bool hit = false;
+  pool_range(id, g.kd, g.sd, g.pd, g.Do, &dlo, &dhi);
   pool_range(ih, g.kh, g.sh, g.ph, g.Ho, &hlo, &hhi);
   pool_range(iw, g.kw, g.sw, g.pw, g.Wo, &wlo, &whi);
-  for (int64_t oh = hlo; oh <= hhi; oh++)
-    for (int64_t ow = wlo; ow <= whi; ow++) {
-      int64_t hs, he, ws, we, cnt;
-      avgpool_window(g, oh, ow, &hs, &he, &ws, &we, &cnt);
-      if (cnt <= 0) continue;
-      v += gy[(pl * g.Ho + oh) * g.Wo + ow] / (T)cnt;
-      hit = true;
-    }
+  for (int64_t od = dlo; od <= dhi; od++)
+    for (int64_t oh = hlo; oh <= hhi; oh++)
+      for (int64_t ow = wlo; ow <= whi; ow++) {
+        int64_t w[6], cnt;
+        avgpool_window(g, od, oh, ow, w, &cnt);
+        if (cnt <= 0) continue;
+        v += gy[((pl * g.Do + od) * g.Ho + oh) * g.Wo + ow] / (T)cnt;
+        hit = true;
+      }
   if (hit) gx[e] = v;
 }
 
@@ -570,8 +638,9 @@ __global__ void pool_k(int kind, dlg_pool2d g, const T *in, T *out, const int32_
 
 int pool_check(dlg_handle *h, const char *op, const dlg_pool2d *g) {
   if (g->N < 0 || g->C < 0 || g->H < 0 || g->W < 0 || g->kh < 1 || g->kw < 1 || g->sh < 1 || g->sw < 1 ||
-      g->ph < 0 || g->pw < 0 || g->Ho < 0 || g->Wo < 0 || g->H * g->W > INT32_MAX || g->dh < 1 || g->dw < 1 ||
-      g->phe < 0 || g->pwe < 0)
+      g->ph < 0 || g->pw < 0 || g->Ho < 0 || g->Wo < 0 || g->D * g->H * g->W > INT32_MAX || g->dh < 1 || g->dw < 1 ||
+      g->phe < 0 || g->pwe < 0 || g->D < 0 || g->kd < 1 || g->sd < 1 || g->dd < 1 || g->pd < 0 || g->pde < 0 ||
+      g->Do < 0)
     return dlg_fail(h, DLG_ERR, "%s: bad window (kernel %lldx%lld, stride %lldx%lld, padding %lldx%lld, end "
                     "%lldx%lld, dilation %lldx%lld) or input [%lld, %lld, %lld, %lld]", op, (long long)g->kh,
                     (long long)g->kw, (long long)g->sh, (long long)g->sw, (long long)g->ph, (long long)g->pw,
@@ -580,14 +649,15 @@ int pool_check(dlg_handle *h, const char *op, const dlg_pool2d *g) {
   return DLG_OK;
 }
 
-template <class T> int pool_run(dlg_handle *h, const char *op, int kind, const dlg_pool2d *g, const void *in,
+template <class T> int pool_run(dlg_handle *h, const char *op, int kind, const dlg_pool2d *g2, const void *in,
                                 void *out, const int32_t *cidx, int32_t *idx) {
+  const dlg_pool2d gn = pool_norm(*g2), *g = &gn;
   const int bwd = kind == kMaxBwd || kind == kAvgBwd;
-  const int64_t total = g->N * g->C * (bwd ? g->H * g->W : g->Ho * g->Wo);
+  const int64_t total = g->N * g->C * (bwd ? g->D * g->H * g->W : g->Do * g->Ho * g->Wo);
   const unsigned nb = dlg_blocks(h, total, kThreads);
   int rc;
   if ((rc = pool_check(h, op, g)) != DLG_OK) return rc;
-  if (total <= 0 || g->Ho * g->Wo <= 0) return DLG_OK;
+  if (total <= 0 || g->Do * g->Ho * g->Wo <= 0) return DLG_OK;
   DLG_LAUNCH(nb, kThreads, 0, h->stream, pool_k<T>)(kind, *g, (const T *)in, (T *)out, cidx, idx, total);
   return dlg_launched(h, op);
 }

@@ -22,7 +22,7 @@
  *   dl_t_cross_entropy (i64 and i32 labels on the device; smoothing; every
  *   reduction), dl_t_mse, dl_t_embedding, dl_t_dropout (the CPU's mask),
  *   dl_t_conv2d (stride, padding, dilation, groups), dl_t_max_pool2d,
- *   dl_t_avg_pool2d, dl_t_batch_norm (train: running statistics updated
+ *   dl_t_avg_pool2d, dl_t_conv3d, dl_t_max_pool3d, dl_t_avg_pool3d, dl_t_batch_norm (train: running statistics updated
  *   alike; eval), dl_t_layer_norm;
  * - dl_t_index_select, dl_t_gather, dl_t_pad: the CPU's values and tangents
  *   bit for bit (f32 tolerance 0), repeated indices (i64, i32; on the
@@ -786,12 +786,73 @@ static void build_pool(gcase *c, const void *arg) {
   case_init(c, s->name, prog_pool, s, 1);
   add_in(c, nrm(DL_SHAPE(2, 3, 7, 6)), 1, 1);
 }
+/* 3-d: conv3d through cuDNN's Nd descriptors (a depth-1 case through the
+ * 4-d ones), the 3-d pools through the same kernels as 2-d. */
+typedef struct conv3d_spec {
+  const char *name;
+  int64_t C, O, G, D, H, W, kd, kh, kw;
+  int bias;
+  dl_conv3d_args a;
+} conv3d_spec;
+static const conv3d_spec conv3d_specs[] = {
+    {"dl_t_conv3d 3x3x3 pad 1", 3, 4, 1, 5, 6, 5, 3, 3, 3, 1, {.pad_d = 1, .pad_h = 1, .pad_w = 1}},
+    {"dl_t_conv3d 2x3x2 stride (2,1,2) dilation (1,2,1) groups 2, no bias", 4, 6, 2, 6, 7, 5, 2, 3, 2, 0,
+     {.stride_d = 2, .stride_w = 2, .pad_d = 1, .pad_w = 1, .dil_h = 2, .groups = 2}},
+    {"dl_t_conv3d 1x1x1", 3, 4, 1, 3, 4, 5, 1, 1, 1, 1, {0}},
+    {"dl_t_conv3d depth 1 (as conv2d)", 3, 4, 1, 1, 6, 5, 1, 3, 3, 1, {.pad_h = 1}},
+    {"dl_t_conv3d SAME stride 2 (a padded copy of x)", 2, 3, 1, 5, 6, 5, 3, 2, 3, 1,
+     {.stride_d = 2, .stride_h = 2, .stride_w = 2, .pad_mode = DL_PAD_SAME}},
+};
+static dl_tensor *prog_conv3d(dl_tape *tp, dl_tensor *const *in, const void *user) {
+  const conv3d_spec *s = (const conv3d_spec *)user;
+  return dl_t_conv3d(tp, in[0], in[1], in[2], &s->a);
+}
+static void build_conv3d(gcase *c, const void *arg) {
+  const conv3d_spec *s = (const conv3d_spec *)arg;
+  case_init(c, s->name, prog_conv3d, s, 1);
+  add_in(c, nrm(DL_SHAPE(2, s->C, s->D, s->H, s->W)), 1, 1);
+  add_in(c, nrm(DL_SHAPE(s->O, s->C / s->G, s->kd, s->kh, s->kw)), 1, 1);
+  add_in(c, s->bias ? nrm(DL_SHAPE(s->O)) : NULL, 1, 1);
+}
+typedef struct pool3d_spec {
+  const char *name;
+  int max;
+  dl_pool3d_args a;
+} pool3d_spec;
+static const pool3d_spec pool3d_specs[] = {
+    {"dl_t_max_pool3d 2x2x2", 1, {.kernel_d = 2, .kernel_h = 2, .kernel_w = 2}},
+    {"dl_t_max_pool3d 3x3x3 stride 2 pad 1", 1,
+     {.kernel_d = 3, .kernel_h = 3, .kernel_w = 3, .stride_d = 2, .stride_h = 2, .stride_w = 2, .pad_d = 1, .pad_h = 1,
+      .pad_w = 1}},
+    {"dl_t_max_pool3d 2x3x2 dilation (2,1,2) ceil_mode", 1,
+     {.kernel_d = 2, .kernel_h = 3, .kernel_w = 2, .stride_d = 1, .stride_h = 2, .stride_w = 2, .pad_h = 1,
+      .dil_d = 2, .dil_w = 2, .ceil_mode = 1}},
+    {"dl_t_avg_pool3d 2x2x2", 0, {.kernel_d = 2, .kernel_h = 2, .kernel_w = 2}},
+    {"dl_t_avg_pool3d 3x3x3 stride 2 pad 1 exclude_pad", 0,
+     {.kernel_d = 3, .kernel_h = 3, .kernel_w = 3, .stride_d = 2, .stride_h = 2, .stride_w = 2, .pad_d = 1, .pad_h = 1,
+      .pad_w = 1, .exclude_pad = 1}},
+    {"dl_t_avg_pool3d 3x2x3 stride 2 pad 1 ceil_mode", 0,
+     {.kernel_d = 3, .kernel_h = 2, .kernel_w = 3, .stride_d = 2, .stride_h = 2, .stride_w = 2, .pad_d = 1, .pad_w = 1,
+      .ceil_mode = 1}},
+};
+static dl_tensor *prog_pool3d(dl_tape *tp, dl_tensor *const *in, const void *user) {
+  const pool3d_spec *s = (const pool3d_spec *)user;
+  return s->max ? dl_t_max_pool3d(tp, in[0], &s->a) : dl_t_avg_pool3d(tp, in[0], &s->a);
+}
+static void build_pool3d(gcase *c, const void *arg) {
+  const pool3d_spec *s = (const pool3d_spec *)arg;
+  case_init(c, s->name, prog_pool3d, s, 1);
+  add_in(c, nrm(DL_SHAPE(2, 2, 5, 6, 7)), 1, 1);
+}
 static void test_conv_pool(void) {
   size_t k;
   NEED_GPU();
   for (k = 0; k < sizeof conv_specs / sizeof *conv_specs; k++) check_case(build_conv, &conv_specs[k]);
   for (k = 0; k < sizeof pool_specs / sizeof *pool_specs; k++) check_case(build_pool, &pool_specs[k]);
   print_worst("conv2d, max_pool2d, avg_pool2d, max_unpool2d");
+  for (k = 0; k < sizeof conv3d_specs / sizeof *conv3d_specs; k++) check_case(build_conv3d, &conv3d_specs[k]);
+  for (k = 0; k < sizeof pool3d_specs / sizeof *pool3d_specs; k++) check_case(build_pool3d, &pool3d_specs[k]);
+  print_worst("conv3d, max_pool3d, avg_pool3d");
 }
 
 /* >>normalisation ---------------------------------------------------------------- */

@@ -160,6 +160,23 @@ static dl_layer *build_case(dl_model *m, const fx2_case *c, call_kind *call) {
     return dl_conv1d_make(m, NULL, NULL,
                           &(dl_conv1d_desc){.in = PL("in"), .out = PL("out"), .kernel = PI("kernel"), .stride = PI("stride"),
                                             .padding = PI("padding"), .dilation = PI("dilation"), .groups = PI("groups")});
+  if (!strncmp(n, "conv3d", 6))
+    return dl_conv3d_make(m, NULL, NULL,
+                          &(dl_conv3d_desc){.in = PL("in"), .out = PL("out"), .kernel = PI("kernel"), .stride = PI("stride"),
+                                            .padding = PI("padding"), .dilation = PI("dilation"), .groups = PI("groups"),
+                                            .kernel_h = PI("kernel_h"), .kernel_w = PI("kernel_w"),
+                                            .stride_h = PI("stride_h"), .stride_w = PI("stride_w"),
+                                            .padding_h = PI("padding_h"), .padding_w = PI("padding_w"),
+                                            .dilation_h = PI("dilation_h"), .dilation_w = PI("dilation_w"),
+                                            .no_bias = PI("no_bias")});
+  if (!strncmp(n, "maxpool3d", 9) || !strncmp(n, "avgpool3d", 9)) {
+    dl_pool3d_desc d = {.kernel = PI("kernel"), .stride = PI("stride"), .padding = PI("padding"),
+                        .kernel_h = PI("kernel_h"), .kernel_w = PI("kernel_w"), .stride_h = PI("stride_h"),
+                        .stride_w = PI("stride_w"), .padding_h = PI("padding_h"), .padding_w = PI("padding_w"),
+                        .exclude_pad = PI("exclude_pad"), .dilation = PI("dilation"),
+                        .dilation_h = PI("dilation_h"), .dilation_w = PI("dilation_w"), .ceil_mode = PI("ceil_mode")};
+    return n[0] == 'm' ? dl_maxpool3d_make(m, NULL, NULL, &d) : dl_avgpool3d_make(m, NULL, NULL, &d);
+  }
   if (!strncmp(n, "conv2d", 6))
     return dl_conv2d_make(m, NULL, NULL,
                           &(dl_conv2d_desc){.in = PL("in"), .out = PL("out"), .kernel = PI("kernel"), .stride = PI("stride"),
@@ -433,7 +450,8 @@ static void test_layers_match_torch(void) {
       "dropout_p0_train", "dropout_eval", "embedding", "embedding_sparse", "rnn_tanh_h0", "rnn_relu", "lstm",
       "lstm_h0c0", "gru_h0", "lstm_bi_h0c0", "gru_bi", "rnn_bi_h0", "lstm_bi_packed_h0c0", "gru_packed",
       "rnn_bi_packed", "maxpool_dil_ceil", "avgpool_ceil_excl", "mha_self", "mha_causal", "mha_cross_nobias", "mlp", "residual", "resblock",
-      "resblock_eval"};
+      "resblock_eval", "conv3d_rect", "conv3d_nobias", "maxpool3d_k3s2p1", "maxpool3d_dil_ceil", "avgpool3d_rect_excl",
+      "avgpool3d_ceil"};
   int i, n = 0, f32 = 0;
   if (!fx_loaded) SKIP("%s", fx.err);
   for (i = 0; i < (int)(sizeof must / sizeof *must); i++)
@@ -520,7 +538,7 @@ static void test_layers_gradcheck(void) {
                                       "gap", "bn1d_3d_train", "bn2d_eval", "layernorm_2", "rmsnorm_1", "embedding",
                                       "embedding_sparse", "rnn_tanh_h0", "lstm_h0c0", "gru_h0", "mha_causal",
                                       "mha_cross_nobias", "mlp", "residual", "resblock", "lstm_bi_packed_h0c0",
-                                      "gru_packed"};
+                                      "gru_packed", "conv3d_rect", "maxpool3d_dil_ceil", "avgpool3d_rect_excl"};
   int i;
   if (!fx_loaded) SKIP("%s", fx.err);
   for (i = 0; i < (int)(sizeof names / sizeof *names); i++) gradcheck_case(names[i]);
@@ -592,6 +610,9 @@ static void build_init_case(dl_model *m, const char *name) {
     dl_conv2d_make(m, NULL, NULL, &(dl_conv2d_desc){.in = 16, .out = 32, .kernel = 3});
   else if (!strcmp(name, "init_conv2d_groups"))
     dl_conv2d_make(m, NULL, NULL, &(dl_conv2d_desc){.in = 16, .out = 32, .kernel = 3, .kernel_w = 5, .groups = 4});
+  else if (!strcmp(name, "init_conv3d"))
+    dl_conv3d_make(m, NULL, NULL,
+                   &(dl_conv3d_desc){.in = 8, .out = 16, .kernel = 3, .kernel_w = 2, .groups = 2});
   else if (!strcmp(name, "init_conv1d")) dl_conv1d_make(m, NULL, NULL, &(dl_conv1d_desc){.in = 8, .out = 16, .kernel = 5});
   else if (!strcmp(name, "init_embedding"))
     dl_embedding_make(m, NULL, NULL, &(dl_embedding_desc){.num = 500, .dim = 32});
@@ -605,7 +626,7 @@ static void build_init_case(dl_model *m, const char *name) {
 }
 
 static void test_default_init_matches_torch(void) {
-  static const char *const names[] = {"init_linear", "init_conv2d", "init_conv2d_groups", "init_conv1d",
+  static const char *const names[] = {"init_linear", "init_conv2d", "init_conv2d_groups", "init_conv3d", "init_conv1d",
                                       "init_embedding", "init_rnn", "init_lstm", "init_gru", "init_mha",
                                       "init_batchnorm2d", "init_layernorm"};
   int i, dti, k, checked = 0;
@@ -1353,6 +1374,48 @@ static const char *summary_line(const char *text, const char *name) {
   return "";
 }
 
+/* Conv3d / MaxPool3d / AvgPool3d: the summary rows (type, output shape,
+ * parameter count), the parameters' names and shapes, and the panics. */
+static void test_layers_3d(void) {
+  dl_model *m = dl_model_make(&ctx, &(dl_model_desc){.dtype = DL_F32, .seed = 5});
+  dl_tensor *x = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(2, 3, 6, 7, 8));
+  dl_layer *c;
+  char *text;
+  FILE *f;
+  c = dl_conv3d_make(m, NULL, "c", &(dl_conv3d_desc){.in = 3, .out = 4, .kernel = 3, .kernel_w = 1, .padding = 1,
+                                                      .padding_w = DL_PAD_NONE});
+  dl_maxpool3d_make(m, NULL, "mp", &(dl_pool3d_desc){.kernel = 2, .ceil_mode = 1});
+  dl_avgpool3d_make(m, NULL, "ap", &(dl_pool3d_desc){.kernel = 1, .kernel_h = 2, .stride = 1, .exclude_pad = 1});
+  {
+    const dl_tensor *w = dl_layer_param(c, "weight");
+    CHECK(w && w->ndim == 5 && w->shape[0] == 4 && w->shape[1] == 3 && w->shape[2] == 3 && w->shape[3] == 3 &&
+          w->shape[4] == 1);
+  }
+  CHECK(dl_layer_param(c, "bias") && dl_layer_param(c, "bias")->shape[0] == 4 && dl_model_numel(m) == 4 * 27 + 4);
+  f = tmpfile();
+  CHECK(f != NULL);
+  if (f) {
+    CHECK(dl_model_summary(m, f, x) == DL_OK);
+    text = read_all(f);
+    fclose(f);
+    CHECK_MSG(strstr(summary_line(text, "c"), "Conv3d") && strstr(summary_line(text, "c"), "[2, 4, 6, 7, 8]") &&
+                  strstr(summary_line(text, "c"), " 112 ") && strstr(summary_line(text, "c"), "kernel=3x3x1"),
+              "%s", text);
+    CHECK_MSG(strstr(summary_line(text, "mp"), "MaxPool3d") && strstr(summary_line(text, "mp"), "[2, 4, 3, 4, 4]"),
+              "%s", text);
+    CHECK_MSG(strstr(summary_line(text, "ap"), "AvgPool3d") && strstr(summary_line(text, "ap"), "[2, 4, 3, 3, 4]"),
+              "%s", text);
+    free(text);
+  }
+  EXPECT_PANIC(dl_conv3d_make(m, NULL, NULL, &(dl_conv3d_desc){.in = 3, .out = 4, .kernel = 3, .groups = 2}),
+               "dl_conv3d_make", "groups 2", "in 3");
+  EXPECT_PANIC(dl_avgpool3d_make(m, NULL, NULL, &(dl_pool3d_desc){.kernel = 2, .dilation = 2}), "AvgPool3d",
+               "dilation 2x0x0");
+  EXPECT_PANIC(dl_maxpool3d_make(m, NULL, NULL, &(dl_pool3d_desc){.stride = 2}), "MaxPool3d", "kernel 0");
+  dl_tensor_free(x);
+  dl_model_free(m);
+}
+
 static void test_summary(void) {
   static const struct {
     const char *name, *type, *shape;
@@ -1614,6 +1677,7 @@ int main(void) {
   RUN(test_gru_reset_before_linear);
   RUN(test_train_eval);
   RUN(test_summary);
+  RUN(test_layers_3d);
   RUN(test_out_of_memory_while_building);
   RUN(test_pad_none_on_the_width);
   if (fx_loaded) fx2_free(&fx);

@@ -458,6 +458,22 @@ static void test_unsupported(void) {
   CHECK(dl_micro_from_model(&ctx, m, &(dl_micro_desc){.name = "p", .c = 1, .h = 5, .w = 5}, &q) == DL_ERR_UNSUPPORTED);
   CHECK(q == NULL && strstr(dl_ctx_message(&ctx), "SAME padding"));
   dl_model_free(m);
+  { /* 3-d convolution and pooling: no firmware kernels */
+    int k;
+    for (k = 0; k < 3; k++) {
+      static const char *const types[] = {"Conv3d", "MaxPool3d", "AvgPool3d"};
+      m = dl_model_make(&ctx, &(dl_model_desc){.seed = 1});
+      if (k == 0) dl_conv3d_make(m, NULL, "vol", &(dl_conv3d_desc){.in = 1, .out = 2, .kernel = 3});
+      else if (k == 1) dl_maxpool3d_make(m, NULL, "vol", &(dl_pool3d_desc){.kernel = 2});
+      else dl_avgpool3d_make(m, NULL, "vol", &(dl_pool3d_desc){.kernel = 2});
+      q = (dl_micro_model *)1;
+      CHECK(dl_micro_from_model(&ctx, m, &(dl_micro_desc){.name = "v", .c = 1, .h = 5, .w = 5}, &q) ==
+            DL_ERR_UNSUPPORTED);
+      CHECK_MSG(q == NULL && strstr(dl_ctx_message(&ctx), "layer 'vol'") && strstr(dl_ctx_message(&ctx), types[k]),
+                "%s", dl_ctx_message(&ctx));
+      dl_model_free(m);
+    }
+  }
   m = mlp(1);
   CHECK(dl_micro_from_model(&ctx, m, &(dl_micro_desc){.name = "s", .c = 1, .h = 5, .w = 5}, &q) == DL_ERR_SHAPE);
   CHECK(strstr(dl_ctx_message(&ctx), "36 inputs") && strstr(dl_ctx_message(&ctx), "25"));

@@ -1,5 +1,6 @@
-/* tests/test_ops_conv.c - dl/ops/conv.h: conv1d, conv2d (stride, padding,
- * dilation, groups, bias, 1x1), max_pool2d, avg_pool2d.
+/* tests/test_ops_conv.c - dl/ops/conv.h: conv1d, conv2d, conv3d (stride,
+ * padding, dilation, groups, bias, 1x1), max_pool2d, avg_pool2d,
+ * max_pool3d, avg_pool3d.
  *
  * Gradcheck (f64: tape gradient vs central differences, tangent vs a
  * directional difference) for every op and option, on contiguous and
@@ -277,6 +278,236 @@ static void test_pool_gradcheck(void) {
     }
 }
 
+/* ---- 3-d convolution and pooling --------------------------------------------- */
+
+typedef struct conv3d_case {
+  const char *name;
+  int64_t n, c, d, h, w, o, kd, kh, kw;
+  dl_conv3d_args a;
+  int bias, view; /* view: x a strided view (depth and width swapped), w permuted, b every other */
+} conv3d_case;
+static dl_tensor *f_conv3d(dl_tape *tp, dl_tensor **in, void *u) {
+  const conv3d_case *cc = (const conv3d_case *)u;
+  return dl_t_conv3d(tp, in[0], in[1], cc->bias ? in[2] : NULL, &cc->a);
+}
+static void test_conv3d_gradcheck(void) {
+  /* stride d h w, padding d h w, dilation d h w, groups, pad_mode, end padding d h w */
+  static const conv3d_case cases[] = {
+      {"conv3d basic", 2, 3, 4, 3, 4, 2, 2, 2, 3, {0}, 1, 0},
+      {"conv3d no bias, odd sizes", 1, 2, 5, 3, 3, 3, 3, 1, 2, {0}, 0, 0},
+      {"conv3d stride 2x1x2 padding 1x2x1", 2, 2, 5, 4, 5, 2, 3, 3, 2, {2, 1, 2, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0}, 1, 0},
+      {"conv3d dilation 2x1x3", 1, 2, 6, 4, 7, 2, 2, 2, 2, {0, 0, 0, 1, 0, 1, 2, 1, 3, 0, 0, 0, 0, 0}, 1, 0},
+      {"conv3d groups 2", 2, 4, 3, 4, 3, 4, 2, 3, 2, {0, 0, 0, 1, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0}, 1, 0},
+      {"conv3d depthwise", 1, 3, 3, 3, 4, 3, 2, 2, 2, {0, 0, 0, 0, 1, 1, 0, 0, 0, 3, 0, 0, 0, 0}, 0, 0},
+      {"conv3d 1x1x1 (direct)", 2, 3, 2, 3, 3, 2, 1, 1, 1, {0}, 1, 0},
+      {"conv3d 1x1x1 stride 2", 1, 2, 5, 3, 4, 2, 1, 1, 1, {2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 1, 0},
+      {"conv3d everything", 1, 4, 7, 6, 5, 2, 3, 2, 3, {2, 3, 1, 2, 1, 1, 2, 1, 2, 2, 0, 0, 0, 0}, 1, 0},
+      {"conv3d padding > kernel (depth)", 1, 1, 2, 2, 2, 2, 2, 2, 2, {0, 0, 0, 3, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}, 1, 0},
+      {"conv3d explicit pads d 1,0 h 0,2", 1, 2, 4, 4, 3, 2, 2, 3, 2, {1, 2, 1, 1, 0, 0, 0, 0, 0, 0, DL_PAD_EXPLICIT, 0, 2, 1}, 1, 0},
+      {"conv3d SAME stride 2", 1, 2, 5, 4, 5, 2, 3, 2, 3, {2, 1, 2, 0, 0, 0, 0, 0, 0, 0, DL_PAD_SAME, 0, 0, 0}, 1, 0},
+      {"conv3d strided views", 2, 2, 4, 3, 5, 3, 2, 2, 3, {1, 1, 2, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}, 1, 1},
+  };
+  size_t k;
+  int ctxi, j;
+  for (k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    for (ctxi = 0; ctxi < 2; ctxi++) {
+      const conv3d_case *cc = &cases[k];
+      const int64_t groups = cc->a.groups ? cc->a.groups : 1;
+      dl_ctx *ctx = ctxi ? &parctx : &serctx;
+      dl_tensor *base[3] = {NULL, NULL, NULL}, views[3], *in[3];
+      dl_gradcheck_result r;
+      char what[160];
+      int nin = cc->bias ? 3 : 2, ok;
+      const uint64_t seed = 700 + 10 * k;
+      if (cc->view) {
+        base[0] = mk(DL_F64, DL_SHAPE(cc->n, cc->c, cc->w, cc->h, cc->d), seed);
+        base[1] = mk(DL_F64, DL_SHAPE(cc->kw, cc->kh, cc->kd, cc->c / groups, cc->o), seed + 1);
+        base[2] = mk(DL_F64, DL_SHAPE(2 * cc->o), seed + 2);
+        views[0] = dl_view_transpose(base[0], 2, 4);
+        views[1] = dl_view_permute(base[1], (const int[]){4, 3, 2, 1, 0});
+        views[2] = dl_view_slice(base[2], 0, 0, 2 * cc->o, 2);
+        for (j = 0; j < 3; j++) in[j] = &views[j];
+        CHECK(!dl_tensor_is_contiguous(in[0]) && !dl_tensor_is_contiguous(in[1]) && !dl_tensor_is_contiguous(in[2]));
+      } else {
+        in[0] = base[0] = mk(DL_F64, DL_SHAPE(cc->n, cc->c, cc->d, cc->h, cc->w), seed);
+        in[1] = base[1] = mk(DL_F64, DL_SHAPE(cc->o, cc->c / groups, cc->kd, cc->kh, cc->kw), seed + 1);
+        in[2] = base[2] = cc->bias ? mk(DL_F64, DL_SHAPE(cc->o), seed + 2) : NULL;
+      }
+      for (j = 0; j < nin; j++) dl_requires_grad(in[j]);
+      ok = dl_gradcheck(ctx, f_conv3d, (void *)cc, nin, in, 1e-6, 1e-7, &r);
+      if (r.max_err > worst_gradcheck) worst_gradcheck = r.max_err;
+      snprintf(what, sizeof what, "%s (%s)", cc->name, ctxi ? "2 threads" : "serial");
+      report(what, ok, &r);
+      CHECK(r.checked == in[0]->numel + in[1]->numel + (cc->bias ? in[2]->numel : 0));
+      for (j = 0; j < 3; j++) {
+        if (cc->view) dl_tensor_free(views[j].grad);
+        dl_tensor_free(base[j]);
+      }
+    }
+}
+
+typedef struct pool3d_case {
+  const char *name;
+  int is_max;
+  int64_t n, c, d, h, w;
+  dl_pool3d_args a;
+} pool3d_case;
+static dl_tensor *f_pool3d(dl_tape *tp, dl_tensor **in, void *u) {
+  const pool3d_case *pc = (const pool3d_case *)u;
+  return pc->is_max ? dl_t_max_pool3d(tp, in[0], &pc->a) : dl_t_avg_pool3d(tp, in[0], &pc->a);
+}
+static void test_pool3d_gradcheck(void) {
+  /* kernel d h w, stride d h w, padding d h w, exclude_pad, dilation d h w, ceil_mode */
+  static const pool3d_case cases[] = {
+      {"max_pool3d k2", 1, 2, 2, 4, 4, 5, {2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+      {"max_pool3d k3 s2 p1", 1, 1, 2, 5, 5, 6, {3, 3, 3, 2, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0}},
+      {"max_pool3d overlapping k2x3x2 s1", 1, 1, 2, 3, 4, 4, {2, 3, 2, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0}},
+      {"max_pool3d dilation 2x2x3 p1", 1, 1, 1, 6, 7, 7, {2, 3, 2, 1, 2, 1, 1, 0, 1, 0, 2, 2, 3, 0}},
+      {"max_pool3d ceil_mode", 1, 1, 2, 5, 6, 7, {2, 3, 3, 2, 2, 2, 0, 0, 1, 0, 0, 0, 0, 1}},
+      {"avg_pool3d k2", 0, 2, 2, 4, 4, 5, {2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+      {"avg_pool3d k3 s2 p1", 0, 1, 2, 5, 5, 6, {3, 3, 3, 2, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0}},
+      {"avg_pool3d k3 s2 p1 exclude_pad", 0, 1, 2, 5, 5, 6, {3, 3, 3, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0}},
+      {"avg_pool3d ceil_mode p1", 0, 1, 2, 5, 6, 7, {3, 2, 3, 2, 2, 2, 1, 0, 1, 0, 0, 0, 0, 1}},
+      {"avg_pool3d ceil_mode exclude_pad", 0, 1, 2, 6, 5, 7, {2, 3, 3, 2, 2, 2, 0, 1, 1, 1, 0, 0, 0, 1}},
+  };
+  size_t k;
+  int ctxi;
+  for (k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    for (ctxi = 0; ctxi < 3; ctxi++) {
+      const pool3d_case *pc = &cases[k];
+      dl_gradcheck_result r;
+      dl_tensor *base, *in[1], view;
+      char what[128];
+      int ok;
+      if (ctxi == 2) { /* a strided view: base [N, C, W, H, D] */
+        base = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(pc->n, pc->c, pc->w, pc->h, pc->d));
+        view = dl_view_transpose(base, 2, 4);
+        in[0] = &view;
+      } else {
+        base = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(pc->n, pc->c, pc->d, pc->h, pc->w));
+        in[0] = base;
+      }
+      distinct(in[0], 900 + k);
+      dl_requires_grad(in[0]);
+      ok = dl_gradcheck(ctxi == 1 ? &parctx : &serctx, f_pool3d, (void *)pc, 1, in, 1e-6, 1e-7, &r);
+      if (r.max_err > worst_gradcheck) worst_gradcheck = r.max_err;
+      snprintf(what, sizeof what, "%s (%s)", pc->name, ctxi == 0 ? "serial" : ctxi == 1 ? "2 threads" : "strided view");
+      report(what, ok, &r);
+      CHECK(r.checked == in[0]->numel);
+      if (ctxi == 2) dl_tensor_free(view.grad);
+      dl_tensor_free(base);
+    }
+}
+
+/* conv3d and the 3-d pools: forward values bit for bit the same serially and
+ * with the batch split over 2 threads; gradients of x and b too, and grad_w
+ * the same run after run; a window with NaN and ties takes the NaN / the
+ * first maximum (PyTorch's rule), in depth-row-column scan order. */
+static void test_3d_threads_ties(void) {
+  dl_tensor *x = mk(DL_F32, DL_SHAPE(4, 4, 5, 6, 5), 81), *w = mk(DL_F32, DL_SHAPE(6, 2, 3, 3, 2), 82);
+  dl_tensor *b = mk(DL_F32, DL_SHAPE(6), 83), *ys[3], *gx[3], *gw[3];
+  const dl_conv3d_args a = {.stride_d = 2, .pad_d = 1, .pad_h = 1, .pad_w = 1, .dil_w = 2, .groups = 2};
+  dl_ctx *ctxs[3] = {&serctx, &parctx, &parctx};
+  int k;
+  dl_requires_grad(x);
+  dl_requires_grad(w);
+  dl_requires_grad(b);
+  for (k = 0; k < 3; k++) {
+    dl_tape tp;
+    dl_tensor *y;
+    dl_tape_init(&tp, ctxs[k], 0);
+    y = dl_t_conv3d(&tp, x, w, b, &a);
+    y = dl_t_max_pool3d(&tp, y, &(dl_pool3d_args){.kernel_d = 2, .kernel_h = 2, .kernel_w = 2, .stride_d = 1,
+                                                  .ceil_mode = 1});
+    y = dl_t_avg_pool3d(&tp, y, &(dl_pool3d_args){.kernel_d = 1, .kernel_h = 2, .kernel_w = 1, .pad_h = 1});
+    ys[k] = dl_tensor_make(&pctx, DL_F32, y->ndim, y->shape);
+    dl_tensor_copy(ys[k], y);
+    dl_zero_grad(x);
+    dl_zero_grad(w);
+    dl_backward(&tp, dl_t_sum(&tp, dl_t_mul(&tp, y, y), 0, NULL, 0), NULL);
+    gx[k] = dl_tensor_make(&pctx, DL_F32, x->ndim, x->shape);
+    gw[k] = dl_tensor_make(&pctx, DL_F32, w->ndim, w->shape);
+    dl_tensor_copy(gx[k], x->grad);
+    dl_tensor_copy(gw[k], w->grad);
+    dl_tape_free(&tp);
+  }
+  CHECK(ys[0]->numel > 0 && !memcmp(ys[0]->data, ys[1]->data, (size_t)ys[0]->numel * sizeof(float)));
+  CHECK(!memcmp(gx[0]->data, gx[1]->data, (size_t)gx[0]->numel * sizeof(float)));
+  CHECK(!memcmp(gw[1]->data, gw[2]->data, (size_t)gw[1]->numel * sizeof(float)));
+  for (k = 0; k < 3; k++) {
+    dl_tensor_free(ys[k]);
+    dl_tensor_free(gx[k]);
+    dl_tensor_free(gw[k]);
+  }
+  { /* one window of 2x2x2: ties at (0,0,1) and (1,0,0) -> the first in scan order; then a NaN wins */
+    dl_tensor *v = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(1, 1, 2, 2, 2)), *y;
+    dl_tape tp;
+    int i;
+    for (i = 0; i < 8; i++) dl_f64(v)[i] = -1;
+    dl_f64(v)[1] = dl_f64(v)[4] = 3;
+    dl_requires_grad(v);
+    dl_tape_init(&tp, &pctx, 0);
+    y = dl_t_max_pool3d(&tp, v, &(dl_pool3d_args){.kernel_d = 2, .kernel_h = 2, .kernel_w = 2});
+    dl_backward(&tp, y, NULL);
+    CHECK(dl_f64(y)[0] == 3 && dl_f64(v->grad)[1] == 1 && dl_f64(v->grad)[4] == 0);
+    dl_tape_rewind(&tp);
+    dl_zero_grad(v);
+    dl_f64(v)[6] = NAN;
+    y = dl_t_max_pool3d(&tp, v, &(dl_pool3d_args){.kernel_d = 2, .kernel_h = 2, .kernel_w = 2});
+    dl_backward(&tp, y, NULL);
+    CHECK(isnan(dl_f64(y)[0]) && dl_f64(v->grad)[6] == 1 && dl_f64(v->grad)[1] == 0);
+    dl_tape_free(&tp);
+    dl_tensor_free(v);
+  }
+  dl_tensor_free(x);
+  dl_tensor_free(w);
+  dl_tensor_free(b);
+}
+
+static void test_3d_panics(void) {
+  dl_tape tp;
+  dl_tensor *x = mk(DL_F64, DL_SHAPE(2, 4, 5, 6, 6), 61), *w = mk(DL_F64, DL_SHAPE(3, 4, 3, 3, 3), 62);
+  dl_tensor *w2 = mk(DL_F64, DL_SHAPE(3, 2, 3, 3, 3), 63), *b5 = mk(DL_F64, DL_SHAPE(5), 64);
+  dl_tensor *wbig = mk(DL_F64, DL_SHAPE(3, 4, 6, 3, 3), 65), *x4 = mk(DL_F64, DL_SHAPE(2, 4, 6, 6), 66);
+  dl_tensor *wf = mk(DL_F32, DL_SHAPE(3, 4, 3, 3, 3), 67);
+  dl_tape_init(&tp, &pctx, 0);
+  EXPECT_PANIC(dl_t_conv3d(&tp, x, w2, NULL, NULL), "dl_t_conv3d", "[2, 4, 5, 6, 6]", "[3, 2, 3, 3, 3]", "groups=1");
+  EXPECT_PANIC(dl_t_conv3d(&tp, x4, w, NULL, NULL), "dl_t_conv3d", "[2, 4, 6, 6]", "[3, 4, 3, 3, 3]", "5-d",
+               "D, H, W");
+  EXPECT_PANIC(dl_t_conv3d(&tp, x, w, b5, NULL), "dl_t_conv3d", "bias", "[5]", "[3, 4, 3, 3, 3]");
+  EXPECT_PANIC(dl_t_conv3d(&tp, x, wf, NULL, NULL), "dl_t_conv3d", "f64[2, 4, 5, 6, 6]", "f32[3, 4, 3, 3, 3]");
+  EXPECT_PANIC(dl_t_conv3d(&tp, x, w, NULL, &(dl_conv3d_args){.stride_d = -1}), "dl_t_conv3d", "negative",
+               "[2, 4, 5, 6, 6]");
+  EXPECT_PANIC(dl_t_conv3d(&tp, x, wbig, NULL, NULL), "dl_t_conv3d", "larger", "depth", "[2, 4, 5, 6, 6]",
+               "[3, 4, 6, 3, 3]");
+  EXPECT_PANIC(dl_t_conv3d(&tp, x, w, NULL, &(dl_conv3d_args){.dil_d = 3}), "dl_t_conv3d", "larger", "dilation 3");
+  EXPECT_PANIC(dl_t_conv3d(&tp, x, w, NULL, &(dl_conv3d_args){.pad_d_end = 1}), "dl_t_conv3d", "pad_d_end 1",
+               "DL_PAD_EXPLICIT");
+  EXPECT_PANIC(dl_t_conv3d(&tp, x, w, NULL, &(dl_conv3d_args){.pad_mode = DL_PAD_SAME, .pad_d = 1}), "dl_t_conv3d",
+               "SAME", "pad_d 1 must be 0");
+  EXPECT_PANIC(dl_t_max_pool3d(&tp, x, NULL), "dl_t_max_pool3d", "[2, 4, 5, 6, 6]", "kernel_d");
+  EXPECT_PANIC(dl_t_max_pool3d(&tp, x4, &(dl_pool3d_args){.kernel_d = 2, .kernel_h = 2, .kernel_w = 2}),
+               "dl_t_max_pool3d", "[2, 4, 6, 6]", "5-d");
+  EXPECT_PANIC(dl_t_max_pool3d(&tp, x, &(dl_pool3d_args){.kernel_h = 2, .kernel_w = 2}), "dl_t_max_pool3d",
+               "kernel 0x2x2", "[2, 4, 5, 6, 6]");
+  EXPECT_PANIC(dl_t_max_pool3d(&tp, x, &(dl_pool3d_args){.kernel_d = 3, .kernel_h = 3, .kernel_w = 3, .pad_d = 2}),
+               "dl_t_max_pool3d", "half", "2x0x0", "[2, 4, 5, 6, 6]");
+  EXPECT_PANIC(dl_t_avg_pool3d(&tp, x, &(dl_pool3d_args){.kernel_d = 6, .kernel_h = 2, .kernel_w = 2}),
+               "dl_t_avg_pool3d", "larger", "6x2x2", "[2, 4, 5, 6, 6]");
+  EXPECT_PANIC(dl_t_avg_pool3d(&tp, x, &(dl_pool3d_args){.kernel_d = 2, .kernel_h = 2, .kernel_w = 2, .dil_d = 2}),
+               "dl_t_avg_pool3d", "dilation 2x0x0", "has none");
+  EXPECT_PANIC(dl_t_avg_pool3d(&tp, x, &(dl_pool3d_args){.kernel_d = 2, .kernel_h = 2, .kernel_w = 2, .stride_h = -1}),
+               "dl_t_avg_pool3d", "stride 0x-1x0");
+  dl_tape_free(&tp);
+  dl_tensor_free(x);
+  dl_tensor_free(w);
+  dl_tensor_free(w2);
+  dl_tensor_free(b5);
+  dl_tensor_free(wbig);
+  dl_tensor_free(x4);
+  dl_tensor_free(wf);
+}
+
 /* ---- PyTorch fixtures ---------------------------------------------------------- */
 
 static double worst_f32, worst_f64, worst_f32_cond;
@@ -305,6 +536,43 @@ static dl_tensor *run_op(dl_tape *tp, const fx2_case *c, dl_tensor *x, dl_tensor
     a.groups = (int)fx2_param(c, "groups", 0);
     CHECK((b != NULL) == (fx2_param(c, "has_b", -1) == 1));
     y = dl_t_conv2d(tp, x, w, b, &a);
+  } else if (!strncmp(c->name, "conv3d", 6)) {
+    dl_conv3d_args a;
+    memset(&a, 0, sizeof a);
+    a.pad_mode = (int)fx2_param(c, "pad_mode", 0);
+    a.pad_d_end = (int)fx2_param(c, "pad_d_end", 0);
+    a.pad_h_end = (int)fx2_param(c, "pad_h_end", 0);
+    a.pad_w_end = (int)fx2_param(c, "pad_w_end", 0);
+    a.stride_d = (int)fx2_param(c, "stride_d", 0);
+    a.stride_h = (int)fx2_param(c, "stride_h", 0);
+    a.stride_w = (int)fx2_param(c, "stride_w", 0);
+    a.pad_d = (int)fx2_param(c, "pad_d", 0);
+    a.pad_h = (int)fx2_param(c, "pad_h", 0);
+    a.pad_w = (int)fx2_param(c, "pad_w", 0);
+    a.dil_d = (int)fx2_param(c, "dil_d", 0);
+    a.dil_h = (int)fx2_param(c, "dil_h", 0);
+    a.dil_w = (int)fx2_param(c, "dil_w", 0);
+    a.groups = (int)fx2_param(c, "groups", 0);
+    CHECK((b != NULL) == (fx2_param(c, "has_b", -1) == 1));
+    y = dl_t_conv3d(tp, x, w, b, &a);
+  } else if (!strncmp(c->name, "maxpool3d", 9) || !strncmp(c->name, "avgpool3d", 9)) {
+    dl_pool3d_args a;
+    memset(&a, 0, sizeof a);
+    a.kernel_d = (int)fx2_param(c, "kernel_d", 0);
+    a.kernel_h = (int)fx2_param(c, "kernel_h", 0);
+    a.kernel_w = (int)fx2_param(c, "kernel_w", 0);
+    a.stride_d = (int)fx2_param(c, "stride_d", 0);
+    a.stride_h = (int)fx2_param(c, "stride_h", 0);
+    a.stride_w = (int)fx2_param(c, "stride_w", 0);
+    a.pad_d = (int)fx2_param(c, "pad_d", 0);
+    a.pad_h = (int)fx2_param(c, "pad_h", 0);
+    a.pad_w = (int)fx2_param(c, "pad_w", 0);
+    a.exclude_pad = (int)fx2_param(c, "exclude_pad", 0);
+    a.dil_d = (int)fx2_param(c, "dil_d", 0);
+    a.dil_h = (int)fx2_param(c, "dil_h", 0);
+    a.dil_w = (int)fx2_param(c, "dil_w", 0);
+    a.ceil_mode = (int)fx2_param(c, "ceil_mode", 0);
+    y = c->name[0] == 'm' ? dl_t_max_pool3d(tp, x, &a) : dl_t_avg_pool3d(tp, x, &a);
   } else if (!strncmp(c->name, "conv1d", 6)) {
     dl_conv1d_args a;
     memset(&a, 0, sizeof a);
@@ -428,7 +696,7 @@ static void run_fixture(dl_ctx *ctx, const fx2_case *c) {
 
 static void test_torch_fixtures(void) {
   fx2_set s;
-  int i, conv2d = 0, conv1d = 0, maxp = 0, avgp = 0, unp = 0;
+  int i, conv2d = 0, conv1d = 0, maxp = 0, avgp = 0, unp = 0, conv3d = 0, maxp3 = 0, avgp3 = 0;
   if (!fx2_load(&s, "tests/fixtures/conv.txt")) { SKIP("%s", s.err); }
   for (i = 0; i < s.n; i++) {
     const fx2_case *c = &s.cases[i];
@@ -440,7 +708,13 @@ static void test_torch_fixtures(void) {
     maxp += !strncmp(c->name, "maxpool", 7);
     avgp += !strncmp(c->name, "avgpool", 7);
     unp += !strncmp(c->name, "maxunpool", 9);
+    conv3d += !strncmp(c->name, "conv3d", 6);
+    maxp3 += !strncmp(c->name, "maxpool3d", 9);
+    avgp3 += !strncmp(c->name, "avgpool3d", 9);
   }
+  CHECK_MSG(conv3d >= 18 && maxp3 >= 10 && avgp3 >= 10, "3-d cases: conv3d %d, maxpool3d %d, avgpool3d %d", conv3d,
+            maxp3, avgp3);
+  CHECK(fx2_find(&s, "conv3d_all", 1) != NULL && fx2_find(&s, "avgpool3d_ceil_excl", 0) != NULL);
   CHECK(conv2d >= 30 && conv1d >= 12 && maxp >= 20 && avgp >= 22 && unp >= 6);
   CHECK(fx2_find(&s, "conv2d_same_lower", 1) != NULL && fx2_find(&s, "conv1d_explicit", 0) != NULL);
   CHECK(fx2_find(&s, "maxpool_same_lower", 1) != NULL && fx2_find(&s, "avgpool_explicit_excl", 0) != NULL);
@@ -811,6 +1085,72 @@ static void test_empty(void) {
   dl_tensor_free(gy);
 }
 
+/* 3-d: the steady state (a training step's arena use the same from the
+ * third step on, as conv2d's), no node without a gradient, no input
+ * channels (y the bias) and an empty batch. */
+static void test_3d_steady_state_empty(void) {
+  dl_tape tp;
+  dl_tensor *x = mk(DL_F32, DL_SHAPE(3, 2, 5, 6, 6), 91), *w = mk(DL_F32, DL_SHAPE(4, 2, 3, 3, 3), 92);
+  dl_tensor *b = mk(DL_F32, DL_SHAPE(4), 93), *y, *gy;
+  dl_tensor *xe = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(2, 0, 3, 4, 4));
+  dl_tensor *we = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(3, 0, 2, 3, 3)), *be = mk(DL_F64, DL_SHAPE(3), 94);
+  dl_tensor *x0 = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(0, 2, 4, 4, 4)), *w0 = mk(DL_F64, DL_SHAPE(3, 2, 3, 3, 3), 95);
+  const dl_pool3d_args pa = {.kernel_d = 2, .kernel_h = 2, .kernel_w = 2};
+  size_t hw = 0;
+  int step;
+  int64_t i;
+  dl_tape_init(&tp, &parctx, 0);
+  y = dl_t_avg_pool3d(&tp, dl_t_max_pool3d(&tp, dl_t_conv3d(&tp, x, w, b, NULL), &pa),
+                      &(dl_pool3d_args){.kernel_d = 1, .kernel_h = 2, .kernel_w = 2});
+  CHECK(y->node == NULL && tp.nodes == 0);
+  dl_tape_rewind(&tp);
+  dl_requires_grad(w);
+  dl_requires_grad(b);
+  for (step = 0; step < 4; step++) {
+    dl_tensor *h = dl_t_conv3d(&tp, x, w, b, &(dl_conv3d_args){.pad_d = 1, .pad_h = 1, .pad_w = 1});
+    dl_tensor *p = dl_t_avg_pool3d(&tp, dl_t_max_pool3d(&tp, h, &pa), &(dl_pool3d_args){.kernel_d = 1, .kernel_h = 2,
+                                                                                          .kernel_w = 1});
+    dl_tensor *g = dl_tape_out(&tp, "test", DL_F32, p->ndim, p->shape);
+    dl_tensor_fill(g, 1.0);
+    CHECK(tp.nodes == 3);
+    dl_zero_grad(w);
+    dl_zero_grad(b);
+    dl_backward(&tp, p, g);
+    if (step == 1) hw = dl_arena_bytes_needed(&tp.arena);
+    if (step > 1) CHECK(dl_arena_bytes_needed(&tp.arena) == hw);
+    dl_tape_rewind(&tp);
+  }
+  /* no input channels: y is the bias everywhere, grad_b the sum of gy */
+  dl_requires_grad(xe);
+  dl_requires_grad(we);
+  dl_requires_grad(be);
+  y = dl_t_conv3d(&tp, xe, we, be, NULL);
+  CHECK(y->ndim == 5 && y->shape[1] == 3 && y->shape[2] == 2 && y->shape[3] == 2 && y->shape[4] == 2);
+  for (i = 0; i < y->numel; i++) CHECK(dl_f64(y)[i] == dl_f64(be)[(i / 8) % 3]);
+  gy = dl_tensor_make(&pctx, DL_F64, 5, y->shape);
+  dl_tensor_fill(gy, 0.5);
+  dl_backward(&tp, y, gy);
+  CHECK(dl_f64(be->grad)[0] == 8.0 && dl_f64(be->grad)[2] == 8.0);
+  dl_tape_rewind(&tp);
+  /* an empty batch */
+  y = dl_t_conv3d(&tp, x0, w0, NULL, NULL);
+  CHECK(y->numel == 0 && y->ndim == 5 && y->shape[1] == 3 && y->shape[2] == 2);
+  y = dl_t_max_pool3d(&tp, x0, &pa);
+  CHECK(y->numel == 0 && y->shape[2] == 2 && y->shape[4] == 2);
+  y = dl_t_avg_pool3d(&tp, x0, &pa);
+  CHECK(y->numel == 0 && y->ndim == 5);
+  dl_tape_free(&tp);
+  dl_tensor_free(x);
+  dl_tensor_free(w);
+  dl_tensor_free(b);
+  dl_tensor_free(xe);
+  dl_tensor_free(we);
+  dl_tensor_free(be);
+  dl_tensor_free(x0);
+  dl_tensor_free(w0);
+  dl_tensor_free(gy);
+}
+
 /* ---- panics ---------------------------------------------------------------------- */
 
 static void test_panics(void) {
@@ -898,6 +1238,11 @@ int main(void) {
   RUN(test_conv_gradcheck_views);
   RUN(test_conv_gradcheck_partial);
   RUN(test_pool_gradcheck);
+  RUN(test_conv3d_gradcheck);
+  RUN(test_pool3d_gradcheck);
+  RUN(test_3d_threads_ties);
+  RUN(test_3d_panics);
+  RUN(test_3d_steady_state_empty);
   RUN(test_torch_fixtures);
   RUN(test_naive_and_threads);
   RUN(test_pool_ties_nan);

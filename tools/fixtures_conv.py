@@ -17,6 +17,12 @@ Cases (each in f64 and f32, see fixture_lib.Writer.op):
   avgpool_*  F.avg_pool2d, the same params (no dilation) plus exclude_pad
              (count_include_pad = not exclude_pad; explicit and SAME padding:
              F.pad with zeros, divided by the window's count)
+  conv3d_*   F.conv3d with params stride_d stride_h stride_w pad_d pad_h pad_w
+             dil_d dil_h dil_w groups has_b, and pad_mode pad_d_end pad_h_end
+             pad_w_end (uneven padding: F.pad, then none)
+  maxpool3d_* F.max_pool3d with params kernel_d/h/w stride_d/h/w pad_d/h/w
+             dil_d/h/w ceil_mode
+  avgpool3d_* F.avg_pool3d, the same params (no dilation) plus exclude_pad
   maxunpool_* F.max_unpool2d(F.max_pool2d(x, return_indices=True)) of one
              window, params kernel, stride, padding and out_h out_w
              (output_size; 0 = the default)
@@ -55,6 +61,35 @@ def conv1d(x, w, b=None, stride=0, pad=0, dil=0, groups=0, has_b=1, pad_mode=0, 
             l, r = same_pads(x.shape[2], w.shape[2], nz(stride), nz(dil), pad_mode == 3)
         x, pad = F.pad(x, (l, r)), 0
     return F.conv1d(x, w, b, stride=nz(stride), padding=pad, dilation=nz(dil), groups=nz(groups))
+
+
+def conv3d(x, w, b=None, stride_d=0, stride_h=0, stride_w=0, pad_d=0, pad_h=0, pad_w=0, dil_d=0, dil_h=0,
+           dil_w=0, groups=0, has_b=1, pad_mode=0, pad_d_end=0, pad_h_end=0, pad_w_end=0):
+    """pad_mode as dl_conv3d_args (1 explicit, 2 SAME, 3 SAME_LOWER): F.pad with zeros first."""
+    s, d = (nz(stride_d), nz(stride_h), nz(stride_w)), (nz(dil_d), nz(dil_h), nz(dil_w))
+    if pad_mode:
+        if pad_mode == 1:
+            pads = [(pad_d, pad_d_end), (pad_h, pad_h_end), (pad_w, pad_w_end)]
+        else:
+            pads = [same_pads(x.shape[2 + a], w.shape[2 + a], s[a], d[a], pad_mode == 3) for a in range(3)]
+        x, pad_d, pad_h, pad_w = F.pad(x, pads[2] + pads[1] + pads[0]), 0, 0, 0
+    return F.conv3d(x, w, b, stride=s, padding=(pad_d, pad_h, pad_w), dilation=d, groups=nz(groups))
+
+
+def maxpool3d(x, kernel_d, kernel_h, kernel_w, stride_d=0, stride_h=0, stride_w=0, pad_d=0, pad_h=0, pad_w=0,
+              dil_d=0, dil_h=0, dil_w=0, ceil_mode=0):
+    k = (kernel_d, kernel_h, kernel_w)
+    s = (stride_d or kernel_d, stride_h or kernel_h, stride_w or kernel_w)
+    return F.max_pool3d(x, k, s, (pad_d, pad_h, pad_w), (nz(dil_d), nz(dil_h), nz(dil_w)),
+                        ceil_mode=bool(ceil_mode))
+
+
+def avgpool3d(x, kernel_d, kernel_h, kernel_w, stride_d=0, stride_h=0, stride_w=0, pad_d=0, pad_h=0, pad_w=0,
+              exclude_pad=0, ceil_mode=0):
+    k = (kernel_d, kernel_h, kernel_w)
+    s = (stride_d or kernel_d, stride_h or kernel_h, stride_w or kernel_w)
+    return F.avg_pool3d(x, k, s, (pad_d, pad_h, pad_w), ceil_mode=bool(ceil_mode),
+                        count_include_pad=not exclude_pad)
 
 
 def same_pads(n, k, s, d, lower):
@@ -221,6 +256,51 @@ def main():
     c2("conv2d_same_lower", 1, 2, 7, 8, 2, 4, 4, stride_h=3, stride_w=3, pad_mode=3)
     c1("conv1d_same", 2, 3, 9, 2, 4, stride=2, pad_mode=2)
     c1("conv1d_explicit", 1, 2, 6, 2, 3, pad=3, pad_mode=1, pad_end=1)
+
+    # 3-d convolution and pooling (appended: the cases above keep their inputs)
+    def c3(name, n, c, d, h, w, o, kd, kh, kw, bias=True, **p):
+        groups = nz(p.get("groups", 0))
+        ins = {"x": r(n, c, d, h, w), "w": r(o, c // groups, kd, kh, kw)}
+        if bias:
+            ins["b"] = r(o)
+        p["has_b"] = int(bias)
+        out.op(name, conv3d, ins, p)
+
+    def mp3(name, n, c, d, h, w, **p):
+        out.op(name, maxpool3d, {"x": r(n, c, d, h, w)}, p)
+
+    def ap3(name, n, c, d, h, w, **p):
+        out.op(name, avgpool3d, {"x": r(n, c, d, h, w)}, p)
+
+    c3("conv3d_basic", 2, 3, 4, 5, 4, 2, 2, 3, 2)
+    c3("conv3d_nobias", 1, 2, 3, 4, 4, 3, 3, 2, 2, bias=False)
+    c3("conv3d_stride_pad", 2, 2, 5, 5, 6, 3, 3, 3, 3, stride_d=2, stride_h=1, stride_w=2, pad_d=1, pad_h=2,
+       pad_w=1)
+    c3("conv3d_dilation", 1, 2, 6, 5, 7, 2, 2, 3, 2, dil_d=2, dil_h=1, dil_w=3, pad_d=1, pad_w=1)
+    c3("conv3d_groups", 2, 4, 4, 5, 4, 6, 3, 2, 3, groups=2, stride_h=2, pad_d=1, pad_h=1, pad_w=1)
+    c3("conv3d_1x1x1", 2, 3, 3, 4, 3, 4, 1, 1, 1)
+    c3("conv3d_all", 1, 4, 7, 6, 5, 4, 3, 2, 3, stride_d=2, stride_h=3, stride_w=1, pad_d=2, pad_h=1,
+       pad_w=1, dil_d=2, dil_h=1, dil_w=2, groups=2)
+    c3("conv3d_explicit", 1, 2, 4, 5, 4, 2, 2, 3, 2, stride_w=2, pad_d=1, pad_mode=1, pad_h_end=2, pad_w_end=1)
+    c3("conv3d_same", 1, 2, 5, 4, 6, 2, 3, 2, 3, stride_d=2, stride_w=2, pad_mode=2)
+    mp3("maxpool3d_k2", 2, 2, 4, 4, 5, kernel_d=2, kernel_h=2, kernel_w=2)
+    mp3("maxpool3d_k3s2p1", 1, 2, 5, 6, 5, kernel_d=3, kernel_h=3, kernel_w=3, stride_d=2, stride_h=2,
+        stride_w=2, pad_d=1, pad_h=1, pad_w=1)
+    mp3("maxpool3d_rect_overlap", 1, 2, 4, 5, 6, kernel_d=2, kernel_h=3, kernel_w=2, stride_d=1, stride_h=1,
+        stride_w=2, pad_h=1)
+    mp3("maxpool3d_dilated", 1, 2, 6, 7, 6, kernel_d=2, kernel_h=3, kernel_w=2, stride_d=1, stride_h=2,
+        stride_w=1, pad_d=1, pad_w=1, dil_d=2, dil_h=2, dil_w=3)
+    mp3("maxpool3d_ceil", 2, 1, 5, 6, 7, kernel_d=2, kernel_h=3, kernel_w=3, stride_d=2, stride_h=2,
+        stride_w=2, pad_w=1, ceil_mode=1)
+    ap3("avgpool3d_k2", 2, 2, 4, 4, 5, kernel_d=2, kernel_h=2, kernel_w=2)
+    ap3("avgpool3d_k3s2p1", 1, 2, 5, 6, 5, kernel_d=3, kernel_h=3, kernel_w=3, stride_d=2, stride_h=2,
+        stride_w=2, pad_d=1, pad_h=1, pad_w=1)
+    ap3("avgpool3d_k3s2p1_excl", 1, 2, 5, 6, 5, kernel_d=3, kernel_h=3, kernel_w=3, stride_d=2, stride_h=2,
+        stride_w=2, pad_d=1, pad_h=1, pad_w=1, exclude_pad=1)
+    ap3("avgpool3d_ceil", 2, 1, 5, 6, 7, kernel_d=3, kernel_h=2, kernel_w=3, stride_d=2, stride_h=2,
+        stride_w=2, pad_d=1, pad_w=1, ceil_mode=1)
+    ap3("avgpool3d_ceil_excl", 1, 2, 6, 5, 7, kernel_d=2, kernel_h=3, kernel_w=3, stride_d=2, stride_h=2,
+        stride_w=2, pad_h=1, pad_w=1, exclude_pad=1, ceil_mode=1)
     out.close()
 
 

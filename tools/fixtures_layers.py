@@ -450,6 +450,31 @@ def main():
                                                                 a.std().item(), float(draws[0].numel())],
                                                                dtype=torch.float64)))
     split_case(w, "init_schemes", torch.float64, {}, tensors)
+
+    # 3-d convolution and pooling (appended: the cases above keep their inputs and seeds)
+    c.layer("conv3d_rect", seq(lambda: nn.Conv3d(4, 6, (3, 2, 2), stride=(2, 1, 2), padding=(1, 0, 1),
+                                                 dilation=(1, 2, 1), groups=2)),
+            {"x": normal(2, 4, 5, 5, 4)}, plain,
+            {"in": 4, "out": 6, "kernel": 3, "kernel_h": 2, "kernel_w": 2, "stride": 2, "stride_h": 1,
+             "stride_w": 2, "padding": 1, "padding_h": -1, "padding_w": 1, "dilation": 1, "dilation_h": 2,
+             "groups": 2})
+    c.layer("conv3d_nobias", seq(lambda: nn.Conv3d(2, 3, 3, padding=1, bias=False)), {"x": normal(1, 2, 4, 4, 3)},
+            plain, {"in": 2, "out": 3, "kernel": 3, "padding": 1, "no_bias": 1})
+    c.layer("maxpool3d_k3s2p1", seq(lambda: nn.MaxPool3d(3, stride=2, padding=1)), {"x": normal(2, 2, 5, 5, 5)},
+            plain, {"kernel": 3, "stride": 2, "padding": 1})
+    c.layer("maxpool3d_dil_ceil", seq(lambda: nn.MaxPool3d((2, 3, 2), stride=2, padding=(1, 1, 0),
+                                                             dilation=(1, 2, 1), ceil_mode=True)),
+            {"x": normal(1, 2, 5, 8, 7)}, plain,
+            {"kernel": 2, "kernel_h": 3, "stride": 2, "padding": 1, "padding_w": -1, "dilation_h": 2,
+             "ceil_mode": 1})
+    c.layer("avgpool3d_rect_excl", seq(lambda: nn.AvgPool3d((3, 2, 2), stride=(2, 1, 2), padding=1,
+                                                              count_include_pad=False)),
+            {"x": normal(2, 2, 5, 4, 5)}, plain,
+            {"kernel": 3, "kernel_h": 2, "kernel_w": 2, "stride": 2, "stride_h": 1, "padding": 1,
+             "exclude_pad": 1})
+    c.layer("avgpool3d_ceil", seq(lambda: nn.AvgPool3d(2, ceil_mode=True)), {"x": normal(1, 3, 5, 4, 3)}, plain,
+            {"kernel": 2, "ceil_mode": 1})
+    init_stats("init_conv3d", lambda: nn.Conv3d(8, 16, (3, 3, 2), groups=2), 100)
     w.close()
     print("layer cases: %d (with continuations)" % n_layer_cases)
 

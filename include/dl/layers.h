@@ -1150,6 +1150,90 @@ DL_API dl_layer *dl_conv1d_make(dl_model *m, dl_layer *parent, const char *name,
   return dl__lay_conv_make(m, parent, name, c, 1);
 }
 
+/* nn.Conv3d(in, out, kernel, stride, padding, dilation, groups, bias):
+ * weight [out, in/groups, kd, kh, kw], bias [out]. kernel, stride, padding
+ * and dilation are the depth's, and the height's and width's unless their
+ * _h / _w field is set (0 = the same as the depth's; padding_h, padding_w =
+ * DL_PAD_NONE: none on that axis, PyTorch's padding=(1, 0, 0)). stride and
+ * dilation 0 = 1, groups 0 = 1. Init as nn.Conv3d: weight kaiming_uniform(a
+ * = sqrt(5)), bias uniform(+-1/sqrt(fan_in)), fan_in = in/groups kd kh kw.
+ * The padding is symmetric (PyTorch's). */
+typedef struct dl_conv3d_desc {
+  int64_t in, out; /* input and output channels */
+  int kernel;      /* the kernel's depth (and height and width unless given) */
+  int stride;      /* 0: 1 */
+  int padding;     /* symmetric */
+  int dilation;    /* 0: 1 */
+  int groups;      /* 0: 1 */
+  int kernel_h, kernel_w, stride_h, stride_w, padding_h, padding_w, dilation_h, dilation_w; /* 0: as the depth's */
+  int no_bias;     /* 1: no bias */
+} dl_conv3d_desc;
+typedef struct dl__lay_conv3d {
+  dl_layer base;
+  int64_t in, out;
+  dl_conv3d_args a; /* resolved: every field set */
+  int k[3];
+  dl_tensor *w, *b;
+} dl__lay_conv3d;
+DL_API dl_tensor *dl__lay_conv3d_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  dl__lay_conv3d *C = (dl__lay_conv3d *)l;
+  dl__check_input(l, x, 5, 5, 1, C->in);
+  return dl_t_conv3d(tp, x, C->w, C->b, &C->a);
+}
+DL_API void dl__lay_conv3d_describe(const dl_layer *l, char *buf, size_t n) {
+  const dl__lay_conv3d *C = (const dl__lay_conv3d *)l;
+  const dl_conv3d_args *a = &C->a;
+  snprintf(buf, n, "%lld, %lld, kernel=%dx%dx%d, stride=%dx%dx%d, padding=%dx%dx%d%s%s%s", (long long)C->in,
+           (long long)C->out, C->k[0], C->k[1], C->k[2], a->stride_d, a->stride_h, a->stride_w, a->pad_d, a->pad_h,
+           a->pad_w, a->dil_d > 1 || a->dil_h > 1 || a->dil_w > 1 ? ", dilation>1" : "",
+           a->groups > 1 ? ", groups>1" : "", C->b ? "" : ", bias=0");
+}
+DL__GLOBAL(const dl_layer_vt dl__lay_conv3d_vt, {"Conv3d", dl__lay_conv3d_forward, dl__lay_conv3d_describe, NULL, 0});
+/* An axis' value of a 3-d desc: v if set, DL_PAD_NONE as 0, else the depth's. */
+DL__INL int dl__lay_axis3(int v, int depth) { return v == DL_PAD_NONE ? 0 : v ? v : depth; }
+/* nn.Conv3d (see dl_conv3d_desc above): parameters weight, bias. */
+DL_API dl_layer *dl_conv3d_make(dl_model *m, dl_layer *parent, const char *name, const dl_conv3d_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
+  dl__lay_conv3d *C;
+  const int groups = d->groups ? d->groups : 1, stride = d->stride ? d->stride : 1;
+  const int dil = d->dilation ? d->dilation : 1;
+  double fan;
+  int k[3];
+  k[0] = d->kernel;
+  k[1] = d->kernel_h ? d->kernel_h : d->kernel;
+  k[2] = d->kernel_w ? d->kernel_w : d->kernel;
+  if (d->in <= 0 || d->out <= 0 || k[0] <= 0 || k[1] <= 0 || k[2] <= 0 || groups <= 0 || d->in % groups ||
+      d->out % groups || d->padding < 0 || d->padding_h < DL_PAD_NONE || d->padding_w < DL_PAD_NONE ||
+      d->stride < 0 || d->stride_h < 0 || d->stride_w < 0 || d->dilation < 0 || d->dilation_h < 0 ||
+      d->dilation_w < 0)
+    DL_PANIC(m->ctx, "dl_conv3d_make", "bad sizes: in %lld, out %lld, kernel %dx%dx%d, groups %d, stride %d, "
+             "padding %d, dilation %d (in and out divisible by groups)", (long long)d->in, (long long)d->out, k[0],
+             k[1], k[2], groups, d->stride, d->padding, d->dilation);
+  C = (dl__lay_conv3d *)dl_layer_new(m, parent, name, &dl__lay_conv3d_vt, sizeof *C);
+  if (!C) return NULL;
+  C->in = d->in;
+  C->out = d->out;
+  memcpy(C->k, k, sizeof k);
+  C->a.stride_d = stride;
+  C->a.stride_h = dl__lay_axis3(d->stride_h, stride);
+  C->a.stride_w = dl__lay_axis3(d->stride_w, stride);
+  C->a.pad_d = d->padding;
+  C->a.pad_h = dl__lay_axis3(d->padding_h, d->padding);
+  C->a.pad_w = dl__lay_axis3(d->padding_w, d->padding);
+  C->a.dil_d = dil;
+  C->a.dil_h = dl__lay_axis3(d->dilation_h, dil);
+  C->a.dil_w = dl__lay_axis3(d->dilation_w, dil);
+  C->a.groups = groups;
+  fan = (double)(d->in / groups) * k[0] * k[1] * (double)k[2];
+  C->w = dl_layer_param_new(&C->base, "weight", DL_PARAM_WEIGHT, 5,
+                            (const int64_t[]){d->out, d->in / groups, k[0], k[1], k[2]},
+                            (dl_init){DL_INIT_KAIMING_UNIFORM, sqrt(5.0)}, m->dtype);
+  if (!d->no_bias)
+    C->b = dl_layer_param_new(&C->base, "bias", DL_PARAM_BIAS, 1, (const int64_t[]){d->out},
+                              (dl_init){DL_INIT_UNIFORM, 1.0 / sqrt(fan)}, m->dtype);
+  return m->status == DL_OK ? &C->base : NULL;
+}
+
 /* >>pooling and reshaping -------------------------------------------------- */
 
 /* nn.MaxPool2d(kernel, stride = kernel, padding, dilation, ceil_mode) /
@@ -1231,6 +1315,85 @@ DL_API dl_layer *dl_maxpool2d_make(dl_model *m, dl_layer *parent, const char *na
 DL_API dl_layer *dl_avgpool2d_make(dl_model *m, dl_layer *parent, const char *name, const dl_pool2d_desc *d) {
   if (!m) return NULL; /* a dl_model_make that failed */
   return dl__lay_pool_make(m, parent, name, d, &dl__lay_avgpool_vt);
+}
+
+/* nn.MaxPool3d(kernel, stride = kernel, padding, dilation, ceil_mode) /
+ * nn.AvgPool3d(kernel, stride, padding, ceil_mode, count_include_pad =
+ * !exclude_pad). kernel, stride, padding, dilation are the depth's, and the
+ * height's and width's unless their _h / _w field is set (0 = the same as
+ * the depth's; padding_h, padding_w = DL_PAD_NONE: none on that axis);
+ * stride 0 = the kernel; dilation 0 = 1 (max only). Padding symmetric, at
+ * most half the kernel (as PyTorch). */
+typedef struct dl_pool3d_desc {
+  int kernel;      /* the window's depth (and height and width unless given) */
+  int stride;      /* 0: the kernel */
+  int padding;     /* symmetric */
+  int kernel_h, kernel_w, stride_h, stride_w, padding_h, padding_w; /* 0: as the depth's */
+  int exclude_pad; /* avg only: 1 divides by the elements inside the input */
+  int dilation;    /* max only: 0 = 1 */
+  int dilation_h, dilation_w; /* max only: 0: as the depth's */
+  int ceil_mode;   /* 1: output sizes rounded up */
+} dl_pool3d_desc;
+typedef struct dl__lay_pool3d {
+  dl_layer base;
+  dl_pool3d_args a;
+} dl__lay_pool3d;
+DL_API dl_tensor *dl__lay_maxpool3d_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  dl__check_input(l, x, 5, 5, 0, 0);
+  return dl_t_max_pool3d(tp, x, &((dl__lay_pool3d *)l)->a);
+}
+DL_API dl_tensor *dl__lay_avgpool3d_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  dl__check_input(l, x, 5, 5, 0, 0);
+  return dl_t_avg_pool3d(tp, x, &((dl__lay_pool3d *)l)->a);
+}
+DL_API void dl__lay_pool3d_describe(const dl_layer *l, char *buf, size_t n) {
+  const dl_pool3d_args *a = &((const dl__lay_pool3d *)l)->a;
+  snprintf(buf, n, "kernel=%dx%dx%d, stride=%dx%dx%d, padding=%dx%dx%d%s%s%s", a->kernel_d, a->kernel_h, a->kernel_w,
+           a->stride_d, a->stride_h, a->stride_w, a->pad_d, a->pad_h, a->pad_w,
+           a->dil_d > 1 || a->dil_h > 1 || a->dil_w > 1 ? ", dilation>1" : "", a->ceil_mode ? ", ceil_mode" : "",
+           a->exclude_pad ? ", exclude_pad" : "");
+}
+DL__GLOBAL(const dl_layer_vt dl__lay_maxpool3d_vt, {"MaxPool3d", dl__lay_maxpool3d_forward, dl__lay_pool3d_describe, NULL, 0});
+DL__GLOBAL(const dl_layer_vt dl__lay_avgpool3d_vt, {"AvgPool3d", dl__lay_avgpool3d_forward, dl__lay_pool3d_describe, NULL, 0});
+DL_API dl_layer *dl__lay_pool3d_make(dl_model *m, dl_layer *parent, const char *name, const dl_pool3d_desc *d,
+                                     const dl_layer_vt *vt) {
+  if (!m) return NULL; /* a dl_model_make that failed */
+  dl__lay_pool3d *P;
+  if (d->kernel <= 0 || d->kernel_h < 0 || d->kernel_w < 0 || d->stride < 0 || d->stride_h < 0 || d->stride_w < 0 ||
+      d->padding < 0 || d->padding_h < DL_PAD_NONE || d->padding_w < DL_PAD_NONE || d->dilation < 0 ||
+      d->dilation_h < 0 || d->dilation_w < 0)
+    DL_PANIC(m->ctx, vt->type, "kernel %d must be > 0, stride %d, padding %d and dilation %d >= 0", d->kernel,
+             d->stride, d->padding, d->dilation);
+  if (vt == &dl__lay_avgpool3d_vt && (d->dilation > 1 || d->dilation_h > 1 || d->dilation_w > 1))
+    DL_PANIC(m->ctx, vt->type, "dilation %dx%dx%d: average pooling has none (as nn.AvgPool3d)", d->dilation,
+             d->dilation_h, d->dilation_w);
+  P = (dl__lay_pool3d *)dl_layer_new(m, parent, name, vt, sizeof *P);
+  if (!P) return NULL;
+  P->a.kernel_d = d->kernel;
+  P->a.kernel_h = d->kernel_h ? d->kernel_h : d->kernel;
+  P->a.kernel_w = d->kernel_w ? d->kernel_w : d->kernel;
+  P->a.stride_d = d->stride ? d->stride : P->a.kernel_d;
+  P->a.stride_h = d->stride_h ? d->stride_h : d->stride ? d->stride : P->a.kernel_h;
+  P->a.stride_w = d->stride_w ? d->stride_w : d->stride ? d->stride : P->a.kernel_w;
+  P->a.pad_d = d->padding;
+  P->a.pad_h = dl__lay_axis3(d->padding_h, d->padding);
+  P->a.pad_w = dl__lay_axis3(d->padding_w, d->padding);
+  P->a.exclude_pad = d->exclude_pad;
+  P->a.dil_d = d->dilation ? d->dilation : 1;
+  P->a.dil_h = dl__lay_axis3(d->dilation_h, P->a.dil_d);
+  P->a.dil_w = dl__lay_axis3(d->dilation_w, P->a.dil_d);
+  P->a.ceil_mode = d->ceil_mode != 0;
+  return &P->base;
+}
+/* nn.MaxPool3d (see dl_pool3d_desc above); no parameters. */
+DL_API dl_layer *dl_maxpool3d_make(dl_model *m, dl_layer *parent, const char *name, const dl_pool3d_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
+  return dl__lay_pool3d_make(m, parent, name, d, &dl__lay_maxpool3d_vt);
+}
+/* nn.AvgPool3d (see dl_pool3d_desc above); no parameters. */
+DL_API dl_layer *dl_avgpool3d_make(dl_model *m, dl_layer *parent, const char *name, const dl_pool3d_desc *d) {
+  if (!m) return NULL; /* a dl_model_make that failed */
+  return dl__lay_pool3d_make(m, parent, name, d, &dl__lay_avgpool3d_vt);
 }
 
 /* Global average pooling: [N, C, ...] -> [N, C] (the mean over every dim

@@ -30,10 +30,11 @@
  *                    softmax, log_softmax
  *   ops/loss.h       mse, cross_entropy (label smoothing), bce_with_logits,
  *                    nll, huber / smooth_l1
- *   ops/conv.h       conv1d, conv2d (stride, padding, dilation, groups;
- *                    explicit and SAME padding),
+ *   ops/conv.h       conv1d, conv2d, conv3d (stride, padding, dilation,
+ *                    groups; explicit and SAME padding),
  *                    max_pool2d (dilation, ceil_mode, explicit and SAME
- *                    padding; with_indices), avg_pool2d, max_unpool2d
+ *                    padding; with_indices), avg_pool2d, max_unpool2d,
+ *                    max_pool3d (dilation, ceil_mode), avg_pool3d
  *   ops/sparse.h     embedding (row-sparse weight gradient), dropout
  *   ops/rnn.h        rnn (tanh / relu), lstm, gru: one layer, batch-first
  *   ops/attention.h  multi_head_attention (PyTorch layout, masks, causal)

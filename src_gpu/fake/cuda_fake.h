@@ -348,6 +348,15 @@ cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int 
 cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnMathType_t m);
 cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t x,
                                                     cudnnFilterDescriptor_t w, int *n, int *ch, int *h, int *wo);
+/* The Nd (5-d, NCDHW) forms: tensor, filter, convolution (3 spatial dims), output size. */
+cudnnStatus_t cudnnSetTensorNdDescriptorEx(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f, cudnnDataType_t t,
+                                           int nbDims, const int *dims);
+cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t t, cudnnTensorFormat_t f,
+                                         int nbDims, const int *dims);
+cudnnStatus_t cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescriptor_t d, int n, const int *pad, const int *stride,
+                                              const int *dil, cudnnConvolutionMode_t mode, cudnnDataType_t t);
+cudnnStatus_t cudnnGetConvolutionNdForwardOutputDim(cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t x,
+                                                    cudnnFilterDescriptor_t w, int nbDims, int *out);
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, cudnnTensorDescriptor_t x,
                                                      cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t c,
                                                      cudnnTensorDescriptor_t y, int want, int *got,

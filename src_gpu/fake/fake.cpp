@@ -520,15 +520,19 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
 struct cudnnContext {
   cudaStream_t stream;
 };
+// Tensor and filter descriptors: 4-d (nd 4, depth d = 1) or 5-d (NCDHW);
+// a convolution's spatial dims: 2 or 3 (nsp; the depth's pd, sd, dd).
 struct dlg_fake_tensor_desc {
   bool set;
   cudnnDataType_t t;
   int n, c, h, w;
+  int nd, d;
 };
 struct dlg_fake_filter_desc {
   bool set;
   cudnnDataType_t t;
   int k, c, h, w;
+  int nd, d;
 };
 struct dlg_fake_conv_desc {
   bool set;
@@ -536,6 +540,7 @@ struct dlg_fake_conv_desc {
   cudnnConvolutionMode_t mode;
   cudnnDataType_t t;
   cudnnMathType_t math;
+  int nsp, pd, sd, dd;
 };
 
 cudnnStatus_t cudnnCreate(cudnnHandle_t *h) {
@@ -574,7 +579,16 @@ cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d) {
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f, cudnnDataType_t t, int n,
                                          int c, int h, int w) {
   if (!d || f != CUDNN_TENSOR_NCHW || n <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
-  *d = dlg_fake_tensor_desc{true, t, n, c, h, w};
+  *d = dlg_fake_tensor_desc{true, t, n, c, h, w, 4, 1};
+  return CUDNN_STATUS_SUCCESS;
+}
+// Only the 5-d (NCDHW) case, the one src_gpu/ uses.
+cudnnStatus_t cudnnSetTensorNdDescriptorEx(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f, cudnnDataType_t t,
+                                           int nbDims, const int *dims) {
+  if (!d || f != CUDNN_TENSOR_NCHW || nbDims != 5 || !dims) return CUDNN_STATUS_BAD_PARAM;
+  for (int k = 0; k < 5; k++)
+    if (dims[k] <= 0) return CUDNN_STATUS_BAD_PARAM;
+  *d = dlg_fake_tensor_desc{true, t, dims[0], dims[1], dims[3], dims[4], 5, dims[2]};
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d) {
@@ -588,7 +602,15 @@ cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d) {
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t t, cudnnTensorFormat_t f, int k,
                                          int c, int h, int w) {
   if (!d || f != CUDNN_TENSOR_NCHW || k <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
-  *d = dlg_fake_filter_desc{true, t, k, c, h, w};
+  *d = dlg_fake_filter_desc{true, t, k, c, h, w, 4, 1};
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t t, cudnnTensorFormat_t f,
+                                         int nbDims, const int *dims) {
+  if (!d || f != CUDNN_TENSOR_NCHW || nbDims != 5 || !dims) return CUDNN_STATUS_BAD_PARAM;
+  for (int k = 0; k < 5; k++)
+    if (dims[k] <= 0) return CUDNN_STATUS_BAD_PARAM;
+  *d = dlg_fake_filter_desc{true, t, dims[0], dims[1], dims[3], dims[4], 5, dims[2]};
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d) {
@@ -607,6 +629,22 @@ cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, in
   d->ph = ph, d->pw = pw, d->sh = sh, d->sw = sw, d->dh = dh, d->dw = dw;
   d->mode = mode;
   d->t = t;
+  d->nsp = 2, d->pd = 0, d->sd = 1, d->dd = 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+// Only 3 spatial dims (depth, height, width), the case src_gpu/ uses.
+cudnnStatus_t cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescriptor_t d, int n, const int *pad, const int *stride,
+                                              const int *dil, cudnnConvolutionMode_t mode, cudnnDataType_t t) {
+  if (!d || n != 3 || !pad || !stride || !dil) return CUDNN_STATUS_BAD_PARAM;
+  for (int k = 0; k < 3; k++)
+    if (pad[k] < 0 || stride[k] <= 0 || dil[k] <= 0) return CUDNN_STATUS_BAD_PARAM;
+  d->set = true;
+  d->pd = pad[0], d->ph = pad[1], d->pw = pad[2];
+  d->sd = stride[0], d->sh = stride[1], d->sw = stride[2];
+  d->dd = dil[0], d->dh = dil[1], d->dw = dil[2];
+  d->mode = mode;
+  d->t = t;
+  d->nsp = 3;
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t d, int groups) {
@@ -619,15 +657,37 @@ cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnM
   d->math = m;
   return CUDNN_STATUS_SUCCESS;
 }
+namespace {
+// The output [n, k, d, h, w] of x and w under c, all of rank nd (4: d = 1).
+cudnnStatus_t fake_out_dim(cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                           int nd, int *out) {
+  if (!c || !x || !w || !c->set || !x->set || !w->set || x->c != w->c * c->groups || w->k % c->groups ||
+      x->nd != nd || w->nd != nd || c->nsp != nd - 2)
+    return CUDNN_STATUS_BAD_PARAM;
+  out[0] = x->n;
+  out[1] = w->k;
+  out[2] = (x->d + 2 * c->pd - c->dd * (w->d - 1) - 1) / c->sd + 1;
+  out[3] = (x->h + 2 * c->ph - c->dh * (w->h - 1) - 1) / c->sh + 1;
+  out[4] = (x->w + 2 * c->pw - c->dw * (w->w - 1) - 1) / c->sw + 1;
+  return out[2] > 0 && out[3] > 0 && out[4] > 0 ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM;
+}
+} // namespace
 cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t x,
                                                     cudnnFilterDescriptor_t w, int *n, int *ch, int *h, int *wo) {
-  if (!c || !x || !w || !c->set || !x->set || !w->set || x->c != w->c * c->groups || w->k % c->groups)
-    return CUDNN_STATUS_BAD_PARAM;
-  *n = x->n;
-  *ch = w->k;
-  *h = (x->h + 2 * c->ph - c->dh * (w->h - 1) - 1) / c->sh + 1;
-  *wo = (x->w + 2 * c->pw - c->dw * (w->w - 1) - 1) / c->sw + 1;
-  return *h > 0 && *wo > 0 ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM;
+  int out[5];
+  const cudnnStatus_t st = fake_out_dim(c, x, w, 4, out);
+  if (st != CUDNN_STATUS_SUCCESS) return st;
+  *n = out[0], *ch = out[1], *h = out[3], *wo = out[4];
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionNdForwardOutputDim(cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t x,
+                                                    cudnnFilterDescriptor_t w, int nbDims, int *out) {
+  int o[5];
+  if (nbDims != 5 || !out) return CUDNN_STATUS_BAD_PARAM;
+  const cudnnStatus_t st = fake_out_dim(c, x, w, 5, o);
+  if (st != CUDNN_STATUS_SUCCESS) return st;
+  for (int k = 0; k < 5; k++) out[k] = o[k];
+  return CUDNN_STATUS_SUCCESS;
 }
 
 namespace {
@@ -637,18 +697,20 @@ constexpr size_t kConvWs = 1024; // the workspace each fake algorithm asks for
 struct Conv {
   int N, C, H, W, O, Cg, Og, KH, KW, Ho, Wo, ph, pw, sh, sw, dh, dw, G;
   cudnnDataType_t t;
+  int D, KD, Do, pd, sd, dd; // 1, 1, 1, 0, 1, 1 in 2-d
 };
 cudnnStatus_t conv_geo(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t c,
                        cudnnTensorDescriptor_t y, Conv *g) {
-  int n, o, ho, wo;
-  if (cudnnGetConvolution2dForwardOutputDim(c, x, w, &n, &o, &ho, &wo) != CUDNN_STATUS_SUCCESS || !y || !y->set)
+  int o[5];
+  if (!x || fake_out_dim(c, x, w, x->nd, o) != CUDNN_STATUS_SUCCESS || !y || !y->set || y->nd != x->nd)
     return CUDNN_STATUS_BAD_PARAM;
-  if (y->n != n || y->c != o || y->h != ho || y->w != wo) return CUDNN_STATUS_BAD_PARAM;
+  if (y->n != o[0] || y->c != o[1] || y->d != o[2] || y->h != o[3] || y->w != o[4]) return CUDNN_STATUS_BAD_PARAM;
   if (x->t != w->t || x->t != y->t || (x->t != CUDNN_DATA_FLOAT && x->t != CUDNN_DATA_DOUBLE) || c->t != x->t)
     return CUDNN_STATUS_BAD_PARAM;
   if (c->mode != CUDNN_CROSS_CORRELATION) return CUDNN_STATUS_NOT_SUPPORTED;
-  *g = Conv{x->n, x->c, x->h, x->w, w->k, w->c, w->k / c->groups, w->h, w->w, ho, wo,
-            c->ph, c->pw, c->sh, c->sw, c->dh, c->dw, c->groups, x->t};
+  *g = Conv{x->n, x->c, x->h, x->w, w->k, w->c, w->k / c->groups, w->h, w->w, o[3], o[4],
+            c->ph, c->pw, c->sh, c->sw, c->dh, c->dw, c->groups, x->t,
+            x->d, w->d, o[2], c->pd, c->sd, c->dd};
   return CUDNN_STATUS_SUCCESS;
 }
 template <typename Perf, typename Algo>
@@ -668,31 +730,37 @@ cudnnStatus_t ws_ok(void *ws, size_t bytes) {
   need_dev("cuDNN workspace", ws, bytes);
   return CUDNN_STATUS_SUCCESS;
 }
-size_t numel_x(const Conv &g) { return (size_t)g.N * g.C * g.H * g.W; }
-size_t numel_w(const Conv &g) { return (size_t)g.O * g.Cg * g.KH * g.KW; }
-size_t numel_y(const Conv &g) { return (size_t)g.N * g.O * g.Ho * g.Wo; }
+size_t numel_x(const Conv &g) { return (size_t)g.N * g.C * g.D * g.H * g.W; }
+size_t numel_w(const Conv &g) { return (size_t)g.O * g.Cg * g.KD * g.KH * g.KW; }
+size_t numel_y(const Conv &g) { return (size_t)g.N * g.O * g.Do * g.Ho * g.Wo; }
 
 // Calls f(xi, wi, yi) for every (input, weight, output) element triple of
-// the convolution, the flat NCHW indices; the output column j innermost.
+// the convolution, the flat NC(D)HW indices; the output column j innermost.
 template <class F> void conv_walk(const Conv &g, F f) {
   for (int n = 0; n < g.N; n++)
     for (int o = 0; o < g.O; o++) {
       const int grp = o / g.Og;
       for (int c = 0; c < g.Cg; c++)
-        for (int p = 0; p < g.KH; p++)
-          for (int q = 0; q < g.KW; q++) {
-            const size_t wi = (((size_t)o * g.Cg + c) * g.KH + p) * g.KW + q;
-            const size_t xplane = ((size_t)n * g.C + grp * g.Cg + c) * g.H;
-            for (int i = 0; i < g.Ho; i++) {
-              const int hh = i * g.sh - g.ph + p * g.dh;
-              if (hh < 0 || hh >= g.H) continue;
-              const size_t xrow = (xplane + hh) * g.W, yrow = (((size_t)n * g.O + o) * g.Ho + i) * g.Wo;
-              for (int j = 0; j < g.Wo; j++) {
-                const int ww = j * g.sw - g.pw + q * g.dw;
-                if (ww >= 0 && ww < g.W) f(xrow + ww, wi, yrow + j);
+        for (int a = 0; a < g.KD; a++)
+          for (int p = 0; p < g.KH; p++)
+            for (int q = 0; q < g.KW; q++) {
+              const size_t wi = ((((size_t)o * g.Cg + c) * g.KD + a) * g.KH + p) * g.KW + q;
+              for (int z = 0; z < g.Do; z++) {
+                const int dd = z * g.sd - g.pd + a * g.dd;
+                if (dd < 0 || dd >= g.D) continue;
+                const size_t xplane = (((size_t)n * g.C + grp * g.Cg + c) * g.D + dd) * g.H;
+                const size_t yplane = (((size_t)n * g.O + o) * g.Do + z) * g.Ho;
+                for (int i = 0; i < g.Ho; i++) {
+                  const int hh = i * g.sh - g.ph + p * g.dh;
+                  if (hh < 0 || hh >= g.H) continue;
+                  const size_t xrow = (xplane + hh) * g.W, yrow = (yplane + i) * g.Wo;
+                  for (int j = 0; j < g.Wo; j++) {
+                    const int ww = j * g.sw - g.pw + q * g.dw;
+                    if (ww >= 0 && ww < g.W) f(xrow + ww, wi, yrow + j);
+                  }
+                }
               }
             }
-          }
     }
 }
 // out = alpha * (the pass's sums in acc) + beta * out (beta == 0: out is not read).

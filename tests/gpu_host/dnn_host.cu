@@ -13,6 +13,8 @@
 // which dnn_ref.c runs on the same inputs (forward, dl_backward, tangent).
 //
 // What it checks, at f32 and at f64:
+//   - max and avg pool3d, the same bodies in 3-d: y, ty, gx bit for bit, 6
+//     windows (stride, padding, exclude_pad, ceil_mode) and 2 dilated (max);
 //   - max and avg pool2d: y, the tangent ty (max: through the forward's
 //     idx), the gradient gx; bit for bit, over inputs with ties, NaN and
 //     -inf, for 17 geometries (stride != kernel, padding, exclude_pad,
@@ -92,6 +94,10 @@
 #pragma weak cudnnSetFilter4dDescriptor
 #pragma weak cudnnSetStream
 #pragma weak cudnnSetTensor4dDescriptor
+#pragma weak cudnnSetTensorNdDescriptorEx
+#pragma weak cudnnSetFilterNdDescriptor
+#pragma weak cudnnSetConvolutionNdDescriptor
+#pragma weak cudnnGetConvolutionNdForwardOutputDim
 
 // The reduction policy of one thread: it visits every item (tid 0 of nt 1),
 // so its partial sums are the totals and sum2 has nothing to add; it is the
@@ -129,11 +135,12 @@ static int dh_nan_out, dh_ninf_out;
 template <class T> static void pool_case(int kind, int64_t N, int64_t C, int64_t H, int64_t W, const int *q) {
   const int dt = sizeof(T) == 8;
   int64_t geo[10];
-  dlg_pool2d g;
+  dlg_pool2d g = {}; // kd 0: 2-d, filled in by pool_norm as pool_run does
   dnn_ref_pool_geom(kind, N, C, H, W, q, geo);
   g.N = N; g.C = C; g.H = H; g.W = W; g.kh = q[0]; g.kw = q[1];
   g.sh = geo[6]; g.sw = geo[7]; g.ph = geo[2]; g.pw = geo[3]; g.excl = q[6];
   g.Ho = geo[0]; g.Wo = geo[1]; g.phe = geo[4]; g.pwe = geo[5]; g.dh = geo[8]; g.dw = geo[9];
+  g = pool_norm(g);
   const int64_t nx = N * C * H * W, ny = N * C * g.Ho * g.Wo;
   std::vector<T> x(nx), tx(nx), gy(ny), y(ny, kUnset), ty(ny, kUnset), gx(nx, (T)0), ry(ny), rty(ny), rgx(nx);
   std::vector<int32_t> idx(ny);
@@ -215,6 +222,76 @@ template <class T> static void max_pools() {
   pool_cases<T>(0);
   CHECK_MSG(dh_nan_out > 0 && dh_ninf_out > 0, "the cases gave %d NaN and %d -inf outputs: the NaN / -inf paths "
             "went unchecked", dh_nan_out, dh_ninf_out);
+}
+// One 3-d pooling case on x [N, C, D, H, W] (q a dl_pool3d_args, host_check.h), as pool_case: the bodies'
+// y, ty, gx bit for bit against dl_t_max_pool3d / dl_t_avg_pool3d.
+template <class T>
+static void pool3d_case(int kind, int64_t N, int64_t C, int64_t D, int64_t H, int64_t W, const int *q) {
+  const int dt = sizeof(T) == 8;
+  int64_t geo[12];
+  dlg_pool2d g = {};
+  dnn_ref_pool3d_geom(kind, N, C, D, H, W, q, geo);
+  g.N = N; g.C = C; g.D = D; g.H = H; g.W = W; g.kd = q[0]; g.kh = q[1]; g.kw = q[2];
+  g.Do = geo[0]; g.Ho = geo[1]; g.Wo = geo[2]; g.pd = g.pde = geo[3]; g.ph = g.phe = geo[4]; g.pw = g.pwe = geo[5];
+  g.sd = geo[6]; g.sh = geo[7]; g.sw = geo[8]; g.dd = geo[9]; g.dh = geo[10]; g.dw = geo[11]; g.excl = q[9];
+  const int64_t nx = N * C * D * H * W, ny = N * C * g.Do * g.Ho * g.Wo;
+  std::vector<T> x(nx), tx(nx), gy(ny), y(ny, kUnset), ty(ny, kUnset), gx(nx, (T)0), ry(ny), rty(ny), rgx(nx);
+  std::vector<int32_t> idx(ny);
+  for (auto &e : x) {
+    const double u = hc_urand();
+    e = u < 0.03 ? (T)NAN : u < 0.08 ? -(T)INFINITY : (T)std::floor(hc_urand() * 4) - 1;
+  }
+  hc_fill(tx, -1, 1);
+  hc_fill(gy, -1, 1);
+  dnn_ref_pool3d(kind, dt, N, C, D, H, W, q, x.data(), gy.data(), tx.data(), ry.data(), rgx.data(), rty.data());
+  for (int64_t e = 0; e < ny; e++) {
+    if (kind == 0) {
+      maxpool_fwd_at(g, x.data(), y.data(), idx.data(), e);
+    } else {
+      avgpool_fwd_at(g, x.data(), y.data(), e);
+      avgpool_fwd_at(g, tx.data(), ty.data(), e);
+    }
+  }
+  if (kind == 0)
+    for (int64_t e = 0; e < ny; e++) maxpool_tan_at(g, tx.data(), idx.data(), ty.data(), e);
+  for (int64_t e = 0; e < nx; e++) {
+    if (kind == 0) maxpool_bwd_at(g, gy.data(), idx.data(), gx.data(), e);
+    else avgpool_bwd_at(g, gy.data(), gx.data(), e);
+  }
+  char name[240];
+  snprintf(name, sizeof name, "%s pool3d %s [%lld, %lld, %lld, %lld, %lld] kernel %dx%dx%d stride %dx%dx%d pad "
+           "%dx%dx%d excl %d dil %dx%dx%d ceil %d", kind ? "avg" : "max", hc_dt(dt), (long long)N, (long long)C,
+           (long long)D, (long long)H, (long long)W, q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10],
+           q[11], q[12], q[13]);
+  const std::string n(name);
+  hc_bits(n + " y", y, ry);
+  hc_bits(n + " ty", ty, rty);
+  hc_bits(n + " gx", gx, rgx);
+}
+template <class T> static void pool3d_cases(int kind) {
+  // kernel d, h, w; stride d, h, w (0: the kernel); padding d, h, w; exclude_pad; dilation d, h, w (max only);
+  // ceil_mode
+  static const int geo[][14] = {{2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {3, 3, 3, 2, 2, 2, 1, 1, 1, 0, 0, 0, 0, 0},
+                                {3, 3, 3, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0}, {2, 3, 2, 1, 1, 2, 1, 1, 0, 0, 0, 0, 0, 0},
+                                {3, 2, 3, 2, 2, 2, 1, 0, 1, 0, 0, 0, 0, 1}, {2, 3, 3, 2, 2, 2, 0, 1, 1, 1, 0, 0, 0, 1}};
+  static const int dil[][14] = {{2, 3, 2, 1, 2, 1, 1, 0, 1, 0, 2, 2, 3, 0}, {2, 2, 2, 2, 1, 1, 0, 1, 0, 0, 3, 1, 2, 1}};
+  for (const auto &q : geo) {
+    pool3d_case<T>(kind, 2, 2, 5, 6, 7, q);
+    pool3d_case<T>(kind, 1, 1, 4, 3, 5, q);
+  }
+  if (kind == 0)
+    for (const auto &q : dil) {
+      pool3d_case<T>(kind, 2, 2, 6, 7, 7, q);
+      pool3d_case<T>(kind, 1, 1, 4, 5, 5, q);
+    }
+}
+static void pool3d_f32(void) {
+  pool3d_cases<float>(0);
+  pool3d_cases<float>(1);
+}
+static void pool3d_f64(void) {
+  pool3d_cases<double>(0);
+  pool3d_cases<double>(1);
 }
 static void max_pool_f32(void) { max_pools<float>(); }
 static void max_pool_f64(void) { max_pools<double>(); }
@@ -421,6 +498,8 @@ int main(void) {
   RUN(max_pool_f64);
   RUN(avg_pool_f32);
   RUN(avg_pool_f64);
+  RUN(pool3d_f32);
+  RUN(pool3d_f64);
   RUN(batch_norm_f32);
   RUN(batch_norm_f64);
   RUN(layer_norm_f32);

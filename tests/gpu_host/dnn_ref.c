@@ -58,6 +58,53 @@ void dnn_ref_pool(int kind, int dt, int64_t N, int64_t C, int64_t H, int64_t W, 
   dl_tensor_free(G);
 }
 
+/* 3-d pooling on x [N, C, D, H, W]: as dnn_ref_pool, q a dl_pool3d_args. */
+static dl_pool3d_args dnn_ref_pool3d_args(const int *q) {
+  dl_pool3d_args a;
+  a.kernel_d = q[0]; a.kernel_h = q[1]; a.kernel_w = q[2]; a.stride_d = q[3]; a.stride_h = q[4]; a.stride_w = q[5];
+  a.pad_d = q[6]; a.pad_h = q[7]; a.pad_w = q[8]; a.exclude_pad = q[9]; a.dil_d = q[10]; a.dil_h = q[11];
+  a.dil_w = q[12]; a.ceil_mode = q[13];
+  return a;
+}
+void dnn_ref_pool3d_geom(int kind, int64_t N, int64_t C, int64_t D, int64_t H, int64_t W, const int *q, int64_t *g) {
+  int64_t sx[5];
+  const dl_pool3d_args a = dnn_ref_pool3d_args(q);
+  dl__pool_geom pg;
+  dl_tensor *X;
+  sx[0] = N; sx[1] = C; sx[2] = D; sx[3] = H; sx[4] = W;
+  ref_init();
+  X = dl_tensor_make(&ref_ctx, DL_F64, 5, sx);
+  pg = dl__pool3d_check("dnn_ref_pool3d_geom", X, &a, kind == 0);
+  g[0] = pg.Do; g[1] = pg.Ho; g[2] = pg.Wo; g[3] = pg.pd; g[4] = pg.ph; g[5] = pg.pw;
+  g[6] = pg.sd; g[7] = pg.sh; g[8] = pg.sw; g[9] = pg.dd; g[10] = pg.dh; g[11] = pg.dw;
+  dl_tensor_free(X);
+}
+void dnn_ref_pool3d(int kind, int dt, int64_t N, int64_t C, int64_t D, int64_t H, int64_t W, const int *q,
+                    const void *x, const void *gy, const void *tx, void *y, void *gx, void *ty) {
+  int64_t sx[5];
+  const dl_pool3d_args a = dnn_ref_pool3d_args(q);
+  dl_tensor *X, *TX, *G, *Y;
+  dl_tape tp;
+  sx[0] = N; sx[1] = C; sx[2] = D; sx[3] = H; sx[4] = W;
+  ref_init();
+  X = ref_make(dt, 5, sx, x);
+  TX = ref_make(dt, 5, sx, tx);
+  dl_requires_grad(X);
+  dl_set_tangent(X, TX);
+  dl_tape_init(&tp, &ref_ctx, 0);
+  Y = kind == 0 ? dl_t_max_pool3d(&tp, X, &a) : dl_t_avg_pool3d(&tp, X, &a);
+  dl_set_tangent(X, NULL);
+  G = ref_make(dt, 5, Y->shape, gy);
+  dl_backward(&tp, Y, G);
+  ref_out(y, Y);
+  ref_out(gx, X->grad);
+  ref_out(ty, Y->tangent);
+  dl_tape_free(&tp);
+  dl_tensor_free(X);
+  dl_tensor_free(TX);
+  dl_tensor_free(G);
+}
+
 /* Batch norm on x [N, C, S] with optional w, b [C] (NULL: none; their
  * tangents tw, tb and gradients gw, gb go with them) and running statistics
  * rm, rv [C] (in/out; NULL: none). training as dl_t_batch_norm. */

@@ -57,6 +57,12 @@ int64_t kref_regularize(int dt, double l1, double l2, int64_t V, int64_t D, int6
 void dnn_ref_pool_geom(int kind, int64_t N, int64_t C, int64_t H, int64_t W, const int *q, int64_t *g);
 void dnn_ref_pool(int kind, int dt, int64_t N, int64_t C, int64_t H, int64_t W, const int *q, const void *x,
                   const void *gy, const void *tx, void *y, void *gx, void *ty);
+/* 3-d: q[14] a dl_pool3d_args in its field order (kernel d, h, w; stride
+ * d, h, w; padding d, h, w; exclude_pad; dilation d, h, w; ceil_mode) on
+ * [N, C, D, H, W]: g = Do, Ho, Wo, pd, ph, pw, sd, sh, sw, dd, dh, dw. */
+void dnn_ref_pool3d_geom(int kind, int64_t N, int64_t C, int64_t D, int64_t H, int64_t W, const int *q, int64_t *g);
+void dnn_ref_pool3d(int kind, int dt, int64_t N, int64_t C, int64_t D, int64_t H, int64_t W, const int *q,
+                    const void *x, const void *gy, const void *tx, void *y, void *gx, void *ty);
 void dnn_ref_bn(int dt, int64_t N, int64_t C, int64_t S, int training, double momentum, double eps, const void *x,
                 const void *w, const void *b, void *rm, void *rv, const void *gy, const void *tx, const void *tw,
                 const void *tb, void *y, void *gx, void *gw, void *gb, void *ty);

@@ -49,6 +49,12 @@ typedef struct dlg_handle dlg_handle; /* as in abi.h (a repeated typedef: C11) *
 typedef struct dlg_conv2d {
   int64_t N, C, H, W, O, kh, kw, Ho, Wo;
   int64_t sh, sw, ph, pw, dh, dw, G;
+  /* conv3d: x [N, C, D, H, W], w [O, C/G, kd, kh, kw], y [N, O, Do, Ho, Wo],
+   * the depth's stride sd, padding pd, dilation dd (Do as Ho). kd == 0: a
+   * 2-d convolution (the other depth fields unread); a depth of 1 with
+   * kd = sd = dd = 1, pd = 0 runs as the 2-d one (cuDNN's 4-d descriptors),
+   * any other through its Nd descriptors. */
+  int64_t D, kd, Do, sd, pd, dd;
 } dlg_conv2d;
 
 /* y = conv(x, w) + b (acc == 0) or y += conv(x, w) + b (acc != 0); b may be
@@ -63,7 +69,7 @@ int dlg_conv2d_bwd(dlg_handle *h, int dtype, const dlg_conv2d *g, const void *x,
                    const void *gy, void *gx, void *gw, void *gb);
 
 /* >>pooling (own kernels: the CPU's tie, NaN and divisor rules) --------------
- * x [N, C, H, W], y [N, C, Ho, Wo] (Ho, Wo given: ops/conv.h's
+ * x [N, C, H, W], y [N, C, Ho, Wo] (3-d: with the depth, see below; Ho, Wo given: ops/conv.h's
  * dl__pool_geom works them out); the window of (oh, ow) is the rows
  * oh sh - ph + j dh (j < kh) and columns ow sw - pw + l dw (l < kw) inside
  * the input (ph, pw: the padding at the top and left; phe, pwe at the
@@ -78,6 +84,12 @@ typedef struct dlg_pool2d {
   int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, Ho, Wo;
   int excl;
   int64_t dh, dw, phe, pwe;
+  /* 3-d pooling: x [N, C, D, H, W], y [N, C, Do, Ho, Wo], the depth's
+   * kernel kd, stride sd, padding pd (front) and pde (back), dilation dd;
+   * idx holds (id H + ih) W + iw, the scan runs depth, rows, columns.
+   * kd == 0: 2-d pooling (the same as D = Do = kd = sd = dd = 1, pd = pde
+   * = 0). */
+  int64_t D, kd, sd, pd, pde, dd, Do;
 } dlg_pool2d;
 
 /* y = window max of x; idx (may be NULL) its position in the plane. */

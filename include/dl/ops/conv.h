@@ -3,8 +3,12 @@
  *   dl_tensor *h = dl_t_conv2d(tp, x, w, b, &(dl_conv2d_args){.pad_h = 2, .pad_w = 2});
  *   dl_tensor *p = dl_t_max_pool2d(tp, dl_t_relu(tp, h), &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2});
  *
- * Layouts are PyTorch's: x [N, C, H, W] (conv1d: [N, C, L]), weights
- * [O, C/groups, kh, kw] ([O, C/groups, k]), outputs [N, O, Ho, Wo]. Every
+ * Layouts are PyTorch's: x [N, C, H, W] (conv1d: [N, C, L]; conv3d and the
+ * 3-d pools: [N, C, D, H, W]), weights [O, C/groups, kh, kw] ([O, C/groups,
+ * k]; [O, C/groups, kd, kh, kw]), outputs [N, O, Ho, Wo] ([N, O, Do, Ho,
+ * Wo]). One code serves all three ranks: the geometry, im2col and the
+ * pooling loops carry a depth, 1 for the 2-d ops (and conv1d is conv2d with
+ * H = 1). Every
  * argument struct's all-zero value (or a NULL pointer) means PyTorch's
  * defaults: stride 1 (pools: the kernel size), no padding, dilation 1, one
  * group. Inputs may be strided views (copied to contiguous arena memory
@@ -13,6 +17,7 @@
  *
  * Convolution is im2col + GEMM: per image and group,
  *   y[O/g, Ho*Wo] = w[O/g, C/g*kh*kw] @ col[C/g*kh*kw, Ho*Wo]
+ * (3-d: K = C/g*kd*kh*kw rows, P = Do*Ho*Wo columns)
  * (a 1x1 convolution with stride 1 and no padding uses the image itself as
  * col). Backward: grad_w += gy @ col^T, grad_x += col2im(w^T @ gy),
  * grad_b += gy summed over the batch and positions. Above
@@ -55,6 +60,17 @@ typedef struct dl_conv1d_args {
   int stride, pad, dil, groups; /* 0: PyTorch's defaults */
   int pad_mode, pad_end; /* as conv2d's: pad at the start, pad_end at the end */
 } dl_conv1d_args;
+/* conv3d options; zero means PyTorch's default (stride 1, padding 0,
+ * dilation 1, groups 1); pad_mode as conv2d's, with pad_d / pad_d_end the
+ * front / back of the depth under DL_PAD_EXPLICIT. */
+typedef struct dl_conv3d_args {
+  int stride_d, stride_h, stride_w; /* 0: 1 */
+  int pad_d, pad_h, pad_w;          /* padding per axis (both sides, or the start under DL_PAD_EXPLICIT) */
+  int dil_d, dil_h, dil_w;          /* dilation per axis, 0: 1 */
+  int groups;                       /* 0: 1 */
+  int pad_mode;                     /* DL_PAD_* (see below) */
+  int pad_d_end, pad_h_end, pad_w_end; /* the end paddings under DL_PAD_EXPLICIT */
+} dl_conv3d_args;
 /* How a window op's padding is given (pad_mode):
  *   DL_PAD_SYMMETRIC (0)  pad_h rows at the top and at the bottom, pad_w
  *                         columns at the left and the right (PyTorch's);
@@ -109,24 +125,34 @@ DL_API int64_t dl__window_axis(int mode, int64_t n, int64_t k, int64_t s, int64_
   return o;
 }
 
-/* One convolution's sizes: x [N, C, H, W], w [O, Cg, kh, kw], y [N, O, Ho, Wo],
- * G groups of Cg = C/G input and Og = O/G output channels, K = Cg*kh*kw rows
- * and P = Ho*Wo columns of col. */
+/* One convolution's sizes: x [N, C, D, H, W], w [O, Cg, kd, kh, kw], y
+ * [N, O, Do, Ho, Wo], G groups of Cg = C/G input and Og = O/G output
+ * channels, K = Cg*kd*kh*kw rows and P = Do*Ho*Wo columns of col. conv2d is
+ * the depth 1 case (D = kd = sd = dd = 1, pd = 0), conv1d also H = kh = 1. */
 typedef struct dl__conv_geom {
   int64_t N, C, H, W, O, kh, kw, Ho, Wo;
   int64_t sh, sw, ph, pw, dh, dw, G;
   int64_t Cg, Og, K, P;
-  int direct; /* 1x1, stride 1, no padding: the image is its own col */
+  int direct; /* 1x1x1, stride 1, no padding: the image is its own col */
+  int64_t D, kd, Do, sd, pd, dd;
 } dl__conv_geom;
 
+/* Fills Do, Ho, Wo, Cg, Og, K, P, direct; a depth left 0 (D, kd, sd, dd)
+ * means the 2-d case. */
 DL_API void dl__conv_geom_fill(dl__conv_geom *g) {
+  if (g->D == 0) g->D = 1;
+  if (g->kd == 0) g->kd = 1;
+  if (g->sd == 0) g->sd = 1;
+  if (g->dd == 0) g->dd = 1;
+  g->Do = (g->D + 2 * g->pd - g->dd * (g->kd - 1) - 1) / g->sd + 1;
   g->Ho = (g->H + 2 * g->ph - g->dh * (g->kh - 1) - 1) / g->sh + 1;
   g->Wo = (g->W + 2 * g->pw - g->dw * (g->kw - 1) - 1) / g->sw + 1;
   g->Cg = g->C / g->G;
   g->Og = g->O / g->G;
-  g->K = g->Cg * g->kh * g->kw;
-  g->P = g->Ho * g->Wo;
-  g->direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+  g->K = g->Cg * g->kd * g->kh * g->kw;
+  g->P = g->Do * g->Ho * g->Wo;
+  g->direct = g->kd == 1 && g->kh == 1 && g->kw == 1 && g->sd == 1 && g->sh == 1 && g->sw == 1 && g->pd == 0 &&
+              g->ph == 0 && g->pw == 0;
 }
 
 /* Panics naming op unless pad_mode `mode` fits the padding given for
@@ -230,79 +256,104 @@ DL_API void dl__conv_range(int64_t off, int64_t s, int64_t n, int64_t outn, int6
                                       int64_t m, int64_t rs) {                                     \
     for (; n > 0; n--, d += rs, s += m) dl__conv_acc_##sfx(d, s, m);                               \
   }                                                                                                \
-  /* Row (c, i, j) of col, column (oh, ow), is x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw],         \
-   * zero outside the input; rows oh in [olo, ohi) and columns ow in [lo, hi) are                  \
-   * the ones inside. The channel loop is innermost: the ranges (two divisions                     \
-   * each) are worked out kh*kw times, not Cg*kh*kw times. */                                      \
+  /* Row (c, a, i, j) of col, column (od, oh, ow), is x[c, od*sd - pd + a*dd,                      \
+   * oh*sh - ph + i*dh, ow*sw - pw + j*dw], zero outside the input; for each                       \
+   * depth tap a and output depth od (one of each in 2-d) rows oh in [olo, ohi)                    \
+   * and columns ow in [lo, hi) are the ones inside. The channel loop is                           \
+   * innermost: the ranges (two divisions each) are worked out kd*Do*kh*kw                         \
+   * times, not Cg*kd*kh*kw times. */                                                              \
   DL_API void dl__im2col_##sfx(const dl__conv_geom *g, const T *x, T *col) {                       \
     const int64_t Wo = g->Wo, sw = g->sw, rs = g->sh * g->W, HW = g->H * g->W;                     \
-    const int64_t cstep = g->kh * g->kw * g->P;                                                    \
-    int64_t c, i, j, oh, ow, lo, hi, olo, ohi;                                                     \
-    for (i = 0; i < g->kh; i++) {                                                                  \
-      const int64_t hoff = i * g->dh - g->ph;                                                      \
-      dl__conv_range(hoff, g->sh, g->H, g->Ho, &olo, &ohi);                                        \
-      for (j = 0; j < g->kw; j++) {                                                                \
-        const int64_t woff = j * g->dw - g->pw;                                                    \
-        T *dst0 = col + (i * g->kw + j) * g->P;                                                    \
-        dl__conv_range(woff, sw, g->W, Wo, &lo, &hi);                                              \
-        for (c = 0; c < g->Cg; c++) {                                                              \
-          T *dst = dst0 + c * cstep;                                                               \
-          const T *src;                                                                            \
-          if (ohi <= olo || hi <= lo) { /* nothing of x in this row */                             \
-            memset(dst, 0, sizeof(T) * (size_t)g->P);                                              \
-            continue;                                                                              \
-          }                                                                                        \
-          if (olo > 0) memset(dst, 0, sizeof(T) * (size_t)(olo * Wo));                             \
-          if (ohi < g->Ho) memset(dst + ohi * Wo, 0, sizeof(T) * (size_t)((g->Ho - ohi) * Wo));    \
-          /* the first inside row, from its first inside column */                                 \
-          src = x + c * HW + (olo * g->sh + hoff) * g->W + (lo * sw + woff);                       \
-          dst += olo * Wo;                                                                         \
-          if (sw == 1 && lo == 0 && hi == Wo) {                                                    \
-            dl__conv_rows_##sfx(dst, src, ohi - olo, Wo, rs);                                      \
-          } else {                                                                                 \
-            for (oh = olo; oh < ohi; oh++, dst += Wo, src += rs) {                                 \
-              for (ow = 0; ow < lo; ow++) dst[ow] = 0;                                             \
-              if (sw == 1) dl__conv_copy_##sfx(dst + lo, src, hi - lo);                            \
-              else                                                                                 \
-                for (ow = lo; ow < hi; ow++) dst[ow] = src[(ow - lo) * sw];                        \
-              for (ow = hi; ow < Wo; ow++) dst[ow] = 0;                                            \
+    const int64_t Q = g->Ho * Wo, DHW = g->D * HW, kk = g->kh * g->kw;                             \
+    const int64_t cstep = g->kd * kk * g->P;                                                       \
+    int64_t c, a, od, i, j, oh, ow, lo, hi, olo, ohi, dlo, dhi;                                    \
+    for (a = 0; a < g->kd; a++) {                                                                  \
+      const int64_t doff = a * g->dd - g->pd;                                                      \
+      dl__conv_range(doff, g->sd, g->D, g->Do, &dlo, &dhi);                                        \
+      for (od = 0; od < g->Do; od++) {                                                             \
+        const T *xd = x + (od * g->sd + doff) * HW;                                                \
+        T *cd = col + a * kk * g->P + od * Q;                                                      \
+        if (od < dlo || od >= dhi) { /* a depth outside the input: zeros */                        \
+          for (c = 0; c < g->Cg; c++)                                                              \
+            for (i = 0; i < kk; i++) memset(cd + c * cstep + i * g->P, 0, sizeof(T) * (size_t)Q);  \
+          continue;                                                                                \
+        }                                                                                          \
+        for (i = 0; i < g->kh; i++) {                                                              \
+          const int64_t hoff = i * g->dh - g->ph;                                                  \
+          dl__conv_range(hoff, g->sh, g->H, g->Ho, &olo, &ohi);                                    \
+          for (j = 0; j < g->kw; j++) {                                                            \
+            const int64_t woff = j * g->dw - g->pw;                                                \
+            T *dst0 = cd + (i * g->kw + j) * g->P;                                                 \
+            dl__conv_range(woff, sw, g->W, Wo, &lo, &hi);                                          \
+            for (c = 0; c < g->Cg; c++) {                                                          \
+              T *dst = dst0 + c * cstep;                                                           \
+              const T *src;                                                                        \
+              if (ohi <= olo || hi <= lo) { /* nothing of x in this row */                         \
+                memset(dst, 0, sizeof(T) * (size_t)Q);                                             \
+                continue;                                                                          \
+              }                                                                                    \
+              if (olo > 0) memset(dst, 0, sizeof(T) * (size_t)(olo * Wo));                         \
+              if (ohi < g->Ho) memset(dst + ohi * Wo, 0, sizeof(T) * (size_t)((g->Ho - ohi) * Wo)); \
+              /* the first inside row, from its first inside column */                             \
+              src = xd + c * DHW + (olo * g->sh + hoff) * g->W + (lo * sw + woff);                 \
+              dst += olo * Wo;                                                                     \
+              if (sw == 1 && lo == 0 && hi == Wo) {                                                \
+                dl__conv_rows_##sfx(dst, src, ohi - olo, Wo, rs);                                  \
+              } else {                                                                             \
+                for (oh = olo; oh < ohi; oh++, dst += Wo, src += rs) {                             \
+                  for (ow = 0; ow < lo; ow++) dst[ow] = 0;                                         \
+                  if (sw == 1) dl__conv_copy_##sfx(dst + lo, src, hi - lo);                        \
+                  else                                                                             \
+                    for (ow = lo; ow < hi; ow++) dst[ow] = src[(ow - lo) * sw];                    \
+                  for (ow = hi; ow < Wo; ow++) dst[ow] = 0;                                        \
+                }                                                                                  \
+              }                                                                                    \
             }                                                                                      \
           }                                                                                        \
         }                                                                                          \
       }                                                                                            \
     }                                                                                              \
   }                                                                                                \
-  /* gx[Cg, H, W] += the columns, each back where im2col took it from. Channel                     \
-   * innermost here too, which also keeps the overlapping read-modify-writes                       \
-   * of neighbouring kernel columns j, j+1 far apart (a load that partly                           \
-   * overlaps a store still in flight stalls). */                                                  \
+  /* gx[Cg, D, H, W] += the columns, each back where im2col took it from.                          \
+   * Channel innermost here too, which also keeps the overlapping                                  \
+   * read-modify-writes of neighbouring kernel columns j, j+1 far apart (a                         \
+   * load that partly overlaps a store still in flight stalls). */                                 \
   DL_API void dl__col2im_##sfx(const dl__conv_geom *g, const T *col, T *gx) {                      \
     const int64_t Wo = g->Wo, sw = g->sw, rs = g->sh * g->W, HW = g->H * g->W;                     \
-    const int64_t cstep = g->kh * g->kw * g->P;                                                    \
-    int64_t c, i, j, oh, ow, lo, hi, olo, ohi;                                                     \
-    for (i = 0; i < g->kh; i++) {                                                                  \
-      const int64_t hoff = i * g->dh - g->ph;                                                      \
-      dl__conv_range(hoff, g->sh, g->H, g->Ho, &olo, &ohi);                                        \
-      if (ohi <= olo) continue;                                                                    \
-      for (j = 0; j < g->kw; j++) {                                                                \
-        const int64_t woff = j * g->dw - g->pw;                                                    \
-        const T *src0;                                                                             \
-        T *dst0;                                                                                   \
-        dl__conv_range(woff, sw, g->W, Wo, &lo, &hi);                                              \
-        if (hi <= lo) continue;                                                                    \
-        src0 = col + (i * g->kw + j) * g->P + olo * Wo + lo;                                       \
-        dst0 = gx + (olo * g->sh + hoff) * g->W + (lo * sw + woff);                                \
-        for (c = 0; c < g->Cg; c++) {                                                              \
-          const T *src = src0 + c * cstep;                                                         \
-          T *dst = dst0 + c * HW;                                                                  \
-          if (sw == 1 && lo == 0 && hi == Wo) {                                                    \
-            dl__conv_rows_acc_##sfx(dst, src, ohi - olo, Wo, rs);                                  \
-            continue;                                                                              \
-          }                                                                                        \
-          for (oh = olo; oh < ohi; oh++, src += Wo, dst += rs) {                                   \
-            if (sw == 1) dl__conv_acc_##sfx(dst, src, hi - lo);                                    \
-            else                                                                                   \
-              for (ow = 0; ow < hi - lo; ow++) dst[ow * sw] += src[ow];                            \
+    const int64_t Q = g->Ho * Wo, DHW = g->D * HW, kk = g->kh * g->kw;                             \
+    const int64_t cstep = g->kd * kk * g->P;                                                       \
+    int64_t c, a, od, i, j, oh, ow, lo, hi, olo, ohi, dlo, dhi;                                    \
+    for (a = 0; a < g->kd; a++) {                                                                  \
+      const int64_t doff = a * g->dd - g->pd;                                                      \
+      dl__conv_range(doff, g->sd, g->D, g->Do, &dlo, &dhi);                                        \
+      for (od = dlo; od < dhi; od++) {                                                             \
+        T *gd = gx + (od * g->sd + doff) * HW;                                                     \
+        const T *cd = col + a * kk * g->P + od * Q;                                                \
+        for (i = 0; i < g->kh; i++) {                                                              \
+          const int64_t hoff = i * g->dh - g->ph;                                                  \
+          dl__conv_range(hoff, g->sh, g->H, g->Ho, &olo, &ohi);                                    \
+          if (ohi <= olo) continue;                                                                \
+          for (j = 0; j < g->kw; j++) {                                                            \
+            const int64_t woff = j * g->dw - g->pw;                                                \
+            const T *src0;                                                                         \
+            T *dst0;                                                                               \
+            dl__conv_range(woff, sw, g->W, Wo, &lo, &hi);                                          \
+            if (hi <= lo) continue;                                                                \
+            src0 = cd + (i * g->kw + j) * g->P + olo * Wo + lo;                                    \
+            dst0 = gd + (olo * g->sh + hoff) * g->W + (lo * sw + woff);                            \
+            for (c = 0; c < g->Cg; c++) {                                                          \
+              const T *src = src0 + c * cstep;                                                     \
+              T *dst = dst0 + c * DHW;                                                             \
+              if (sw == 1 && lo == 0 && hi == Wo) {                                                \
+                dl__conv_rows_acc_##sfx(dst, src, ohi - olo, Wo, rs);                              \
+                continue;                                                                          \
+              }                                                                                    \
+              for (oh = olo; oh < ohi; oh++, src += Wo, dst += rs) {                               \
+                if (sw == 1) dl__conv_acc_##sfx(dst, src, hi - lo);                                \
+                else                                                                               \
+                  for (ow = 0; ow < hi - lo; ow++) dst[ow * sw] += src[ow];                        \
+              }                                                                                    \
+            }                                                                                      \
           }                                                                                        \
         }                                                                                          \
       }                                                                                            \
@@ -326,7 +377,7 @@ DL_API void dl__conv_range(int64_t off, int64_t s, int64_t n, int64_t outn, int6
     T *y = (T *)yv, *col = (T *)colv;                                                              \
     int64_t gi;                                                                                    \
     for (gi = 0; gi < g->G; gi++) {                                                                \
-      const T *xg = x + gi * g->Cg * g->H * g->W, *B = xg;                                         \
+      const T *xg = x + gi * g->Cg * g->D * g->H * g->W, *B = xg;                                  \
       T *yg = y + gi * g->Og * g->P;                                                               \
       T beta = acc ? (T)1 : (T)0;                                                                  \
       if (b) {                                                                                     \
@@ -348,7 +399,7 @@ DL_API void dl__conv_range(int64_t off, int64_t s, int64_t n, int64_t outn, int6
     T *gx = (T *)gxv, *gw = (T *)gwv, *col = (T *)colv;                                            \
     int64_t gi;                                                                                    \
     for (gi = 0; gi < g->G; gi++) {                                                                \
-      const T *xg = x + gi * g->Cg * g->H * g->W, *wg = w + gi * g->Og * g->K;                     \
+      const T *xg = x + gi * g->Cg * g->D * g->H * g->W, *wg = w + gi * g->Og * g->K;              \
       const T *gyg = gy + gi * g->Og * g->P;                                                       \
       if (gw) {                                                                                    \
         const T *B = xg;                                                                           \
@@ -360,7 +411,7 @@ DL_API void dl__conv_range(int64_t off, int64_t s, int64_t n, int64_t outn, int6
                       (T)1, gw + gi * g->Og * g->K, g->K);                                         \
       }                                                                                            \
       if (gx) {                                                                                    \
-        T *gxg = gx + gi * g->Cg * g->H * g->W;                                                    \
+        T *gxg = gx + gi * g->Cg * g->D * g->H * g->W;                                             \
         if (g->direct) {                                                                           \
           dl_gemm_##sfx(ctx, DL_TRANS, DL_NOTRANS, g->K, g->P, g->Og, (T)1, wg, g->K, gyg, g->P,   \
                         (T)1, gxg, g->P);                                                          \
@@ -394,7 +445,7 @@ DL_API void dl__conv_forward(dl_tape *tp, const char *op, const dl__conv_geom *g
                              const void *x, const void *w, const void *b, void *y, int acc) {
   dl_ctx *ctx = tp->ctx;
   const size_t es = dl_dtype_size(dt), colb = dl__conv_col_bytes(g, es);
-  const size_t xs = (size_t)(g->C * g->H * g->W) * es, ys = (size_t)(g->O * g->P) * es;
+  const size_t xs = (size_t)(g->C * g->D * g->H * g->W) * es, ys = (size_t)(g->O * g->P) * es;
   const dl__conv_fwd_fn f = dt == DL_F32 ? dl__conv_fwd_img_f32 : dl__conv_fwd_img_f64;
   const int nt = dl__conv_team(ctx, g->N, g->N * g->G * g->K * g->P);
   /* one col buffer per worker the loop may use */
@@ -444,7 +495,7 @@ DL_API void dl__conv_backward(dl_tape *tp, const char *op, const dl__conv_geom *
                               void *gb) {
   dl_ctx *ctx = tp->ctx;
   const size_t es = dl_dtype_size(dt), colb = dl__conv_col_bytes(g, es);
-  const size_t xs = (size_t)(g->C * g->H * g->W) * es, ys = (size_t)(g->O * g->P) * es;
+  const size_t xs = (size_t)(g->C * g->D * g->H * g->W) * es, ys = (size_t)(g->O * g->P) * es;
   const size_t wn = (size_t)(g->O * g->K), wb = (wn * es + 63) & ~(size_t)63;
   const dl__conv_bwd_fn f = dt == DL_F32 ? dl__conv_bwd_img_f32 : dl__conv_bwd_img_f64;
   const unsigned char *xb = (const unsigned char *)x, *gyb = (const unsigned char *)gy;
@@ -516,6 +567,12 @@ DL_API dlg_conv2d dl__conv_dlg(const dl__conv_geom *g) {
   c.dh = g->dh;
   c.dw = g->dw;
   c.G = g->G;
+  c.D = g->D;
+  c.kd = g->kd;
+  c.Do = g->Do;
+  c.sd = g->sd;
+  c.pd = g->pd;
+  c.dd = g->dd;
   return c;
 }
 /* dl__t_conv on the device: y = conv(x, w) + b through cuDNN, tangents as
@@ -528,16 +585,17 @@ DL_API dl_tensor *dl__t_conv_gpu(dl_tape *tp, const char *op, dl_tensor *x, dl_t
   const int dt = (int)x->dtype;
   dl_tensor *y, *xc, *wc, *bc;
   dl_node *n;
-  int64_t shape[4];
+  int64_t shape[5];
   int k;
   dl__dnn_tangent_dev(op, x);
   dl__dnn_tangent_dev(op, w);
   dl__dnn_tangent_dev(op, b);
   shape[0] = g->N;
   shape[1] = g->O;
-  shape[2] = i[7] ? g->Wo : g->Ho;
-  shape[3] = g->Wo;
-  y = dl_tape_out(tp, op, x->dtype, i[7] ? 3 : 4, shape);
+  shape[2] = i[7] == 1 ? g->Wo : i[7] == 2 ? g->Do : g->Ho;
+  shape[3] = i[7] == 2 ? g->Ho : g->Wo;
+  shape[4] = g->Wo;
+  y = dl_tape_out(tp, op, x->dtype, i[7] == 1 ? 3 : i[7] == 2 ? 5 : 4, shape);
   xc = dl__t_contig(tp, op, x);
   wc = dl__t_contig(tp, op, w);
   bc = b ? dl__t_contig(tp, op, b) : NULL;
@@ -576,13 +634,36 @@ DL_API dl_tensor *dl__t_conv_gpu(dl_tape *tp, const char *op, dl_tensor *x, dl_t
 /* >>conv ops --------------------------------------------------------------- */
 
 /* The geometry of a recorded node: i[0..7) = sh, sw, ph, pw, dh, dw, groups;
- * i[7] = 1 for conv1d (x [N, C, L], w [O, Cg, k]). */
+ * i[7] = 1 for conv1d (x [N, C, L], w [O, Cg, k]), 2 for conv3d (x
+ * [N, C, D, H, W], w [O, Cg, kd, kh, kw]), whose depth stride, padding and
+ * dilation are the high 32 bits of i[0], i[2] and i[4] (dl__conv_pack). */
 DL_API dl__conv_geom dl__conv_geom_of(const dl_tensor *x, const dl_tensor *w, const int64_t *i) {
   dl__conv_geom g;
+  const int64_t lo = 0xffffffff;
   memset(&g, 0, sizeof g);
   g.N = x->shape[0];
   g.C = x->shape[1];
   g.O = w->shape[0];
+  if (i[7] == 2) {
+    g.D = x->shape[2];
+    g.H = x->shape[3];
+    g.W = x->shape[4];
+    g.kd = w->shape[2];
+    g.kh = w->shape[3];
+    g.kw = w->shape[4];
+    g.sd = i[0] >> 32;
+    g.pd = i[2] >> 32;
+    g.dd = i[4] >> 32;
+    g.sh = i[0] & lo;
+    g.sw = i[1];
+    g.ph = i[2] & lo;
+    g.pw = i[3];
+    g.dh = i[4] & lo;
+    g.dw = i[5];
+    g.G = i[6];
+    dl__conv_geom_fill(&g);
+    return g;
+  }
   if (i[7]) {
     g.H = 1;
     g.W = x->shape[2];
@@ -624,22 +705,29 @@ DL_API void dl__t_conv_bw(dl_tape *tp, dl_node *n) {
                     gb ? gb->data : NULL);
 }
 
-/* Checks the operands of conv1d / conv2d (nd = 3 or 4), fills i[] as
- * dl__conv_geom_of reads it and returns the geometry. */
+/* Checks the operands of conv1d / conv2d / conv3d (nd = 3, 4 or 5), fills
+ * i[] as dl__conv_geom_of reads it and returns the geometry. dep: conv3d's
+ * depth stride, padding and dilation (0: 1, 0, 1), NULL for the others. */
 DL_API dl__conv_geom dl__conv_check(const char *op, const dl_tensor *x, const dl_tensor *w,
-                                    const dl_tensor *b, int nd, int64_t *i) {
+                                    const dl_tensor *b, int nd, int64_t *i, const int64_t *dep) {
   dl__conv_geom g;
+  int64_t sd = 1, pd = 0, dd = 1;
   int d;
   dl__ops_same_float(op, x, w);
   if (b) dl__ops_same_float(op, x, b);
   if (x->ndim != nd || w->ndim != nd)
     DL_PANIC(x->ctx, op, "shape mismatch: x %s and weight %s must both be %d-d (x [N, C, %s], "
              "weight [O, C/groups, %s])", DL_SHAPESTR(x), DL_SHAPESTR(w), nd,
-             nd == 4 ? "H, W" : "L", nd == 4 ? "kh, kw" : "k");
+             nd == 5 ? "D, H, W" : nd == 4 ? "H, W" : "L", nd == 5 ? "kd, kh, kw" : nd == 4 ? "kh, kw" : "k");
   for (d = 0; d < 7; d++)
-    if (i[d] < 0)
+    if (i[d] < 0 || (dep && d < 3 && dep[d] < 0))
       DL_PANIC(x->ctx, op, "negative stride, padding, dilation or groups for x %s, weight %s",
                DL_SHAPESTR(x), DL_SHAPESTR(w));
+  if (dep) {
+    sd = dep[0] ? dep[0] : 1;
+    pd = dep[1];
+    dd = dep[2] ? dep[2] : 1;
+  }
   if (i[0] == 0) i[0] = 1;
   if (i[1] == 0) i[1] = 1;
   if (i[4] == 0) i[4] = 1;
@@ -654,8 +742,16 @@ DL_API dl__conv_geom dl__conv_check(const char *op, const dl_tensor *x, const dl
   if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
     DL_PANIC(x->ctx, op, "shape mismatch: bias %s for weight %s (x %s): need bias [O]",
              DL_SHAPESTR(b), DL_SHAPESTR(w), DL_SHAPESTR(x));
-  i[7] = nd == 3;
+  i[7] = nd == 3 ? 1 : nd == 5 ? 2 : 0;
+  if (nd == 5) { /* the depth's in the high halves (each value an int) */
+    i[0] |= sd << 32;
+    i[2] |= pd << 32;
+    i[4] |= dd << 32;
+  }
   g = dl__conv_geom_of(x, w, i);
+  if (nd == 5 && g.D + 2 * g.pd < g.dd * (g.kd - 1) + 1)
+    DL_PANIC(x->ctx, op, "kernel larger than the padded input: x %s, weight %s (depth padding %lld, "
+             "dilation %lld)", DL_SHAPESTR(x), DL_SHAPESTR(w), (long long)g.pd, (long long)g.dd);
   if (g.H + 2 * g.ph < g.dh * (g.kh - 1) + 1 || g.W + 2 * g.pw < g.dw * (g.kw - 1) + 1)
     DL_PANIC(x->ctx, op, "kernel larger than the padded input: x %s, weight %s (padding %lld x %lld, "
              "dilation %lld x %lld)", DL_SHAPESTR(x), DL_SHAPESTR(w), (long long)g.ph,
@@ -674,25 +770,29 @@ DL_API void dl__conv_bias_all(const dl__conv_geom *g, dl_dtype dt, const void *b
   }
 }
 
-/* conv1d and conv2d after the checks: i[] as dl__conv_geom_of reads it. */
+/* conv1d, conv2d and conv3d after the checks: i[] as dl__conv_geom_of reads it. */
 DL_API dl_tensor *dl__t_conv(dl_tape *tp, const char *op, dl_tensor *x, dl_tensor *w, dl_tensor *b,
                              const dl__conv_geom *g, const int64_t *i) {
   dl_tensor *y, *xc, *wc, *bc;
   dl_node *n;
-  int64_t shape[4];
+  int64_t shape[5];
   int k;
 #ifdef DL_USE_CUDA
   if (x->device == DL_CUDA || tp->gpu) return dl__t_conv_gpu(tp, op, x, w, b, g, i, dl__t_conv_bw);
 #endif
   shape[0] = g->N;
   shape[1] = g->O;
-  if (i[7]) {
+  if (i[7] == 1) {
     shape[2] = g->Wo;
+  } else if (i[7] == 2) {
+    shape[2] = g->Do;
+    shape[3] = g->Ho;
+    shape[4] = g->Wo;
   } else {
     shape[2] = g->Ho;
     shape[3] = g->Wo;
   }
-  y = dl_tape_out(tp, op, x->dtype, i[7] ? 3 : 4, shape);
+  y = dl_tape_out(tp, op, x->dtype, i[7] == 1 ? 3 : i[7] == 2 ? 5 : 4, shape);
   xc = dl__t_contig(tp, op, x);
   wc = dl__t_contig(tp, op, w);
   bc = b ? dl__t_contig(tp, op, b) : NULL;
@@ -731,16 +831,18 @@ DL_API dl_tensor *dl__t_conv(dl_tape *tp, const char *op, dl_tensor *x, dl_tenso
  * DL_PAD_EXPLICIT, DL_PAD_SAME, DL_PAD_SAME_LOWER): the convolution keeps
  * the smaller side's padding (*ip per axis, written back into the i[]
  * slots), and the difference becomes zeros added to x by dl_t_pad, a copy
- * of x on the tape (its backward crops the gradient). nd 3 or 4; p[2 a],
- * p[2 a + 1] the start and end padding asked for axis a (a = 0 for conv1d's
- * length or conv2d's height, 1 for the width), s, d its stride and
- * dilation (0 = 1). Returns x, or the padded copy. */
+ * of x on the tape (its backward crops the gradient). nd 3, 4 or 5; p[2 a],
+ * p[2 a + 1] the start and end padding asked for axis a (the spatial axes
+ * in order: conv1d's length; conv2d's height, width; conv3d's depth,
+ * height, width), s, d its stride and dilation (0 = 1). Returns x, or the
+ * padded copy. */
 DL_API dl_tensor *dl__conv_pad_modes(dl_tape *tp, const char *op, dl_tensor *x, const dl_tensor *w, int nd,
                                      int mode, const int *p, const int *s, const int *d, int64_t **ip) {
   static const char *const names2[] = {"pad_h", "pad_h_end", "pad_w", "pad_w_end"}, *const names1[] = {"pad", "pad_end"};
-  int64_t pads[4] = {0, 0, 0, 0}, extra = 0;
+  static const char *const names3[] = {"pad_d", "pad_d_end", "pad_h", "pad_h_end", "pad_w", "pad_w_end"};
+  int64_t pads[6] = {0, 0, 0, 0, 0, 0}, extra = 0;
   int a, axes = nd - 2;
-  dl__pad_mode_check(op, x, mode, axes, p, nd == 4 ? names2 : names1, 0);
+  dl__pad_mode_check(op, x, mode, axes, p, nd == 5 ? names3 : nd == 4 ? names2 : names1, 0);
   for (a = 0; a < axes; a++) {
     if (p[2 * a] < 0 || p[2 * a + 1] < 0)
       DL_PANIC(x->ctx, op, "negative padding %d, %d for x %s", p[2 * a], p[2 * a + 1], DL_SHAPESTR(x));
@@ -792,7 +894,7 @@ DL_API dl_tensor *dl_t_conv2d(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
     ip[1] = &i[3];
     x = dl__conv_pad_modes(tp, "dl_t_conv2d", x, w, 4, a->pad_mode, p, s, d, ip);
   }
-  g = dl__conv_check("dl_t_conv2d", x, w, b, 4, i);
+  g = dl__conv_check("dl_t_conv2d", x, w, b, 4, i, NULL);
   return dl__t_conv(tp, "dl_t_conv2d", x, w, b, &g, i);
 }
 
@@ -824,133 +926,207 @@ DL_API dl_tensor *dl_t_conv1d(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
     ip[0] = &i[3];
     x = dl__conv_pad_modes(tp, "dl_t_conv1d", x, w, 3, a->pad_mode, p, s, d, ip);
   }
-  g = dl__conv_check("dl_t_conv1d", x, w, b, 3, i);
+  g = dl__conv_check("dl_t_conv1d", x, w, b, 3, i, NULL);
   return dl__t_conv(tp, "dl_t_conv1d", x, w, b, &g, i);
+}
+
+/* y = conv3d(x, w) + b, PyTorch's F.conv3d: x [N, C, D, H, W], w [O,
+ * C/groups, kd, kh, kw], b [O] or NULL; a NULL (or zeroed) args means
+ * stride 1, no padding, dilation 1, one group. Returns y [N, O, Do, Ho, Wo]
+ *   y[n, o, z, r, c] = b[o] + sum over ci < C/groups, a, i, j of
+ *     w[o, ci, a, i, j] x[n, g C/groups + ci, z sd - pd + a dd,
+ *                         r sh - ph + i dh, c sw - pw + j dw]
+ * (g = o / (O/groups), x zero outside), Do = (D + 2*pad_d - dil_d*(kd-1) -
+ * 1) / stride_d + 1 (likewise Ho, Wo; with pad_mode, front + back padding in
+ * place of 2*pad_d, ceil(D / stride_d) under SAME). Backward: grad_w +=
+ * gy @ col^T, grad_x += col2im(w^T @ gy), grad_b += gy summed over N and the
+ * positions (im2col + GEMM as conv2d, one col buffer of K x Do*Ho*Wo per
+ * thread); forward mode ty = conv(tx, w) + conv(x, tw) + tb. y lives in the
+ * tape's arena (valid until dl_tape_rewind); x, w, b may be strided views.
+ * Uneven padding costs a padded copy of x, as conv2d's. */
+DL_API dl_tensor *dl_t_conv3d(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor *b,
+                              const dl_conv3d_args *a) {
+  int64_t i[8], dep[3];
+  dl_conv3d_args z;
+  dl__conv_geom g;
+  if (!a) {
+    memset(&z, 0, sizeof z);
+    a = &z;
+  }
+  dep[0] = a->stride_d;
+  dep[1] = a->pad_d;
+  dep[2] = a->dil_d;
+  i[0] = a->stride_h;
+  i[1] = a->stride_w;
+  i[2] = a->pad_h;
+  i[3] = a->pad_w;
+  i[4] = a->dil_h;
+  i[5] = a->dil_w;
+  i[6] = a->groups;
+  if (a->pad_mode || a->pad_d_end || a->pad_h_end || a->pad_w_end) {
+    const int p[6] = {a->pad_d, a->pad_d_end, a->pad_h, a->pad_h_end, a->pad_w, a->pad_w_end},
+              s[3] = {a->stride_d, a->stride_h, a->stride_w}, d[3] = {a->dil_d, a->dil_h, a->dil_w};
+    int64_t *ip[3];
+    ip[0] = &dep[1];
+    ip[1] = &i[2];
+    ip[2] = &i[3];
+    x = dl__conv_pad_modes(tp, "dl_t_conv3d", x, w, 5, a->pad_mode, p, s, d, ip);
+  }
+  g = dl__conv_check("dl_t_conv3d", x, w, b, 5, i, dep);
+  return dl__t_conv(tp, "dl_t_conv3d", x, w, b, &g, i);
 }
 
 /* >>pooling ---------------------------------------------------------------- */
 
 /* One pooling window: ph, pw the padding at the top and left, phe, pwe at
- * the bottom and right; dh, dw the dilation (1 for average pooling). */
+ * the bottom and right; dh, dw the dilation (1 for average pooling). The
+ * depth (pooling 3-d: D, kd, sd, pd, pde, dd, Do) is 1, 1, 1, 0, 0, 1, 1 for
+ * the 2-d pools. */
 typedef struct dl__pool_geom {
   int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, Ho, Wo;
   int excl;
   int64_t dh, dw, phe, pwe;
+  int64_t D, kd, sd, pd, pde, dd, Do;
 } dl__pool_geom;
 
-/* The pooling kernels, per plane ([H, W] in, [Ho, Wo] out), for T (sfx):
+/* The pooling kernels, per volume ([D, H, W] in, [Do, Ho, Wo] out; D = Do =
+ * 1 in 2-d), for T (sfx):
  *   dl__maxpool_fwd_<sfx>(g, x, y, idx)   y = window max, idx (may be NULL)
- *                                         its position ih*W + iw (the first
- *                                         maximum in scan order; NaN wins;
- *                                         -1 and -inf for a window none of
- *                                         whose taps is inside the input)
+ *                                         its position (id*H + ih)*W + iw
+ *                                         (the first maximum in scan order;
+ *                                         NaN wins; -1 and -inf for a window
+ *                                         none of whose taps is inside the
+ *                                         input)
  *   dl__maxpool_bwd_<sfx>(g, gy, idx, gx) gx[idx] += gy
  *   dl__maxpool_tan_<sfx>(g, tx, idx, ty) ty = tx[idx]
  *   dl__avgpool_fwd_<sfx>(g, x, y)        y = window mean
  *   dl__avgpool_bwd_<sfx>(g, gy, gx)      gx[window] += gy / count
- * The average's window of (oh, ow) (DL__AVGPOOL_COUNT) is rows
- * [oh sh - ph, + kh) clipped to the
- * padded input [-ph, H + phe) (count_include_pad counts those) and to the
- * input [0, H) (the elements summed, and exclude_pad's count); likewise the
- * columns. */
+ * The average's window of (od, oh, ow) (DL__AVGPOOL_COUNT) is depths
+ * [od sd - pd, + kd) clipped to the padded input [-pd, D + pde)
+ * (count_include_pad counts those) and to the input [0, D) (the elements
+ * summed, and exclude_pad's count); likewise the rows and columns. */
 #define DL__POOL_KERNELS(T, sfx)                                                                   \
   DL_API void dl__maxpool_fwd_##sfx(const dl__pool_geom *g, const T *x, T *y, int32_t *idx) {      \
-    int64_t oh, ow, jh, jw;                                                                        \
-    if (g->dh == 1 && g->dw == 1) { /* the window clipped to the input (empty only when H or W is 0) */ \
-      for (oh = 0; oh < g->Ho; oh++)                                                               \
-        for (ow = 0; ow < g->Wo; ow++) {                                                           \
-          int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw, at;                            \
-          const int64_t h1 = h0 + g->kh < g->H ? h0 + g->kh : g->H;                                \
-          const int64_t w1 = w0 + g->kw < g->W ? w0 + g->kw : g->W;                                \
-          T m = -(T)INFINITY;                                                                      \
-          if (h0 < 0) h0 = 0;                                                                      \
-          if (w0 < 0) w0 = 0;                                                                      \
-          at = h0 < h1 && w0 < w1 ? h0 * g->W + w0 : -1;                                           \
-          for (jh = h0; jh < h1; jh++)                                                             \
-            for (jw = w0; jw < w1; jw++) {                                                         \
-              const T v = x[jh * g->W + jw];                                                       \
-              if (v > m || v != v) {                                                               \
-                m = v;                                                                             \
-                at = jh * g->W + jw;                                                               \
-              }                                                                                    \
-            }                                                                                      \
-          y[oh * g->Wo + ow] = m;                                                                  \
-          if (idx) idx[oh * g->Wo + ow] = (int32_t)at;                                             \
-        }                                                                                          \
+    const int64_t HW = g->H * g->W, Q = g->Ho * g->Wo;                                             \
+    int64_t od, oh, ow, jd, jh, jw;                                                                \
+    if (g->dd == 1 && g->dh == 1 && g->dw == 1) { /* the window clipped to the input */            \
+      for (od = 0; od < g->Do; od++) {                                                             \
+        int64_t d0 = od * g->sd - g->pd;                                                           \
+        const int64_t d1 = d0 + g->kd < g->D ? d0 + g->kd : g->D;                                  \
+        if (d0 < 0) d0 = 0;                                                                        \
+        for (oh = 0; oh < g->Ho; oh++)                                                             \
+          for (ow = 0; ow < g->Wo; ow++) {                                                         \
+            int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw, at;                          \
+            const int64_t h1 = h0 + g->kh < g->H ? h0 + g->kh : g->H;                              \
+            const int64_t w1 = w0 + g->kw < g->W ? w0 + g->kw : g->W;                              \
+            T m = -(T)INFINITY;                                                                    \
+            if (h0 < 0) h0 = 0;                                                                    \
+            if (w0 < 0) w0 = 0;                                                                    \
+            at = d0 < d1 && h0 < h1 && w0 < w1 ? d0 * HW + h0 * g->W + w0 : -1;                    \
+            for (jd = d0; jd < d1; jd++)                                                           \
+              for (jh = h0; jh < h1; jh++)                                                         \
+                for (jw = w0; jw < w1; jw++) {                                                     \
+                  const int64_t p = jd * HW + jh * g->W + jw;                                      \
+                  const T v = x[p];                                                                \
+                  if (v > m || v != v) {                                                           \
+                    m = v;                                                                         \
+                    at = p;                                                                        \
+                  }                                                                                \
+                }                                                                                  \
+            y[od * Q + oh * g->Wo + ow] = m;                                                       \
+            if (idx) idx[od * Q + oh * g->Wo + ow] = (int32_t)at;                                  \
+          }                                                                                        \
+      }                                                                                            \
       return;                                                                                      \
     }                                                                                              \
-    for (oh = 0; oh < g->Ho; oh++) { /* dilated: the taps inside the input, maybe none */          \
-      const int64_t hs = oh * g->sh - g->ph;                                                       \
-      int64_t h0, h1;                                                                              \
-      dl__conv_range(hs, g->dh, g->H, g->kh, &h0, &h1);                                            \
-      for (ow = 0; ow < g->Wo; ow++) {                                                             \
-        const int64_t ws = ow * g->sw - g->pw;                                                     \
-        int64_t w0, w1, at = -1;                                                                   \
-        T m = -(T)INFINITY;                                                                        \
-        dl__conv_range(ws, g->dw, g->W, g->kw, &w0, &w1);                                          \
-        if (h0 < h1 && w0 < w1) { /* the first tap starts the scan (it may be NaN or -inf) */      \
-          at = (hs + h0 * g->dh) * g->W + ws + w0 * g->dw;                                         \
-          m = x[at];                                                                               \
-        }                                                                                          \
-        for (jh = h0; jh < h1; jh++) {                                                             \
-          const int64_t r = (hs + jh * g->dh) * g->W + ws;                                         \
-          for (jw = w0; jw < w1; jw++) {                                                           \
-            const int64_t p = r + jw * g->dw;                                                      \
-            const T v = x[p];                                                                      \
-            if (v > m || v != v) {                                                                 \
-              m = v;                                                                               \
-              at = p;                                                                              \
-            }                                                                                      \
+    for (od = 0; od < g->Do; od++) { /* dilated: the taps inside the input, maybe none */          \
+      const int64_t ds = od * g->sd - g->pd;                                                       \
+      int64_t d0, d1;                                                                              \
+      dl__conv_range(ds, g->dd, g->D, g->kd, &d0, &d1);                                            \
+      for (oh = 0; oh < g->Ho; oh++) {                                                             \
+        const int64_t hs = oh * g->sh - g->ph;                                                     \
+        int64_t h0, h1;                                                                            \
+        dl__conv_range(hs, g->dh, g->H, g->kh, &h0, &h1);                                          \
+        for (ow = 0; ow < g->Wo; ow++) {                                                           \
+          const int64_t ws = ow * g->sw - g->pw;                                                   \
+          int64_t w0, w1, at = -1;                                                                 \
+          T m = -(T)INFINITY;                                                                      \
+          dl__conv_range(ws, g->dw, g->W, g->kw, &w0, &w1);                                        \
+          if (d0 < d1 && h0 < h1 && w0 < w1) { /* the first tap starts the scan (NaN, -inf) */     \
+            at = (ds + d0 * g->dd) * HW + (hs + h0 * g->dh) * g->W + ws + w0 * g->dw;              \
+            m = x[at];                                                                             \
           }                                                                                        \
+          for (jd = d0; jd < d1; jd++)                                                             \
+            for (jh = h0; jh < h1; jh++) {                                                         \
+              const int64_t r = (ds + jd * g->dd) * HW + (hs + jh * g->dh) * g->W + ws;            \
+              for (jw = w0; jw < w1; jw++) {                                                       \
+                const int64_t p = r + jw * g->dw;                                                  \
+                const T v = x[p];                                                                  \
+                if (v > m || v != v) {                                                             \
+                  m = v;                                                                           \
+                  at = p;                                                                          \
+                }                                                                                  \
+              }                                                                                    \
+            }                                                                                      \
+          y[od * Q + oh * g->Wo + ow] = m;                                                         \
+          if (idx) idx[od * Q + oh * g->Wo + ow] = (int32_t)at;                                    \
         }                                                                                          \
-        y[oh * g->Wo + ow] = m;                                                                    \
-        if (idx) idx[oh * g->Wo + ow] = (int32_t)at;                                               \
       }                                                                                            \
     }                                                                                              \
   }                                                                                                \
   DL_API void dl__maxpool_bwd_##sfx(const dl__pool_geom *g, const T *gy, const int32_t *idx,       \
                                     T *gx) {                                                       \
     int64_t k;                                                                                     \
-    for (k = 0; k < g->Ho * g->Wo; k++)                                                            \
+    for (k = 0; k < g->Do * g->Ho * g->Wo; k++)                                                    \
       if (idx[k] >= 0) gx[idx[k]] += gy[k];                                                        \
   }                                                                                                \
   DL_API void dl__maxpool_tan_##sfx(const dl__pool_geom *g, const T *tx, const int32_t *idx,       \
                                     T *ty) {                                                       \
     int64_t k;                                                                                     \
-    for (k = 0; k < g->Ho * g->Wo; k++) ty[k] = idx[k] >= 0 ? tx[idx[k]] : (T)0;                   \
+    for (k = 0; k < g->Do * g->Ho * g->Wo; k++) ty[k] = idx[k] >= 0 ? tx[idx[k]] : (T)0;           \
   }                                                                                                \
   DL_API void dl__avgpool_fwd_##sfx(const dl__pool_geom *g, const T *x, T *y) {                    \
-    int64_t oh, ow, ih, iw;                                                                        \
-    const int64_t hfull = dl__avgpool_full(g->H, g->ph, g->phe, g->kh, g->sh);                      \
-    const int64_t wfull = dl__avgpool_full(g->W, g->pw, g->pwe, g->kw, g->sw);                      \
-    for (oh = 0; oh < g->Ho; oh++)                                                                 \
-      for (ow = 0; ow < g->Wo; ow++) {                                                             \
-        int64_t hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw, cnt;                             \
-        const int64_t he = hs + g->kh < g->H ? hs + g->kh : g->H;                                  \
-        const int64_t we = ws + g->kw < g->W ? ws + g->kw : g->W;                                  \
-        T s = 0;                                                                                   \
-        DL__AVGPOOL_COUNT                                                                          \
-        for (ih = hs; ih < he; ih++)                                                               \
-          for (iw = ws; iw < we; iw++) s += x[ih * g->W + iw];                                     \
-        y[oh * g->Wo + ow] = cnt > 0 ? s / (T)cnt : (T)0;                                          \
-      }                                                                                            \
+    const int64_t HW = g->H * g->W, Q = g->Ho * g->Wo;                                             \
+    int64_t od, oh, ow, id, ih, iw;                                                                \
+    const int64_t dfull = dl__avgpool_full(g->D, g->pd, g->pde, g->kd, g->sd);                     \
+    const int64_t hfull = dl__avgpool_full(g->H, g->ph, g->phe, g->kh, g->sh);                     \
+    const int64_t wfull = dl__avgpool_full(g->W, g->pw, g->pwe, g->kw, g->sw);                     \
+    for (od = 0; od < g->Do; od++)                                                                 \
+      for (oh = 0; oh < g->Ho; oh++)                                                               \
+        for (ow = 0; ow < g->Wo; ow++) {                                                           \
+          int64_t ds = od * g->sd - g->pd, hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw, cnt;  \
+          const int64_t de = ds + g->kd < g->D ? ds + g->kd : g->D;                                \
+          const int64_t he = hs + g->kh < g->H ? hs + g->kh : g->H;                                \
+          const int64_t we = ws + g->kw < g->W ? ws + g->kw : g->W;                                \
+          T s = 0;                                                                                 \
+          DL__AVGPOOL_COUNT                                                                        \
+          for (id = ds; id < de; id++)                                                             \
+            for (ih = hs; ih < he; ih++)                                                           \
+              for (iw = ws; iw < we; iw++) s += x[id * HW + ih * g->W + iw];                       \
+          y[od * Q + oh * g->Wo + ow] = cnt > 0 ? s / (T)cnt : (T)0;                               \
+        }                                                                                          \
   }                                                                                                \
   DL_API void dl__avgpool_bwd_##sfx(const dl__pool_geom *g, const T *gy, T *gx) {                  \
-    int64_t oh, ow, ih, iw;                                                                        \
-    const int64_t hfull = dl__avgpool_full(g->H, g->ph, g->phe, g->kh, g->sh);                      \
-    const int64_t wfull = dl__avgpool_full(g->W, g->pw, g->pwe, g->kw, g->sw);                      \
-    for (oh = 0; oh < g->Ho; oh++)                                                                 \
-      for (ow = 0; ow < g->Wo; ow++) {                                                             \
-        int64_t hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw, cnt;                             \
-        const int64_t he = hs + g->kh < g->H ? hs + g->kh : g->H;                                  \
-        const int64_t we = ws + g->kw < g->W ? ws + g->kw : g->W;                                  \
-        T v;                                                                                       \
-        DL__AVGPOOL_COUNT                                                                          \
-        if (cnt <= 0) continue;                                                                    \
-        v = gy[oh * g->Wo + ow] / (T)cnt;                                                          \
-        for (ih = hs; ih < he; ih++)                                                               \
-          for (iw = ws; iw < we; iw++) gx[ih * g->W + iw] += v;                                    \
-      }                                                                                            \
+    const int64_t HW = g->H * g->W, Q = g->Ho * g->Wo;                                             \
+    int64_t od, oh, ow, id, ih, iw;                                                                \
+    const int64_t dfull = dl__avgpool_full(g->D, g->pd, g->pde, g->kd, g->sd);                     \
+    const int64_t hfull = dl__avgpool_full(g->H, g->ph, g->phe, g->kh, g->sh);                     \
+    const int64_t wfull = dl__avgpool_full(g->W, g->pw, g->pwe, g->kw, g->sw);                     \
+    for (od = 0; od < g->Do; od++)                                                                 \
+      for (oh = 0; oh < g->Ho; oh++)                                                               \
+        for (ow = 0; ow < g->Wo; ow++) {                                                           \
+          int64_t ds = od * g->sd - g->pd, hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw, cnt;  \
+          const int64_t de = ds + g->kd < g->D ? ds + g->kd : g->D;                                \
+          const int64_t he = hs + g->kh < g->H ? hs + g->kh : g->H;                                \
+          const int64_t we = ws + g->kw < g->W ? ws + g->kw : g->W;                                \
+          T v;                                                                                     \
+          DL__AVGPOOL_COUNT                                                                        \
+          if (cnt <= 0) continue;                                                                  \
+          v = gy[od * Q + oh * g->Wo + ow] / (T)cnt;                                               \
+          for (id = ds; id < de; id++)                                                             \
+            for (ih = hs; ih < he; ih++)                                                           \
+              for (iw = ws; iw < we; iw++) gx[id * HW + ih * g->W + iw] += v;                      \
+        }                                                                                          \
   }
 
 /* How many windows along an axis lie wholly inside the padded input (all
@@ -958,24 +1134,27 @@ typedef struct dl__pool_geom {
 DL__INL int64_t dl__avgpool_full(int64_t n, int64_t p, int64_t pe, int64_t k, int64_t s) {
   return n + p + pe - k >= 0 ? (n + p + pe - k) / s + 1 : 0;
 }
-/* The average's divisor for the window at (hs, ws) with ends (he, we)
- * clipped to the input; then hs, ws clipped too (the kernels' variables):
- * count_include_pad counts the window inside the padded input [-ph, H + phe)
- * x [-pw, W + pwe). */
+/* The average's divisor for the window at (ds, hs, ws) with ends (de, he,
+ * we) clipped to the input; then ds, hs, ws clipped too (the kernels'
+ * variables): count_include_pad counts the window inside the padded input
+ * [-pd, D + pde) x [-ph, H + phe) x [-pw, W + pwe). */
 #define DL__AVGPOOL_COUNT                                                                          \
   if (g->excl) {                                                                                   \
+    if (ds < 0) ds = 0;                                                                            \
     if (hs < 0) hs = 0;                                                                            \
     if (ws < 0) ws = 0;                                                                            \
-    cnt = (he > hs ? he - hs : 0) * (we > ws ? we - ws : 0);                                       \
+    cnt = (de > ds ? de - ds : 0) * (he > hs ? he - hs : 0) * (we > ws ? we - ws : 0);             \
   } else {                                                                                         \
-    /* kh kw but for the windows that ceil_mode runs past the padding */                          \
-    if (oh < hfull && ow < wfull) {                                                                \
-      cnt = g->kh * g->kw;                                                                         \
+    /* kd kh kw but for the windows that ceil_mode runs past the padding */                        \
+    if (od < dfull && oh < hfull && ow < wfull) {                                                  \
+      cnt = g->kd * g->kh * g->kw;                                                                 \
     } else {                                                                                       \
+      const int64_t dp = ds + g->kd < g->D + g->pde ? g->kd : g->D + g->pde - ds;                  \
       const int64_t hp = hs + g->kh < g->H + g->phe ? g->kh : g->H + g->phe - hs;                  \
       const int64_t wp = ws + g->kw < g->W + g->pwe ? g->kw : g->W + g->pwe - ws;                  \
-      cnt = hp * wp;                                                                               \
+      cnt = dp * hp * wp;                                                                          \
     }                                                                                              \
+    if (ds < 0) ds = 0;                                                                            \
     if (hs < 0) hs = 0;                                                                            \
     if (ws < 0) ws = 0;                                                                            \
   }
@@ -986,16 +1165,16 @@ DL__POOL_KERNELS(double, f64)
 
 enum { DL__MAXPOOL_FWD, DL__MAXPOOL_BWD, DL__MAXPOOL_TAN, DL__AVGPOOL_FWD, DL__AVGPOOL_BWD };
 
-/* Runs kernel `kind` over the N*C planes: in (plane [H, W] for the forward
- * kinds, [Ho, Wo] for the backward ones), out likewise the other size, idx
- * [N*C, Ho, Wo] (max pooling). Planes split over a team when large; each
- * plane is written by one thread. */
+/* Runs kernel `kind` over the N*C planes (volumes in 3-d): in (plane
+ * [D, H, W] for the forward kinds, [Do, Ho, Wo] for the backward ones), out
+ * likewise the other size, idx [N*C, Do, Ho, Wo] (max pooling). Planes
+ * split over a team when large; each plane is written by one thread. */
 DL_API void dl__pool_run(dl_ctx *ctx, const dl__pool_geom *g, int kind, dl_dtype dt,
                          const void *in, void *out, int32_t *idx) {
-  const int64_t planes = g->N * g->C, hw = g->H * g->W, ohw = g->Ho * g->Wo;
+  const int64_t planes = g->N * g->C, hw = g->D * g->H * g->W, ohw = g->Do * g->Ho * g->Wo;
   const int fwd = kind == DL__MAXPOOL_FWD || kind == DL__MAXPOOL_TAN || kind == DL__AVGPOOL_FWD;
   const int64_t is = fwd ? hw : ohw, os = fwd ? ohw : hw;
-  DL_PARALLEL_FOR(ctx, planes * ohw * g->kh * g->kw, planes, pl, {
+  DL_PARALLEL_FOR(ctx, planes * ohw * g->kd * g->kh * g->kw, planes, pl, {
     int32_t *ip = idx ? idx + pl * ohw : NULL;
     if (dt == DL_F32) {
       const float *a = (const float *)in + pl * is;
@@ -1048,6 +1227,7 @@ DL_API dl__pool_geom dl__pool_check(const char *op, const dl_tensor *x, const dl
   memset(&g, 0, sizeof g);
   g.N = x->shape[0];
   g.C = x->shape[1];
+  g.D = g.kd = g.sd = g.dd = g.Do = 1;
   g.H = x->shape[2];
   g.W = x->shape[3];
   g.kh = a->kernel_h;
@@ -1080,25 +1260,36 @@ DL_API dl__pool_geom dl__pool_check(const char *op, const dl_tensor *x, const dl
 
 /* A recorded pooling node's window: i[0..6) = the (h << 32 | w) pairs of
  * kernel, stride, padding at the start, padding at the end, dilation, and
- * excl; Ho, Wo are the output's. */
+ * excl; in 3-d (x 5-d) i[6] = (kd << 32 | sd), i[7] = (pd << 32 | dd), the
+ * depth padded alike at both ends; Do, Ho, Wo are the output's. */
 DL_API int64_t dl__pool_pair(int64_t h, int64_t w) { return (int64_t)(((uint64_t)h << 32) | (uint64_t)w); }
 DL_API dl__pool_geom dl__pool_geom_of(const dl_node *n) {
   dl__pool_geom g;
   const dl_tensor *x = n->in[0];
+  const int d3 = x->ndim == 5;
 #define DL__POOL_UNPAIR(k, a, b) (a = n->i[k] >> 32, b = n->i[k] & 0xffffffff)
   g.N = x->shape[0];
   g.C = x->shape[1];
-  g.H = x->shape[2];
-  g.W = x->shape[3];
+  g.H = x->shape[2 + d3];
+  g.W = x->shape[3 + d3];
   DL__POOL_UNPAIR(0, g.kh, g.kw);
   DL__POOL_UNPAIR(1, g.sh, g.sw);
   DL__POOL_UNPAIR(2, g.ph, g.pw);
   DL__POOL_UNPAIR(3, g.phe, g.pwe);
   DL__POOL_UNPAIR(4, g.dh, g.dw);
+  g.D = g.kd = g.sd = g.dd = g.Do = 1;
+  g.pd = g.pde = 0;
+  if (d3) {
+    g.D = x->shape[2];
+    g.Do = n->out->shape[2];
+    DL__POOL_UNPAIR(6, g.kd, g.sd);
+    DL__POOL_UNPAIR(7, g.pd, g.dd);
+    g.pde = g.pd;
+  }
 #undef DL__POOL_UNPAIR
   g.excl = (int)n->i[5];
-  g.Ho = n->out->shape[2];
-  g.Wo = n->out->shape[3];
+  g.Ho = n->out->shape[2 + d3];
+  g.Wo = n->out->shape[3 + d3];
   return g;
 }
 DL_API void dl__pool_save(dl_node *n, const dl__pool_geom *g) {
@@ -1108,6 +1299,19 @@ DL_API void dl__pool_save(dl_node *n, const dl__pool_geom *g) {
   n->i[3] = dl__pool_pair(g->phe, g->pwe);
   n->i[4] = dl__pool_pair(g->dh, g->dw);
   n->i[5] = g->excl;
+  n->i[6] = dl__pool_pair(g->kd, g->sd);
+  n->i[7] = dl__pool_pair(g->pd, g->dd);
+}
+/* The output shape of pooling x with g: [N, C, Ho, Wo] (x 4-d) or
+ * [N, C, Do, Ho, Wo] (x 5-d); returns the rank. */
+DL_API int dl__pool_shape(const dl_tensor *x, const dl__pool_geom *g, int64_t *shape) {
+  const int d3 = x->ndim == 5;
+  shape[0] = g->N;
+  shape[1] = g->C;
+  shape[2] = g->Do;
+  shape[2 + d3] = g->Ho;
+  shape[3 + d3] = g->Wo;
+  return 4 + d3;
 }
 
 #ifdef DL_USE_CUDA
@@ -1130,6 +1334,13 @@ DL_API dlg_pool2d dl__pool_dlg(const dl__pool_geom *g) {
   p.dw = g->dw;
   p.phe = g->phe;
   p.pwe = g->pwe;
+  p.D = g->D;
+  p.kd = g->kd;
+  p.sd = g->sd;
+  p.pd = g->pd;
+  p.pde = g->pde;
+  p.dd = g->dd;
+  p.Do = g->Do;
   return p;
 }
 /* max_pool2d (max != 0) or avg_pool2d on the device, recorded with rule bw;
@@ -1142,10 +1353,12 @@ DL_API dl_tensor *dl__t_pool_gpu(dl_tape *tp, const char *op, int max, dl_tensor
   const int dt = (int)x->dtype;
   dl_tensor *y, *xc, *idx = NULL;
   dl_node *n;
+  int64_t shape[5];
+  const int nd = dl__pool_shape(x, g, shape);
   dl__dnn_tangent_dev(op, x);
-  y = dl_tape_out(tp, op, x->dtype, DL_SHAPE(g->N, g->C, g->Ho, g->Wo));
+  y = dl_tape_out(tp, op, x->dtype, nd, shape);
   xc = dl__t_contig(tp, op, x);
-  if (max && (ind || dl_tape_wants(tp, 1, &x) || x->tangent)) idx = dl_tape_out(tp, op, DL_I32, 4, y->shape);
+  if (max && (ind || dl_tape_wants(tp, 1, &x) || x->tangent)) idx = dl_tape_out(tp, op, DL_I32, nd, y->shape);
   if (y->numel)
     dl__gpu_ok(x, op, max ? dlg_max_pool2d_fwd(h, dt, &pg, xc->data, y->data, idx ? (int32_t *)idx->data : NULL)
                           : dlg_avg_pool2d_fwd(h, dt, &pg, xc->data, y->data));
@@ -1186,19 +1399,21 @@ DL_API void dl__t_max_pool2d_bw(dl_tape *tp, dl_node *n) {
     dl__pool_run(tp->ctx, &g, DL__MAXPOOL_BWD, gx->dtype, n->out->grad->data, gx->data,
                  (int32_t *)n->saved[0]->data);
 }
-/* max_pool2d, and its argmax in *ind when ind is not NULL. */
-DL_API dl_tensor *dl__t_max_pool2d(dl_tape *tp, const char *op, dl_tensor *x, const dl_pool2d_args *a,
-                                   dl_tensor **ind) {
-  const dl__pool_geom g = dl__pool_check(op, x, a, 1);
+/* max pooling (2-d or 3-d) after the checks, and its argmax in *ind when
+ * ind is not NULL. */
+DL_API dl_tensor *dl__t_max_pool(dl_tape *tp, const char *op, dl_tensor *x, const dl__pool_geom *gp,
+                                 dl_tensor **ind) {
+  const dl__pool_geom g = *gp;
   dl_tensor *y, *xc, *idx = NULL;
   dl_node *n;
-  const int rec = dl_tape_wants(tp, 1, &x);
+  int64_t shape[5];
+  const int rec = dl_tape_wants(tp, 1, &x), nd = dl__pool_shape(x, &g, shape);
 #ifdef DL_USE_CUDA
   if (x->device == DL_CUDA || tp->gpu) return dl__t_pool_gpu(tp, op, 1, x, &g, dl__t_max_pool2d_bw, ind);
 #endif
-  y = dl_tape_out(tp, op, x->dtype, DL_SHAPE(g.N, g.C, g.Ho, g.Wo));
+  y = dl_tape_out(tp, op, x->dtype, nd, shape);
   xc = dl__t_contig(tp, op, x);
-  if (rec || x->tangent || ind) idx = dl_tape_out(tp, op, DL_I32, 4, y->shape);
+  if (rec || x->tangent || ind) idx = dl_tape_out(tp, op, DL_I32, nd, y->shape);
   if (y->numel)
     dl__pool_run(tp->ctx, &g, DL__MAXPOOL_FWD, x->dtype, xc->data, y->data, idx ? (int32_t *)idx->data : NULL);
   if (x->tangent) {
@@ -1222,7 +1437,8 @@ DL_API dl_tensor *dl__t_max_pool2d(dl_tape *tp, const char *op, dl_tensor *x, co
  * whose taps all miss the input (possible with dilation) gives -inf and no
  * gradient. y lives in the tape's arena (valid until dl_tape_rewind). */
 DL_API dl_tensor *dl_t_max_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_args *a) {
-  return dl__t_max_pool2d(tp, "dl_t_max_pool2d", x, a, NULL);
+  const dl__pool_geom g = dl__pool_check("dl_t_max_pool2d", x, a, 1);
+  return dl__t_max_pool(tp, "dl_t_max_pool2d", x, &g, NULL);
 }
 /* max_pool2d with return_indices: y as dl_t_max_pool2d, and *indices an
  * int32 [N, C, Ho, Wo] tensor (on x's device, in the tape's arena) of each
@@ -1231,7 +1447,8 @@ DL_API dl_tensor *dl_t_max_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_arg
 DL_API dl_tensor *dl_t_max_pool2d_with_indices(dl_tape *tp, dl_tensor *x, const dl_pool2d_args *a,
                                                dl_tensor **indices) {
   dl_tensor *dummy;
-  return dl__t_max_pool2d(tp, "dl_t_max_pool2d_with_indices", x, a, indices ? indices : &dummy);
+  const dl__pool_geom g = dl__pool_check("dl_t_max_pool2d_with_indices", x, a, 1);
+  return dl__t_max_pool(tp, "dl_t_max_pool2d_with_indices", x, &g, indices ? indices : &dummy);
 }
 
 DL_API void dl__t_avg_pool2d_bw(dl_tape *tp, dl_node *n) {
@@ -1245,6 +1462,25 @@ DL_API void dl__t_avg_pool2d_bw(dl_tape *tp, dl_node *n) {
 #endif
   if (gx) dl__pool_run(tp->ctx, &g, DL__AVGPOOL_BWD, gx->dtype, n->out->grad->data, gx->data, NULL);
 }
+/* average pooling (2-d or 3-d) after the checks. */
+DL_API dl_tensor *dl__t_avg_pool(dl_tape *tp, const char *op, dl_tensor *x, const dl__pool_geom *g) {
+  dl_tensor *y, *xc;
+  dl_node *n;
+  int64_t shape[5];
+  const int nd = dl__pool_shape(x, g, shape);
+#ifdef DL_USE_CUDA
+  if (x->device == DL_CUDA || tp->gpu) return dl__t_pool_gpu(tp, op, 0, x, g, dl__t_avg_pool2d_bw, NULL);
+#endif
+  y = dl_tape_out(tp, op, x->dtype, nd, shape);
+  xc = dl__t_contig(tp, op, x);
+  if (y->numel) dl__pool_run(tp->ctx, g, DL__AVGPOOL_FWD, x->dtype, xc->data, y->data, NULL);
+  if (x->tangent) {
+    dl_tensor *ty = dl_tape_tangent(tp, y), *tx = dl__t_contig(tp, op, x->tangent);
+    if (y->numel) dl__pool_run(tp->ctx, g, DL__AVGPOOL_FWD, x->dtype, tx->data, ty->data, NULL);
+  }
+  if ((n = dl_tape_record(tp, op, dl__t_avg_pool2d_bw, y, x, NULL, NULL)) != NULL) dl__pool_save(n, g);
+  return y;
+}
 /* y = avg_pool2d(x), PyTorch's F.avg_pool2d(x, kernel, stride, padding,
  * ceil_mode, count_include_pad = !exclude_pad): x [N, C, H, W] -> y
  * [N, C, Ho, Wo] (sizes as max_pool2d, no dilation). count_include_pad
@@ -1253,22 +1489,114 @@ DL_API void dl__t_avg_pool2d_bw(dl_tape *tp, dl_node *n) {
  * tape's arena (valid until dl_tape_rewind). */
 DL_API dl_tensor *dl_t_avg_pool2d(dl_tape *tp, dl_tensor *x, const dl_pool2d_args *a) {
   const dl__pool_geom g = dl__pool_check("dl_t_avg_pool2d", x, a, 0);
-  dl_tensor *y, *xc;
-  dl_node *n;
-#ifdef DL_USE_CUDA
-  if (x->device == DL_CUDA || tp->gpu)
-    return dl__t_pool_gpu(tp, "dl_t_avg_pool2d", 0, x, &g, dl__t_avg_pool2d_bw, NULL);
-#endif
-  y = dl_tape_out(tp, "dl_t_avg_pool2d", x->dtype, DL_SHAPE(g.N, g.C, g.Ho, g.Wo));
-  xc = dl__t_contig(tp, "dl_t_avg_pool2d", x);
-  if (y->numel) dl__pool_run(tp->ctx, &g, DL__AVGPOOL_FWD, x->dtype, xc->data, y->data, NULL);
-  if (x->tangent) {
-    dl_tensor *ty = dl_tape_tangent(tp, y), *tx = dl__t_contig(tp, "dl_t_avg_pool2d", x->tangent);
-    if (y->numel) dl__pool_run(tp->ctx, &g, DL__AVGPOOL_FWD, x->dtype, tx->data, ty->data, NULL);
+  return dl__t_avg_pool(tp, "dl_t_avg_pool2d", x, &g);
+}
+
+/* Pooling 3-d window: kernel_d, kernel_h, kernel_w > 0 are required; stride
+ * 0 means the kernel size (PyTorch's default); symmetric padding, at most
+ * half the kernel on each axis (as PyTorch); exclude_pad = 0 counts padded
+ * zeros in the average (count_include_pad=True, PyTorch's default), 1
+ * divides by the number of elements inside the input; dil_d, dil_h, dil_w:
+ * dilation, 0 = 1, max pooling only; ceil_mode: output sizes rounded up
+ * (PyTorch's ceil_mode=True, the last window starting inside the input or
+ * the front padding). */
+typedef struct dl_pool3d_args {
+  int kernel_d, kernel_h, kernel_w; /* the window, > 0 */
+  int stride_d, stride_h, stride_w; /* 0: the kernel */
+  int pad_d, pad_h, pad_w;          /* symmetric padding per axis */
+  int exclude_pad;                  /* avg: 1 divides by the elements inside the input */
+  int dil_d, dil_h, dil_w;          /* max: dilation per axis, 0: 1 */
+  int ceil_mode;                    /* 1: output sizes rounded up */
+} dl_pool3d_args;
+
+/* Checks x [N, C, D, H, W] and a 3-d window (a NULL args panics: the kernel
+ * size is needed); max: max pooling (the only one with dilation). */
+DL_API dl__pool_geom dl__pool3d_check(const char *op, const dl_tensor *x, const dl_pool3d_args *a, int max) {
+  dl__pool_geom g;
+  int64_t ek[3], *out[3], *pb[3], *pe[3], n[3];
+  const int k[3] = {a ? a->kernel_d : 0, a ? a->kernel_h : 0, a ? a->kernel_w : 0};
+  int ax;
+  dl__ops_same_float(op, x, NULL);
+  if (!a) DL_PANIC(x->ctx, op, "no window given for x %s: pass dl_pool3d_args with kernel_d, kernel_h, kernel_w",
+                   DL_SHAPESTR(x));
+  if (x->ndim != 5)
+    DL_PANIC(x->ctx, op, "x %s must be 5-d [N, C, D, H, W] (window %dx%dx%d)", DL_SHAPESTR(x), a->kernel_d,
+             a->kernel_h, a->kernel_w);
+  if (k[0] <= 0 || k[1] <= 0 || k[2] <= 0 || a->stride_d < 0 || a->stride_h < 0 || a->stride_w < 0 ||
+      a->pad_d < 0 || a->pad_h < 0 || a->pad_w < 0 || a->dil_d < 0 || a->dil_h < 0 || a->dil_w < 0)
+    DL_PANIC(x->ctx, op, "bad window for x %s: kernel %dx%dx%d (must be > 0), stride %dx%dx%d, padding %dx%dx%d, "
+             "dilation %dx%dx%d (must be >= 0)", DL_SHAPESTR(x), a->kernel_d, a->kernel_h, a->kernel_w,
+             a->stride_d, a->stride_h, a->stride_w, a->pad_d, a->pad_h, a->pad_w, a->dil_d, a->dil_h, a->dil_w);
+  if (!max && (a->dil_d > 1 || a->dil_h > 1 || a->dil_w > 1))
+    DL_PANIC(x->ctx, op, "dilation %dx%dx%d for x %s: average pooling has none (as PyTorch's avg_pool3d)",
+             a->dil_d, a->dil_h, a->dil_w, DL_SHAPESTR(x));
+  if (2 * a->pad_d > k[0] || 2 * a->pad_h > k[1] || 2 * a->pad_w > k[2])
+    DL_PANIC(x->ctx, op, "padding %dx%dx%d is more than half of the kernel %dx%dx%d (x %s)", a->pad_d, a->pad_h,
+             a->pad_w, k[0], k[1], k[2], DL_SHAPESTR(x));
+  memset(&g, 0, sizeof g);
+  g.N = x->shape[0];
+  g.C = x->shape[1];
+  g.D = x->shape[2];
+  g.H = x->shape[3];
+  g.W = x->shape[4];
+  g.kd = k[0];
+  g.kh = k[1];
+  g.kw = k[2];
+  g.sd = a->stride_d ? a->stride_d : k[0];
+  g.sh = a->stride_h ? a->stride_h : k[1];
+  g.sw = a->stride_w ? a->stride_w : k[2];
+  g.dd = a->dil_d ? a->dil_d : 1;
+  g.dh = a->dil_h ? a->dil_h : 1;
+  g.dw = a->dil_w ? a->dil_w : 1;
+  g.excl = a->exclude_pad != 0;
+  out[0] = &g.Do, out[1] = &g.Ho, out[2] = &g.Wo;
+  pb[0] = &g.pd, pb[1] = &g.ph, pb[2] = &g.pw;
+  pe[0] = &g.pde, pe[1] = &g.phe, pe[2] = &g.pwe;
+  n[0] = g.D, n[1] = g.H, n[2] = g.W;
+  {
+    const int64_t s[3] = {g.sd, g.sh, g.sw}, d[3] = {g.dd, g.dh, g.dw}, p[3] = {a->pad_d, a->pad_h, a->pad_w};
+    for (ax = 0; ax < 3; ax++) {
+      ek[ax] = (k[ax] - 1) * d[ax] + 1;
+      *out[ax] = dl__window_axis(DL_PAD_SYMMETRIC, n[ax], k[ax], s[ax], d[ax], p[ax], 0, a->ceil_mode, pb[ax], pe[ax]);
+    }
   }
-  if ((n = dl_tape_record(tp, "dl_t_avg_pool2d", dl__t_avg_pool2d_bw, y, x, NULL, NULL)) != NULL)
-    dl__pool_save(n, &g);
-  return y;
+  if (g.Do < 0 || g.Ho < 0 || g.Wo < 0)
+    DL_PANIC(x->ctx, op, "window %lldx%lldx%lld larger than the padded input x %s (padding %dx%dx%d)",
+             (long long)ek[0], (long long)ek[1], (long long)ek[2], DL_SHAPESTR(x), a->pad_d, a->pad_h, a->pad_w);
+  if (g.D * g.H * g.W > INT32_MAX)
+    DL_PANIC(x->ctx, op, "volumes of x %s hold more than 2^31 elements", DL_SHAPESTR(x));
+  return g;
+}
+/* y = max_pool3d(x), PyTorch's F.max_pool3d(x, kernel, stride, padding,
+ * dilation, ceil_mode): x [N, C, D, H, W] -> y [N, C, Do, Ho, Wo],
+ *   y[n, c, z, r, q] = max over a < kd, i < kh, j < kw of
+ *     x[n, c, z sd - pd + a dd, r sh - ph + i dh, q sw - pw + j dw]
+ * (padding -inf), Do = (D + 2 pad_d - dil_d (kernel_d - 1) - 1) / stride_d
+ * + 1 rounded down (ceil_mode: up, but the last window starts inside the
+ * input or the front padding), likewise Ho, Wo; stride 0 is the kernel
+ * size. Backward: the gradient goes to the first maximum of each window in
+ * scan order (depth, rows, columns; a NaN wins, as PyTorch), summed where
+ * windows share it; forward mode: ty is tx at the argmax. A window whose
+ * taps all miss the input (possible with dilation) gives -inf and no
+ * gradient. y lives in the tape's arena (valid until dl_tape_rewind); x may
+ * be a strided view. */
+DL_API dl_tensor *dl_t_max_pool3d(dl_tape *tp, dl_tensor *x, const dl_pool3d_args *a) {
+  const dl__pool_geom g = dl__pool3d_check("dl_t_max_pool3d", x, a, 1);
+  return dl__t_max_pool(tp, "dl_t_max_pool3d", x, &g, NULL);
+}
+/* y = avg_pool3d(x), PyTorch's F.avg_pool3d(x, kernel, stride, padding,
+ * ceil_mode, count_include_pad = !exclude_pad): x [N, C, D, H, W] -> y
+ * [N, C, Do, Ho, Wo] (sizes as max_pool3d, no dilation),
+ *   y[n, c, z, r, q] = (sum of x over the window inside the input) / count
+ * where count is the window's elements inside the padded input
+ * (count_include_pad; a ceil_mode window that runs past the padding counts
+ * less, as PyTorch) or inside the input (exclude_pad). Backward: each
+ * element of the window gets gy / count; forward mode: ty = avg_pool3d(tx).
+ * y lives in the tape's arena (valid until dl_tape_rewind); x may be a
+ * strided view. */
+DL_API dl_tensor *dl_t_avg_pool3d(dl_tape *tp, dl_tensor *x, const dl_pool3d_args *a) {
+  const dl__pool_geom g = dl__pool3d_check("dl_t_avg_pool3d", x, a, 0);
+  return dl__t_avg_pool(tp, "dl_t_avg_pool3d", x, &g);
 }
 
 /* >>unpooling -------------------------------------------------------------- */
