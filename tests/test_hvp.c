@@ -6,7 +6,8 @@
  * (shared and batched right side), linear (bias, a strided input), the
  * reductions (sum, mean, max, var, logsumexp), the shape ops, the losses
  * (cross-entropy with and without label smoothing, every reduction; mse),
- * softmax and log_softmax along rows and columns, layer, RMS and batch norm;
+ * softmax and log_softmax along rows and columns, layer, RMS and batch norm,
+ * convolution (1-d, 2-d with groups and dilation, 3-d) and pooling, a small CNN;
  * a two-layer MLP end to end; PyTorch's double backward on three small
  * MLPs (tests/fixtures/hvp.txt) in f64 and f32. Then the bookkeeping: H v accumulates over
  * two calls like the gradient, dl_zero_grad clears it, the plain gradient
@@ -23,7 +24,7 @@ DL_DEFINE_OP1(test_softsign, dl_div(x0, dl_add(1, dl_abs(x0))))
 
 enum {
   P_UNARY, P_UNARY_P, P_BINARY, P_BINARY_BCAST, P_SAME_TWICE, P_USER, P_MATMUL, P_MATMUL_BATCH, P_LINEAR,
-  P_LINEAR_STRIDED, P_REDUCE, P_SHAPE, P_CE, P_MSE, P_SOFTMAX, P_NORM, P_MASKS, P_EMBED, P_MLP
+  P_LINEAR_STRIDED, P_REDUCE, P_SHAPE, P_CE, P_MSE, P_SOFTMAX, P_NORM, P_MASKS, P_EMBED, P_CONV, P_CNN, P_MLP
 };
 typedef struct prog {
   int kind, which; /* which: the op's index in its list, or a variant */
@@ -153,6 +154,38 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
       dl_tensor_wrap(&idx, &ctx, DL_I64, 1, &six, (void *)ix);
       return dl_t_tanh(tp, dl_t_matmul(tp, dl_t_embedding(tp, x, &idx), in[1]));
     }
+    case P_CONV: { /* in = x, w, b */
+      if (p->which == 0) { /* conv2d stride 2, padding 1, then max pool */
+        dl_conv2d_args a = {.stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1};
+        dl_pool2d_args pa = {.kernel_h = 2, .kernel_w = 2};
+        return dl_t_max_pool2d(tp, dl_t_tanh(tp, dl_t_conv2d(tp, x, in[1], in[2], &a)), &pa);
+      }
+      if (p->which == 1) { /* conv2d, 2 groups, dilation 2, then average pool */
+        dl_conv2d_args a = {.dil_h = 2, .dil_w = 2, .groups = 2, .pad_h = 2, .pad_w = 1};
+        dl_pool2d_args pa = {.kernel_h = 2, .kernel_w = 3, .stride_h = 1, .stride_w = 2};
+        return dl_t_avg_pool2d(tp, dl_t_sin(tp, dl_t_conv2d(tp, x, in[1], NULL, &a)), &pa);
+      }
+      if (p->which == 2) { /* conv1d */
+        dl_conv1d_args a = {.stride = 2, .pad = 1};
+        return dl_t_silu(tp, dl_t_conv1d(tp, x, in[1], in[2], &a));
+      }
+      { /* conv3d, then a 3-d max pool */
+        dl_conv3d_args a = {.pad_d = 1, .pad_h = 1};
+        dl_pool3d_args pa = {.kernel_d = 2, .kernel_h = 2, .kernel_w = 2};
+        return dl_t_max_pool3d(tp, dl_t_tanh(tp, dl_t_conv3d(tp, x, in[1], in[2], &a)), &pa);
+      }
+    }
+    case P_CNN: { /* x [2, 1, 6, 6] -> conv 3x3 (3 channels) -> gelu -> max pool 2 -> linear 27 -> 4, cross-entropy */
+      static const int64_t lab[2] = {3, 1};
+      static const int64_t two = 2;
+      dl_tensor labels, *h;
+      dl_conv2d_args a = {.pad_h = 0};
+      dl_pool2d_args pa = {.kernel_h = 2, .kernel_w = 2};
+      dl_tensor_wrap(&labels, &ctx, DL_I64, 1, &two, (void *)lab);
+      h = dl_t_max_pool2d(tp, dl_t_gelu(tp, dl_t_conv2d(tp, x, in[1], in[2], &a)), &pa); /* [2, 3, 2, 2] */
+      h = dl_t_flatten(tp, h, 1);
+      return dl_t_cross_entropy(tp, dl_t_linear(tp, h, in[3], in[4]), &labels, 0.0, DL_REDUCE_MEAN);
+    }
     case P_SOFTMAX: { /* softmax / log_softmax along the last axis (rows) or the first (strided) */
       dl_tensor *y = p->which < 2 ? dl_t_softmax(tp, dl_t_mul_scalar(tp, x, 1.3), p->which ? 0 : 1)
                                   : dl_t_log_softmax(tp, x, p->which == 2 ? 1 : 0);
@@ -199,6 +232,23 @@ static void run_case(int kind, int which, const char *name, int nin, const int64
   check(&p, nin, in);
   for (k = 0; k < nin; k++) dl_tensor_free(in[k]);
 }
+
+/* run_case with shapes of up to 4 or 5 dimensions */
+static void run_case_n(int kind, int which, const char *name, int nin, const int64_t *shapes, int stride,
+                       const int *nds, double sd) {
+  prog p;
+  dl_tensor *in[5];
+  dl_rng rng = dl_rng_make(2000 + (uint64_t)(kind * 40 + which));
+  int k;
+  p.kind = kind;
+  p.which = which;
+  p.name = name;
+  for (k = 0; k < nin; k++) in[k] = mk(nds[k], shapes + k * stride, &rng, sd);
+  check(&p, nin, in);
+  for (k = 0; k < nin; k++) dl_tensor_free(in[k]);
+}
+#define run_case4(kind, which, name, nin, shapes, nds, sd) run_case_n(kind, which, name, nin, &shapes[0][0], 4, nds, sd)
+#define run_case5(kind, which, name, nin, shapes, nds, sd) run_case_n(kind, which, name, nin, &shapes[0][0], 5, nds, sd)
 
 static void test_elementwise(void) {
   static const int64_t s34[2][3] = {{3, 4, 0}, {3, 4, 0}}, sb[2][3] = {{3, 4, 0}, {4, 0, 0}};
@@ -269,6 +319,23 @@ static void test_losses(void) {
   run_case(P_SOFTMAX, 2, "log_softmax, rows", 1, s54, nd, 1.0);
   run_case(P_SOFTMAX, 3, "log_softmax, columns", 1, s54, nd, 1.0);
 }
+static void test_conv_pool(void) {
+  static const int64_t c2[3][4] = {{2, 2, 5, 4}, {3, 2, 3, 2}, {3, 0, 0, 0}};
+  static const int nd2[3] = {4, 4, 1};
+  static const int64_t g2[2][4] = {{2, 4, 7, 8}, {4, 2, 2, 2}};
+  static const int ng2[2] = {4, 4};
+  static const int64_t c1[3][3] = {{2, 3, 9}, {4, 3, 3}, {4, 0, 0}};
+  static const int nd1[3] = {3, 3, 1};
+  static const int64_t c3[3][5] = {{1, 2, 3, 4, 4}, {2, 2, 2, 3, 2}, {2, 0, 0, 0, 0}};
+  static const int nd3[3] = {5, 5, 1};
+  static const int64_t cnn[5][4] = {{2, 1, 6, 6}, {3, 1, 3, 3}, {3, 0, 0, 0}, {4, 12, 0, 0}, {4, 0, 0, 0}};
+  static const int ndc[5] = {4, 4, 1, 2, 1};
+  run_case4(P_CONV, 0, "conv2d stride, padding, bias; max_pool2d", 3, c2, nd2, 0.8);
+  run_case4(P_CONV, 1, "conv2d groups, dilation; avg_pool2d", 2, g2, ng2, 0.8);
+  run_case(P_CONV, 2, "conv1d", 3, c1, nd1, 0.8);
+  run_case5(P_CONV, 3, "conv3d; max_pool3d", 3, c3, nd3, 0.8);
+  run_case4(P_CNN, 0, "CNN: conv, gelu, max pool, linear, cross-entropy", 5, cnn, ndc, 0.8);
+}
 static void test_mlp(void) {
   static const int64_t sh[5][3] = {{6, 5, 0}, {7, 5, 0}, {7, 0, 0}, {3, 7, 0}, {3, 0, 0}};
   static const int nd[5] = {2, 2, 1, 2, 1};
@@ -276,7 +343,7 @@ static void test_mlp(void) {
   printf("  %d H v checks, worst error %.3g\n", nchecks, worst);
 }
 
-/* PyTorch's double backward on small MLPs (tools/fixtures_hvp.py): the
+/* PyTorch's double backward on small MLPs and a CNN (tools/fixtures_hvp.py): the
  * loss, the gradient and H v of the input and every parameter, f64 to
  * 1e-10 element-wise, f32 to 1e-5 norm-wise (H v in f32 is the f32 forward
  * and backward with each element-wise op's second-order term in double). */
@@ -289,7 +356,7 @@ static void test_torch_fixtures(void) {
   for (c = 0; c < fx.n; c++) {
     const fx2_case *fc = &fx.cases[c];
     const dl_dtype dt = fc->f64 ? DL_F64 : DL_F32;
-    const int act = (int)fx2_param(fc, "act", -1);
+    const int act = (int)fx2_param(fc, "act", -1), cnn = (int)fx2_param(fc, "cnn", 0);
     dl_tensor *in[5], *v[5], *labels = fx2_make(fc, "labels", DL_I64), *h, *logits, *loss;
     dl_tape tp;
     for (k = 0; k < 5; k++) {
@@ -302,8 +369,14 @@ static void test_torch_fixtures(void) {
       dl_set_tangent(in[k], v[k]);
     }
     dl_tape_init(&tp, &ctx, 0);
-    h = dl_t_linear(&tp, in[0], in[1], in[2]);
-    h = act == 0 ? dl_t_gelu(&tp, h) : act == 1 ? dl_t_tanh(&tp, h) : dl_t_silu(&tp, h);
+    if (cnn) { /* conv 3x3, gelu, max pool 2, flatten */
+      dl_conv2d_args a = {.groups = 1};
+      dl_pool2d_args pa = {.kernel_h = 2, .kernel_w = 2};
+      h = dl_t_flatten(&tp, dl_t_max_pool2d(&tp, dl_t_gelu(&tp, dl_t_conv2d(&tp, in[0], in[1], in[2], &a)), &pa), 1);
+    } else {
+      h = dl_t_linear(&tp, in[0], in[1], in[2]);
+      h = act == 0 ? dl_t_gelu(&tp, h) : act == 1 ? dl_t_tanh(&tp, h) : dl_t_silu(&tp, h);
+    }
     logits = dl_t_linear(&tp, h, in[3], in[4]);
     loss = dl_t_cross_entropy(&tp, logits, labels, 0.0, DL_REDUCE_MEAN);
     dl_hvp(&tp, loss, NULL);
@@ -327,7 +400,7 @@ static void test_torch_fixtures(void) {
     }
     dl_tensor_free(labels);
   }
-  CHECK(ncase == 6);
+  CHECK(ncase == 8 && fx2_find(&fx, "cnn_gelu_maxpool", 1) != NULL);
   printf("  %d PyTorch double-backward cases: worst error f64 %.3g, f32 %.3g (norm-wise)\n", ncase, worst64, worst32);
   fx2_free(&fx);
 }
@@ -405,6 +478,7 @@ int main(void) {
   RUN(test_matmul_linear);
   RUN(test_reductions_shapes);
   RUN(test_losses);
+  RUN(test_conv_pool);
   RUN(test_mlp);
   RUN(test_torch_fixtures);
   RUN(test_bookkeeping);

@@ -703,6 +703,17 @@ DL_API void dl__t_conv_bw(dl_tape *tp, dl_node *n) {
   dl__conv_backward(tp, n->op, &g, x->dtype, n->saved[0]->data, n->saved[1]->data,
                     n->out->grad->data, gx ? gx->data : NULL, gw ? gw->data : NULL,
                     gb ? gb->data : NULL);
+  if (tp->hvp) { /* bilinear in (x, w): d(gx) = rule(d(gy); w) + rule(gy; tw), d(gw) = rule(d(gy); x) + rule(gy; tx) */
+    const dl_tensor *gy = n->out->grad;
+    dl__conv_backward(tp, n->op, &g, x->dtype, n->saved[0]->data, n->saved[1]->data, gy->tangent->data,
+                      gx ? gx->tangent->data : NULL, gw ? gw->tangent->data : NULL, gb ? gb->tangent->data : NULL);
+    if (gx && w->tangent)
+      dl__conv_backward(tp, n->op, &g, x->dtype, n->saved[0]->data, dl__t_contig(tp, n->op, w->tangent)->data,
+                        gy->data, gx->tangent->data, NULL, NULL);
+    if (gw && x->tangent)
+      dl__conv_backward(tp, n->op, &g, x->dtype, dl__t_contig(tp, n->op, x->tangent)->data, n->saved[1]->data,
+                        gy->data, NULL, gw->tangent->data, NULL);
+  }
 }
 
 /* Checks the operands of conv1d / conv2d / conv3d (nd = 3, 4 or 5), fills
@@ -820,6 +831,7 @@ DL_API dl_tensor *dl__t_conv(dl_tape *tp, const char *op, dl_tensor *x, dl_tenso
     if (tb && y->numel) dl__conv_bias_all(g, x->dtype, tb->data, ty->data, 1);
   }
   if ((n = dl_tape_record(tp, op, dl__t_conv_bw, y, x, w, b)) != NULL) {
+    n->flags |= DL_NODE_HVP;
     for (k = 0; k < 8; k++) n->i[k] = i[k];
     n->saved[0] = xc;
     n->saved[1] = wc;
@@ -1421,6 +1433,7 @@ DL_API dl_tensor *dl__t_max_pool(dl_tape *tp, const char *op, dl_tensor *x, cons
     if (y->numel) dl__pool_run(tp->ctx, &g, DL__MAXPOOL_TAN, x->dtype, tx->data, ty->data, (int32_t *)idx->data);
   }
   if ((n = dl_tape_record(tp, op, dl__t_max_pool2d_bw, y, x, NULL, NULL)) != NULL) {
+    n->flags |= DL_NODE_HVP_LINEAR; /* a selection: linear in the gradient */
     dl__pool_save(n, &g);
     n->saved[0] = idx;
   }
@@ -1478,7 +1491,10 @@ DL_API dl_tensor *dl__t_avg_pool(dl_tape *tp, const char *op, dl_tensor *x, cons
     dl_tensor *ty = dl_tape_tangent(tp, y), *tx = dl__t_contig(tp, op, x->tangent);
     if (y->numel) dl__pool_run(tp->ctx, g, DL__AVGPOOL_FWD, x->dtype, tx->data, ty->data, NULL);
   }
-  if ((n = dl_tape_record(tp, op, dl__t_avg_pool2d_bw, y, x, NULL, NULL)) != NULL) dl__pool_save(n, g);
+  if ((n = dl_tape_record(tp, op, dl__t_avg_pool2d_bw, y, x, NULL, NULL)) != NULL) {
+    n->flags |= DL_NODE_HVP_LINEAR; /* linear */
+    dl__pool_save(n, g);
+  }
   return y;
 }
 /* y = avg_pool2d(x), PyTorch's F.avg_pool2d(x, kernel, stride, padding,
@@ -1799,6 +1815,7 @@ DL_API dl_tensor *dl_t_max_unpool2d(dl_tape *tp, dl_tensor *x, dl_tensor *indice
     }
   }
   if ((n = dl_tape_record(tp, op, dl__t_max_unpool2d_bw, y, x, NULL, NULL)) != NULL) {
+    n->flags |= DL_NODE_HVP_LINEAR; /* a scatter: linear in the gradient */
     n->i[0] = planes;
     n->i[1] = per_in;
     n->i[2] = per_out;
