@@ -5,7 +5,8 @@
  * broadcasting and an input used twice, a user's one-line op, matmul
  * (shared and batched right side), linear (bias, a strided input), the
  * reductions (sum, mean, max, var, logsumexp), the shape ops, the losses
- * (cross-entropy with and without label smoothing, every reduction; mse),
+ * (cross-entropy with and without label smoothing, every reduction, nll; mse,
+ * bce with logits, huber, smooth l1),
  * softmax and log_softmax along rows and columns, layer, RMS and batch norm,
  * convolution (1-d, 2-d with groups and dilation, 3-d) and pooling, a small CNN;
  * a two-layer MLP end to end; PyTorch's double backward on three small
@@ -121,7 +122,13 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
       if (p->which == 3) return dl_t_nll(tp, dl_t_log_softmax(tp, dl_t_tanh(tp, x), 1), &labels, DL_REDUCE_MEAN);
       return dl_t_cross_entropy(tp, dl_t_mul(tp, x, x), &labels, 0.1, DL_REDUCE_NONE);
     }
-    case P_MSE: return dl_t_mse(tp, dl_t_tanh(tp, x), dl_t_sin(tp, in[1]), DL_REDUCE_MEAN);
+    case P_MSE:
+      switch (p->which) {
+        case 0: return dl_t_mse(tp, dl_t_tanh(tp, x), dl_t_sin(tp, in[1]), DL_REDUCE_MEAN);
+        case 1: return dl_t_bce_with_logits(tp, dl_t_mul(tp, x, in[1]), dl_t_sigmoid(tp, in[1]), DL_REDUCE_SUM);
+        case 2: return dl_t_huber(tp, dl_t_tanh(tp, x), dl_t_sin(tp, in[1]), 0.8, DL_REDUCE_NONE);
+        default: return dl_t_smooth_l1(tp, dl_t_mul(tp, x, x), in[1], 1.5, DL_REDUCE_MEAN);
+      }
     case P_NORM: { /* x [3, 4, 5]; layer norm over the last 1 or 2 dims, rms norm; w, b [5] (or [4, 5]) */
       dl_tensor *y;
       if (p->which == 0) y = dl_t_layer_norm(tp, x, 1, in[1], in[2], 1e-5);
@@ -296,6 +303,9 @@ static void test_losses(void) {
   run_case(P_CE, 2, "cross-entropy none, label smoothing", 1, s54, nd, 1.0);
   run_case(P_CE, 3, "nll of log_softmax", 1, s54, nd, 1.0);
   run_case(P_MSE, 0, "mse", 2, s54, nd, 1.0);
+  run_case(P_MSE, 1, "bce_with_logits, both sides differentiated", 2, s54, nd, 1.0);
+  run_case(P_MSE, 2, "huber (both branches), no reduction", 2, s54, nd, 1.0);
+  run_case(P_MSE, 3, "smooth_l1 (both branches)", 2, s54, nd, 1.0);
   {
     static const int64_t ln[3][3] = {{3, 4, 5}, {5, 0, 0}, {5, 0, 0}}, ln2[2][3] = {{3, 4, 5}, {3, 5, 0}};
     static const int ndl[3] = {3, 1, 1}, ndl2[2] = {3, 2};
@@ -454,8 +464,9 @@ static void test_bookkeeping(void) {
     dl_tensor *x = mk(2, sh[0], &rng, 1.0);
     dl_requires_grad(x);
     dl_set_tangent(x, v[0]);
-    EXPECT_PANIC(dl_hvp(&tp, dl_t_huber(&tp, x, v[0], 1.0, DL_REDUCE_SUM), NULL), "dl_hvp", "dl_t_huber",
-                 "no second-order rule");
+    dl_tensor *x3 = dl_t_reshape(&tp, x, 3, (const int64_t[]){1, 6, 5});
+    EXPECT_PANIC(dl_hvp(&tp, dl_t_sum_all(&tp, dl_t_scaled_dot_product_attention(&tp, x3, x3, x3, 1, 0.0)), NULL),
+                 "dl_hvp", "dl_t_scaled_dot_product_attention", "no second-order rule");
     dl_tape_rewind(&tp);
     dl_set_tangent(x, NULL);
     dl_tensor_free(x);

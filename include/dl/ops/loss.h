@@ -230,6 +230,53 @@ DL_API double dl__lew_blk(const void *args, int64_t lo, int64_t hi) {
   return A->dt == DL_F32 ? dl__lew_f32(A, lo, hi) : dl__lew_f64(A, lo, hi);
 }
 
+/* dl_hvp's rule of the element-wise losses: the rule on the gradient's
+ * tangent (A, as the backward set it, with gy's tangent), then per element
+ * the Hessian of the loss in (a, b) times (ta, tb), scaled as the gradient:
+ *   mse    [[2, -2], [-2, 2]]
+ *   bce    [[s(1 - s), -1], [-1, 0]]                 (a the logits, s = sigmoid(a))
+ *   huber  [[1, -1], [-1, 1]] where |a - b| < delta, 0 elsewhere
+ *   smooth l1  the same over beta;  l1  0 (kinks aside) */
+DL_API void dl__loss_ew_hvp(dl_tape *tp, dl_node *n, dl__lew *A, dl_tensor *ga, dl_tensor *gb) {
+  const dl_tensor *a = n->saved[0], *b = n->saved[1], *gy = n->out->grad;
+  const dl_tensor *ta = n->in[0]->tangent, *tb = n->in[1]->tangent;
+  const double p = n->p[0];
+  int64_t i;
+  A->gy = gy->tangent->data;
+  A->ga = ga ? ga->tangent->data : NULL;
+  A->gb = gb ? gb->tangent->data : NULL;
+  dl__loss_run(tp, n->op, dl__lew_blk, A, a->numel, DL__LOSS_BLOCK, a->numel, 0);
+  if (!ta && !tb) return;
+  for (i = 0; i < a->numel; i++) {
+    const double av = dl__get_at(a, i), bv = dl__get_at(b, i), d = av - bv;
+    const double tav = ta ? dl__get_at(ta, dl__offset_of_linear(ta, i)) : 0.0;
+    const double tbv = tb ? dl__get_at(tb, dl__offset_of_linear(tb, i)) : 0.0;
+    const double g = dl__get_at(gy, i * A->gstride) * A->gscale;
+    double haa = 0, hab = 0, hbb = 0;
+    switch (A->kind) {
+      case DL__LK_MSE: haa = hbb = 2; hab = -2; break;
+      case DL__LK_BCE: {
+        const double sg = 1 / (1 + exp(-av));
+        haa = sg * (1 - sg);
+        hab = -1;
+        break;
+      }
+      case DL__LK_HUBER: if (fabs(d) < p) { haa = hbb = 1; hab = -1; } break;
+      case DL__LK_SL1: if (fabs(d) < p) { haa = hbb = 1 / p; hab = -1 / p; } break;
+      default: break; /* l1 */
+    }
+    if (ga) {
+      const double v = g * (haa * tav + hab * tbv);
+      if (ga->dtype == DL_F32) ((float *)ga->tangent->data)[i] += (float)v;
+      else ((double *)ga->tangent->data)[i] += v;
+    }
+    if (gb) {
+      const double v = g * (hab * tav + hbb * tbv);
+      if (gb->dtype == DL_F32) ((float *)gb->tangent->data)[i] += (float)v;
+      else ((double *)gb->tangent->data)[i] += v;
+    }
+  }
+}
 DL_API void dl__loss_ew_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *ga = dl_tape_grad(tp, n->in[0]), *gb = dl_tape_grad(tp, n->in[1]);
   const dl_tensor *gy = n->out->grad, *a = n->saved[0];
@@ -258,22 +305,7 @@ DL_API void dl__loss_ew_bw(dl_tape *tp, dl_node *n) {
   A.ga = ga ? ga->data : NULL;
   A.gb = gb ? gb->data : NULL;
   dl__loss_run(tp, n->op, dl__lew_blk, &A, a->numel, DL__LOSS_BLOCK, a->numel, 0);
-  if (tp->hvp) { /* mse: the gradient 2 s gy (a - b) is linear in gy and in (a, b) */
-    const dl_tensor *ta = n->in[0]->tangent, *tb = n->in[1]->tangent;
-    if (A.kind != DL__LK_MSE)
-      DL_PANIC(tp->ctx, "dl_hvp", "%s has no second-order rule yet (of the element-wise losses, dl_t_mse has one)",
-               n->op);
-    A.gy = gy->tangent->data;
-    A.ga = ga ? ga->tangent->data : NULL;
-    A.gb = gb ? gb->tangent->data : NULL;
-    dl__loss_run(tp, n->op, dl__lew_blk, &A, a->numel, DL__LOSS_BLOCK, a->numel, 0);
-    if (ta || tb) {
-      A.gy = gy->data;
-      A.a = ta ? dl__t_contig(tp, n->op, (dl_tensor *)ta)->data : dl_tape_zeros(tp, n->op, a->dtype, a->ndim, a->shape)->data;
-      A.b = tb ? dl__t_contig(tp, n->op, (dl_tensor *)tb)->data : dl_tape_zeros(tp, n->op, a->dtype, a->ndim, a->shape)->data;
-      dl__loss_run(tp, n->op, dl__lew_blk, &A, a->numel, DL__LOSS_BLOCK, a->numel, 0);
-    }
-  }
+  if (tp->hvp) dl__loss_ew_hvp(tp, n, &A, ga, gb);
 }
 
 #ifdef DL_USE_CUDA
@@ -305,7 +337,7 @@ DL_API dl_tensor *dl__loss_ew_gpu(dl_tape *tp, const char *op, int kind, dl_tens
                                           tb ? tb->data : NULL, none ? ty->data : NULL, none ? NULL : ty->data, div));
   }
   if ((n = dl_tape_record(tp, op, dl__loss_ew_bw, y, a, b, NULL)) != NULL) {
-    n->flags |= kind == DL__LK_MSE ? (unsigned)DL_NODE_HVP : 0u;
+    n->flags |= DL_NODE_HVP;
     n->i[0] = (int64_t)r;
     n->i[1] = kind;
     n->p[0] = p;
@@ -362,7 +394,7 @@ DL_API dl_tensor *dl__loss_ew(dl_tape *tp, const char *op, int kind, dl_tensor *
     if (r != DL_REDUCE_NONE) dl__set_at(ty, 0, r == DL_REDUCE_MEAN ? s / (double)N : s);
   }
   if ((n = dl_tape_record(tp, op, dl__loss_ew_bw, y, a, b, NULL)) != NULL) {
-    n->flags |= kind == DL__LK_MSE ? (unsigned)DL_NODE_HVP : 0u;
+    n->flags |= DL_NODE_HVP;
     n->i[0] = (int64_t)r;
     n->i[1] = kind;
     n->p[0] = p;
