@@ -8,7 +8,8 @@
  * (cross-entropy with and without label smoothing, every reduction, nll; mse,
  * bce with logits, huber, smooth l1),
  * softmax and log_softmax along rows and columns, layer, RMS and batch norm,
- * convolution (1-d, 2-d with groups and dilation, 3-d) and pooling, a small CNN;
+ * convolution (1-d, 2-d with groups and dilation, 3-d) and pooling, a small CNN,
+ * attention (fused scaled dot-product, self-attention with RoPE, multi-head);
  * a two-layer MLP end to end; PyTorch's double backward on three small
  * MLPs (tests/fixtures/hvp.txt) in f64 and f32. Then the bookkeeping: H v accumulates over
  * two calls like the gradient, dl_zero_grad clears it, the plain gradient
@@ -25,7 +26,7 @@ DL_DEFINE_OP1(test_softsign, dl_div(x0, dl_add(1, dl_abs(x0))))
 
 enum {
   P_UNARY, P_UNARY_P, P_BINARY, P_BINARY_BCAST, P_SAME_TWICE, P_USER, P_MATMUL, P_MATMUL_BATCH, P_LINEAR,
-  P_LINEAR_STRIDED, P_REDUCE, P_SHAPE, P_CE, P_MSE, P_SOFTMAX, P_NORM, P_MASKS, P_EMBED, P_CONV, P_CNN, P_MLP
+  P_LINEAR_STRIDED, P_REDUCE, P_SHAPE, P_CE, P_MSE, P_SOFTMAX, P_NORM, P_MASKS, P_EMBED, P_CONV, P_CNN, P_ATTN, P_MLP
 };
 typedef struct prog {
   int kind, which; /* which: the op's index in its list, or a variant */
@@ -193,6 +194,14 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
       h = dl_t_flatten(tp, h, 1);
       return dl_t_cross_entropy(tp, dl_t_linear(tp, h, in[3], in[4]), &labels, 0.0, DL_REDUCE_MEAN);
     }
+    case P_ATTN:
+      if (p->which == 0) /* q [2, 3, 4], k [2, 5, 4], v [2, 5, 3], causal (the queries the last 3) */
+        return dl_t_tanh(tp, dl_t_scaled_dot_product_attention(tp, x, in[1], in[2], 1, 0.0));
+      if (p->which == 1) /* self-attention: q = k = v, rotary positions */
+        return dl_t_sin(tp, dl_t_scaled_dot_product_attention(tp, dl_t_rope(tp, x, 0, 10000.0),
+                                                               dl_t_rope(tp, x, 0, 10000.0), x, 0, 0.7));
+      /* torch's MultiheadAttention, 2 heads, causal: x [2, 3, 4], in_proj [12, 4] + [12], out_proj [4, 4] + [4] */
+      return dl_t_tanh(tp, dl_t_multi_head_attention(tp, x, x, x, in[1], in[2], in[3], in[4], 2, NULL, 1));
     case P_SOFTMAX: { /* softmax / log_softmax along the last axis (rows) or the first (strided) */
       dl_tensor *y = p->which < 2 ? dl_t_softmax(tp, dl_t_mul_scalar(tp, x, 1.3), p->which ? 0 : 1)
                                   : dl_t_log_softmax(tp, x, p->which == 2 ? 1 : 0);
@@ -346,6 +355,14 @@ static void test_conv_pool(void) {
   run_case5(P_CONV, 3, "conv3d; max_pool3d", 3, c3, nd3, 0.8);
   run_case4(P_CNN, 0, "CNN: conv, gelu, max pool, linear, cross-entropy", 5, cnn, ndc, 0.8);
 }
+static void test_attention(void) {
+  static const int64_t sd[3][3] = {{2, 3, 4}, {2, 5, 4}, {2, 5, 3}}, self[1][3] = {{2, 5, 4}};
+  static const int64_t mha[5][3] = {{2, 3, 4}, {12, 4, 0}, {12, 0, 0}, {4, 4, 0}, {4, 0, 0}};
+  static const int nd3[3] = {3, 3, 3}, ndm[5] = {3, 2, 1, 2, 1};
+  run_case(P_ATTN, 0, "scaled dot-product attention, causal, Tq < Tk", 3, sd, nd3, 0.8);
+  run_case(P_ATTN, 1, "self-attention q = k = v with rotary positions", 1, self, nd3, 0.8);
+  run_case(P_ATTN, 2, "multi-head attention, 2 heads, causal", 5, mha, ndm, 0.6);
+}
 static void test_mlp(void) {
   static const int64_t sh[5][3] = {{6, 5, 0}, {7, 5, 0}, {7, 0, 0}, {3, 7, 0}, {3, 0, 0}};
   static const int nd[5] = {2, 2, 1, 2, 1};
@@ -465,8 +482,11 @@ static void test_bookkeeping(void) {
     dl_requires_grad(x);
     dl_set_tangent(x, v[0]);
     dl_tensor *x3 = dl_t_reshape(&tp, x, 3, (const int64_t[]){1, 6, 5});
-    EXPECT_PANIC(dl_hvp(&tp, dl_t_sum_all(&tp, dl_t_scaled_dot_product_attention(&tp, x3, x3, x3, 1, 0.0)), NULL),
-                 "dl_hvp", "dl_t_scaled_dot_product_attention", "no second-order rule");
+    dl_tensor *wih = mk(2, (const int64_t[]){3, 5}, &rng, 0.5), *whh = mk(2, (const int64_t[]){3, 3}, &rng, 0.5);
+    EXPECT_PANIC(dl_hvp(&tp, dl_t_sum_all(&tp, dl_t_rnn(&tp, x3, NULL, wih, whh, NULL, NULL, 1, NULL)), NULL),
+                 "dl_hvp", "dl_t_rnn", "no second-order rule");
+    dl_tensor_free(wih);
+    dl_tensor_free(whh);
     dl_tape_rewind(&tp);
     dl_set_tangent(x, NULL);
     dl_tensor_free(x);
@@ -490,6 +510,7 @@ int main(void) {
   RUN(test_reductions_shapes);
   RUN(test_losses);
   RUN(test_conv_pool);
+  RUN(test_attention);
   RUN(test_mlp);
   RUN(test_torch_fixtures);
   RUN(test_bookkeeping);

@@ -472,6 +472,118 @@ DL_API void dl__sdpa_fill(dl__sdpa_args *A, const dl_node *nd) {
   A->lse = (double *)nd->saved[3]->data;
 }
 
+/* dl_hvp's rule of scaled dot-product attention, on the host, in double,
+ * one (batch, head) unit at a time with its [Tq, Tk] scores materialised
+ * (the flash scheme keeps them out of the training step; a Hessian-vector
+ * product is a second walk that may store one unit's). With S = scale q k^T
+ * + M, P = softmax(S), dP = dO v^T, dS = P (dP - r), r = rowsum(dP P), and
+ * the tangents along v (tq, tk, tv from the forward, tdO the gradient's):
+ *   tS = scale (tq k^T + q tk^T),  tP = P (tS - rowsum(P tS))
+ *   t(gv) = tP^T dO + P^T tdO,  t(dP) = tdO v^T + dO tv^T
+ *   t(dS) = tP (dP - r) + P (t(dP) - rowsum(t(dP) P + dP tP))
+ *   t(gq) = scale (t(dS) k + dS tk),  t(gk) = scale (t(dS)^T q + dS^T tq). */
+DL_API void dl__sdpa_hvp(dl_tape *tp, dl_node *n, dl_tensor *gq, dl_tensor *gk, dl_tensor *gv) {
+  const char *op = n->op;
+  const dl_tensor *q = dl__t_contig(tp, op, n->saved[0]), *k = dl__t_contig(tp, op, n->saved[1]);
+  const dl_tensor *v = dl__t_contig(tp, op, n->saved[2]), *gy = n->out->grad;
+  const dl_tensor *go = dl__t_contig(tp, op, (dl_tensor *)(uintptr_t)gy), *tgo = gy->tangent;
+  const dl_tensor *tq = n->in[0]->tangent ? dl__t_contig(tp, op, n->in[0]->tangent) : NULL;
+  const dl_tensor *tk = n->in[1]->tangent ? dl__t_contig(tp, op, n->in[1]->tangent) : NULL;
+  const dl_tensor *tv = n->in[2]->tangent ? dl__t_contig(tp, op, n->in[2]->tangent) : NULL;
+  const int nd = q->ndim, causal = (int)n->i[0];
+  const int64_t Tq = q->shape[nd - 2], Tk = k->shape[nd - 2], D = q->shape[nd - 1], Dv = v->shape[nd - 1];
+  const int64_t off = n->i[1], N = Tq && D ? q->numel / (Tq * D) : 0;
+  const double scale = n->p[0];
+  double *P = (double *)dl_tape_scratch(tp, op, sizeof(double) * (size_t)(6 * Tq * Tk + 2 * Tq + 1));
+  double *tP = P + Tq * Tk, *dP = tP + Tq * Tk, *tdP = dP + Tq * Tk, *dS = tdP + Tq * Tk, *tdS = dS + Tq * Tk;
+  double *r = tdS + Tq * Tk, *tr = r + Tq;
+  int64_t u, i, j, c;
+#define DL__SD(t, base, idx) dl__get_at((t), (base) + (idx))
+#define DL__SD_ADD(g, base, idx, val)                                                  \
+  do {                                                                                 \
+    if ((g)->dtype == DL_F32) ((float *)(g)->tangent->data)[(base) + (idx)] += (float)(val); \
+    else ((double *)(g)->tangent->data)[(base) + (idx)] += (val);                      \
+  } while (0)
+  for (u = 0; u < N; u++) {
+    const int64_t bq = u * Tq * D, bk = u * Tk * D, bv = u * Tk * Dv, bo = u * Tq * Dv;
+    for (i = 0; i < Tq; i++) { /* P and tP row by row */
+      double mx = -HUGE_VAL, sum = 0, ts = 0;
+      for (j = 0; j < Tk; j++) {
+        double sv = -HUGE_VAL;
+        if (!causal || j <= i + off) {
+          sv = 0;
+          for (c = 0; c < D; c++) sv += DL__SD(q, bq, i * D + c) * DL__SD(k, bk, j * D + c);
+          sv *= scale;
+        }
+        P[i * Tk + j] = sv;
+        if (sv > mx) mx = sv;
+      }
+      for (j = 0; j < Tk; j++) {
+        P[i * Tk + j] = P[i * Tk + j] == -HUGE_VAL ? 0.0 : exp(P[i * Tk + j] - mx);
+        sum += P[i * Tk + j];
+      }
+      for (j = 0; j < Tk; j++) {
+        double t = 0;
+        P[i * Tk + j] /= sum;
+        if (P[i * Tk + j] != 0) {
+          for (c = 0; c < D; c++)
+            t += (tq ? DL__SD(tq, bq, i * D + c) * DL__SD(k, bk, j * D + c) : 0) +
+                 (tk ? DL__SD(q, bq, i * D + c) * DL__SD(tk, bk, j * D + c) : 0);
+          t *= scale;
+        }
+        tP[i * Tk + j] = t; /* tS for now */
+        ts += P[i * Tk + j] * t;
+      }
+      for (j = 0; j < Tk; j++) tP[i * Tk + j] = P[i * Tk + j] * (tP[i * Tk + j] - ts);
+    }
+    for (i = 0; i < Tq; i++) { /* dP, t(dP), r, tr, dS, t(dS) */
+      r[i] = tr[i] = 0;
+      for (j = 0; j < Tk; j++) {
+        double a = 0, b = 0;
+        for (c = 0; c < Dv; c++) {
+          a += DL__SD(go, bo, i * Dv + c) * DL__SD(v, bv, j * Dv + c);
+          b += DL__SD(tgo, bo, i * Dv + c) * DL__SD(v, bv, j * Dv + c) +
+               (tv ? DL__SD(go, bo, i * Dv + c) * DL__SD(tv, bv, j * Dv + c) : 0);
+        }
+        dP[i * Tk + j] = a;
+        tdP[i * Tk + j] = b;
+        r[i] += a * P[i * Tk + j];
+        tr[i] += b * P[i * Tk + j] + a * tP[i * Tk + j];
+      }
+      for (j = 0; j < Tk; j++) {
+        dS[i * Tk + j] = P[i * Tk + j] * (dP[i * Tk + j] - r[i]);
+        tdS[i * Tk + j] = tP[i * Tk + j] * (dP[i * Tk + j] - r[i]) + P[i * Tk + j] * (tdP[i * Tk + j] - tr[i]);
+      }
+    }
+    if (gv)
+      for (j = 0; j < Tk; j++)
+        for (c = 0; c < Dv; c++) {
+          double a = 0;
+          for (i = 0; i < Tq; i++)
+            a += tP[i * Tk + j] * DL__SD(go, bo, i * Dv + c) + P[i * Tk + j] * DL__SD(tgo, bo, i * Dv + c);
+          DL__SD_ADD(gv, bv, j * Dv + c, a);
+        }
+    if (gq)
+      for (i = 0; i < Tq; i++)
+        for (c = 0; c < D; c++) {
+          double a = 0;
+          for (j = 0; j < Tk; j++)
+            a += tdS[i * Tk + j] * DL__SD(k, bk, j * D + c) + (tk ? dS[i * Tk + j] * DL__SD(tk, bk, j * D + c) : 0);
+          DL__SD_ADD(gq, bq, i * D + c, scale * a);
+        }
+    if (gk)
+      for (j = 0; j < Tk; j++)
+        for (c = 0; c < D; c++) {
+          double a = 0;
+          for (i = 0; i < Tq; i++)
+            a += tdS[i * Tk + j] * DL__SD(q, bq, i * D + c) + (tq ? dS[i * Tk + j] * DL__SD(tq, bq, i * D + c) : 0);
+          DL__SD_ADD(gk, bk, j * D + c, scale * a);
+        }
+  }
+#undef DL__SD
+#undef DL__SD_ADD
+}
+
 DL_API void dl__t_sdpa_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *gq = dl_tape_grad(tp, n->in[0]), *gk = dl_tape_grad(tp, n->in[1]), *gv = dl_tape_grad(tp, n->in[2]);
   dl__sdpa_args A;
@@ -485,6 +597,7 @@ DL_API void dl__t_sdpa_bw(dl_tape *tp, dl_node *n) {
   A.gv = gv ? gv->data : NULL;
   /* q, k, v one tensor: their gradients alias, which += allows (the kernel reads the saved values only) */
   dl__sdpa_run(tp, n->op, &A, n->out->dtype);
+  if (tp->hvp) dl__sdpa_hvp(tp, n, gq, gk, gv);
 }
 
 /* The elements between consecutive units ([T, D] blocks, the leading
@@ -611,6 +724,7 @@ DL_API dl_tensor *dl_t_scaled_dot_product_attention(dl_tape *tp, dl_tensor *q, d
     dl__sdpa_run(tp, op, &T, q->dtype);
   }
   if ((nd = dl_tape_record(tp, op, dl__t_sdpa_bw, o, q, k, v)) != NULL) {
+    nd->flags |= DL_NODE_HVP;
     nd->i[0] = A.causal;
     nd->i[1] = A.off;
     nd->i[2] = A.qs;
@@ -752,7 +866,10 @@ DL_API dl_tensor *dl_t_rope(dl_tape *tp, dl_tensor *x, int64_t pos0, double base
     dl_tensor *ty = dl_tape_tangent(tp, y);
     dl__rope_apply(tp, dl__t_contig(tp, op, x->tangent), ty->data, cs, T, 1);
   }
-  if ((nd = dl_tape_record(tp, op, dl__t_rope_bw, y, x, NULL, NULL)) != NULL) nd->saved[0] = tab;
+  if ((nd = dl_tape_record(tp, op, dl__t_rope_bw, y, x, NULL, NULL)) != NULL) {
+    nd->saved[0] = tab;
+    nd->flags |= DL_NODE_HVP_LINEAR; /* a rotation: linear */
+  }
   return y;
 }
 
