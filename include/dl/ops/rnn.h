@@ -620,6 +620,108 @@ DL_API void dl__rnn_bw_gpu(dl_tape *tp, dl_node *n) {
 }
 #endif
 
+/* >>second order (dl_hvp) -------------------------------------------------- */
+
+/* One leaf of dl__rnn_hvp's private tape: t's values (or zeros [d0, d1] when
+ * t is NULL), requiring a gradient, carrying t's tangent; in *slot (the
+ * caller's struct; its gradient is freed by dl__rnn_hvp). */
+DL_API dl_tensor *dl__rnn_hvp_leaf(dl_tape *sub, dl_tensor *slot, const dl_tensor *t, dl_dtype dt, int64_t d0,
+                                   int64_t d1, int nd) {
+  const int64_t shape[2] = {d0, d1};
+  if (t) {
+    *slot = *t;
+    slot->flags = 0;
+    slot->node = NULL;
+    slot->grad = NULL;
+    slot->sgrad = NULL;
+  } else {
+    dl_tensor *z = dl_tape_zeros(sub, "dl_hvp", dt, nd, shape);
+    *slot = *z;
+    slot->flags = 0;
+    slot->tangent = NULL;
+  }
+  dl_requires_grad(slot);
+  return slot;
+}
+/* The recurrence of node n written with the library's ops on a private
+ * tape (per step: one matmul with w_hh, the gates element-wise, a mask per
+ * row for variable lengths), then dl_hvp of sum(y gy) + sum(h_n g_hn) +
+ * sum(c_n g_cn), the gradients and their tangents carried over from the
+ * walk: the tangents of the gradients of xp, w_hh, b_hh, h0, c0 are added
+ * into the walk's. A Hessian-vector product through an RNN stores every
+ * step's gates twice over (this tape and the walk's); the training step
+ * keeps its fused kernels. */
+DL_API void dl__rnn_hvp(dl_tape *tp, dl_node *n, dl_tensor *const *g) {
+  const dl__rnn *r = (const dl__rnn *)n->user;
+  const int64_t B = r->B, T = r->T, H = r->H, G = r->G, GH = G * H;
+  const dl_dtype dt = r->dtype;
+  dl_tensor lf[5], *xp, *whh, *bhh, *h, *c = NULL, *ys[4096], *y, *loss;
+  dl_tape sub;
+  int64_t t, b;
+  int k;
+  if (T > 4096) DL_PANIC(tp->ctx, "dl_hvp", "%s: at most 4096 steps in a Hessian-vector product, not %lld", n->op,
+                         (long long)T);
+  if (dl_tape_init(&sub, tp->ctx, 0) != DL_OK) dl__tape_nomem(tp, "dl_hvp", "a private tape", 0);
+  xp = dl__rnn_hvp_leaf(&sub, &lf[0], dl__t_contig(&sub, "dl_hvp", n->in[0]), dt, B, T, 2);
+  xp->tangent = n->in[0]->tangent;
+  whh = dl__rnn_hvp_leaf(&sub, &lf[1], n->in[1], dt, GH, H, 2);
+  bhh = dl__rnn_hvp_leaf(&sub, &lf[2], n->in[2], dt, GH, 0, 1);
+  h = dl__rnn_hvp_leaf(&sub, &lf[3], n->in[3], dt, B, H, 2);
+  if (r->kind == DL__RNN_LSTM) c = dl__rnn_hvp_leaf(&sub, &lf[4], n->in[4], dt, B, H, 2);
+  for (t = 0; t < T; t++) {
+    dl_tensor *xt = dl_t_reshape(&sub, dl_t_slice(&sub, xp, 1, t, t + 1, 1), 2, (const int64_t[]){B, GH});
+    dl_tensor *hn, *cn = NULL;
+    if (r->kind == DL__RNN_GRU) {
+      dl_tensor *whrz = dl_t_slice(&sub, whh, 0, 0, 2 * H, 1), *whn = dl_t_slice(&sub, whh, 0, 2 * H, GH, 1);
+      dl_tensor *brz = dl_t_slice(&sub, bhh, 0, 0, 2 * H, 1), *bn = dl_t_slice(&sub, bhh, 0, 2 * H, GH, 1);
+      dl_tensor *srz = dl_t_linear(&sub, h, whrz, brz);
+      dl_tensor *rg = dl_t_sigmoid(&sub, dl_t_add(&sub, dl_t_slice(&sub, xt, 1, 0, H, 1), dl_t_slice(&sub, srz, 1, 0, H, 1)));
+      dl_tensor *zg = dl_t_sigmoid(&sub, dl_t_add(&sub, dl_t_slice(&sub, xt, 1, H, 2 * H, 1),
+                                                  dl_t_slice(&sub, srz, 1, H, 2 * H, 1)));
+      dl_tensor *q = r->rb ? dl_t_linear(&sub, dl_t_mul(&sub, rg, h), whn, bn)
+                           : dl_t_mul(&sub, rg, dl_t_linear(&sub, h, whn, bn));
+      dl_tensor *ng = dl_t_tanh(&sub, dl_t_add(&sub, dl_t_slice(&sub, xt, 1, 2 * H, GH, 1), q));
+      hn = dl_t_add(&sub, dl_t_mul(&sub, dl_t_add_scalar(&sub, dl_t_neg(&sub, zg), 1.0), ng), dl_t_mul(&sub, zg, h));
+    } else {
+      dl_tensor *a = dl_t_add(&sub, xt, dl_t_linear(&sub, h, whh, bhh));
+      if (r->kind == DL__RNN_TANH) hn = dl_t_tanh(&sub, a);
+      else if (r->kind == DL__RNN_RELU) hn = dl_t_relu(&sub, a);
+      else {
+        dl_tensor *ig = dl_t_sigmoid(&sub, dl_t_slice(&sub, a, 1, 0, H, 1));
+        dl_tensor *fg = dl_t_sigmoid(&sub, dl_t_slice(&sub, a, 1, H, 2 * H, 1));
+        dl_tensor *gg = dl_t_tanh(&sub, dl_t_slice(&sub, a, 1, 2 * H, 3 * H, 1));
+        dl_tensor *og = dl_t_sigmoid(&sub, dl_t_slice(&sub, a, 1, 3 * H, 4 * H, 1));
+        cn = dl_t_add(&sub, dl_t_mul(&sub, fg, c), dl_t_mul(&sub, ig, gg));
+        hn = dl_t_mul(&sub, og, dl_t_tanh(&sub, cn));
+      }
+    }
+    if (r->len) { /* rows past their end: y 0, the state kept */
+      dl_tensor *m = dl_tape_out(&sub, "dl_hvp", dt, 2, (const int64_t[]){B, 1});
+      for (b = 0; b < B; b++) dl__set_at(m, b, t < r->len[b] ? 1.0 : 0.0);
+      ys[t] = dl_t_mul(&sub, hn, m);
+      h = dl_t_add(&sub, ys[t], dl_t_mul(&sub, h, dl_t_add_scalar(&sub, dl_t_neg(&sub, m), 1.0)));
+      if (cn) c = dl_t_add(&sub, dl_t_mul(&sub, cn, m), dl_t_mul(&sub, c, dl_t_add_scalar(&sub, dl_t_neg(&sub, m), 1.0)));
+    } else {
+      ys[t] = hn;
+      h = hn;
+      if (cn) c = cn;
+    }
+  }
+  y = dl_t_stack(&sub, (int)T, ys, 1);
+  loss = dl_t_sum_all(&sub, dl_t_mul(&sub, y, n->out->grad)); /* gy with its tangent */
+  if (dl__rnn_handed(tp, r->hnt, r->ghn_set, r->ghn_walk))
+    loss = dl_t_add(&sub, loss, dl_t_sum_all(&sub, dl_t_mul(&sub, h, r->hnt->grad)));
+  if (c && dl__rnn_handed(tp, r->cn, r->gcn_set, r->gcn_walk))
+    loss = dl_t_add(&sub, loss, dl_t_sum_all(&sub, dl_t_mul(&sub, c, r->cn->grad)));
+  dl_hvp(&sub, loss, NULL);
+  for (k = 0; k < 5; k++) {
+    if (k == 4 && r->kind != DL__RNN_LSTM) continue;
+    if (g[k] && lf[k].grad && lf[k].grad->tangent) DL_ASSIGN(g[k]->tangent, dl_add(g[k]->tangent, lf[k].grad->tangent));
+    dl_tensor_free(lf[k].grad);
+  }
+  dl_tape_free(&sub);
+}
+
 /* Backward of the recurrence: in = {xp, w_hh, b_hh, h0, c0}; n->user the dl__rnn. */
 DL_API void dl__rnn_bw(dl_tape *tp, dl_node *n) {
   dl__rnn *r = (dl__rnn *)n->user;
@@ -686,6 +788,15 @@ DL_API void dl__rnn_bw(dl_tape *tp, dl_node *n) {
                    (char *)gw->data + (size_t)(2 * H * H) * es, H);
   }
   if (gb) dl__rnn_colsum_add(r->ctx, dt, w.dhs, B * T, GH, gb->data);
+  if (tp->hvp) {
+    dl_tensor *g[5];
+    g[0] = gxp;
+    g[1] = gw;
+    g[2] = gb;
+    g[3] = gh0;
+    g[4] = gc0;
+    dl__rnn_hvp(tp, n, g);
+  }
 }
 
 /* h_n's and c_n's rules: each hands its gradient to the recurrence's rule
@@ -927,11 +1038,14 @@ DL_API dl__rnn *dl__rnn_start(dl_tape *tp, const char *op, int kind, int dev, dl
 DL_API void dl__rnn_record(dl_tape *tp, const char *op, dl__rnn *r, dl_tensor *y, dl_tensor **in, dl_tensor *hn,
                            dl_tensor *cn) {
   dl_node *nd = dl_tape_record_n(tp, op, dl__rnn_bw, y, 5, in);
-  if (nd) nd->user = r;
+  if (nd) {
+    nd->user = r;
+    nd->flags |= DL_NODE_HVP;
+  }
   if (hn) {
     nd = dl_tape_record(tp, op, dl__rnn_hn_bw, hn, y, NULL, NULL);
     if (nd) {
-      nd->flags |= DL_NODE_KEEP_OUT_GRAD; /* read by the recurrence's rule */
+      nd->flags |= DL_NODE_KEEP_OUT_GRAD | DL_NODE_HVP; /* read by the recurrence's rule (tangent included) */
       nd->user = r;
       r->hnt = hn;
     }
@@ -939,7 +1053,7 @@ DL_API void dl__rnn_record(dl_tape *tp, const char *op, dl__rnn *r, dl_tensor *y
   if (cn) {
     nd = dl_tape_record(tp, op, dl__rnn_cn_bw, cn, y, NULL, NULL);
     if (nd) {
-      nd->flags |= DL_NODE_KEEP_OUT_GRAD; /* read by the recurrence's rule */
+      nd->flags |= DL_NODE_KEEP_OUT_GRAD | DL_NODE_HVP; /* read by the recurrence's rule (tangent included) */
       nd->user = r;
       r->cn = cn;
     }
