@@ -730,10 +730,10 @@ DL_API void dl_backward(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
  * gradient is allocated on the first call (owned by the gradient, freed
  * with it, zeroed by dl_zero_grad). Element-wise ops (the list's and a
  * user's DL_DEFINE_OP) get their second-order rule from the same
- * expression on nested dual numbers (dl_dual2); matmul, linear, the
- * reductions, shape ops, softmax, log-softmax and the losses have their
- * own. An op whose rule does not propagate tangents panics naming it. On
- * the host only, for now. */
+ * expression on nested dual numbers (dl_dual2); every other op of the
+ * library has its own rule (flag DL_NODE_HVP, or DL_NODE_HVP_LINEAR for a
+ * rule linear in the output's gradient). A node without one (a user's
+ * custom op) panics naming it. On the host only, for now. */
 DL_API void dl_hvp(dl_tape *tp, dl_tensor *loss, const dl_tensor *seed) {
   if (tp->gpu || loss->device != DL_CPU)
     DL_PANIC(tp->ctx, "dl_hvp", "Hessian-vector products run on the host: %s is on a device tape",
@@ -790,8 +790,7 @@ DL_API void dl__backward_walk(dl_tape *tp, dl_tensor *loss, const dl_tensor *see
       if (tp->hvp && !(n->flags & (DL_NODE_HVP | DL_NODE_HVP_LINEAR))) {
         tp->hvp = 0;
         DL_PANIC(tp->ctx, who, "%s has no second-order rule yet: its backward does not propagate tangents "
-                 "(dl_hvp supports the element-wise ops, matmul, linear, the reductions, shape ops, softmax, "
-                 "log-softmax and the losses)", n->op);
+                 "(the library's ops have one; a custom op does not)", n->op);
       }
       /* the inputs' gradients first, so that the rule's scratch after them
        * can go when it returns; one the rule never asks for (where's
