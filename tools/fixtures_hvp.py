@@ -26,6 +26,21 @@ ACTS = {0: torch.nn.functional.gelu, 1: torch.tanh, 2: torch.nn.functional.silu}
 KEYS = ("x", "w1", "b1", "w2", "b2")
 
 
+def record(out, name, vals, labels, vs, net, params):
+    """One case per dtype: net(x, w1, b1, w2, b2) -> logits; the loss, its
+    gradient and PyTorch's double backward H v along vs."""
+    for dt in (torch.float64, torch.float32):
+        ins = [vals[k].to(dt).clone().requires_grad_(True) for k in KEYS]
+        loss = torch.nn.functional.cross_entropy(net(*ins), labels)
+        grads = torch.autograd.grad(loss, ins, create_graph=True)
+        gv = sum((gk * vs[k].to(dt)).sum() for gk, k in zip(grads, KEYS))
+        hv = torch.autograd.grad(gv, ins)
+        tensors = [(k, vals[k].to(dt)) for k in KEYS] + [("labels", labels)]
+        tensors += [("v_" + k, vs[k].to(dt)) for k in KEYS] + [("loss", loss)]
+        tensors += [("g_" + k, gk) for k, gk in zip(KEYS, grads)] + [("hv_" + k, h) for k, h in zip(KEYS, hv)]
+        out.case(name, dt, params, tensors)
+
+
 def case(out, name, act, N, I, H, C, g):
     vals = {"x": torch.randn(N, I, generator=g, dtype=torch.float64),
             "w1": torch.randn(H, I, generator=g, dtype=torch.float64) * 0.6,
@@ -34,18 +49,9 @@ def case(out, name, act, N, I, H, C, g):
             "b2": torch.randn(C, generator=g, dtype=torch.float64) * 0.3}
     labels = torch.randint(0, C, (N,), generator=g)
     vs = {k: torch.randn(v.shape, generator=g, dtype=torch.float64) for k, v in vals.items()}
-    for dt in (torch.float64, torch.float32):
-        ins = [vals[k].to(dt).clone().requires_grad_(True) for k in KEYS]
-        x, w1, b1, w2, b2 = ins
-        logits = torch.nn.functional.linear(ACTS[act](torch.nn.functional.linear(x, w1, b1)), w2, b2)
-        loss = torch.nn.functional.cross_entropy(logits, labels)
-        grads = torch.autograd.grad(loss, ins, create_graph=True)
-        gv = sum((gk * vs[k].to(dt)).sum() for gk, k in zip(grads, KEYS))
-        hv = torch.autograd.grad(gv, ins)
-        tensors = [(k, vals[k].to(dt)) for k in KEYS] + [("labels", labels)]
-        tensors += [("v_" + k, vs[k].to(dt)) for k in KEYS] + [("loss", loss)]
-        tensors += [("g_" + k, gk) for k, gk in zip(KEYS, grads)] + [("hv_" + k, h) for k, h in zip(KEYS, hv)]
-        out.case(name, dt, {"act": act}, tensors)
+    lin = torch.nn.functional.linear
+    record(out, name, vals, labels, vs, lambda x, w1, b1, w2, b2: lin(ACTS[act](lin(x, w1, b1)), w2, b2),
+           {"act": act})
 
 
 def cnn_case(out, name, N, S, K, C, g):
@@ -57,18 +63,11 @@ def cnn_case(out, name, N, S, K, C, g):
             "b2": torch.randn(C, generator=g, dtype=torch.float64) * 0.3}
     labels = torch.randint(0, C, (N,), generator=g)
     vs = {k: torch.randn(v.shape, generator=g, dtype=torch.float64) for k, v in vals.items()}
-    for dt in (torch.float64, torch.float32):
-        ins = [vals[k].to(dt).clone().requires_grad_(True) for k in KEYS]
-        x, w1, b1, w2, b2 = ins
-        h = torch.nn.functional.max_pool2d(torch.nn.functional.gelu(torch.nn.functional.conv2d(x, w1, b1)), 2)
-        loss = torch.nn.functional.cross_entropy(torch.nn.functional.linear(h.flatten(1), w2, b2), labels)
-        grads = torch.autograd.grad(loss, ins, create_graph=True)
-        gv = sum((gk * vs[k].to(dt)).sum() for gk, k in zip(grads, KEYS))
-        hv = torch.autograd.grad(gv, ins)
-        tensors = [(k, vals[k].to(dt)) for k in KEYS] + [("labels", labels)]
-        tensors += [("v_" + k, vs[k].to(dt)) for k in KEYS] + [("loss", loss)]
-        tensors += [("g_" + k, gk) for k, gk in zip(KEYS, grads)] + [("hv_" + k, h) for k, h in zip(KEYS, hv)]
-        out.case(name, dt, {"act": 0, "cnn": 1}, tensors)
+    F_ = torch.nn.functional
+
+    def net(x, w1, b1, w2, b2):
+        return F_.linear(F_.max_pool2d(F_.gelu(F_.conv2d(x, w1, b1)), 2).flatten(1), w2, b2)
+    record(out, name, vals, labels, vs, net, {"act": 0, "cnn": 1})
 
 
 def main():
