@@ -938,6 +938,34 @@ DL_API double dl__sum_weighted(const dl_tensor *y, const dl_tensor *w) {
   return s;
 }
 
+/* The start of dl_gradcheck and dl_hvpcheck (`who`): res cleared, at most
+ * 16 inputs, those that require a gradient in f64, tp and keep made. */
+DL_API void dl__check_begin(dl_ctx *ctx, const char *who, int nin, dl_tensor **in, dl_gradcheck_result *res,
+                            dl_tape *tp, dl_arena *keep) {
+  int k;
+  memset(res, 0, sizeof *res);
+  res->input = -1;
+  if (nin > 16) DL_PANIC(ctx, who, "at most 16 inputs, not %d", nin);
+  for (k = 0; k < nin; k++)
+    if ((in[k]->flags & DL_TENSOR_REQUIRES_GRAD) && in[k]->dtype != DL_F64)
+      DL_PANIC(ctx, who, "input %d is %s: %s runs in f64", k, DL_SHAPESTR(in[k]), who + 3);
+  if (dl_tape_init(tp, ctx, 0) != DL_OK || dl_arena_init(keep, ctx, 0, 1) != DL_OK) DL_PANIC(ctx, who, "out of memory");
+}
+/* One compared element (input k, element i): the error |a - num| /
+ * max(1, |num|) (NaN: the worst) into res's count, worst and its place. */
+DL_API void dl__check_note(dl_gradcheck_result *res, int k, int64_t i, double a, double num) {
+  double err = fabs(a - num) / (fabs(num) > 1 ? fabs(num) : 1);
+  if (!(err <= HUGE_VAL)) err = HUGE_VAL; /* NaN fails */
+  res->checked++;
+  if (err > res->grad_err || res->input < 0) {
+    if (err > res->grad_err) res->grad_err = err;
+    res->input = k;
+    res->index = i;
+    res->analytic = a;
+    res->numeric = num;
+  }
+}
+
 /* Check f at the f64 inputs in[0..nin): for every input flagged with
  * DL_TENSOR_REQUIRES_GRAD (set it with dl_requires_grad) the tape's gradient
  * of L = sum(f(in) * w), w random, is compared element by element with
@@ -957,14 +985,7 @@ DL_API int dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_
   double jvp_dot, lp, lm;
   int k;
   int64_t i;
-  memset(res, 0, sizeof *res);
-  res->input = -1;
-  if (nin > 16) DL_PANIC(ctx, "dl_gradcheck", "at most 16 inputs, not %d", nin);
-  for (k = 0; k < nin; k++)
-    if ((in[k]->flags & DL_TENSOR_REQUIRES_GRAD) && in[k]->dtype != DL_F64)
-      DL_PANIC(ctx, "dl_gradcheck", "input %d is %s: gradcheck runs in f64", k, DL_SHAPESTR(in[k]));
-  if (dl_tape_init(&tp, ctx, 0) != DL_OK || dl_arena_init(&keep, ctx, 0, 1) != DL_OK)
-    DL_PANIC(ctx, "dl_gradcheck", "out of memory");
+  dl__check_begin(ctx, "dl_gradcheck", nin, in, res, &tp, &keep);
   /* reverse mode */
   y = f(&tp, in, user);
   w = dl_tensor_new(&keep, y->dtype, y->ndim, y->shape);
@@ -989,7 +1010,7 @@ DL_API int dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_
     if (!(x->flags & DL_TENSOR_REQUIRES_GRAD)) continue;
     for (i = 0; i < x->numel; i++) {
       int64_t off = dl__offset_of_linear(x, i);
-      double x0 = dl__get_at(x, off), a = dl__get_at(x->grad, i), num, err;
+      double x0 = dl__get_at(x, off), a = dl__get_at(x->grad, i);
       dl__set_at(x, off, x0 + eps);
       lp = dl__sum_weighted(f(&tp, in, user), w);
       dl_tape_rewind(&tp);
@@ -997,17 +1018,7 @@ DL_API int dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_
       lm = dl__sum_weighted(f(&tp, in, user), w);
       dl_tape_rewind(&tp);
       dl__set_at(x, off, x0);
-      num = (lp - lm) / (2 * eps);
-      err = fabs(a - num) / (fabs(num) > 1 ? fabs(num) : 1);
-      if (!(err <= HUGE_VAL)) err = HUGE_VAL; /* NaN fails */
-      res->checked++;
-      if (err > res->grad_err || res->input < 0) {
-        if (err > res->grad_err) res->grad_err = err;
-        res->input = k;
-        res->index = i;
-        res->analytic = a;
-        res->numeric = num;
-      }
+      dl__check_note(res, k, i, a, (lp - lm) / (2 * eps));
     }
   }
   /* forward mode: tangent of f along random v, against the directional difference */
@@ -1063,14 +1074,7 @@ DL_API int dl_hvpcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_t
   dl_arena keep;
   int k, side;
   int64_t i;
-  memset(res, 0, sizeof *res);
-  res->input = -1;
-  if (nin > 16) DL_PANIC(ctx, "dl_hvpcheck", "at most 16 inputs, not %d", nin);
-  for (k = 0; k < nin; k++)
-    if ((in[k]->flags & DL_TENSOR_REQUIRES_GRAD) && in[k]->dtype != DL_F64)
-      DL_PANIC(ctx, "dl_hvpcheck", "input %d is %s: hvpcheck runs in f64", k, DL_SHAPESTR(in[k]));
-  if (dl_tape_init(&tp, ctx, 0) != DL_OK || dl_arena_init(&keep, ctx, 0, 1) != DL_OK)
-    DL_PANIC(ctx, "dl_hvpcheck", "out of memory");
+  dl__check_begin(ctx, "dl_hvpcheck", nin, in, res, &tp, &keep);
   for (k = 0; k < nin; k++) {
     v[k] = hv[k] = gp[k] = NULL;
     if (!(in[k]->flags & DL_TENSOR_REQUIRES_GRAD)) continue;
@@ -1121,19 +1125,7 @@ DL_API int dl_hvpcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_t
     if (v[k]) DL_ASSIGN(in[k], dl_add(in[k], dl_mul(eps, v[k])));
   for (k = 0; k < nin; k++) {
     if (!v[k]) continue;
-    for (i = 0; i < v[k]->numel; i++) {
-      const double a = dl_f64(hv[k])[i], num = dl_f64(gp[k])[i];
-      double err = fabs(a - num) / (fabs(num) > 1 ? fabs(num) : 1);
-      if (!(err <= HUGE_VAL)) err = HUGE_VAL; /* NaN fails */
-      res->checked++;
-      if (err > res->grad_err || res->input < 0) {
-        if (err > res->grad_err) res->grad_err = err;
-        res->input = k;
-        res->index = i;
-        res->analytic = a;
-        res->numeric = num;
-      }
-    }
+    for (i = 0; i < v[k]->numel; i++) dl__check_note(res, k, i, dl_f64(hv[k])[i], dl_f64(gp[k])[i]);
   }
   res->max_err = res->grad_err;
   dl_tape_free(&tp);
