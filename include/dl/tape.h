@@ -951,6 +951,15 @@ DL_API void dl__check_begin(dl_ctx *ctx, const char *who, int nin, dl_tensor **i
       DL_PANIC(ctx, who, "input %d is %s: %s runs in f64", k, DL_SHAPESTR(in[k]), who + 3);
   if (dl_tape_init(tp, ctx, 0) != DL_OK || dl_arena_init(keep, ctx, 0, 1) != DL_OK) DL_PANIC(ctx, who, "out of memory");
 }
+/* x += a v element by element (x may be strided, v contiguous of x's shape):
+ * plain loops, so that the library's own code expands no DL_ASSIGN. */
+DL_API void dl__check_axpy(dl_tensor *x, double a, const dl_tensor *v) {
+  int64_t i;
+  for (i = 0; i < x->numel; i++) {
+    const int64_t o = dl__offset_of_linear(x, i);
+    dl__set_at(x, o, dl__get_at(x, o) + a * dl__get_at(v, i));
+  }
+}
 /* One compared element (input k, element i): the error |a - num| /
  * max(1, |num|) (NaN: the worst) into res's count, worst and its place. */
 DL_API void dl__check_note(dl_gradcheck_result *res, int k, int64_t i, double a, double num) {
@@ -1105,7 +1114,7 @@ DL_API int dl_hvpcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_t
     const double step = side ? -2 * eps : eps;
     for (k = 0; k < nin; k++)
       if (v[k]) {
-        DL_ASSIGN(in[k], dl_add(in[k], dl_mul(step, v[k])));
+        dl__check_axpy(in[k], step, v[k]);
         dl_zero_grad(in[k]);
       }
     y = f(&tp, in, user);
@@ -1118,11 +1127,13 @@ DL_API int dl_hvpcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_t
           dl_sgrad_clear((dl_sgrad *)in[k]->sgrad);
         }
         if (side == 0) dl_tensor_copy(gp[k], in[k]->grad);
-        else DL_ASSIGN(gp[k], dl_div(dl_sub(gp[k], in[k]->grad), 2 * eps));
+        else
+          for (i = 0; i < gp[k]->numel; i++)
+            dl_f64(gp[k])[i] = (dl_f64(gp[k])[i] - dl__get_at(in[k]->grad, i)) / (2 * eps);
       }
   }
   for (k = 0; k < nin; k++)
-    if (v[k]) DL_ASSIGN(in[k], dl_add(in[k], dl_mul(eps, v[k])));
+    if (v[k]) dl__check_axpy(in[k], eps, v[k]);
   for (k = 0; k < nin; k++) {
     if (!v[k]) continue;
     for (i = 0; i < v[k]->numel; i++) dl__check_note(res, k, i, dl_f64(hv[k])[i], dl_f64(gp[k])[i]);

@@ -716,7 +716,7 @@ DL_API void dl__rnn_hvp(dl_tape *tp, dl_node *n, dl_tensor *const *g) {
   dl_hvp(&sub, loss, NULL);
   for (k = 0; k < 5; k++) {
     if (k == 4 && r->kind != DL__RNN_LSTM) continue;
-    if (g[k] && lf[k].grad && lf[k].grad->tangent) DL_ASSIGN(g[k]->tangent, dl_add(g[k]->tangent, lf[k].grad->tangent));
+    if (g[k] && lf[k].grad && lf[k].grad->tangent) dl_add_into(g[k]->tangent, g[k]->tangent, lf[k].grad->tangent);
     dl_tensor_free(lf[k].grad);
   }
   dl_tape_free(&sub);
