@@ -763,8 +763,8 @@ DL_API void dl__backward_walk(dl_tape *tp, dl_tensor *loss, const dl_tensor *see
     if (loss->flags & DL_TENSOR_REQUIRES_GRAD && !loss->node) {
       /* a leaf is its own loss: d loss / d loss */
       dl_tensor *lg = dl_tape_grad(tp, loss);
-      if (seed) DL_ASSIGN(lg, dl_add(lg, seed));
-      else DL_ASSIGN(lg, dl_add(lg, 1.0));
+      if (seed) dl_add_into(lg, lg, seed); /* (functions of the op list: no DL_ASSIGN text here) */
+      else dl_add_scalar_into(lg, lg, 1.0);
       return;
     }
     DL_PANIC(tp->ctx, who,
@@ -1046,15 +1046,15 @@ DL_API int dl_gradcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_
   {
     double num, err;
     for (k = 0; k < nin; k++)
-      if (tang[k]) DL_ASSIGN(in[k], dl_add(in[k], dl_mul(eps, tang[k])));
+      if (tang[k]) dl__check_axpy(in[k], eps, tang[k]);
     lp = dl__sum_weighted(f(&tp, in, user), w);
     dl_tape_rewind(&tp);
     for (k = 0; k < nin; k++)
-      if (tang[k]) DL_ASSIGN(in[k], dl_sub(in[k], dl_mul(2 * eps, tang[k])));
+      if (tang[k]) dl__check_axpy(in[k], -2 * eps, tang[k]);
     lm = dl__sum_weighted(f(&tp, in, user), w);
     dl_tape_rewind(&tp);
     for (k = 0; k < nin; k++)
-      if (tang[k]) DL_ASSIGN(in[k], dl_add(in[k], dl_mul(eps, tang[k])));
+      if (tang[k]) dl__check_axpy(in[k], eps, tang[k]);
     num = (lp - lm) / (2 * eps);
     err = fabs(jvp_dot - num) / (fabs(num) > 1 ? fabs(num) : 1);
     res->jvp_err = err <= HUGE_VAL ? err : HUGE_VAL;
