@@ -52,6 +52,7 @@ template <class T> __host__ __device__ void rnn_fwd_at(const dlg_rnn &r, int64_t
   const int64_t L = r.len ? r.len[b] : r.T;
   if (t >= L) { // past the row's end: y = 0, the state stays as it was
     y[j] = 0;
+    if (r.rb) g[3 * H + j] = 0; // u = r h_{t-1} = 0 (w_hn's gradient multiplies it over every row)
     if (r.ty) ((T *)r.ty)[bt * H + j] = 0;
     return;
   }

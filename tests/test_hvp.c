@@ -26,7 +26,7 @@ DL_DEFINE_OP1(test_softsign, dl_div(x0, dl_add(1, dl_abs(x0))))
 
 enum {
   P_UNARY, P_UNARY_P, P_BINARY, P_BINARY_BCAST, P_SAME_TWICE, P_USER, P_MATMUL, P_MATMUL_BATCH, P_LINEAR,
-  P_LINEAR_STRIDED, P_REDUCE, P_SHAPE, P_CE, P_MSE, P_SOFTMAX, P_NORM, P_MASKS, P_EMBED, P_CONV, P_CNN, P_ATTN, P_RNN, P_MLP
+  P_LINEAR_STRIDED, P_REDUCE, P_SHAPE, P_CE, P_MSE, P_SOFTMAX, P_NORM, P_MASKS, P_EMBED, P_CONV, P_CNN, P_ATTN, P_RNN, P_MANY, P_MLP
 };
 typedef struct prog {
   int kind, which; /* which: the op's index in its list, or a variant */
@@ -100,7 +100,7 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
       dl_tensor *parts[2];
       int64_t ix[3] = {2, 0, 2}, sh2[2] = {4, 3}, pads[2] = {1, 2};
       int perm[2] = {1, 0};
-      dl_tensor idx;
+      static dl_tensor idx; /* (static: the tape keeps pointers to an op's inputs until the walk) */
       int64_t three = 3;
       dl_tensor_wrap(&idx, &ctx, DL_I64, 1, &three, ix);
       parts[0] = dl_t_reshape(tp, t, 2, sh2);                              /* [4, 3] */
@@ -116,7 +116,7 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
     case P_CE: {
       static const int64_t lab[5] = {2, 0, 3, 3, 1};
       static const int64_t five = 5;
-      dl_tensor labels;
+      static dl_tensor labels;
       dl_tensor_wrap(&labels, &ctx, DL_I64, 1, &five, (void *)lab);
       if (p->which == 0) return dl_t_cross_entropy(tp, dl_t_tanh(tp, x), &labels, 0.0, DL_REDUCE_MEAN);
       if (p->which == 1) return dl_t_cross_entropy(tp, x, &labels, 0.2, DL_REDUCE_SUM);
@@ -140,7 +140,7 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
       else { /* evaluation: running statistics (fixed) */
         static double rm[4] = {0.1, -0.3, 0.2, 0.0}, rv[4] = {0.5, 1.5, 0.9, 2.0};
         static const int64_t four = 4;
-        dl_tensor m, v;
+        static dl_tensor m, v;
         dl_tensor_wrap(&m, &ctx, DL_F64, 1, &four, rm);
         dl_tensor_wrap(&v, &ctx, DL_F64, 1, &four, rv);
         y = dl_t_batch_norm(tp, x, in[1], in[2], &m, &v, 0, 0.1, 1e-5);
@@ -158,7 +158,7 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
     case P_EMBED: { /* a repeated index; the rows, then a nonlinearity mixing them */
       static const int64_t ix[6] = {2, 0, 2, 4, 1, 2};
       static const int64_t six = 6;
-      dl_tensor idx;
+      static dl_tensor idx;
       dl_tensor_wrap(&idx, &ctx, DL_I64, 1, &six, (void *)ix);
       return dl_t_tanh(tp, dl_t_matmul(tp, dl_t_embedding(tp, x, &idx), in[1]));
     }
@@ -186,7 +186,8 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
     case P_CNN: { /* x [2, 1, 6, 6] -> conv 3x3 (3 channels) -> gelu -> max pool 2 -> linear 27 -> 4, cross-entropy */
       static const int64_t lab[2] = {3, 1};
       static const int64_t two = 2;
-      dl_tensor labels, *h;
+      static dl_tensor labels;
+      dl_tensor *h;
       dl_conv2d_args a = {.pad_h = 0};
       dl_pool2d_args pa = {.kernel_h = 2, .kernel_w = 2};
       dl_tensor_wrap(&labels, &ctx, DL_I64, 1, &two, (void *)lab);
@@ -217,6 +218,15 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
       if (cn) l = dl_t_add(tp, l, dl_t_sum_all(tp, dl_t_tanh(tp, cn)));
       return l;
     }
+    case P_MANY: { /* an op of more than 64 inputs: 70 rows stacked, each x_i^2 */
+      dl_tensor *rows[70];
+      int i;
+      for (i = 0; i < 70; i++) rows[i] = dl_t_square(tp, dl_t_slice(tp, x, 0, i, i + 1, 1));
+      {
+        dl_tensor *st = dl_t_stack(tp, 70, rows, 0);
+        return dl_t_mul(tp, st, dl_t_sin(tp, st));
+      }
+    }
     case P_SOFTMAX: { /* softmax / log_softmax along the last axis (rows) or the first (strided) */
       dl_tensor *y = p->which < 2 ? dl_t_softmax(tp, dl_t_mul_scalar(tp, x, 1.3), p->which ? 0 : 1)
                                   : dl_t_log_softmax(tp, x, p->which == 2 ? 1 : 0);
@@ -225,7 +235,7 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
     default: { /* P_MLP: x [6, 5] -> 7 (gelu) -> 3, cross-entropy; in = x, w1, b1, w2, b2 */
       static const int64_t lab[6] = {0, 2, 1, 1, 0, 2};
       static const int64_t six = 6;
-      dl_tensor labels;
+      static dl_tensor labels;
       dl_tensor_wrap(&labels, &ctx, DL_I64, 1, &six, (void *)lab);
       return dl_t_cross_entropy(tp, dl_t_linear(tp, dl_t_gelu(tp, dl_t_linear(tp, x, in[1], in[2])), in[3], in[4]),
                                 &labels, 0.0, DL_REDUCE_MEAN);
@@ -390,6 +400,53 @@ static void test_rnn(void) {
     static const int nd[6] = {3, 2, 2, 1, 2, 2};
     run_case(P_RNN, w, names[w], w % 5 == 2 ? 6 : 5, sh, nd, 0.7);
   }
+}
+/* more than 64 inputs to one node (a stack of 70, an RNN of 70 steps, whose
+ * second-order rule stacks its steps); a packed model's H v cleared by
+ * dl_model_zero_grad */
+static void test_many_inputs_and_models(void) {
+  static const int64_t many[1][3] = {{70, 2, 0}};
+  static const int nd[1] = {2};
+  static const int64_t rn[5][3] = {{2, 70, 2}, {3, 2, 0}, {3, 3, 0}, {3, 0, 0}, {2, 3, 0}};
+  static const int ndr[5] = {3, 2, 2, 1, 2};
+  dl_model *m = dl_model_make(&ctx, &(dl_model_desc){.dtype = DL_F64, .seed = 4});
+  dl_tensor *x = dl_tensor_make(&ctx, DL_F64, DL_SHAPE(3, 4)), *v[4];
+  dl_rng rng = dl_rng_make(8);
+  dl_tape tp;
+  int i, k, it;
+  run_case(P_MANY, 0, "stack of 70 inputs", 1, many, nd, 1.0);
+  run_case(P_RNN, 0, "rnn tanh, 70 steps", 5, rn, ndr, 0.5);
+  dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = 4, .out = 5});
+  dl_act_make(m, NULL, NULL, DL_ACT_TANH, 0);
+  dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = 5, .out = 2});
+  CHECK(dl_model_pack(m) == DL_OK && m->nparams == 4);
+  dl_tensor_rand_normal(x, &rng, 0, 1);
+  for (k = 0; k < 4; k++) {
+    v[k] = dl_tensor_make(&ctx, DL_F64, m->params[k]->t.ndim, m->params[k]->t.shape);
+    dl_tensor_rand_normal(v[k], &rng, 0, 1);
+    dl_set_tangent(&m->params[k]->t, v[k]);
+  }
+  dl_tape_init(&tp, &ctx, 0);
+  {
+    double first = 0;
+    for (it = 0; it < 3; it++) { /* zeroed each time: the same H v each time */
+      dl_model_zero_grad(m);
+      dl_hvp(&tp, dl_t_sum_all(&tp, dl_t_square(&tp, dl_model_forward(m, &tp, x))), NULL);
+      dl_tape_rewind(&tp);
+      if (it == 0) first = dl_f64(m->params[0]->t.grad->tangent)[0];
+      else CHECK_MSG(dl_f64(m->params[0]->t.grad->tangent)[0] == first, "step %d: H v %.17g, first %.17g", it,
+                     dl_f64(m->params[0]->t.grad->tangent)[0], first);
+    }
+    CHECK(first != 0);
+  }
+  dl_tape_free(&tp);
+  for (k = 0; k < 4; k++) {
+    dl_set_tangent(&m->params[k]->t, NULL);
+    dl_tensor_free(v[k]);
+  }
+  dl_model_free(m); /* frees the H v too (ASan's leak check) */
+  dl_tensor_free(x);
+  (void)i;
 }
 static void test_mlp(void) {
   static const int64_t sh[5][3] = {{6, 5, 0}, {7, 5, 0}, {7, 0, 0}, {3, 7, 0}, {3, 0, 0}};
@@ -560,6 +617,7 @@ int main(void) {
   RUN(test_conv_pool);
   RUN(test_attention);
   RUN(test_rnn);
+  RUN(test_many_inputs_and_models);
   RUN(test_mlp);
   RUN(test_torch_fixtures);
   RUN(test_bookkeeping);

@@ -500,6 +500,47 @@ static void test_lengths(void) {
   }
 }
 
+/* Stale arena memory must not reach a gradient: past a row's end the
+ * GRU's reset-before form multiplies a zero da_n by its saved u = r h
+ * (w_hn's gradient runs over every row), so u must be written there too.
+ * The tape's arena is filled with NaN first. */
+static void test_stale_arena(void) {
+  int rb;
+  for (rb = 0; rb < 2; rb++) {
+    dl_ctx lc; /* a fresh context: its tape's first block is where the NaN go */
+    const int64_t B = 2, T = 5, I = 3, H = 4, lengths[2] = {5, 2};
+    dl_rng rng = dl_rng_make(41);
+    dl_tensor *x, *wih, *whh, *y, *junk;
+    dl_rnn_args a;
+    dl_tape tp;
+    int64_t i, bad = 0;
+    int k;
+    dl_ctx_init(&lc, NULL);
+    x = mk(&lc, DL_F64, DL_SHAPE(B, T, I), &rng, 1.0);
+    wih = mk(&lc, DL_F64, DL_SHAPE(3 * H, I), &rng, 0.5);
+    whh = mk(&lc, DL_F64, DL_SHAPE(3 * H, H), &rng, 0.5);
+    dl_tape_init(&tp, &lc, 0);
+    for (k = 0; k < 64; k++) { /* small pieces, so that the arena's first block fills up too */
+      junk = dl_tape_out(&tp, "junk", DL_F64, 1, (const int64_t[]){256});
+      for (i = 0; i < junk->numel; i++) dl_f64(junk)[i] = NAN;
+    }
+    dl_tape_rewind(&tp);
+    dl_requires_grad(whh);
+    memset(&a, 0, sizeof a);
+    a.lengths = lengths;
+    a.gru_reset_before_linear = rb;
+    y = dl_t_gru_ex(&tp, x, NULL, wih, whh, NULL, NULL, &a, NULL);
+    dl_backward(&tp, dl_t_sum_all(&tp, dl_t_mul(&tp, y, y)), NULL);
+    for (i = 0; i < whh->grad->numel; i++) bad += !isfinite(dl_f64(whh->grad)[i]);
+    CHECK_MSG(bad == 0, "gru reset-before %d with lengths: %lld of %lld w_hh gradients not finite", rb, (long long)bad,
+              (long long)whh->grad->numel);
+    dl_tape_free(&tp);
+    dl_tensor_free(x);
+    dl_tensor_free(wih);
+    dl_tensor_free(whh);
+  }
+}
+
 /* ---- gradcheck --------------------------------------------------------------- */
 
 /* in[] = x, w_ih, w_hh, [b_ih, b_hh], [h0, [c0]]; outs: 1 y, 2 h_n, 4 c_n (concatenated) */
@@ -797,6 +838,7 @@ int main(void) {
   RUN(test_values_and_no_grad);
   RUN(test_partial_grads_and_tangents);
   RUN(test_lengths);
+  RUN(test_stale_arena);
   RUN(test_gradcheck);
   RUN(test_threads);
   RUN(test_steady_state_no_alloc);

@@ -527,8 +527,10 @@ DL_API void dl_model_zero_grad(dl_model *m) {
 #endif
   if (m->gbuf) memset(m->gbuf, 0, (size_t)m->pnumel * dl_dtype_size(m->dtype));
   for (i = 0; i < m->nparams; i++) {
+    dl_tensor *g = m->params[i]->t.grad;
     m->params[i]->t.flags &= ~(unsigned)DL_TENSOR_DENSE_GRAD;
     if (m->params[i]->t.sgrad) dl_sgrad_clear((dl_sgrad *)m->params[i]->t.sgrad);
+    if (g && (g->flags & DL_TENSOR_OWNS_TANGENT)) dl_tensor_fill(g->tangent, 0.0); /* dl_hvp's H v, as dl_zero_grad */
   }
 }
 

@@ -683,9 +683,10 @@ DL_API void dl__backward_walk(dl_tape *tp, dl_tensor *loss, const dl_tensor *see
  * gradients swapped for their tangents (an input without a gradient is
  * held out), so d(gx)/dv = rule(d(gy)/dv). */
 DL_API void dl__hvp_rerun(dl_tape *tp, dl_node *n) {
-  dl_tensor *go = n->out->grad, *g[64];
-  unsigned fl[64];
-  int k, j, nin = n->nin < 64 ? n->nin : 64;
+  const int nin = n->nin;
+  dl_tensor *go = n->out->grad, **g = (dl_tensor **)dl_tape_scratch(tp, n->op, sizeof(dl_tensor *) * (size_t)(nin + 1));
+  unsigned *fl = (unsigned *)dl_tape_scratch(tp, n->op, sizeof(unsigned) * (size_t)(nin + 1));
+  int k, j;
   for (k = 0; k < nin; k++) {
     dl_tensor *x = n->in[k];
     g[k] = NULL;

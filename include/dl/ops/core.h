@@ -90,7 +90,7 @@ DL_API void dl_sum_to_into(dl_tensor *gx, const dl_tensor *g) {
   }
 #endif
   if (dl_tensor_same_shape(gx, g)) {
-    DL_ASSIGN(gx, dl_add(gx, g));
+    dl_add_into(gx, gx, g); /* (the op list's function, not a DL_ASSIGN: the library's code stays short) */
     return;
   }
   if (dl_tensor_is_contiguous(g) && dl_tensor_is_contiguous(gx) && gx->numel > 0) {
@@ -565,7 +565,7 @@ DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
     int64_t r, rows = b->numel ? y->numel / b->numel : 0;
     for (r = 0; r < rows; r++) memcpy((char *)y->data + (size_t)r * row, b->data, row);
   } else if (b) {
-    DL_ASSIGN(y, dl_val(b));
+    dl_mul_scalar_into(y, b, 1.0); /* b broadcast over the rows, exactly */
   }
   xc = dl__t_contig(tp, "dl_t_linear", x);
   /* GEMM reads a matrix with a unit stride in one of its dims; a weight
@@ -577,11 +577,7 @@ DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
   dl_matmul_into(&y2, &x2, &wt, 1.0, b ? 1.0 : 0.0);
   if (x->tangent || w->tangent || (b && b->tangent)) {
     dl_tensor *ty = dl_tape_tangent(tp, y), ty2 = dl_view_reshape(ty, DL_SHAPE(-1, w->shape[0]));
-#ifdef DL_USE_CUDA
-    if (b && b->tangent && ty->device == DL_CUDA) dl_mul_scalar_into(ty, b->tangent, 1.0);
-    else
-#endif
-    if (b && b->tangent) DL_ASSIGN(ty, dl_val(b->tangent));
+    if (b && b->tangent) dl_mul_scalar_into(ty, b->tangent, 1.0); /* host or device */
     if (x->tangent) {
       dl_tensor *tc = dl__t_contig(tp, "dl_t_linear", x->tangent);
       dl_tensor t2 = dl_view_reshape(tc, DL_SHAPE(-1, x->shape[x->ndim - 1]));

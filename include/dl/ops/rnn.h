@@ -198,6 +198,8 @@ typedef struct dl__rnn_bwbuf {
     int64_t j;                                                                               \
     if (t >= L) { /* past the row's end: y = 0, the state stays as it was */                 \
       for (j = 0; j < H; j++) y[j] = 0;                                                      \
+      if (r->rb)  /* u = r h_{t-1} = 0 (w_hn's gradient multiplies it over every row) */    \
+        for (j = 0; j < H; j++) g[3 * H + j] = 0;                                            \
       if (r->ty)                                                                             \
         for (j = 0; j < H; j++) ((FT *)r->ty)[bt * H + j] = 0;                               \
       return;                                                                                \
