@@ -1037,6 +1037,17 @@ DL_API dl__rnn *dl__rnn_start(dl_tape *tp, const char *op, int kind, int dev, dl
 
 /* The end of dl__rnn_run and dl__rnn_run_gpu: the recurrence's node on the
  * tape, then h_n's and c_n's (their values are written already). */
+/* h_n's or c_n's node (state, made from y): its rule hands the gradient to
+ * the recurrence's, which reads it (tangent included), so it is kept. */
+DL_API void dl__rnn_record_state(dl_tape *tp, const char *op, dl__rnn *r, dl_tensor *y, dl_tensor *state,
+                                 dl_backward_fn bw, dl_tensor **slot) {
+  dl_node *nd = dl_tape_record(tp, op, bw, state, y, NULL, NULL);
+  if (nd) {
+    nd->flags |= DL_NODE_KEEP_OUT_GRAD | DL_NODE_HVP;
+    nd->user = r;
+    *slot = state;
+  }
+}
 DL_API void dl__rnn_record(dl_tape *tp, const char *op, dl__rnn *r, dl_tensor *y, dl_tensor **in, dl_tensor *hn,
                            dl_tensor *cn) {
   dl_node *nd = dl_tape_record_n(tp, op, dl__rnn_bw, y, 5, in);
@@ -1044,22 +1055,8 @@ DL_API void dl__rnn_record(dl_tape *tp, const char *op, dl__rnn *r, dl_tensor *y
     nd->user = r;
     nd->flags |= DL_NODE_HVP;
   }
-  if (hn) {
-    nd = dl_tape_record(tp, op, dl__rnn_hn_bw, hn, y, NULL, NULL);
-    if (nd) {
-      nd->flags |= DL_NODE_KEEP_OUT_GRAD | DL_NODE_HVP; /* read by the recurrence's rule (tangent included) */
-      nd->user = r;
-      r->hnt = hn;
-    }
-  }
-  if (cn) {
-    nd = dl_tape_record(tp, op, dl__rnn_cn_bw, cn, y, NULL, NULL);
-    if (nd) {
-      nd->flags |= DL_NODE_KEEP_OUT_GRAD | DL_NODE_HVP; /* read by the recurrence's rule (tangent included) */
-      nd->user = r;
-      r->cn = cn;
-    }
-  }
+  if (hn) dl__rnn_record_state(tp, op, r, y, hn, dl__rnn_hn_bw, &r->hnt);
+  if (cn) dl__rnn_record_state(tp, op, r, y, cn, dl__rnn_cn_bw, &r->cn);
 }
 
 #ifdef DL_USE_CUDA
