@@ -54,7 +54,8 @@
  *                      declarations are parsed). Define it for every file
  *                      of the program (-DDL_LINK); the one file that also
  *                      defines DL_IMPLEMENTATION compiles the library.
- * C only: C++ (g++, nvcc) sees the scalar math, which is inline anyway.
+ * C only: a C++ file compiles the whole library static inline (the
+ * default way), whatever it defines.
  *   DL_API    the library's functions (a user may still predefine it)
  *   DL__INL   the small functions that must inline wherever they are called
  *             (scalar math, element loads): the same three ways, inlinable
@@ -64,7 +65,21 @@
  *             the program (a layer's vtable, whose address is its type):
  *             static in a single file, defined by the DL_IMPLEMENTATION
  *             file, declared extern in DL_LINK files
- *   DL__GLOBAL_FWD  the storage class of a forward declaration of one */
+ *   DL__GLOBAL_DECL(decl...)  a forward declaration of one, and
+ *   DL__GLOBAL_LATE(decl, init...)  the definition of such a one */
+/* Where the library's code is compiled: C (gcc, clang) and C++ (g++,
+ * clang++) get all of it; nvcc (a .cu file, __CUDACC__) only the scalar
+ * math, the dual numbers and the op list that dl/gpu/ew.cuh turns into
+ * kernels: the library's host code is linked from the C or C++ side. */
+#ifdef __CUDACC__
+#define DL__SCALAR_ONLY 1
+#endif
+/* A C++ file compiles its own copy of the library; sharing a C file's
+ * DL_IMPLEMENTATION would give it a second copy of the library's objects
+ * (a layer's type is the address of its vtable), so it is refused. */
+#if defined(__cplusplus) && !defined(__CUDACC__) && (defined(DL_LINK) || defined(DL_IMPLEMENTATION))
+#error "dl: DL_LINK and DL_IMPLEMENTATION are C only: a C++ file compiles the whole library static inline (define neither), so a program's dl objects live either in its C files or in its C++ files"
+#endif
 #if defined(DL_IMPLEMENTATION) && !defined(__cplusplus)
 #define DL__MODE_IMPL 1
 #elif defined(DL_LINK) && !defined(__cplusplus)
@@ -81,18 +96,30 @@
 #define DL_API static inline
 #endif
 #endif
-#if defined(DL__MODE_IMPL)
+#if defined(__cplusplus) && !defined(DL__MODE_IMPL) && !defined(DL__MODE_LINK)
+/* C++ has no tentative definitions: a forward-declared object is extern in
+ * an unnamed namespace (internal linkage), and defined there by
+ * DL__GLOBAL_LATE (outside any extern "C" block: C language linkage would
+ * make it one external symbol again). */
+#define DL__INL static inline
+#define DL__GLOBAL(decl, ...) static decl = __VA_ARGS__
+#define DL__GLOBAL_DECL(...) namespace { extern __VA_ARGS__; }
+#define DL__GLOBAL_LATE(decl, ...) namespace { decl = __VA_ARGS__; }
+#elif defined(DL__MODE_IMPL)
 #define DL__INL extern inline
 #define DL__GLOBAL(decl, ...) decl = __VA_ARGS__
-#define DL__GLOBAL_FWD extern
+#define DL__GLOBAL_DECL(...) extern __VA_ARGS__;
+#define DL__GLOBAL_LATE(decl, ...) decl = __VA_ARGS__
 #elif defined(DL__MODE_LINK)
 #define DL__INL inline
 #define DL__GLOBAL(decl, ...) extern decl
-#define DL__GLOBAL_FWD extern
+#define DL__GLOBAL_DECL(...) extern __VA_ARGS__;
+#define DL__GLOBAL_LATE(decl, ...) extern decl
 #else
 #define DL__INL static inline
 #define DL__GLOBAL(decl, ...) static decl = __VA_ARGS__
-#define DL__GLOBAL_FWD static
+#define DL__GLOBAL_DECL(...) static __VA_ARGS__;
+#define DL__GLOBAL_LATE(decl, ...) static decl = __VA_ARGS__
 #endif
 #define DL__LOCAL static inline
 /* The functions a user's DL_DEFINE_OP line generates, which a file may
@@ -195,6 +222,13 @@
 #else
 #define DL__VAPI DL__INL
 #define DL__LOCAL_VAPI DL__LOCAL
+#endif
+
+/* DL__STATIC_ASSERT(cond, message): C11's _Static_assert, C++'s static_assert. */
+#ifdef __cplusplus
+#define DL__STATIC_ASSERT(c, m) static_assert(c, m)
+#else
+#define DL__STATIC_ASSERT(c, m) _Static_assert(c, m)
 #endif
 
 #ifdef __cplusplus

@@ -64,7 +64,7 @@
  * epoch, sample), so batches do not depend on the thread count, and
  * augmentation does not depend on the batch size either.
  *
- * The body is C only (like layers.h); C++ sees nothing of it.
+ * C and C++ (nvcc sees nothing of it).
  */
 #ifndef DL_DATA_H
 #define DL_DATA_H
@@ -72,7 +72,7 @@
 #include "tensor.h"
 DL__HEADER_BEGIN
 
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY
 
 #include <errno.h>
 #include <float.h>
@@ -2564,6 +2564,6 @@ DL_API dl_status dl_text_windows(dl_ctx *ctx, dl_dataset *ds, dl_tensor *tokens,
   return DL_OK;
 }
 
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 DL__HEADER_END
 #endif /* DL_DATA_H */

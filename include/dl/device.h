@@ -30,7 +30,7 @@
 #include "gpu/abi.h" /* plain C: the status codes a backend returns; with DL_USE_CUDA, src_gpu/'s interface */
 DL__HEADER_BEGIN
 
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY
 
 /* >>caching allocator --------------------------------------------------------
  * Device-independent: it calls a backend for raw memory (cudaMalloc under
@@ -438,6 +438,6 @@ DL_API void dl__gpu_release(struct dl_gpu *g, void *p) {
 }
 #endif
 
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 DL__HEADER_END
 #endif /* DL_DEVICE_H */

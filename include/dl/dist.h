@@ -78,9 +78,17 @@
 #include "report.h" /* dl_confusion and accuracy, for >>evaluate */
 DL__HEADER_BEGIN
 
-#if !defined(__cplusplus)
+#if !defined(DL__SCALAR_ONLY)
 
 #ifdef DL_USE_MPI
+/* C++: the MPI C API only (Open MPI's and MPICH's old C++ bindings are
+ * deprecated and do not compile warning-free) */
+#if defined(__cplusplus) && !defined(OMPI_SKIP_MPICXX)
+#define OMPI_SKIP_MPICXX 1
+#endif
+#if defined(__cplusplus) && !defined(MPICH_SKIP_MPICXX)
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 #include <sched.h>
 #ifndef __STDC_NO_THREADS__
@@ -1049,7 +1057,7 @@ DL_API dl_status dl_dist_evaluate(dl_dist *dd, dl_model *m, dl_tape *tp, dl_batc
 }
 
 
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 
 DL__HEADER_END
 #endif /* DL_DIST_H */

@@ -26,9 +26,11 @@
  * error, as is generic math with no context. The compiler's message names the
  * mistake (dl__ERROR_mixing_dl_dual_and_dl_dual64, ...).
  *
- * In C++ (g++, nvcc) the generic names are overloaded inline functions instead;
- * mixed arguments follow the same rule (dual64 > dual > float > double >
- * integers: a double constant meeting a float stays float).
+ * In C++ (g++, clang++, nvcc) the generic names are function templates
+ * instead, typed by their arguments: mixed arguments follow the same rule
+ * (dual2 > dual64 > dual > float > double > integers: a double constant
+ * meeting a float stays float), and with a tensor among the arguments they
+ * build an expression node that DL_ASSIGN evaluates (expr.h).
  *
  * Derivative conventions follow PyTorch where there is a kink: relu'(0) = 0,
  * leaky_relu'(0) = slope, elu'(0) = alpha, abs'(0) = 0, clamp passes the
@@ -412,13 +414,10 @@ DL_HD DL__VAPI dl_dual2 dl_where_dual2(dl_dual2 c, dl_dual2 a, dl_dual2 b) { ret
 } /* extern "C" */
 #endif
 
-/* >>generic (C) ------------------------------------------------------------ */
-#ifndef __cplusplus
-
-/* Loop cursors (the scalar context inside fused loops, defined by expr.h's
- * machinery below) and the shape-check probe. */
-typedef struct dl__cf32 { int64_t i; } dl__cf32;          /* contiguous, f32 */
-typedef struct dl__cf64 { int64_t i; } dl__cf64;          /* contiguous, f64 */
+/* >>probe (C and C++) ------------------------------------------------------
+ * DL_ASSIGN's first pass (expr.h): the tensors of the expression, checked
+ * against the destination, and the general loop's cursor over them. */
+#ifndef DL__SCALAR_ONLY
 #define DL__MAX_OPERANDS 16
 typedef struct dl__gcur {                                  /* broadcast / strided */
   int64_t j;                                               /* index in the row */
@@ -435,6 +434,43 @@ typedef struct dl__probe {                                 /* first pass of DL_A
   int line, nops;
   const dl_tensor *ops[DL__MAX_OPERANDS];
 } dl__probe;
+/* Record operand t of a DL_ASSIGN: same dtype as the destination, shape
+ * broadcastable to it (right-aligned, each size equal or 1). Returns its
+ * slot (the same for a tensor that appears twice). */
+DL_API int dl__probe_operand(dl__probe *p, const dl_tensor *t) {
+  int k, d, off;
+  const dl_tensor *y = p->dst;
+  for (k = 0; k < p->nops; k++)
+    if (p->ops[k] == t) return k;
+  if (t->dtype != y->dtype)
+    dl_panic_at(y->ctx, p->file, p->line, "DL_ASSIGN",
+                "dtype mismatch: destination %s, operand %s in `%s` (no implicit conversion)",
+                DL_SHAPESTR(y), DL_SHAPESTR(t), p->expr);
+  if (t->device != y->device) /* the loop runs on the host (expr.h); a device operand is not readable there */
+    dl_panic_at(y->ctx, p->file, p->line, "DL_ASSIGN", "operand %s is on the GPU in `%s`: DL_ASSIGN runs on the host",
+                DL_SHAPESTR(t), p->expr);
+  off = y->ndim - t->ndim;
+  for (d = 0; d < t->ndim; d++)
+    if (off < 0 || (t->shape[d] != 1 && t->shape[d] != y->shape[d + off])) break;
+  if (off < 0 || d < t->ndim)
+    dl_panic_at(y->ctx, p->file, p->line, "DL_ASSIGN",
+                "shape mismatch: operand %s does not broadcast to destination %s in `%s`",
+                DL_SHAPESTR(t), DL_SHAPESTR(y), p->expr);
+  if (p->nops == DL__MAX_OPERANDS)
+    dl_panic_at(y->ctx, p->file, p->line, "DL_ASSIGN", "more than %d tensor operands in `%s`",
+                DL__MAX_OPERANDS, p->expr);
+  p->ops[p->nops] = t;
+  return p->nops++;
+}
+#endif /* !DL__SCALAR_ONLY */
+
+/* >>generic (C) ------------------------------------------------------------ */
+#ifndef __cplusplus
+
+/* Loop cursors (the scalar context inside fused loops, defined by expr.h's
+ * machinery below) and the shape-check probe. */
+typedef struct dl__cf32 { int64_t i; } dl__cf32;          /* contiguous, f32 */
+typedef struct dl__cf64 { int64_t i; } dl__cf64;          /* contiguous, f64 */
 
 /* With no context in scope, these file-scope tags make the compiler say so. */
 static const struct dl__ERROR_generic_math_needs_DL_SCALAR_or_DL_ASSIGN { int unused; } *const dl__tag;
@@ -487,32 +523,6 @@ DL__VAPI float dl__ld_gf32(const dl__gf32 *c, const dl_tensor *t) {
 DL__VAPI double dl__ld_gf64(const dl__gf64 *c, const dl_tensor *t) {
   int k = dl__gslot(&c->g, t);
   return ((const double *)(const void *)c->g.base[k])[c->g.j * c->g.inc[k]];
-}
-/* Record operand t of a DL_ASSIGN: same dtype as the destination, shape
- * broadcastable to it (right-aligned, each size equal or 1). */
-DL_API void dl__probe_operand(dl__probe *p, const dl_tensor *t) {
-  int k, d, off;
-  const dl_tensor *y = p->dst;
-  for (k = 0; k < p->nops; k++)
-    if (p->ops[k] == t) return;
-  if (t->dtype != y->dtype)
-    dl_panic_at(y->ctx, p->file, p->line, "DL_ASSIGN",
-                "dtype mismatch: destination %s, operand %s in `%s` (no implicit conversion)",
-                DL_SHAPESTR(y), DL_SHAPESTR(t), p->expr);
-  if (t->device != y->device) /* the loop runs on the host (expr.h); a device operand is not readable there */
-    dl_panic_at(y->ctx, p->file, p->line, "DL_ASSIGN", "operand %s is on the GPU in `%s`: DL_ASSIGN runs on the host",
-                DL_SHAPESTR(t), p->expr);
-  off = y->ndim - t->ndim;
-  for (d = 0; d < t->ndim; d++)
-    if (off < 0 || (t->shape[d] != 1 && t->shape[d] != y->shape[d + off])) break;
-  if (off < 0 || d < t->ndim)
-    dl_panic_at(y->ctx, p->file, p->line, "DL_ASSIGN",
-                "shape mismatch: operand %s does not broadcast to destination %s in `%s`",
-                DL_SHAPESTR(t), DL_SHAPESTR(y), p->expr);
-  if (p->nops == DL__MAX_OPERANDS)
-    dl_panic_at(y->ctx, p->file, p->line, "DL_ASSIGN", "more than %d tensor operands in `%s`",
-                DL__MAX_OPERANDS, p->expr);
-  p->ops[p->nops++] = t;
 }
 DL_API dl__probe *dl__ld_probe(dl__probe *p, const dl_tensor *t) { dl__probe_operand(p, t); return p; }
 
@@ -611,19 +621,29 @@ DL_API dl__probe *dl__probe_1nn(dl__probe *a, double n, double m) { (void)n; (vo
 
 #else /* >>generic (C++) ------------------------------------------------------ */
 
-/* rank: dual64 4 > dual 3 > float 2 > double 1 > integers 0 */
+/* In C++ the generic names are function templates: the argument types are
+ * the context. Numbers meet the other operand's type (rank: dl_dual2 5 >
+ * dl_dual64 4 > dl_dual 3 > float 2 > double 1 > integers 0: a double
+ * constant meeting a float stays float, as in a C f32 context); dual types
+ * never mix. With a tensor among the arguments (outside nvcc) a generic call
+ * builds an expression node instead, which DL_ASSIGN (expr.h) evaluates per
+ * element: the C++ form of C's fused loops, the same arithmetic. */
+#include <type_traits>
+
 template <class T> struct dl__cxx_rank { static const int value = 0; };
 template <> struct dl__cxx_rank<double> { static const int value = 1; };
 template <> struct dl__cxx_rank<float> { static const int value = 2; };
 template <> struct dl__cxx_rank<dl_dual> { static const int value = 3; };
 template <> struct dl__cxx_rank<dl_dual64> { static const int value = 4; };
+template <> struct dl__cxx_rank<dl_dual2> { static const int value = 5; };
 template <int R> struct dl__cxx_type { typedef double type; };
 template <> struct dl__cxx_type<2> { typedef float type; };
 template <> struct dl__cxx_type<3> { typedef dl_dual type; };
 template <> struct dl__cxx_type<4> { typedef dl_dual64 type; };
+template <> struct dl__cxx_type<5> { typedef dl_dual2 type; };
 template <class A, class B> struct dl__cxx_common {
   static const int ra = dl__cxx_rank<A>::value, rb = dl__cxx_rank<B>::value, r = ra > rb ? ra : rb;
-  static_assert(!((ra == 3 && rb == 4) || (ra == 4 && rb == 3)), "dl: mixing dl_dual and dl_dual64");
+  static_assert(!(ra >= 3 && rb >= 3 && ra != rb), "dl: mixing dual number types (dl_dual, dl_dual64, dl_dual2)");
   typedef typename dl__cxx_type<r>::type type;
 };
 template <class To> struct dl__cxx_cv {
@@ -635,55 +655,212 @@ template <class To> struct dl__cxx_cv {
 template <> struct dl__cxx_cv<dl_dual> {
   DL_HD static dl_dual from(dl_dual x) { return x; }
   template <class F> DL_HD static dl_dual from(F x) {
-    static_assert(dl__cxx_rank<F>::value < 3, "dl: mixing dl_dual and dl_dual64");
+    static_assert(dl__cxx_rank<F>::value < 3, "dl: mixing dual number types (dl_dual, dl_dual64, dl_dual2)");
     return dl_dual_make((float)x, 0.0f);
   }
 };
 template <> struct dl__cxx_cv<dl_dual64> {
   DL_HD static dl_dual64 from(dl_dual64 x) { return x; }
   template <class F> DL_HD static dl_dual64 from(F x) {
-    static_assert(dl__cxx_rank<F>::value < 3, "dl: mixing dl_dual and dl_dual64");
+    static_assert(dl__cxx_rank<F>::value < 3, "dl: mixing dual number types (dl_dual, dl_dual64, dl_dual2)");
     return dl_dual64_make((double)x, 0.0);
   }
 };
-#define DL__CXX_SEL(name)                                                              \
-  DL_HD inline float dl__cxx_##name(float a) { return dl_##name##_f32(a); }            \
-  DL_HD inline double dl__cxx_##name(double a) { return dl_##name##_f64(a); }          \
-  DL_HD inline dl_dual dl__cxx_##name(dl_dual a) { return dl_##name##_dual(a); }       \
-  DL_HD inline dl_dual64 dl__cxx_##name(dl_dual64 a) { return dl_##name##_dual64(a); }
-#define DL__CXX_UNARY(name)                                                            \
-  DL__CXX_SEL(name)                                                                    \
-  template <class A> DL_HD inline typename dl__cxx_common<A, A>::type dl_##name(A a) { \
-    return dl__cxx_##name(dl__cxx_cv<typename dl__cxx_common<A, A>::type>::from(a));   \
+template <> struct dl__cxx_cv<dl_dual2> {
+  DL_HD static dl_dual2 from(dl_dual2 x) { return x; }
+  template <class F> DL_HD static dl_dual2 from(F x) {
+    static_assert(dl__cxx_rank<F>::value < 3, "dl: mixing dual number types (dl_dual, dl_dual64, dl_dual2)");
+    return dl__mk_dual2(DL__D2K((double)x), DL__D2K(0.0));
   }
-#define DL__CXX_SEL2(name, N)                                                          \
-  DL_HD inline float dl__cxx_##name(float a, float b) { return dl_##name##_f32(a, b); } \
-  DL_HD inline double dl__cxx_##name(double a, double b) { return dl_##name##_f64(a, b); } \
-  DL_HD inline dl_dual dl__cxx_##name(dl_dual a, N##f b) { return dl_##name##_dual(a, b); } \
-  DL_HD inline dl_dual64 dl__cxx_##name(dl_dual64 a, N##d b) { return dl_##name##_dual64(a, b); }
-typedef dl_dual dl__cxx_Df;
-typedef dl_dual64 dl__cxx_Dd;
-typedef float dl__cxx_Nf;
-typedef double dl__cxx_Nd;
+};
+
+/* One function family (FAM_f32 ... FAM_dual2) as a functor: ap() picks by
+ * the argument's type. PF: the number parameter's type for f32 and dl_dual
+ * (float for the library's families, double for a user's DL_DEFINE_OP1P). */
+#define DL__CXX_FO1(FO, FAM)                                                           \
+  struct FO {                                                                          \
+    DL_HD static float ap(float a) { return FAM##_f32(a); }                            \
+    DL_HD static double ap(double a) { return FAM##_f64(a); }                          \
+    DL_HD static dl_dual ap(dl_dual a) { return FAM##_dual(a); }                       \
+    DL_HD static dl_dual64 ap(dl_dual64 a) { return FAM##_dual64(a); }                 \
+    DL_HD static dl_dual2 ap(dl_dual2 a) { return FAM##_dual2(a); }                    \
+  };
+#define DL__CXX_FO2(FO, FAM)                                                           \
+  struct FO {                                                                          \
+    DL_HD static float ap(float a, float b) { return FAM##_f32(a, b); }                \
+    DL_HD static double ap(double a, double b) { return FAM##_f64(a, b); }             \
+    DL_HD static dl_dual ap(dl_dual a, dl_dual b) { return FAM##_dual(a, b); }         \
+    DL_HD static dl_dual64 ap(dl_dual64 a, dl_dual64 b) { return FAM##_dual64(a, b); } \
+    DL_HD static dl_dual2 ap(dl_dual2 a, dl_dual2 b) { return FAM##_dual2(a, b); }     \
+  };
+#define DL__CXX_FO1P(FO, FAM, PF)                                                      \
+  struct FO {                                                                          \
+    DL_HD static float ap(float a, double p) { return FAM##_f32(a, (PF)p); }           \
+    DL_HD static double ap(double a, double p) { return FAM##_f64(a, p); }             \
+    DL_HD static dl_dual ap(dl_dual a, double p) { return FAM##_dual(a, (PF)p); }      \
+    DL_HD static dl_dual64 ap(dl_dual64 a, double p) { return FAM##_dual64(a, p); }    \
+    DL_HD static dl_dual2 ap(dl_dual2 a, double p) { return FAM##_dual2(a, p); }       \
+  };
+
+/* Expression operands: tensors and nodes (never under nvcc). */
+#ifdef DL__SCALAR_ONLY
+template <class T> struct dl__cxx_isx { static const bool value = false; };
+#else
+template <class T> struct dl__cxx_false { static const bool value = false; };
+struct dl__xbase {
+  /* a node used as a number: the expression was not given to DL_ASSIGN */
+  template <class T> operator T() const {
+    static_assert(dl__cxx_false<T>::value,
+                  "dl: generic math over a tensor is a tensor expression: evaluate it with DL_ASSIGN(dst, expr)");
+    return T();
+  }
+};
+template <class T> struct dl__cxx_isx { static const bool value = std::is_base_of<dl__xbase, T>::value; };
+template <> struct dl__cxx_isx<dl_tensor *> { static const bool value = true; };
+template <> struct dl__cxx_isx<const dl_tensor *> { static const bool value = true; };
+#endif
+
+/* The call of functor F on scalars: its arguments converted to their common
+ * type (a node when an argument is a tensor or node, below). */
+template <class F, class A, bool X = dl__cxx_isx<A>::value> struct dl__cxx_u {
+  typedef typename dl__cxx_common<A, A>::type type;
+  DL_HD static type go(A a) { return F::ap(dl__cxx_cv<type>::from(a)); }
+  DL_HD static type go(A a, double p) { return F::ap(dl__cxx_cv<type>::from(a), p); }
+  DL_HD static type go(A a, double p, double q) { return F::ap(dl__cxx_cv<type>::from(a), p, q); }
+};
+template <class F, class A, class B, bool X = dl__cxx_isx<A>::value || dl__cxx_isx<B>::value> struct dl__cxx_b {
+  typedef typename dl__cxx_common<A, B>::type type;
+  DL_HD static type go(A a, B b) { return F::ap(dl__cxx_cv<type>::from(a), dl__cxx_cv<type>::from(b)); }
+};
+template <class F, class C, class A, class B,
+          bool X = dl__cxx_isx<C>::value || dl__cxx_isx<A>::value || dl__cxx_isx<B>::value>
+struct dl__cxx_t {
+  typedef typename dl__cxx_common<typename dl__cxx_common<A, B>::type, C>::type type;
+  DL_HD static type go(C c, A a, B b) {
+    return F::ap(dl__cxx_cv<type>::from(c), dl__cxx_cv<type>::from(a), dl__cxx_cv<type>::from(b));
+  }
+};
+
+#ifndef DL__SCALAR_ONLY
+/* >>expression nodes (C++) --------------------------------------------------
+ * A generic call with a tensor among its arguments returns a node; nodes
+ * nest into the expression's tree, held by value. probe() records the
+ * tensors (expr.h's first pass); ev<T>(cursor) computes one element in T
+ * (float or double), the cursor being the contiguous index or the general
+ * loop's row cursor (dl__gcur). */
+struct dl__xcc { int64_t i; };
+struct dl__xleaf : dl__xbase {
+  const dl_tensor *t;
+  mutable int k; /* the tensor's slot in the general cursor */
+  void probe(dl__probe *p) const { k = dl__probe_operand(p, t); }
+  template <class T> T ev(const dl__xcc &c) const { return ((const T *)t->data)[c.i]; }
+  template <class T> T ev(const dl__gcur &c) const {
+    return ((const T *)(const void *)c.base[k])[c.j * c.inc[k]];
+  }
+};
+struct dl__xnum : dl__xbase {
+  double v;
+  void probe(dl__probe *) const {}
+  template <class T, class Cur> T ev(const Cur &) const { return (T)v; }
+};
+template <class F, class A> struct dl__xun : dl__xbase {
+  A a;
+  double p, q;
+  void probe(dl__probe *pr) const { a.probe(pr); }
+  template <class T, class Cur> T ev(const Cur &c) const { return F::ap(a.template ev<T>(c)); }
+};
+template <class F, class A> struct dl__xun1 : dl__xun<F, A> { /* one number parameter */
+  template <class T, class Cur> T ev(const Cur &c) const { return F::ap(this->a.template ev<T>(c), this->p); }
+};
+template <class F, class A> struct dl__xun2 : dl__xun<F, A> { /* two number parameters */
+  template <class T, class Cur> T ev(const Cur &c) const {
+    return F::ap(this->a.template ev<T>(c), this->p, this->q);
+  }
+};
+template <class F, class A, class B> struct dl__xbin : dl__xbase {
+  A a;
+  B b;
+  void probe(dl__probe *pr) const { a.probe(pr); b.probe(pr); }
+  template <class T, class Cur> T ev(const Cur &c) const { return F::ap(a.template ev<T>(c), b.template ev<T>(c)); }
+};
+template <class F, class C, class A, class B> struct dl__xter : dl__xbase {
+  C c;
+  A a;
+  B b;
+  void probe(dl__probe *pr) const { c.probe(pr); a.probe(pr); b.probe(pr); }
+  template <class T, class Cur> T ev(const Cur &u) const {
+    return F::ap(c.template ev<T>(u), a.template ev<T>(u), b.template ev<T>(u));
+  }
+};
+/* An operand as a node: a tensor becomes a leaf, a number a constant, a
+ * node stays itself; a dual number is an error. */
+template <class A, bool N = std::is_base_of<dl__xbase, A>::value> struct dl__xw {
+  static_assert(dl__cxx_rank<A>::value < 3,
+                "dl: a dual number in a tensor expression (DL_ASSIGN computes in the destination's f32 or f64)");
+  static_assert(std::is_arithmetic<A>::value || std::is_enum<A>::value,
+                "dl: an operand of a tensor expression must be a tensor (dl_tensor *), a number, or generic math over them");
+  typedef dl__xnum type;
+  static type of(A a) { type r; r.v = (double)a; return r; }
+};
+template <class A> struct dl__xw<A, true> {
+  typedef A type;
+  static type of(const A &a) { return a; }
+};
+template <> struct dl__xw<dl_tensor *, false> {
+  typedef dl__xleaf type;
+  static type of(const dl_tensor *t) { type r; r.t = t; r.k = 0; return r; }
+};
+template <> struct dl__xw<const dl_tensor *, false> : dl__xw<dl_tensor *, false> {};
+template <class A> inline typename dl__xw<A>::type dl__xwrap(const A &a) { return dl__xw<A>::of(a); }
+template <class F, class A> struct dl__cxx_u<F, A, true> {
+  typedef dl__xun<F, typename dl__xw<A>::type> type;
+  static type go(A a) { type r; r.a = dl__xw<A>::of(a); r.p = r.q = 0; return r; }
+  static dl__xun1<F, typename dl__xw<A>::type> go(A a, double p) {
+    dl__xun1<F, typename dl__xw<A>::type> r;
+    r.a = dl__xw<A>::of(a); r.p = p; r.q = 0;
+    return r;
+  }
+  static dl__xun2<F, typename dl__xw<A>::type> go(A a, double p, double q) {
+    dl__xun2<F, typename dl__xw<A>::type> r;
+    r.a = dl__xw<A>::of(a); r.p = p; r.q = q;
+    return r;
+  }
+};
+template <class F, class A, class B> struct dl__cxx_b<F, A, B, true> {
+  typedef dl__xbin<F, typename dl__xw<A>::type, typename dl__xw<B>::type> type;
+  static type go(A a, B b) { type r; r.a = dl__xw<A>::of(a); r.b = dl__xw<B>::of(b); return r; }
+};
+template <class F, class C, class A, class B> struct dl__cxx_t<F, C, A, B, true> {
+  typedef dl__xter<F, typename dl__xw<C>::type, typename dl__xw<A>::type, typename dl__xw<B>::type> type;
+  static type go(C c, A a, B b) {
+    type r;
+    r.c = dl__xw<C>::of(c); r.a = dl__xw<A>::of(a); r.b = dl__xw<B>::of(b);
+    return r;
+  }
+};
+#endif /* !DL__SCALAR_ONLY */
+
+/* The generic names: one functor per family, one template per name. The
+ * one- and two-parameter calls (dl__cxx_u's go with numbers) return the
+ * node types dl__xun1/dl__xun2 for tensors; the return type is spelled by
+ * decltype. */
+#define DL__CXX_UNARY(name)                                                            \
+  DL__CXX_FO1(dl__fo_##name, dl_##name)                                                \
+  template <class A> DL_HD inline typename dl__cxx_u<dl__fo_##name, A>::type dl_##name(A a) { \
+    return dl__cxx_u<dl__fo_##name, A>::go(a);                                         \
+  }
 #define DL__CXX_BINARY(name)                                                           \
-  DL__CXX_SEL2(name, dl__cxx_D)                                                        \
+  DL__CXX_FO2(dl__fo_##name, dl_##name)                                                \
   template <class A, class B>                                                          \
-  DL_HD inline typename dl__cxx_common<A, B>::type dl_##name(A a, B b) {               \
-    typedef typename dl__cxx_common<A, B>::type T;                                     \
-    return dl__cxx_##name(dl__cxx_cv<T>::from(a), dl__cxx_cv<T>::from(b));             \
+  DL_HD inline typename dl__cxx_b<dl__fo_##name, A, B>::type dl_##name(A a, B b) {     \
+    return dl__cxx_b<dl__fo_##name, A, B>::go(a, b);                                   \
   }
 /* x differentiable, p a plain number */
-/* The number parameter in the computation's precision (float for f32 and
- * dl_dual, as DL_SCALAR(float) makes it in C): no ambiguous overload. */
-template <class T> struct dl__cxx_pt { typedef double type; };
-template <> struct dl__cxx_pt<float> { typedef float type; };
-template <> struct dl__cxx_pt<dl_dual> { typedef float type; };
 #define DL__CXX_PARAM1(name)                                                           \
-  DL__CXX_SEL2(name, dl__cxx_N)                                                        \
+  DL__CXX_FO1P(dl__fo_##name, dl_##name, float)                                        \
   template <class A>                                                                   \
-  DL_HD inline typename dl__cxx_common<A, A>::type dl_##name(A a, double p) {          \
-    typedef typename dl__cxx_common<A, A>::type T;                                     \
-    return dl__cxx_##name(dl__cxx_cv<T>::from(a), (typename dl__cxx_pt<T>::type)p);    \
+  DL_HD inline auto dl_##name(A a, double p) -> decltype(dl__cxx_u<dl__fo_##name, A>::go(a, p)) { \
+    return dl__cxx_u<dl__fo_##name, A>::go(a, p);                                      \
   }
 DL__CXX_UNARY(neg) DL__CXX_UNARY(exp) DL__CXX_UNARY(log) DL__CXX_UNARY(log1p)
 DL__CXX_UNARY(expm1) DL__CXX_UNARY(sqrt) DL__CXX_UNARY(sin) DL__CXX_UNARY(cos)
@@ -694,24 +871,42 @@ DL__CXX_BINARY(add) DL__CXX_BINARY(sub) DL__CXX_BINARY(mul) DL__CXX_BINARY(div)
 DL__CXX_BINARY(pow) DL__CXX_BINARY(max) DL__CXX_BINARY(min) DL__CXX_BINARY(gt)
 DL__CXX_BINARY(ge) DL__CXX_BINARY(lt) DL__CXX_BINARY(le) DL__CXX_BINARY(eq)
 DL__CXX_PARAM1(leaky_relu) DL__CXX_PARAM1(elu)
-DL_HD inline float dl__cxx_clamp(float a, double lo, double hi) { return dl_clamp_f32(a, (float)lo, (float)hi); }
-DL_HD inline double dl__cxx_clamp(double a, double lo, double hi) { return dl_clamp_f64(a, lo, hi); }
-DL_HD inline dl_dual dl__cxx_clamp(dl_dual a, double lo, double hi) { return dl_clamp_dual(a, (float)lo, (float)hi); }
-DL_HD inline dl_dual64 dl__cxx_clamp(dl_dual64 a, double lo, double hi) { return dl_clamp_dual64(a, lo, hi); }
-template <class A> DL_HD inline typename dl__cxx_common<A, A>::type dl_clamp(A a, double lo, double hi) {
-  return dl__cxx_clamp(dl__cxx_cv<typename dl__cxx_common<A, A>::type>::from(a), lo, hi);
+struct dl__fo_clamp {
+  DL_HD static float ap(float a, double lo, double hi) { return dl_clamp_f32(a, (float)lo, (float)hi); }
+  DL_HD static double ap(double a, double lo, double hi) { return dl_clamp_f64(a, lo, hi); }
+  DL_HD static dl_dual ap(dl_dual a, double lo, double hi) { return dl_clamp_dual(a, (float)lo, (float)hi); }
+  DL_HD static dl_dual64 ap(dl_dual64 a, double lo, double hi) { return dl_clamp_dual64(a, lo, hi); }
+  DL_HD static dl_dual2 ap(dl_dual2 a, double lo, double hi) { return dl_clamp_dual2(a, lo, hi); }
+};
+/* min(max(x, lo), hi); lo and hi are plain numbers */
+template <class A>
+DL_HD inline auto dl_clamp(A a, double lo, double hi) -> decltype(dl__cxx_u<dl__fo_clamp, A>::go(a, lo, hi)) {
+  return dl__cxx_u<dl__fo_clamp, A>::go(a, lo, hi);
 }
-DL_HD inline float dl__cxx_where(float c, float a, float b) { return dl_where_f32(c, a, b); }
-DL_HD inline double dl__cxx_where(double c, double a, double b) { return dl_where_f64(c, a, b); }
-DL_HD inline dl_dual dl__cxx_where(dl_dual c, dl_dual a, dl_dual b) { return dl_where_dual(c, a, b); }
-DL_HD inline dl_dual64 dl__cxx_where(dl_dual64 c, dl_dual64 a, dl_dual64 b) { return dl_where_dual64(c, a, b); }
+struct dl__fo_where {
+  DL_HD static float ap(float c, float a, float b) { return dl_where_f32(c, a, b); }
+  DL_HD static double ap(double c, double a, double b) { return dl_where_f64(c, a, b); }
+  DL_HD static dl_dual ap(dl_dual c, dl_dual a, dl_dual b) { return dl_where_dual(c, a, b); }
+  DL_HD static dl_dual64 ap(dl_dual64 c, dl_dual64 a, dl_dual64 b) { return dl_where_dual64(c, a, b); }
+  DL_HD static dl_dual2 ap(dl_dual2 c, dl_dual2 a, dl_dual2 b) { return dl_where_dual2(c, a, b); }
+};
+/* c != 0 ? a : b */
 template <class C, class A, class B>
-DL_HD inline typename dl__cxx_common<typename dl__cxx_common<A, B>::type, C>::type dl_where(C c, A a, B b) {
-  typedef typename dl__cxx_common<typename dl__cxx_common<A, B>::type, C>::type T;
-  return dl__cxx_where(dl__cxx_cv<T>::from(c), dl__cxx_cv<T>::from(a), dl__cxx_cv<T>::from(b));
+DL_HD inline typename dl__cxx_t<dl__fo_where, C, A, B>::type dl_where(C c, A a, B b) {
+  return dl__cxx_t<dl__fo_where, C, A, B>::go(c, a, b);
+}
+struct dl__fo_val {
+  template <class T> DL_HD static T ap(T a) { return a; }
+};
+/* x itself as a scalar of its type; a tensor read at the current element
+ * inside DL_ASSIGN (DL_ASSIGN(y, dl_val(b)) broadcasts b into y) */
+template <class A> DL_HD inline typename dl__cxx_u<dl__fo_val, A>::type dl_val(A a) {
+  return dl__cxx_u<dl__fo_val, A>::go(a);
 }
 /* In C++ the context is the argument types; DL_SCALAR is accepted and ignored. */
 #define DL_SCALAR(type) ((void)0)
+/* A user's family (DL_DEFINE_OP1/1P/2 in expr.h makes the generic name f
+ * too in C++): DL_APPLY1(f, a) is f(a). */
 #define DL_APPLY1(f, a) f(a)
 #define DL_APPLY2(f, a, b) f(a, b)
 #endif /* __cplusplus */

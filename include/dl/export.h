@@ -46,9 +46,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Like layers.h and data.h, C only for now: C++ gets dl/micro.h (which it
- * includes above) to run an exported model, not the exporter. */
-#ifndef __cplusplus
+/* C and C++; nvcc sees only dl/micro.h (which it includes above). */
+#ifndef DL__SCALAR_ONLY
 DL__HEADER_BEGIN
 
 /* How dl_micro_from_model builds a micro model (see the top of this file):
@@ -976,6 +975,6 @@ DL_API dl_status dl_micro_export(dl_ctx *ctx, dl_model *model, const dl_micro_de
 }
 
 DL__HEADER_END
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 
 #endif /* DL_EXPORT_H */

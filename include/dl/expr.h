@@ -21,7 +21,9 @@
  * - Errors name the expression text, the shapes and the caller's file:line.
  * - Evaluation contract: expr is expanded five times (a shape/dtype check and
  *   four loops) and evaluated once for the check plus once per element, so it
- *   must have no side effects. dst is evaluated once.
+ *   must have no side effects. (C++: the generic names build an expression
+ *   tree, evaluated once; DL_ASSIGN is a template over it, with the same
+ *   checks and loops.) dst is evaluated once.
  * - Threads: core.h's DL_PARALLEL_FOR: above the ctx's parallel threshold
  *   (DL_PARALLEL_THRESHOLD elements by default) an OpenMP team takes blocks
  *   dynamically; below it no team is started. Its team guard falls back to
@@ -56,8 +58,8 @@ DL__HEADER_BEGIN
 /* >>op list ---------------------------------------------------------------- */
 
 /* The library's element-wise ops: each line is the whole definition. The
- * lists are plain X-macros, visible to C++ too, so nvcc can expand them into
- * device kernels over the same generic math (dual.h's C++ overloads). */
+ * lists are plain X-macros, visible to nvcc too, which expands them into
+ * device kernels over the same generic math (dual.h's C++ templates). */
 #define DL_OPS_UNARY(X)                                                                \
   X(neg, dl_neg(x0))                                                                   \
   X(exp, dl_exp(x0))                                                                   \
@@ -96,7 +98,7 @@ DL__HEADER_BEGIN
   X(maximum, dl_maximum(x0, x1))                                                           \
   X(minimum, dl_minimum(x0, x1))
 
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY
 
 /* >>plan ------------------------------------------------------------------- */
 
@@ -250,6 +252,7 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
 #define DL__IVDEP
 #endif
 
+#ifndef __cplusplus
 /* Both loops run on core.h's DL_PARALLEL_FOR: blocks (contiguous) or tiles
  * (general) taken dynamically by the ctx's team above its threshold, behind
  * the team guard, flush-to-zero per the ctx on every worker. */
@@ -309,6 +312,49 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
       default: break;                                                                  \
     }                                                                                  \
   } while (0)
+#else /* C++: the expression is a tree of nodes (dual.h), built once */
+
+/* The loops of DL_ASSIGN in C++: the same plan, blocks and tiles as C's,
+ * the element computed by the node tree e in T. */
+template <class T, class E> inline void dl__xloop_c(dl_tensor *y, const dl__plan &pl, const E &e) {
+  T *const out = (T *)y->data;
+  const int64_t n = pl.numel;
+  DL_PARALLEL_FOR(y->ctx, n, (n + DL__BLOCK - 1) / DL__BLOCK, b, {
+    const int64_t lo = b * DL__BLOCK;
+    const int64_t hi = lo + DL__BLOCK < n ? lo + DL__BLOCK : n;
+    int64_t i;
+    DL__IVDEP
+    for (i = lo; i < hi; i++) {
+      const dl__xcc c = {i};
+      out[i] = e.template ev<T>(c);
+    }
+  });
+}
+template <class T, class E> inline void dl__xloop_g(dl_tensor *y, const dl__plan &pl, const E &e) {
+  DL_PARALLEL_FOR(y->ctx, pl.numel, pl.tiles, t, {
+    int64_t j0, j1;
+    dl__gcur c;
+    T *const row = (T *)(void *)dl__plan_tile(&pl, y, &c, t, &j0, &j1);
+    for (c.j = j0; c.j < j1; c.j++) row[c.j * pl.yinc] = e.template ev<T>(c);
+  });
+}
+template <class E> inline void dl__xassign(dl_tensor *y, const E &e, const char *text, const char *file, int line) {
+  dl__plan pl;
+  dl__probe pr;
+  dl__probe_begin(&pr, y, text, file, line);
+  e.probe(&pr);
+  dl__plan_make(&pl, &pr);
+  switch (pl.kind) {
+    case DL__K_C32: dl__xloop_c<float>(y, pl, e); break;
+    case DL__K_C64: dl__xloop_c<double>(y, pl, e); break;
+    case DL__K_G32: dl__xloop_g<float>(y, pl, e); break;
+    case DL__K_G64: dl__xloop_g<double>(y, pl, e); break;
+    default: break;
+  }
+}
+/* DL_ASSIGN(dst, expr) in C++: expr is evaluated once, into its tree. */
+#define DL_ASSIGN(dst, expr) dl__xassign((dst), dl__xwrap(expr), #expr, __FILE__, __LINE__)
+#endif /* __cplusplus */
 
 /* >>backward machinery ----------------------------------------------------- */
 
@@ -693,15 +739,41 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
 
 /* User ops: one line at file scope. x0 (and x1) are the inputs; in OP1P the
  * number p0 is a parameter of the op (not differentiated). */
-#define DL_DEFINE_OP1(name, expr) DL__GEN_OP1(DL__LOCAL_GEN, DL__LOCAL_VAPI, name, name, , , expr)
+#define DL_DEFINE_OP1(name, expr) DL__GEN_OP1(DL__LOCAL_GEN, DL__LOCAL_VAPI, name, name, , , expr) DL__CXX_USER1(name)
 /* DL_DEFINE_OP1P(name, expr in x0 and p0): DL_DEFINE_OP1 with a number
  * parameter p0 that is not differentiated (name_into(y, x, p0) ...;
  * DL_T_MAP1P on the tape). */
-#define DL_DEFINE_OP1P(name, expr) DL__GEN_OP1(DL__LOCAL_GEN, DL__LOCAL_VAPI, name, name, DL__P1D, DL__P1A, expr)
+#define DL_DEFINE_OP1P(name, expr)                                                     \
+  DL__GEN_OP1(DL__LOCAL_GEN, DL__LOCAL_VAPI, name, name, DL__P1D, DL__P1A, expr) DL__CXX_USER1P(name)
 /* DL_DEFINE_OP2(name, expr in x0 and x1): a binary user op, both inputs
  * broadcast (name_into(y, a, b), name_backward(ga, gb, gy, a, b) ...;
  * DL_T_MAP2 on the tape). */
-#define DL_DEFINE_OP2(name, expr) DL__GEN_OP2(DL__LOCAL_GEN, DL__LOCAL_VAPI, name, name, expr)
+#define DL_DEFINE_OP2(name, expr) DL__GEN_OP2(DL__LOCAL_GEN, DL__LOCAL_VAPI, name, name, expr) DL__CXX_USER2(name)
+/* In C++ a user's op also gets its generic name, name(x) (name(x, p0),
+ * name(a, b)): scalar math of any of the five types, or a node inside
+ * DL_ASSIGN, as the library's dl_exp(x) ... are; DL_APPLY1(name, x) is
+ * name(x). */
+#ifdef __cplusplus
+#define DL__CXX_USER1(name)                                                            \
+  DL__CXX_FO1(name##__fo, name)                                                        \
+  template <class A> inline typename dl__cxx_u<name##__fo, A>::type name(A a) {        \
+    return dl__cxx_u<name##__fo, A>::go(a);                                            \
+  }
+#define DL__CXX_USER1P(name)                                                           \
+  DL__CXX_FO1P(name##__fo, name, double)                                               \
+  template <class A> inline auto name(A a, double p0)->decltype(dl__cxx_u<name##__fo, A>::go(a, p0)) { \
+    return dl__cxx_u<name##__fo, A>::go(a, p0);                                        \
+  }
+#define DL__CXX_USER2(name)                                                            \
+  DL__CXX_FO2(name##__fo, name)                                                        \
+  template <class A, class B> inline typename dl__cxx_b<name##__fo, A, B>::type name(A a, B b) { \
+    return dl__cxx_b<name##__fo, A, B>::go(a, b);                                      \
+  }
+#else
+#define DL__CXX_USER1(name)
+#define DL__CXX_USER1P(name)
+#define DL__CXX_USER2(name)
+#endif
 #define DL__P1D , double p0
 #define DL__P1A , p0
 
@@ -714,6 +786,6 @@ DL_OPS_UNARY(DL__LIB_OP1)
 DL_OPS_UNARY_P(DL__LIB_OP1P)
 DL_OPS_BINARY(DL__LIB_OP2)
 
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 DL__HEADER_END
 #endif /* DL_EXPR_H */

@@ -59,7 +59,7 @@
 #include "gpu/abi.h" /* plain C: the status codes the backends share */
 DL__HEADER_BEGIN
 
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY
 
 /* >>models ---------------------------------------------------------------------- */
 
@@ -219,7 +219,7 @@ DL_API dl_status dl_model_to_host(dl_model *m) {
   return DL_OK;
 }
 
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 
 DL__HEADER_END
 #endif /* DL_GPU_H */

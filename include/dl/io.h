@@ -65,7 +65,7 @@
  *   fsync, rename; a failure leaves the previous file as it was; a target
  *   that is not a regular file is refused), with injectable dl_io_hooks.
  *
- * >>model weights  (C only, as layers.h)
+ * >>model weights
  *     dl_model_save(m, path, desc)          every parameter and buffer by its
  *         PyTorch state_dict name ("0.weight", "bn.running_mean",
  *         "bn.num_batches_tracked" as I64 0-d), so that in Python
@@ -82,7 +82,7 @@
  *         convert = 1 (float tensors of another float dtype are converted).
  *     dl_model_load_st: the same from an already parsed file (e.g. memory).
  *
- * >>checkpoints  (C only) one safetensors file holding, by name:
+ * >>checkpoints  one safetensors file holding, by name:
  *     <param or buffer name>           the model, as dl_model_save
  *     optim/<param>/<state>            each optimizer state tensor
  *                                      ("optim/0.weight/exp_avg")
@@ -1443,7 +1443,7 @@ DL_API dl_status dl_st_writer_save(dl_st_writer *w, const char *path, const dl_i
 #endif
 
 /* >>model weights ------------------------------------------------------------ */
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY
 
 /* How a model save stores its float tensors: as they are (0), or converted
  * on request (round to nearest even). Integer buffers are never converted. */
@@ -1496,6 +1496,12 @@ typedef struct dl_named_value {
   double *f64; /* a double number, or NULL */
   dl_tensor *t; /* a contiguous tensor, or NULL */
 } dl_named_value;
+DL_API void dl__nv_set(dl_named_value *v, const char *name, int64_t *i64, double *f64, dl_tensor *t) {
+  v->name = name;
+  v->i64 = i64;
+  v->f64 = f64;
+  v->t = t;
+}
 
 /* One tensor a load or save moves: its name in the file and the memory it
  * comes from or goes to, described as a tensor. */
@@ -1887,6 +1893,6 @@ DL_API dl_status dl_checkpoint_load(dl_model *m, dl_optim *o, const char *path, 
 }
 #endif /* DL__IO_FILES */
 
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 DL__HEADER_END
 #endif /* DL_IO_H */

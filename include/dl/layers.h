@@ -70,7 +70,7 @@
 #include "ops.h"
 DL__HEADER_BEGIN
 
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY
 
 #include <float.h>
 #include <stdio.h>
@@ -128,6 +128,12 @@ typedef struct dl_init {
   dl_init_kind kind; /* the scheme */
   double arg; /* its argument (a gain, a bound or a value, as the scheme needs) */
 } dl_init;
+DL_API dl_init dl__init(dl_init_kind kind, double arg) {
+  dl_init i;
+  i.kind = kind;
+  i.arg = arg;
+  return i;
+}
 
 /* The scheme's name as dl_model_configure's init= takes it
  * ("kaiming_normal", ...). */
@@ -378,7 +384,7 @@ DL_API int dl__grow(dl_ctx *ctx, void **arr, int *cap, int need, size_t elem) {
 
 /* The container types (defined with the containers): a layer's type is its
  * vtable, compared by address. */
-DL__GLOBAL_FWD const dl_layer_vt dl__lay_root_vt, dl__lay_seq_vt, dl__lay_residual_vt, dl__lay_module_vt;
+DL__GLOBAL_DECL(const dl_layer_vt dl__lay_root_vt, dl__lay_seq_vt, dl__lay_residual_vt, dl__lay_module_vt)
 
 /* A new empty model on the heap, in train mode. NULL when out of memory
  * (message in ctx). Free with dl_model_free. */
@@ -869,8 +875,8 @@ DL_API dl_tensor *dl__lay_seq_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
   for (i = 0; i < l->nchild; i++) x = dl_layer_call(l->child[i], tp, x);
   return x;
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_root_vt, {"Model", dl__lay_seq_forward, NULL, NULL, 0});
-DL__GLOBAL(const dl_layer_vt dl__lay_seq_vt, {"Sequential", dl__lay_seq_forward, NULL, NULL, 0});
+DL__GLOBAL_LATE(const dl_layer_vt dl__lay_root_vt, {"Model", dl__lay_seq_forward, NULL, NULL, 0});
+DL__GLOBAL_LATE(const dl_layer_vt dl__lay_seq_vt, {"Sequential", dl__lay_seq_forward, NULL, NULL, 0});
 
 /* nn.Sequential: y = children in order. */
 DL_API dl_layer *dl_sequential_make(dl_model *m, dl_layer *parent, const char *name) {
@@ -880,7 +886,7 @@ DL_API dl_layer *dl_sequential_make(dl_model *m, dl_layer *parent, const char *n
 
 /* A layer whose forward is fn (plain C); its children are its named parts.
  * fn may be NULL for a named group that is only called part by part. */
-DL__GLOBAL(const dl_layer_vt dl__lay_module_vt, {"Module", NULL, NULL, NULL, 0});
+DL__GLOBAL_LATE(const dl_layer_vt dl__lay_module_vt, {"Module", NULL, NULL, NULL, 0});
 /* Append a Module: a layer whose forward is fn (NULL: a group called part
  * by part), user passed through; add its parts as its children. NULL on
  * failure. */
@@ -970,7 +976,7 @@ DL_API void dl__lay_residual_describe(const dl_layer *l, char *buf, size_t n) {
     snprintf(buf + k, n - k, ", then %s", dl_act_name(((const dl__lay_residual *)l)->act));
   }
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_residual_vt, {"Residual", dl__lay_residual_forward, dl__lay_residual_describe, NULL, 0});
+DL__GLOBAL_LATE(const dl_layer_vt dl__lay_residual_vt, {"Residual", dl__lay_residual_forward, dl__lay_residual_describe, NULL, 0});
 /* Append a Residual: y = act(children(x) + x), its children run in order (a
  * container). NULL on failure. */
 DL_API dl_layer *dl_residual_make(dl_model *m, dl_layer *parent, const char *name, dl_act act) {
@@ -1015,11 +1021,11 @@ DL_API dl_layer *dl_linear_make(dl_model *m, dl_layer *parent, const char *name,
   L = (dl__lay_linear *)dl_layer_new(m, parent, name, &dl__lay_linear_vt, sizeof *L);
   if (!L) return NULL;
   L->d = *d;
-  L->w = dl_layer_param_new(&L->base, "weight", DL_PARAM_WEIGHT, 2, (const int64_t[]){d->out, d->in},
-                            (dl_init){DL_INIT_KAIMING_UNIFORM, sqrt(5.0)}, m->dtype);
+  L->w = dl_layer_param_new(&L->base, "weight", DL_PARAM_WEIGHT, 2, DL__I64S(d->out, d->in),
+                            dl__init(DL_INIT_KAIMING_UNIFORM, sqrt(5.0)), m->dtype);
   if (!d->no_bias)
-    L->b = dl_layer_param_new(&L->base, "bias", DL_PARAM_BIAS, 1, (const int64_t[]){d->out},
-                              (dl_init){DL_INIT_UNIFORM, 1.0 / sqrt((double)d->in)}, m->dtype);
+    L->b = dl_layer_param_new(&L->base, "bias", DL_PARAM_BIAS, 1, DL__I64S(d->out),
+                              dl__init(DL_INIT_UNIFORM, 1.0 / sqrt((double)d->in)), m->dtype);
   return m->status == DL_OK ? &L->base : NULL;
 }
 
@@ -1064,14 +1070,16 @@ DL_API dl_tensor *dl__lay_conv_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
   dl__lay_conv *C = (dl__lay_conv *)l;
   const dl_conv2d_desc *d = &C->d;
   if (C->one_d) {
+    const dl_conv1d_args a1 = {d->stride, d->padding, d->dilation, d->groups, d->pad_mode, d->padding_end};
     dl__check_input(l, x, 3, 3, 1, d->in);
-    return dl_t_conv1d(tp, x, C->w, C->b, &(dl_conv1d_args){d->stride, d->padding, d->dilation, d->groups, d->pad_mode,
-                                                                   d->padding_end});
+    return dl_t_conv1d(tp, x, C->w, C->b, &a1);
   }
-  dl__check_input(l, x, 4, 4, 1, d->in);
-  return dl_t_conv2d(tp, x, C->w, C->b,
-                     &(dl_conv2d_args){d->stride, d->stride_w, d->padding, d->padding_w, d->dilation, d->dilation_w,
-                                       d->groups, d->pad_mode, d->padding_end, d->padding_w_end});
+  {
+    const dl_conv2d_args a2 = {d->stride,   d->stride_w, d->padding,     d->padding_w,    d->dilation,
+                               d->dilation_w, d->groups, d->pad_mode, d->padding_end, d->padding_w_end};
+    dl__check_input(l, x, 4, 4, 1, d->in);
+    return dl_t_conv2d(tp, x, C->w, C->b, &a2);
+  }
 }
 DL_API void dl__lay_conv_describe(const dl_layer *l, char *buf, size_t n) {
   const dl__lay_conv *C = (const dl__lay_conv *)l;
@@ -1121,15 +1129,15 @@ DL_API dl_layer *dl__lay_conv_make(dl_model *m, dl_layer *parent, const char *na
   kw = one_d ? 1 : d.kernel_w;
   fan = (double)(d.in / d.groups) * d.kernel * (double)kw;
   if (one_d)
-    C->w = dl_layer_param_new(&C->base, "weight", DL_PARAM_WEIGHT, 3, (const int64_t[]){d.out, d.in / d.groups, d.kernel},
-                              (dl_init){DL_INIT_KAIMING_UNIFORM, sqrt(5.0)}, m->dtype);
+    C->w = dl_layer_param_new(&C->base, "weight", DL_PARAM_WEIGHT, 3, DL__I64S(d.out, d.in / d.groups, d.kernel),
+                              dl__init(DL_INIT_KAIMING_UNIFORM, sqrt(5.0)), m->dtype);
   else
     C->w = dl_layer_param_new(&C->base, "weight", DL_PARAM_WEIGHT, 4,
-                              (const int64_t[]){d.out, d.in / d.groups, d.kernel, kw},
-                              (dl_init){DL_INIT_KAIMING_UNIFORM, sqrt(5.0)}, m->dtype);
+                              DL__I64S(d.out, d.in / d.groups, d.kernel, kw),
+                              dl__init(DL_INIT_KAIMING_UNIFORM, sqrt(5.0)), m->dtype);
   if (!d.no_bias)
-    C->b = dl_layer_param_new(&C->base, "bias", DL_PARAM_BIAS, 1, (const int64_t[]){d.out},
-                              (dl_init){DL_INIT_UNIFORM, 1.0 / sqrt(fan)}, m->dtype);
+    C->b = dl_layer_param_new(&C->base, "bias", DL_PARAM_BIAS, 1, DL__I64S(d.out),
+                              dl__init(DL_INIT_UNIFORM, 1.0 / sqrt(fan)), m->dtype);
   return m->status == DL_OK ? &C->base : NULL;
 }
 /* Append a Conv2d layer (torch.nn.Conv2d: weight [out, in/groups, kh, kw],
@@ -1228,11 +1236,11 @@ DL_API dl_layer *dl_conv3d_make(dl_model *m, dl_layer *parent, const char *name,
   C->a.groups = groups;
   fan = (double)(d->in / groups) * k[0] * k[1] * (double)k[2];
   C->w = dl_layer_param_new(&C->base, "weight", DL_PARAM_WEIGHT, 5,
-                            (const int64_t[]){d->out, d->in / groups, k[0], k[1], k[2]},
-                            (dl_init){DL_INIT_KAIMING_UNIFORM, sqrt(5.0)}, m->dtype);
+                            DL__I64S(d->out, d->in / groups, k[0], k[1], k[2]),
+                            dl__init(DL_INIT_KAIMING_UNIFORM, sqrt(5.0)), m->dtype);
   if (!d->no_bias)
-    C->b = dl_layer_param_new(&C->base, "bias", DL_PARAM_BIAS, 1, (const int64_t[]){d->out},
-                              (dl_init){DL_INIT_UNIFORM, 1.0 / sqrt(fan)}, m->dtype);
+    C->b = dl_layer_param_new(&C->base, "bias", DL_PARAM_BIAS, 1, DL__I64S(d->out),
+                              dl__init(DL_INIT_UNIFORM, 1.0 / sqrt(fan)), m->dtype);
   return m->status == DL_OK ? &C->base : NULL;
 }
 
@@ -1507,8 +1515,8 @@ DL_API dl_layer *dl_embedding_make(dl_model *m, dl_layer *parent, const char *na
   E = (dl__embedding *)dl_layer_new(m, parent, name, &dl__lay_embedding_vt, sizeof *E);
   if (!E) return NULL;
   E->d = *d;
-  E->w = dl_layer_param_new(&E->base, "weight", DL_PARAM_WEIGHT, 2, (const int64_t[]){d->num, d->dim},
-                            (dl_init){DL_INIT_NORMAL, 1.0}, m->dtype);
+  E->w = dl_layer_param_new(&E->base, "weight", DL_PARAM_WEIGHT, 2, DL__I64S(d->num, d->dim),
+                            dl__init(DL_INIT_NORMAL, 1.0), m->dtype);
   if (E->w && d->sparse) m->params[m->nparams - 1]->sparse = 1;
   return m->status == DL_OK ? &E->base : NULL;
 }
@@ -1568,13 +1576,13 @@ DL_API dl_layer *dl__lay_batchnorm_make(dl_model *m, dl_layer *parent, const cha
   B->nd_min = two_d ? 4 : 2;
   B->nd_max = two_d ? 4 : 3;
   if (!d->no_affine) {
-    B->w = dl_layer_param_new(&B->base, "weight", DL_PARAM_NORM, 1, &c, (dl_init){DL_INIT_ONES, 0}, m->dtype);
-    B->b = dl_layer_param_new(&B->base, "bias", DL_PARAM_NORM, 1, &c, (dl_init){DL_INIT_ZEROS, 0}, m->dtype);
+    B->w = dl_layer_param_new(&B->base, "weight", DL_PARAM_NORM, 1, &c, dl__init(DL_INIT_ONES, 0), m->dtype);
+    B->b = dl_layer_param_new(&B->base, "bias", DL_PARAM_NORM, 1, &c, dl__init(DL_INIT_ZEROS, 0), m->dtype);
   }
   if (!d->no_running_stats) {
-    B->rm = dl_layer_param_new(&B->base, "running_mean", DL_PARAM_BUFFER, 1, &c, (dl_init){DL_INIT_ZEROS, 0}, m->dtype);
-    B->rv = dl_layer_param_new(&B->base, "running_var", DL_PARAM_BUFFER, 1, &c, (dl_init){DL_INIT_ONES, 0}, m->dtype);
-    B->nbt = dl_layer_param_new(&B->base, "num_batches_tracked", DL_PARAM_BUFFER, 0, &c, (dl_init){DL_INIT_DEFAULT, 0},
+    B->rm = dl_layer_param_new(&B->base, "running_mean", DL_PARAM_BUFFER, 1, &c, dl__init(DL_INIT_ZEROS, 0), m->dtype);
+    B->rv = dl_layer_param_new(&B->base, "running_var", DL_PARAM_BUFFER, 1, &c, dl__init(DL_INIT_ONES, 0), m->dtype);
+    B->nbt = dl_layer_param_new(&B->base, "num_batches_tracked", DL_PARAM_BUFFER, 0, &c, dl__init(DL_INIT_DEFAULT, 0),
                                 DL_I64);
   }
   return m->status == DL_OK ? &B->base : NULL;
@@ -1644,9 +1652,9 @@ DL_API dl_layer *dl__lay_norm_make(dl_model *m, dl_layer *parent, const char *na
   N->rms = rms;
   if (N->d.eps == 0) N->d.eps = rms ? (m->dtype == DL_F32 ? (double)FLT_EPSILON : DBL_EPSILON) : 1e-5;
   if (!d->no_affine) {
-    N->w = dl_layer_param_new(&N->base, "weight", DL_PARAM_NORM, nd, d->shape, (dl_init){DL_INIT_ONES, 0}, m->dtype);
+    N->w = dl_layer_param_new(&N->base, "weight", DL_PARAM_NORM, nd, d->shape, dl__init(DL_INIT_ONES, 0), m->dtype);
     if (!rms)
-      N->b = dl_layer_param_new(&N->base, "bias", DL_PARAM_NORM, nd, d->shape, (dl_init){DL_INIT_ZEROS, 0}, m->dtype);
+      N->b = dl_layer_param_new(&N->base, "bias", DL_PARAM_NORM, nd, d->shape, dl__init(DL_INIT_ZEROS, 0), m->dtype);
   }
   return m->status == DL_OK ? &N->base : NULL;
 }
@@ -1694,7 +1702,7 @@ typedef struct dl_rnn_desc {
 typedef enum dl__lay_rnn_kind { DL__LAY_RNN, DL__LAY_LSTM, DL__LAY_GRU } dl__lay_rnn_kind;
 /* Most stacked layers an RNN, LSTM or GRU layer may have. */
 #define DL_RNN_MAX_LAYERS 16
-DL__GLOBAL_FWD const dl_layer_vt dl__lay_rnn_vt, dl__lay_lstm_vt, dl__lay_gru_vt, dl__lay_mha_vt; /* defined below */
+DL__GLOBAL_DECL(const dl_layer_vt dl__lay_rnn_vt, dl__lay_lstm_vt, dl__lay_gru_vt, dl__lay_mha_vt) /* defined below */
 typedef struct dl__lay_rnn {
   dl_layer base;
   dl_rnn_desc d;
@@ -1719,7 +1727,7 @@ DL_API dl_tensor *dl__rnn_reverse(dl_tape *tp, dl_tensor *x, const int64_t *leng
   for (b = 0; b < B; b++)
     for (t = 0; t < T; t++) ix[b * T + t] = b * T + (t < lengths[b] ? lengths[b] - 1 - t : t);
   dl_tensor_wrap(&idx, tp->ctx, DL_I64, 1, &n, ix);
-  return dl_t_reshape(tp, dl_t_index_select(tp, dl_t_reshape(tp, x, 2, (const int64_t[]){B * T, F}), 0, &idx), 3,
+  return dl_t_reshape(tp, dl_t_index_select(tp, dl_t_reshape(tp, x, 2, DL__I64S(B * T, F)), 0, &idx), 3,
                       x->shape);
 }
 
@@ -1798,9 +1806,9 @@ DL_API void dl__lay_rnn_describe(const dl_layer *l, char *buf, size_t n) {
            R->d.no_bias ? ", bias=0" : "", R->d.relu ? ", relu" : "", R->d.bidirectional ? ", bidirectional" : "",
            R->d.gru_reset_before_linear ? ", reset before linear" : "");
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_rnn_vt, {"RNN", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL, 0});
-DL__GLOBAL(const dl_layer_vt dl__lay_lstm_vt, {"LSTM", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL, 0});
-DL__GLOBAL(const dl_layer_vt dl__lay_gru_vt, {"GRU", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL, 0});
+DL__GLOBAL_LATE(const dl_layer_vt dl__lay_rnn_vt, {"RNN", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL, 0});
+DL__GLOBAL_LATE(const dl_layer_vt dl__lay_lstm_vt, {"LSTM", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL, 0});
+DL__GLOBAL_LATE(const dl_layer_vt dl__lay_gru_vt, {"GRU", dl__lay_rnn_forward1, dl__lay_rnn_describe, NULL, 0});
 DL_API dl_layer *dl__lay_rnn_make(dl_model *m, dl_layer *parent, const char *name, const dl_rnn_desc *d, dl__lay_rnn_kind kind) {
   if (!m) return NULL; /* a dl_model_make that failed */
   static const dl_layer_vt *const vts[] = {&dl__lay_rnn_vt, &dl__lay_lstm_vt, &dl__lay_gru_vt};
@@ -1828,13 +1836,13 @@ DL_API dl_layer *dl__lay_rnn_make(dl_model *m, dl_layer *parent, const char *nam
     snprintf(nm[1], sizeof nm[1], "weight_hh_l%d%s", lk, sfx);
     snprintf(nm[2], sizeof nm[2], "bias_ih_l%d%s", lk, sfx);
     snprintf(nm[3], sizeof nm[3], "bias_hh_l%d%s", lk, sfx);
-    R->w_ih[j] = dl_layer_param_new(&R->base, nm[0], DL_PARAM_WEIGHT, 2, (const int64_t[]){gh, in},
-                                    (dl_init){DL_INIT_UNIFORM, bound}, m->dtype);
-    R->w_hh[j] = dl_layer_param_new(&R->base, nm[1], DL_PARAM_WEIGHT, 2, (const int64_t[]){gh, d->hidden},
-                                    (dl_init){DL_INIT_UNIFORM, bound}, m->dtype);
+    R->w_ih[j] = dl_layer_param_new(&R->base, nm[0], DL_PARAM_WEIGHT, 2, DL__I64S(gh, in),
+                                    dl__init(DL_INIT_UNIFORM, bound), m->dtype);
+    R->w_hh[j] = dl_layer_param_new(&R->base, nm[1], DL_PARAM_WEIGHT, 2, DL__I64S(gh, d->hidden),
+                                    dl__init(DL_INIT_UNIFORM, bound), m->dtype);
     if (!d->no_bias) {
-      R->b_ih[j] = dl_layer_param_new(&R->base, nm[2], DL_PARAM_BIAS, 1, &gh, (dl_init){DL_INIT_UNIFORM, bound}, m->dtype);
-      R->b_hh[j] = dl_layer_param_new(&R->base, nm[3], DL_PARAM_BIAS, 1, &gh, (dl_init){DL_INIT_UNIFORM, bound}, m->dtype);
+      R->b_ih[j] = dl_layer_param_new(&R->base, nm[2], DL_PARAM_BIAS, 1, &gh, dl__init(DL_INIT_UNIFORM, bound), m->dtype);
+      R->b_hh[j] = dl_layer_param_new(&R->base, nm[3], DL_PARAM_BIAS, 1, &gh, dl__init(DL_INIT_UNIFORM, bound), m->dtype);
     }
   }
   return m->status == DL_OK ? &R->base : NULL;
@@ -1891,7 +1899,7 @@ DL_API void dl__lay_mha_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "%lld, heads=%d%s%s", (long long)A->d.embed, A->d.heads, A->d.no_bias ? ", bias=0" : "",
            A->d.causal ? ", causal" : "");
 }
-DL__GLOBAL(const dl_layer_vt dl__lay_mha_vt, {"MultiheadAttention", dl__lay_mha_forward1, dl__lay_mha_describe, NULL, 0});
+DL__GLOBAL_LATE(const dl_layer_vt dl__lay_mha_vt, {"MultiheadAttention", dl__lay_mha_forward1, dl__lay_mha_describe, NULL, 0});
 /* Append a MultiheadAttention layer (torch.nn.MultiheadAttention,
  * batch_first; self-attention on its input). NULL on failure. */
 DL_API dl_layer *dl_mha_make(dl_model *m, dl_layer *parent, const char *name, const dl_mha_desc *d) {
@@ -1903,14 +1911,14 @@ DL_API dl_layer *dl_mha_make(dl_model *m, dl_layer *parent, const char *name, co
   A = (dl__lay_mha *)dl_layer_new(m, parent, name, &dl__lay_mha_vt, sizeof *A);
   if (!A) return NULL;
   A->d = *d;
-  A->in_w = dl_layer_param_new(&A->base, "in_proj_weight", DL_PARAM_WEIGHT, 2, (const int64_t[]){E3, E},
-                               (dl_init){DL_INIT_XAVIER_UNIFORM, 0}, m->dtype);
+  A->in_w = dl_layer_param_new(&A->base, "in_proj_weight", DL_PARAM_WEIGHT, 2, DL__I64S(E3, E),
+                               dl__init(DL_INIT_XAVIER_UNIFORM, 0), m->dtype);
   if (!d->no_bias)
-    A->in_b = dl_layer_param_new(&A->base, "in_proj_bias", DL_PARAM_BIAS, 1, &E3, (dl_init){DL_INIT_ZEROS, 0}, m->dtype);
-  A->out_w = dl_layer_param_new(&A->base, "out_proj.weight", DL_PARAM_WEIGHT, 2, (const int64_t[]){E, E},
-                                (dl_init){DL_INIT_KAIMING_UNIFORM, sqrt(5.0)}, m->dtype);
+    A->in_b = dl_layer_param_new(&A->base, "in_proj_bias", DL_PARAM_BIAS, 1, &E3, dl__init(DL_INIT_ZEROS, 0), m->dtype);
+  A->out_w = dl_layer_param_new(&A->base, "out_proj.weight", DL_PARAM_WEIGHT, 2, DL__I64S(E, E),
+                                dl__init(DL_INIT_KAIMING_UNIFORM, sqrt(5.0)), m->dtype);
   if (!d->no_bias)
-    A->out_b = dl_layer_param_new(&A->base, "out_proj.bias", DL_PARAM_BIAS, 1, &E, (dl_init){DL_INIT_ZEROS, 0}, m->dtype);
+    A->out_b = dl_layer_param_new(&A->base, "out_proj.bias", DL_PARAM_BIAS, 1, &E, dl__init(DL_INIT_ZEROS, 0), m->dtype);
   return m->status == DL_OK ? &A->base : NULL;
 }
 
@@ -1990,6 +1998,6 @@ DL_API dl_status dl_model_summary(dl_model *m, FILE *f, dl_tensor *example) {
   return DL_OK;
 }
 
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 DL__HEADER_END
 #endif /* DL_LAYERS_H */

@@ -39,7 +39,8 @@
  *                       (step * base / warmup_steps), then half a cosine from
  *                       base down to min_lr at total_steps, min_lr after it
  *   dl_lr_one_cycle     OneCycleLR(anneal_strategy='cos', three_phase=False)
- * The schedules (and the configs) are visible to C++ too; the updates are C.
+ * The schedules (and the configs) are visible to nvcc too; the rest is
+ * host code (C or C++).
  *
  * GPU (DL_USE_CUDA): an update of device tensors (contiguous) is one fused
  * kernel (dl/gpu/optim.h) that gives the CPU's bits; an optimizer made for a
@@ -211,7 +212,7 @@ DL_API double dl_lr_one_cycle(double max_lr, int64_t step, int64_t total_steps, 
   return end + (start - end) / 2.0 * (cos(3.14159265358979323846 * pct) + 1);
 }
 
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY
 
 /* >>checks ----------------------------------------------------------------- */
 
@@ -401,7 +402,7 @@ DL_API void dl__optim_run(dl_tensor *const *t, int nt, dl__optim_kernel kern, co
     union { float f[TILE]; double d[TILE]; } buf[DL__OPTIM_NT];
     memset(idx, 0, sizeof idx);
     for (i = 0; i < n; i += TILE) {
-      const int64_t m = n - i < TILE ? n - i : TILE;
+      const int64_t m = n - i < TILE ? n - i : (int64_t)TILE;
       int64_t e;
       for (j = 0; j < nt; j++) a[j] = t[j] ? (void *)buf[j].d : NULL;
       /* gather: element e of the tile is row-major element i + e */
@@ -1610,7 +1611,7 @@ DL_API void dl_train_step_nowait(dl_optim *o, dl_tape *tp, dl_tensor *loss, cons
   (void)dl__apply_grads(o, d, 0);
 }
 
-#endif /* __cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 
 DL__HEADER_END
 #endif /* DL_OPTIM_H */

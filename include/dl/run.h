@@ -86,7 +86,7 @@
 #include "gpu.h" /* --device: dl_train_device, models and batches on the GPU */
 DL__HEADER_BEGIN
 
-#if !defined(__cplusplus) && !defined(DL_NO_STDIO)
+#if !defined(DL__SCALAR_ONLY) && !defined(DL_NO_STDIO)
 
 #include <ctype.h>
 #include <errno.h>
@@ -263,32 +263,43 @@ typedef struct dl_train_opts {
 /* How many flags dl_train_flags fills in. */
 #define DL_TRAIN_NFLAGS 19
 
+DL_API void dl__flag_def(dl_flag *f, const char *name, dl_flag_kind kind, void *value, double min, double max,
+                         const char *help, const char *meta) {
+  f->name = name;
+  f->kind = kind;
+  f->value = value;
+  f->min = min;
+  f->max = max;
+  f->help = help;
+  f->meta = meta;
+}
+
 /* Fill out[0..DL_TRAIN_NFLAGS) with the standard flags, pointing into o;
  * returns DL_TRAIN_NFLAGS. */
 DL_API int dl_train_flags(dl_train_opts *o, dl_flag *out) {
   int n = 0;
-  out[n++] = (dl_flag){"epochs", DL_FLAG_I64, &o->epochs, 0, 100000, "epochs to train (a resumed run: up to this epoch)", "N"};
-  out[n++] = (dl_flag){"batch", DL_FLAG_I64, &o->batch, 1, 1 << 20, "mini-batch size", "N"};
-  out[n++] = (dl_flag){"lr", DL_FLAG_F64, &o->lr, 0, 1e6, "learning rate", "X"};
-  out[n++] = (dl_flag){"seed", DL_FLAG_I64, &o->seed, 0, 9007199254740992.0, "seed of the initialisation, data order and dropout", "N"};
-  out[n++] = (dl_flag){"threads", DL_FLAG_I64, &o->threads, 0, 4096, "threads (0: OpenMP's default)", "N"};
-  out[n++] = (dl_flag){"save", DL_FLAG_STR, (void *)&o->save, 0, 0, "write the trained weights here (safetensors)", "FILE"};
-  out[n++] = (dl_flag){"load", DL_FLAG_STR, (void *)&o->load, 0, 0, "start from these weights (safetensors)", "FILE"};
-  out[n++] = (dl_flag){"eval", DL_FLAG_SWITCH, &o->eval, 0, 0, "only evaluate the model given by --load", NULL};
-  out[n++] = (dl_flag){"checkpoint", DL_FLAG_STR, (void *)&o->checkpoint, 0, 0, "write the whole training state here after every epoch", "FILE"};
-  out[n++] = (dl_flag){"resume", DL_FLAG_STR, (void *)&o->resume, 0, 0, "continue training from this checkpoint", "FILE"};
-  out[n++] = (dl_flag){"csv", DL_FLAG_STR, (void *)&o->csv, 0, 0, "per-epoch log (CSV)", "FILE"};
-  out[n++] = (dl_flag){"chart", DL_FLAG_STR, (void *)&o->chart, 0, 0, "loss and accuracy curves (PNG)", "FILE"};
-  out[n++] = (dl_flag){"data", DL_FLAG_STR, (void *)&o->data, 0, 0, "where the data set is", "DIR"};
-  out[n++] = (dl_flag){"stop-after", DL_FLAG_I64, &o->stop_after, 0, 100000,
-                       "end this process after N epochs, as if interrupted (resume with --resume; 0: never)", "N"};
-  out[n++] = (dl_flag){"subset", DL_FLAG_I64, &o->subset, 0, 1e15, "train on the first N samples only (0: all)", "N"};
-  out[n++] = (dl_flag){"device", DL_FLAG_STR, (void *)&o->device, 0, 0,
-                       "cpu, or cuda[:N] to train on GPU N (a build with DL_USE_CUDA, see dl/gpu.h)", "DEV"};
-  out[n++] = (dl_flag){"deterministic", DL_FLAG_SWITCH, &o->deterministic, 0, 0,
-                       "on the GPU, algorithms that give the same bits on every run (the CPU always does)", NULL};
-  out[n++] = (dl_flag){"quiet", DL_FLAG_SWITCH, &o->quiet, 0, 0, "no progress line", NULL};
-  out[n++] = (dl_flag){"help", DL_FLAG_SWITCH, &o->help, 0, 0, "this list", NULL};
+  dl__flag_def(&out[n++], "epochs", DL_FLAG_I64, &o->epochs, 0, 100000, "epochs to train (a resumed run: up to this epoch)", "N");
+  dl__flag_def(&out[n++], "batch", DL_FLAG_I64, &o->batch, 1, 1 << 20, "mini-batch size", "N");
+  dl__flag_def(&out[n++], "lr", DL_FLAG_F64, &o->lr, 0, 1e6, "learning rate", "X");
+  dl__flag_def(&out[n++], "seed", DL_FLAG_I64, &o->seed, 0, 9007199254740992.0, "seed of the initialisation, data order and dropout", "N");
+  dl__flag_def(&out[n++], "threads", DL_FLAG_I64, &o->threads, 0, 4096, "threads (0: OpenMP's default)", "N");
+  dl__flag_def(&out[n++], "save", DL_FLAG_STR, (void *)&o->save, 0, 0, "write the trained weights here (safetensors)", "FILE");
+  dl__flag_def(&out[n++], "load", DL_FLAG_STR, (void *)&o->load, 0, 0, "start from these weights (safetensors)", "FILE");
+  dl__flag_def(&out[n++], "eval", DL_FLAG_SWITCH, &o->eval, 0, 0, "only evaluate the model given by --load", NULL);
+  dl__flag_def(&out[n++], "checkpoint", DL_FLAG_STR, (void *)&o->checkpoint, 0, 0, "write the whole training state here after every epoch", "FILE");
+  dl__flag_def(&out[n++], "resume", DL_FLAG_STR, (void *)&o->resume, 0, 0, "continue training from this checkpoint", "FILE");
+  dl__flag_def(&out[n++], "csv", DL_FLAG_STR, (void *)&o->csv, 0, 0, "per-epoch log (CSV)", "FILE");
+  dl__flag_def(&out[n++], "chart", DL_FLAG_STR, (void *)&o->chart, 0, 0, "loss and accuracy curves (PNG)", "FILE");
+  dl__flag_def(&out[n++], "data", DL_FLAG_STR, (void *)&o->data, 0, 0, "where the data set is", "DIR");
+  dl__flag_def(&out[n++], "stop-after", DL_FLAG_I64, &o->stop_after, 0, 100000,
+                       "end this process after N epochs, as if interrupted (resume with --resume; 0: never)", "N");
+  dl__flag_def(&out[n++], "subset", DL_FLAG_I64, &o->subset, 0, 1e15, "train on the first N samples only (0: all)", "N");
+  dl__flag_def(&out[n++], "device", DL_FLAG_STR, (void *)&o->device, 0, 0,
+                       "cpu, or cuda[:N] to train on GPU N (a build with DL_USE_CUDA, see dl/gpu.h)", "DEV");
+  dl__flag_def(&out[n++], "deterministic", DL_FLAG_SWITCH, &o->deterministic, 0, 0,
+                       "on the GPU, algorithms that give the same bits on every run (the CPU always does)", NULL);
+  dl__flag_def(&out[n++], "quiet", DL_FLAG_SWITCH, &o->quiet, 0, 0, "no progress line", NULL);
+  dl__flag_def(&out[n++], "help", DL_FLAG_SWITCH, &o->help, 0, 0, "this list", NULL);
   return n;
 }
 
@@ -465,22 +476,22 @@ DL_API double *dl__run_col(const dl_run *r, int c) { return dl_f64(r->hist) + (s
 /* The named values a checkpoint of this run holds: ours, then the caller's. */
 DL_API void dl__run_values(dl_run *r) {
   int i, n = 0;
-  r->vals[n++] = (dl_named_value){"run/epoch", &r->epoch, NULL, NULL};
-  r->vals[n++] = (dl_named_value){"run/step", &r->step, NULL, NULL};
-  r->vals[n++] = (dl_named_value){"run/history", NULL, NULL, r->hist};
-  r->vals[n++] = (dl_named_value){"run/wall_s", NULL, &r->wall_before, NULL};
-  r->vals[n++] = (dl_named_value){"run/steps_per_epoch", &r->cfg[2], NULL, NULL};
-  r->vals[n++] = (dl_named_value){"run/epochs", &r->cfg[3], NULL, NULL};
-  r->vals[n++] = (dl_named_value){"run/lr", NULL, &r->cfg_lr, NULL};
-  r->vals[n++] = (dl_named_value){"run/weight_decay", NULL, &r->cfg_wd, NULL};
+  dl__nv_set(&r->vals[n++], "run/epoch", &r->epoch, NULL, NULL);
+  dl__nv_set(&r->vals[n++], "run/step", &r->step, NULL, NULL);
+  dl__nv_set(&r->vals[n++], "run/history", NULL, NULL, r->hist);
+  dl__nv_set(&r->vals[n++], "run/wall_s", NULL, &r->wall_before, NULL);
+  dl__nv_set(&r->vals[n++], "run/steps_per_epoch", &r->cfg[2], NULL, NULL);
+  dl__nv_set(&r->vals[n++], "run/epochs", &r->cfg[3], NULL, NULL);
+  dl__nv_set(&r->vals[n++], "run/lr", NULL, &r->cfg_lr, NULL);
+  dl__nv_set(&r->vals[n++], "run/weight_decay", NULL, &r->cfg_wd, NULL);
   if (r->desc.batcher) {
-    r->vals[n++] = (dl_named_value){"run/batch_size", &r->cfg[0], NULL, NULL};
-    r->vals[n++] = (dl_named_value){"run/data_size", &r->cfg[1], NULL, NULL};
-    r->vals[n++] = (dl_named_value){"run/shuffle_seed", &r->shuffle[0], NULL, NULL};
-    r->vals[n++] = (dl_named_value){"run/shuffle_epoch", &r->shuffle[1], NULL, NULL};
-    r->vals[n++] = (dl_named_value){"run/shuffle_pos", &r->shuffle[2], NULL, NULL};
+    dl__nv_set(&r->vals[n++], "run/batch_size", &r->cfg[0], NULL, NULL);
+    dl__nv_set(&r->vals[n++], "run/data_size", &r->cfg[1], NULL, NULL);
+    dl__nv_set(&r->vals[n++], "run/shuffle_seed", &r->shuffle[0], NULL, NULL);
+    dl__nv_set(&r->vals[n++], "run/shuffle_epoch", &r->shuffle[1], NULL, NULL);
+    dl__nv_set(&r->vals[n++], "run/shuffle_pos", &r->shuffle[2], NULL, NULL);
   }
-  if (r->world > 1) r->vals[n++] = (dl_named_value){"run/world", &r->world, NULL, NULL};
+  if (r->world > 1) dl__nv_set(&r->vals[n++], "run/world", &r->world, NULL, NULL);
   for (i = 0; i < r->desc.nvalues; i++) r->vals[n++] = r->desc.values[i];
   r->nvals = n;
 }
@@ -724,12 +735,15 @@ DL_API dl_status dl_run_begin(dl_run *r, dl_ctx *ctx, const dl_run_desc *desc) {
   r->first_epoch = r->epoch;
   {
     int quiet = o->quiet || !dl_dist_is_root(desc->dist); /* only rank 0 shows progress */
-    dl_progress_init(&r->pg, &(dl_progress_desc){.stream = desc->out ? desc->out : stdout,
-                                                  .epochs = o->epochs,
-                                                  .steps = desc->steps_per_epoch,
-                                                  .mode = quiet ? DL_PROGRESS_LINES : DL_PROGRESS_AUTO,
-                                                  .every_frac = quiet ? -1 : 0,
-                                                  .every_s = quiet ? -1 : 0});
+    dl_progress_desc pd;
+    memset(&pd, 0, sizeof pd);
+    pd.stream = desc->out ? desc->out : stdout;
+    pd.epochs = o->epochs;
+    pd.steps = desc->steps_per_epoch;
+    pd.mode = quiet ? DL_PROGRESS_LINES : DL_PROGRESS_AUTO;
+    pd.every_frac = quiet ? -1 : 0;
+    pd.every_s = quiet ? -1 : 0;
+    dl_progress_init(&r->pg, &pd);
   }
   r->t0 = dl_clock_monotonic(NULL);
   return DL_OK;
@@ -898,7 +912,12 @@ DL_API dl_status dl__run_csv(dl_run *r) {
   if (!rows) return r->ctx ? r->ctx->status : DL_ERR_NOMEM;
   for (e = 0; e < n; e++)
     for (c = 0; c < DL_EPOCH_STATS_COLUMNS; c++) rows[e * DL_EPOCH_STATS_COLUMNS + c] = dl__run_col(r, c)[e];
-  s = dl_csv_save(r->ctx, &(dl_csv_log_desc){.path = r->desc.opts->csv}, rows, n);
+  {
+    dl_csv_log_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.path = r->desc.opts->csv;
+    s = dl_csv_save(r->ctx, &cd, rows, n);
+  }
   dl_free(r->ctx, rows);
   return s;
 }
@@ -906,12 +925,18 @@ DL_API dl_status dl__run_csv(dl_run *r) {
 /* The chart of the history so far (--chart). */
 DL_API dl_status dl_run_chart(dl_run *r, const char *path) {
   int64_t n = r->epoch < DL_RUN_MAX_EPOCHS ? r->epoch : DL_RUN_MAX_EPOCHS;
+  dl_chart_desc cd;
   if (n < 1) return DL_OK;
-  return dl_chart_save_png(r->ctx, path,
-                           &(dl_chart_desc){.n = n, .x = dl__run_col(r, 0), .train_loss = dl__run_col(r, 1),
-                                            .train_acc = dl__run_col(r, 2), .val_loss = dl__run_col(r, 3),
-                                            .val_acc = dl__run_col(r, 4), .title = r->desc.title,
-                                            .val_name = r->desc.val_name ? r->desc.val_name : "test"});
+  memset(&cd, 0, sizeof cd);
+  cd.n = n;
+  cd.x = dl__run_col(r, 0);
+  cd.train_loss = dl__run_col(r, 1);
+  cd.train_acc = dl__run_col(r, 2);
+  cd.val_loss = dl__run_col(r, 3);
+  cd.val_acc = dl__run_col(r, 4);
+  cd.title = r->desc.title;
+  cd.val_name = r->desc.val_name ? r->desc.val_name : "test";
+  return dl_chart_save_png(r->ctx, path, &cd);
 }
 
 /* The epoch's files (rank 0 only): CSV, chart, checkpoint. The log and
@@ -1036,6 +1061,6 @@ DL_API void dl_run_result(const dl_run *r, FILE *f, double test_acc, const char 
   fflush(f);
 }
 
-#endif /* !__cplusplus && !DL_NO_STDIO */
+#endif /* !DL__SCALAR_ONLY && !DL_NO_STDIO */
 DL__HEADER_END
 #endif /* DL_RUN_H */

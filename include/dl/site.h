@@ -27,7 +27,7 @@
 #include "layers.h"
 #include "transformer.h"
 
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY
 DL__HEADER_BEGIN
 
 DL__INL dl_tensor *dl__site_t(dl_tensor *t) {
@@ -165,6 +165,6 @@ DL__INL dl_layer *dl__site_l(dl_layer *l) {
 #define dl_gpt_make(...) DL__AT_L(dl_gpt_make, __VA_ARGS__)
 
 DL__HEADER_END
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 
 #endif /* DL_SITE_H */

@@ -58,7 +58,7 @@
 #include "blas.h"
 DL__HEADER_BEGIN
 
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY
 
 typedef struct dl_tape dl_tape;
 typedef struct dl_node dl_node;
@@ -1145,6 +1145,6 @@ DL_API int dl_hvpcheck(dl_ctx *ctx, dl_gradcheck_fn f, void *user, int nin, dl_t
   return res->max_err <= tol;
 }
 
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 DL__HEADER_END
 #endif /* DL_TAPE_H */

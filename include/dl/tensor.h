@@ -29,7 +29,7 @@
 #include "device.h"
 DL__HEADER_BEGIN
 
-#if defined(DL_USE_CUDA) && !defined(__cplusplus)
+#if defined(DL_USE_CUDA) && !defined(DL__SCALAR_ONLY)
 #define DL__CUDA_C 1 /* the device glue below is C, as device.h is */
 #endif
 
@@ -101,8 +101,29 @@ typedef struct dl_tensor {
 
 #define DL__NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, N, ...) N
 #define DL__NARGS(...) DL__NARGS_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
-/* DL_SHAPE(a, b, ...) -> ndim, (const int64_t[]){a, b, ...}; 1 to 8 sizes. */
-#define DL_SHAPE(...) DL__NARGS(__VA_ARGS__), (const int64_t[]){__VA_ARGS__}
+/* DL__I64S(a, b, ...): a temporary array of up to 8 int64 values, as a
+ * const int64_t * (C: a compound literal, alive to the end of the block;
+ * C++: a temporary, alive to the end of the full expression, so pass it to
+ * a call, never keep it). */
+#ifdef __cplusplus
+} /* extern "C": a template follows */
+struct dl__i64s {
+  int64_t v[DL_MAX_DIMS];
+  const int64_t *p() const { return v; }
+};
+template <class... A> inline dl__i64s dl__i64s_of(A... a) {
+  static_assert(sizeof...(A) <= DL_MAX_DIMS, "dl: more than 8 sizes");
+  dl__i64s r = {{(int64_t)a...}};
+  return r;
+}
+#define DL__I64S(...) (dl__i64s_of(__VA_ARGS__).p())
+extern "C" {
+#else
+#define DL__I64S(...) ((const int64_t[]){__VA_ARGS__})
+#endif
+/* DL_SHAPE(a, b, ...) -> ndim, (const int64_t[]){a, b, ...}; 1 to 8 sizes
+ * (in C++ an array alive to the end of the full expression: an argument). */
+#define DL_SHAPE(...) DL__NARGS(__VA_ARGS__), DL__I64S(__VA_ARGS__)
 
 /* >>shape helpers ---------------------------------------------------------- */
 
@@ -679,9 +700,9 @@ DL_API void dl_tensor_fprint(FILE *f, const dl_tensor *t, const char *name) {
 }
 #endif
 
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY
 #ifdef DL_USE_CUDA
-_Static_assert((int)DL_F32 == DLG_F32 && (int)DL_F64 == DLG_F64 && (int)DL_I32 == DLG_I32 && (int)DL_I64 == DLG_I64,
+DL__STATIC_ASSERT((int)DL_F32 == DLG_F32 && (int)DL_F64 == DLG_F64 && (int)DL_I32 == DLG_I32 && (int)DL_I64 == DLG_I64,
                "dl: dl_dtype and the GPU interface's dtype codes differ");
 
 #endif
@@ -793,7 +814,7 @@ DL_API double dl_item(const dl_tensor *t) {
   return dl__get_at(t, 0);
 }
 
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 
 #ifdef __cplusplus
 }

@@ -47,7 +47,7 @@
 #include "layers.h"
 DL__HEADER_BEGIN
 
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY
 
 /* >>block ------------------------------------------------------------------- */
 
@@ -154,7 +154,7 @@ DL_API dl_tensor *dl_block_forward(dl_layer *l, dl_tape *tp, dl_tensor *x, dl_kv
     qkv[2] = dl__tape_view(tp, op, &kv);
   }
   a = dl_t_scaled_dot_product_attention(tp, qkv[0], qkv[1], qkv[2], b->d.causal, 0);
-  a = dl_t_reshape(tp, dl_t_permute(tp, a, back), 3, (const int64_t[]){B, T, C});
+  a = dl_t_reshape(tp, dl_t_permute(tp, a, back), 3, DL__I64S(B, T, C));
   a = dl_t_linear(tp, a, b->proj_w, b->proj_b);
   if (b->d.dropout > 0) a = dl_t_dropout(tp, a, b->d.dropout, &b->rng, train);
   x = dl_t_add(tp, x, a);
@@ -214,15 +214,15 @@ DL_API dl_layer *dl_block_make(dl_model *m, dl_layer *parent, const char *name, 
   b->rng = dl_rng_make(m->seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(m->nlayers + 1)));
   b->ln1_w = dl_layer_param_new(&b->base, "ln_1.weight", DL_PARAM_NORM, 1, &C, one, m->dtype);
   if (ln) b->ln1_b = dl_layer_param_new(&b->base, "ln_1.bias", DL_PARAM_NORM, 1, &C, z, m->dtype);
-  b->attn_w = dl_layer_param_new(&b->base, "attn.c_attn.weight", DL_PARAM_WEIGHT, 2, (const int64_t[]){C3, C}, w, m->dtype);
+  b->attn_w = dl_layer_param_new(&b->base, "attn.c_attn.weight", DL_PARAM_WEIGHT, 2, DL__I64S(C3, C), w, m->dtype);
   if (bias) b->attn_b = dl_layer_param_new(&b->base, "attn.c_attn.bias", DL_PARAM_BIAS, 1, &C3, z, m->dtype);
-  b->proj_w = dl_layer_param_new(&b->base, "attn.c_proj.weight", DL_PARAM_WEIGHT, 2, (const int64_t[]){C, C}, wp, m->dtype);
+  b->proj_w = dl_layer_param_new(&b->base, "attn.c_proj.weight", DL_PARAM_WEIGHT, 2, DL__I64S(C, C), wp, m->dtype);
   if (bias) b->proj_b = dl_layer_param_new(&b->base, "attn.c_proj.bias", DL_PARAM_BIAS, 1, &C, z, m->dtype);
   b->ln2_w = dl_layer_param_new(&b->base, "ln_2.weight", DL_PARAM_NORM, 1, &C, one, m->dtype);
   if (ln) b->ln2_b = dl_layer_param_new(&b->base, "ln_2.bias", DL_PARAM_NORM, 1, &C, z, m->dtype);
-  b->fc_w = dl_layer_param_new(&b->base, "mlp.c_fc.weight", DL_PARAM_WEIGHT, 2, (const int64_t[]){Fin, C}, w, m->dtype);
+  b->fc_w = dl_layer_param_new(&b->base, "mlp.c_fc.weight", DL_PARAM_WEIGHT, 2, DL__I64S(Fin, C), w, m->dtype);
   if (bias) b->fc_b = dl_layer_param_new(&b->base, "mlp.c_fc.bias", DL_PARAM_BIAS, 1, &Fin, z, m->dtype);
-  b->fc2_w = dl_layer_param_new(&b->base, "mlp.c_proj.weight", DL_PARAM_WEIGHT, 2, (const int64_t[]){C, F}, wp, m->dtype);
+  b->fc2_w = dl_layer_param_new(&b->base, "mlp.c_proj.weight", DL_PARAM_WEIGHT, 2, DL__I64S(C, F), wp, m->dtype);
   if (bias) b->fc2_b = dl_layer_param_new(&b->base, "mlp.c_proj.bias", DL_PARAM_BIAS, 1, &C, z, m->dtype);
   return m->status == DL_OK ? &b->base : NULL;
 }
@@ -321,17 +321,17 @@ DL_API dl_layer *dl_gpt_make(dl_model *m, dl_layer *parent, const char *name, co
   g->d = d;
   g->rng = dl_rng_make(m->seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(m->nlayers + 1)));
   /* its own parameters first (a layer's are consecutive), then the blocks */
-  g->wte = dl_layer_param_new(&g->base, "wte.weight", DL_PARAM_WEIGHT, 2, (const int64_t[]){d.vocab, d.embed},
-                              (dl_init){DL_INIT_NORMAL, d.block.init_std}, m->dtype);
+  g->wte = dl_layer_param_new(&g->base, "wte.weight", DL_PARAM_WEIGHT, 2, DL__I64S(d.vocab, d.embed),
+                              dl__init(DL_INIT_NORMAL, d.block.init_std), m->dtype);
   if (!d.rope)
-    g->wpe = dl_layer_param_new(&g->base, "wpe.weight", DL_PARAM_WEIGHT, 2, (const int64_t[]){d.context, d.embed},
-                                (dl_init){DL_INIT_NORMAL, d.block.init_std}, m->dtype);
+    g->wpe = dl_layer_param_new(&g->base, "wpe.weight", DL_PARAM_WEIGHT, 2, DL__I64S(d.context, d.embed),
+                                dl__init(DL_INIT_NORMAL, d.block.init_std), m->dtype);
   g->lnf_w = dl_layer_param_new(&g->base, "ln_f.weight", DL_PARAM_NORM, 1, &d.embed, one, m->dtype);
   if (d.block.norm == DL_TF_LAYERNORM)
     g->lnf_b = dl_layer_param_new(&g->base, "ln_f.bias", DL_PARAM_NORM, 1, &d.embed, z, m->dtype);
   if (d.untied)
-    g->head = dl_layer_param_new(&g->base, "lm_head.weight", DL_PARAM_WEIGHT, 2, (const int64_t[]){d.vocab, d.embed},
-                                 (dl_init){DL_INIT_NORMAL, d.block.init_std}, m->dtype);
+    g->head = dl_layer_param_new(&g->base, "lm_head.weight", DL_PARAM_WEIGHT, 2, DL__I64S(d.vocab, d.embed),
+                                 dl__init(DL_INIT_NORMAL, d.block.init_std), m->dtype);
   g->h = dl_sequential_make(m, &g->base, "h");
   for (i = 0; i < d.layers && m->status == DL_OK; i++) {
     dl_layer *b = dl_block_make(m, g->h, NULL, &d.block);
@@ -545,7 +545,7 @@ DL_API dl_status dl_gpt_generate(dl_layer *gpt, const int64_t *prompt, int64_t n
       start = len > W ? len - W : 0;
       n = len - start;
     }
-    dl_tensor_wrap(&idx, ctx, DL_I64, 2, (const int64_t[]){1, n}, seq + start);
+    dl_tensor_wrap(&idx, ctx, DL_I64, 2, DL__I64S(1, n), seq + start);
     logits = dl_gpt_forward(gpt, &tp, &idx, use_cache ? &kv : NULL);
     fed = len;
     row = dl_view_slice(logits, 1, n - 1, n, 1);
@@ -570,6 +570,6 @@ DL_API dl_status dl_gpt_generate(dl_layer *gpt, const int64_t *prompt, int64_t n
   return st;
 }
 
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 DL__HEADER_END
 #endif /* DL_TRANSFORMER_H */

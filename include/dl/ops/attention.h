@@ -29,9 +29,7 @@
 #include "reduce.h"
 DL__HEADER_BEGIN
 
-#ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
-
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY /* the library's code (nvcc sees only the scalar math) */
 
 /* >>multi-head attention ------------------------------------------------------ */
 
@@ -40,11 +38,11 @@ DL__HEADER_BEGIN
 DL_API void dl__mha_split(dl_tape *tp, dl_tensor *p, int n, int64_t nh, int64_t hd, dl_tensor **out) {
   const int64_t B = p->shape[0], T = p->shape[1];
   static const int perm[5] = {2, 0, 3, 1, 4};
-  dl_tensor *a = dl_t_reshape(tp, p, 5, (const int64_t[]){B, T, n, nh, hd});
+  dl_tensor *a = dl_t_reshape(tp, p, 5, DL__I64S(B, T, n, nh, hd));
   int k;
   a = dl_t_contiguous(tp, dl_t_permute(tp, a, perm)); /* [n, B, nh, T, hd] */
   for (k = 0; k < n; k++)
-    out[k] = dl_t_reshape(tp, dl_t_slice(tp, a, 0, k, k + 1, 1), 4, (const int64_t[]){B, nh, T, hd});
+    out[k] = dl_t_reshape(tp, dl_t_slice(tp, a, 0, k, k + 1, 1), 4, DL__I64S(B, nh, T, hd));
 }
 
 /* The additive mask [Tq, Tk] in q's dtype (tape arena): attn_mask's values
@@ -196,7 +194,7 @@ DL_API dl_tensor *dl_t_multi_head_attention(dl_tape *tp, dl_tensor *q, dl_tensor
   s = dl_t_matmul(tp, qh, dl_t_transpose(tp, kh, 2, 3)); /* [B, nh, Tq, Tk] */
   if (attn_mask || causal) s = dl_t_add(tp, s, dl__mha_mask(tp, op, q, attn_mask, causal, 0, Tq, Tk));
   o = dl_t_matmul(tp, dl_t_softmax(tp, s, -1), vh); /* [B, nh, Tq, hd] */
-  o = dl_t_reshape(tp, dl_t_permute(tp, o, back), 3, (const int64_t[]){B, Tq, E});
+  o = dl_t_reshape(tp, dl_t_permute(tp, o, back), 3, DL__I64S(B, Tq, E));
   return dl_t_linear(tp, o, out_proj_weight, out_proj_bias);
 }
 
@@ -745,7 +743,7 @@ DL_API dl_tensor *dl_t_scaled_dot_product_attention(dl_tape *tp, dl_tensor *q, d
  * [2, T, D/2] in the tape's arena. */
 DL_API dl_tensor *dl__rope_table(dl_tape *tp, const char *op, int64_t T, int64_t D, int64_t pos0, double base) {
   const int64_t h = D / 2;
-  dl_tensor *tab = dl_tensor_new(&tp->arena, DL_F64, 3, (const int64_t[]){2, T, h});
+  dl_tensor *tab = dl_tensor_new(&tp->arena, DL_F64, 3, DL__I64S(2, T, h));
   double *cs;
   int64_t t, i;
   if (!tab) dl__tape_nomem(tp, op, "the rotary table", sizeof(double) * 2 * (size_t)(T * h));
@@ -840,8 +838,8 @@ DL_API dl_tensor *dl_t_rope(dl_tape *tp, dl_tensor *x, int64_t pos0, double base
 #ifdef DL_USE_CUDA
   if (x->device == DL_CUDA || tp->gpu) { /* composed: x1 c - x2 s, x2 c + x1 s */
     const int e = x->ndim - 1;
-    dl_tensor *ch = dl_tensor_new(&tp->arena, x->dtype, 2, (const int64_t[]){T, D / 2});
-    dl_tensor *sh = dl_tensor_new(&tp->arena, x->dtype, 2, (const int64_t[]){T, D / 2});
+    dl_tensor *ch = dl_tensor_new(&tp->arena, x->dtype, 2, DL__I64S(T, D / 2));
+    dl_tensor *sh = dl_tensor_new(&tp->arena, x->dtype, 2, DL__I64S(T, D / 2));
     dl_tensor *c, *s, *x1, *x2, *parts[2];
     int64_t j;
     if (!ch || !sh) dl__tape_nomem(tp, op, "the rotary table", (size_t)(T * D) * dl_dtype_size(x->dtype));
@@ -873,7 +871,6 @@ DL_API dl_tensor *dl_t_rope(dl_tape *tp, dl_tensor *x, int64_t pos0, double base
   return y;
 }
 
-#endif /* !__cplusplus */
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 DL__HEADER_END
 #endif /* DL_OPS_ATTENTION_H */

@@ -42,7 +42,7 @@
 #include "shape.h" /* dl_t_pad: uneven padding of a convolution */
 DL__HEADER_BEGIN
 
-#ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
+#ifndef DL__SCALAR_ONLY /* the library's code (nvcc sees only the scalar math) */
 
 /* >>arguments -------------------------------------------------------------- */
 
@@ -1826,6 +1826,6 @@ DL_API dl_tensor *dl_t_max_unpool2d(dl_tape *tp, dl_tensor *x, dl_tensor *indice
 }
 
 
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 DL__HEADER_END
 #endif /* DL_OPS_CONV_H */

@@ -8,7 +8,7 @@
 #include "../tape.h"
 DL__HEADER_BEGIN
 
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY
 
 /* >>helpers shared by the ops ---------------------------------------------- */
 
@@ -599,6 +599,6 @@ DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
   return y;
 }
 
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 DL__HEADER_END
 #endif /* DL_OPS_CORE_H */

@@ -34,9 +34,7 @@
 #include "core.h"
 DL__HEADER_BEGIN
 
-#ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
-
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY /* the library's code (nvcc sees only the scalar math) */
 
 /* torch's reduction='mean' / 'sum' / 'none'. */
 typedef enum dl_reduction { DL_REDUCE_MEAN = 0, DL_REDUCE_SUM, DL_REDUCE_NONE } dl_reduction;
@@ -91,10 +89,25 @@ DL_API double dl__loss_run(dl_tape *tp, const char *op, dl__loss_blk_fn fn, cons
 #endif
 
 /* Scalar math by the argument's type (float or double), vectorisable. */
+#ifdef __cplusplus
+DL__INL float dl__lexp(float v) { return dl_vexp_f32(v); }
+DL__INL double dl__lexp(double v) { return dl_vexp_f64(v); }
+DL__INL float dl__llog(float v) { return dl_vlog_f32(v); }
+DL__INL double dl__llog(double v) { return dl_vlog_f64(v); }
+DL__INL float dl__llog1p(float v) { return dl_vlog1p_f32(v); }
+DL__INL double dl__llog1p(double v) { return dl_vlog1p_f64(v); }
+DL__INL float dl__lsig(float v) { return dl_vsigmoid_f32(v); }
+DL__INL double dl__lsig(double v) { return dl_vsigmoid_f64(v); }
+#define DL__LEXP(v) dl__lexp(v)
+#define DL__LLOG(v) dl__llog(v)
+#define DL__LLOG1P(v) dl__llog1p(v)
+#define DL__LSIG(v) dl__lsig(v)
+#else
 #define DL__LEXP(v) _Generic((v), float: dl_vexp_f32, default: dl_vexp_f64)(v)
 #define DL__LLOG(v) _Generic((v), float: dl_vlog_f32, default: dl_vlog_f64)(v)
 #define DL__LLOG1P(v) _Generic((v), float: dl_vlog1p_f32, default: dl_vlog1p_f64)(v)
 #define DL__LSIG(v) _Generic((v), float: dl_vsigmoid_f32, default: dl_vsigmoid_f64)(v)
+#endif
 
 DL_API void dl__loss_check_red(const char *op, const dl_tensor *x, dl_reduction r) {
   if ((int)r < (int)DL_REDUCE_MEAN || (int)r > (int)DL_REDUCE_NONE)
@@ -310,7 +323,7 @@ DL_API void dl__loss_ew_bw(dl_tape *tp, dl_node *n) {
 
 #ifdef DL_USE_CUDA
 /* The kernels' kinds are the CPU's (dl/gpu/loss.h). */
-_Static_assert((int)DL__LK_MSE == (int)DLG_LOSS_MSE && (int)DL__LK_BCE == (int)DLG_LOSS_BCE &&
+DL__STATIC_ASSERT((int)DL__LK_MSE == (int)DLG_LOSS_MSE && (int)DL__LK_BCE == (int)DLG_LOSS_BCE &&
                    (int)DL__LK_HUBER == (int)DLG_LOSS_HUBER && (int)DL__LK_SL1 == (int)DLG_LOSS_SL1 &&
                    (int)DL__LK_L1 == (int)DLG_LOSS_L1,
                "dl: loss kinds differ between loss.h and gpu/loss.h");
@@ -860,7 +873,6 @@ DL_API dl_tensor *dl_t_nll(dl_tape *tp, dl_tensor *logp, const dl_tensor *labels
   return y;
 }
 
-#endif /* !__cplusplus */
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 DL__HEADER_END
 #endif /* DL_OPS_LOSS_H */

@@ -38,9 +38,7 @@
 #include "reduce.h"
 DL__HEADER_BEGIN
 
-#ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
-
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY /* the library's code (nvcc sees only the scalar math) */
 
 /* Row tiles (batch norm's row form, layer and RMS norm) aim at DL__LN_W
  * elements, with at most DL__LN_MAXT tiles (the per-tile partial sums cost
@@ -1027,7 +1025,6 @@ DL_API dl_tensor *dl_t_rms_norm(dl_tape *tp, dl_tensor *x, int nnorm, dl_tensor 
   return dl__t_row_norm(tp, "dl_t_rms_norm", 0, x, nnorm, weight, NULL, eps);
 }
 
-#endif /* !__cplusplus */
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 DL__HEADER_END
 #endif /* DL_OPS_NORM_H */

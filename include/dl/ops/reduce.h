@@ -41,7 +41,7 @@
 #include "core.h"
 DL__HEADER_BEGIN
 
-#ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
+#ifndef DL__SCALAR_ONLY /* the library's code (nvcc sees only the scalar math) */
 
 /* Elements of work per tile the tilings aim at; the column block of the
  * column form (its accumulators stay in L1) and of softmax's; the fewest rows
@@ -1225,6 +1225,6 @@ DL_API dl_tensor *dl_t_log_softmax(dl_tape *tp, dl_tensor *x, int axis) {
   return dl__t_softmax(tp, "dl_t_log_softmax", x, axis, 1);
 }
 
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 DL__HEADER_END
 #endif /* DL_OPS_REDUCE_H */

@@ -90,9 +90,7 @@
 #include "reduce.h"
 DL__HEADER_BEGIN
 
-#ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
-
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY /* the library's code (nvcc sees only the scalar math) */
 
 /* >>recurrent core ---------------------------------------------------------- */
 
@@ -489,7 +487,7 @@ DL_API int dl__rnn_handed(const dl_tape *tp, const dl_tensor *t, int set, uint64
  * thread per batch row and hidden unit), copies through dlg_move, the bias
  * gradient's column sums through dlg_sum_axis (in double). */
 
-_Static_assert((int)DL__RNN_TANH == (int)DLG_RNN_TANH && (int)DL__RNN_RELU == (int)DLG_RNN_RELU &&
+DL__STATIC_ASSERT((int)DL__RNN_TANH == (int)DLG_RNN_TANH && (int)DL__RNN_RELU == (int)DLG_RNN_RELU &&
                    (int)DL__RNN_LSTM == (int)DLG_RNN_LSTM && (int)DL__RNN_GRU == (int)DLG_RNN_GRU,
                "dl: ops/rnn.h's DL__RNN_* and dl/gpu/rnn.h's DLG_RNN_* must agree");
 
@@ -671,7 +669,7 @@ DL_API void dl__rnn_hvp(dl_tape *tp, dl_node *n, dl_tensor *const *g) {
   h = dl__rnn_hvp_leaf(&sub, &lf[3], n->in[3], dt, B, H, 2);
   if (r->kind == DL__RNN_LSTM) c = dl__rnn_hvp_leaf(&sub, &lf[4], n->in[4], dt, B, H, 2);
   for (t = 0; t < T; t++) {
-    dl_tensor *xt = dl_t_reshape(&sub, dl_t_slice(&sub, xp, 1, t, t + 1, 1), 2, (const int64_t[]){B, GH});
+    dl_tensor *xt = dl_t_reshape(&sub, dl_t_slice(&sub, xp, 1, t, t + 1, 1), 2, DL__I64S(B, GH));
     dl_tensor *hn, *cn = NULL;
     if (r->kind == DL__RNN_GRU) {
       dl_tensor *whrz = dl_t_slice(&sub, whh, 0, 0, 2 * H, 1), *whn = dl_t_slice(&sub, whh, 0, 2 * H, GH, 1);
@@ -698,7 +696,7 @@ DL_API void dl__rnn_hvp(dl_tape *tp, dl_node *n, dl_tensor *const *g) {
       }
     }
     if (r->len) { /* rows past their end: y 0, the state kept */
-      dl_tensor *m = dl_tape_out(&sub, "dl_hvp", dt, 2, (const int64_t[]){B, 1});
+      dl_tensor *m = dl_tape_out(&sub, "dl_hvp", dt, 2, DL__I64S(B, 1));
       for (b = 0; b < B; b++) dl__set_at(m, b, t < r->len[b] ? 1.0 : 0.0);
       ys[t] = dl_t_mul(&sub, hn, m);
       h = dl_t_add(&sub, ys[t], dl_t_mul(&sub, h, dl_t_add_scalar(&sub, dl_t_neg(&sub, m), 1.0)));
@@ -1278,7 +1276,6 @@ DL_API dl_tensor *dl_t_gru_ex(dl_tape *tp, dl_tensor *x, dl_tensor *h0, dl_tenso
   return dl__rnn_run(tp, "dl_t_gru_ex", DL__RNN_GRU, x, h0, NULL, w_ih, w_hh, b_ih, b_hh, a, h_n, NULL);
 }
 
-#endif /* !__cplusplus */
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 DL__HEADER_END
 #endif /* DL_OPS_RNN_H */

@@ -35,9 +35,7 @@
 #include "core.h"
 DL__HEADER_BEGIN
 
-#ifndef __cplusplus /* the ops are C (C++ sees the scalar math and the op list) */
-
-#ifndef __cplusplus
+#ifndef DL__SCALAR_ONLY /* the library's code (nvcc sees only the scalar math) */
 
 /* >>embedding -------------------------------------------------------------- */
 
@@ -444,7 +442,6 @@ DL_API dl_tensor *dl_t_dropout(dl_tape *tp, dl_tensor *x, double p, dl_rng *rng,
   return y;
 }
 
-#endif /* !__cplusplus */
-#endif /* !__cplusplus */
+#endif /* !DL__SCALAR_ONLY */
 DL__HEADER_END
 #endif /* DL_OPS_SPARSE_H */
