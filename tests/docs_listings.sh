@@ -13,6 +13,8 @@
 #   @gpu-fake   built with -DDL_USE_CUDA against the fake device
 #               (make gpu-fake: build/libdlgpu_fake.a) and run on it
 #   @mpi        built with mpicc -DDL_USE_MPI, run under mpirun -n 2
+#   @cxx        a ```cpp listing: built with g++ and clang++ -std=c++17
+#               -Wall -Wextra -Wpedantic -Werror -x c++, run once
 # A listing built with -DDL_FREESTANDING is also compiled (not linked) for a
 # Cortex-M4 with arm-none-eabi-gcc, with the C files it names, where that
 # compiler exists.
@@ -40,9 +42,9 @@ for md in docs/*.md; do
     /^<!-- listing: .* -->[ \t]*$/ { s = $0; sub(/^<!-- listing: /, "", s); sub(/ -->[ \t]*$/, "", s)
                                      name = s; sub(/ .*/, "", name); rest = s; sub(/^[^ ]* ?/, "", rest)
                                      want = 1; next }
-    want == 1 && /^```c[ \t]*$/ { want = 2; f = out "/" name ".c"; printf "" > f
+    want == 1 && /^```(c|cpp)[ \t]*$/ { want = 2; f = out "/" name ".c"; printf "" > f
                                   printf "%s\t%s\t%s\n", name, (rest == "" ? "-" : rest), md; next }
-    want == 1 { printf "%s: the listing marker of %s is not followed by a ```c fence\n", md, name > "/dev/stderr"
+    want == 1 { printf "%s: the listing marker of %s is not followed by a ```c (or ```cpp) fence\n", md, name > "/dev/stderr"
                 printf "%s\t@orphan\t%s\n", name, md; want = 0; next }
     want == 2 && /^```[ \t]*$/ { close(f); want = 0; next }
     want == 2 { print > f }
@@ -89,6 +91,19 @@ while IFS=$'\t' read -r name rest md; do
           else FAIL "$name ($md): does not compile for a Cortex-M4"; head -15 "$OUT/$name.arm.log"; fi
         else SKIP "$name ($md): arm-none-eabi-gcc not found (apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi)"; fi
       fi ;;
+    @cxx)
+      ok=1
+      for c in g++ clang++; do
+        command -v $c >/dev/null || { SKIP "$name ($md): $c not found"; continue; }
+        # shellcheck disable=SC2086
+        if ! (cd "$OUT" && $c -std=c++17 -Wall -Wextra -Wpedantic -Werror -O2 -I"$ROOT/include" -x c++ "$name.c" \
+              -o "$name.$c" $flags -lm) 2>"$OUT/$name.$c.log"; then
+          ok=0; FAIL "$name ($md): does not build with $c"; head -15 "$OUT/$name.$c.log"
+        fi
+      done
+      [ $ok = 1 ] && [ -x "$OUT/$name.g++" ] || continue
+      if run "$name" 60 "$OUT/$name.g++"; then PASS "$name ($md): built with g++ and clang++ as C++17, ran in ${RUN_S} s: $(tail -n 1 "$OUT/$name.out")"
+      else FAIL "$name ($md): exit $? after ${RUN_S} s"; tail -n 15 "$OUT/$name.out"; fi ;;
     @gpu-fake)
       if [ -z "$fake_ok" ]; then
         fake_ok=no

@@ -22,8 +22,11 @@
 #      examples train with --device cuda to the CPU's accuracy and loss
 #   2b. with Open MPI: tests/mpi/ (dist.h across 2 ranks, failing ranks,
 #      the Fashion-MNIST examples under mpirun)
-#   3. tests/compile_fail/*.c must fail to compile, with the message the file's
-#      "expect:" line names
+#   2e. C++: the unit tests marked "dl-test-cxx" built with g++ and run, and
+#      tests/cxx/mlp.c built as C and as C++ (g++, clang++): the same output
+#      bytes (50 training steps, the API touched once each); C++11 builds it
+#   3. tests/compile_fail/*.c (gcc, clang) and *.cc (g++, clang++) must fail
+#      to compile, with the message the file's "expect:" line names
 #   3b. tests/macro_growth.sh: the preprocessed text of generic-math
 #      expressions grows linearly with their nesting depth (gcc and clang)
 #   4. examples build warning-free with `cc -std=c11 -O2 prog.c -lm` (plus the
@@ -123,6 +126,44 @@ for t in tests/test_*.c; do
     else echo "SKIP test_blas with OpenBLAS: cblas.h not found (apt-get install libopenblas-dev)"; skip=$((skip + 1)); fi
   fi
 done
+
+# --- 2e. C++: the library as a C++ program uses it ------------------------------
+# The unit tests marked "dl-test-cxx" built as C++ too (g++ -std=c++17; their
+# own C idioms aside: {0} initializers), and tests/cxx/mlp.c, one source
+# built as C (gcc) and as C++ (g++, clang++): the MLP trained 50 steps and the
+# API touched; the outputs must be the same bytes (bar the C++-only line).
+if command -v g++ >/dev/null; then
+  for t in $(grep -l '^/\* dl-test-cxx \*/$' tests/test_*.c); do
+    n=$(basename "$t" .c)
+    if g++ -std=c++17 -Wall -Wextra -Wno-missing-field-initializers -Werror -O2 -fopenmp -Iinclude -Itests -x c++ \
+        "$t" -o "$B/${n}_cxx" $(test_flags "$t") -lm 2>"$B/${n}_cxx.log"; then run_test "${n}_cxx" "$B/${n}_cxx"
+    else bad "${n}_cxx (built as C++)"; head -30 "$B/${n}_cxx.log"; fi
+  done
+  mkdir -p "$B/cxx"
+  if ! $CC $WARN -O2 -fopenmp -Iinclude tests/cxx/mlp.c -o "$B/cxx/mlp_c" -lz -lm 2>"$B/cxx/build.log"; then
+    bad "tests/cxx/mlp.c as C (build)"; head -20 "$B/cxx/build.log"
+  else
+    (cd "$B/cxx" && ./mlp_c mlp_c.safetensors >mlp_c.out 2>&1); rc=$?
+    if [ $rc = 77 ]; then echo "$(head -n 1 "$B/cxx/mlp_c.out")"; skip=$((skip + 1))
+    elif [ $rc != 0 ]; then bad "tests/cxx/mlp.c as C (exit $rc)"; tail -5 "$B/cxx/mlp_c.out"
+    else
+      for cxx in g++ clang++; do
+        command -v $cxx >/dev/null || { echo "SKIP tests/cxx/mlp.c with $cxx: not installed"; skip=$((skip + 1)); continue; }
+        if ! $cxx -std=c++17 -Wall -Wextra -Wpedantic -Werror -O2 -fopenmp -Iinclude -x c++ tests/cxx/mlp.c \
+            -o "$B/cxx/mlp_$cxx" -lz -lm 2>"$B/cxx/build.log"; then bad "tests/cxx/mlp.c with $cxx (build)"; head -20 "$B/cxx/build.log"; continue; fi
+        (cd "$B/cxx" && "./mlp_$cxx" "mlp_$cxx.safetensors" >"mlp_$cxx.out" 2>&1) || { bad "tests/cxx/mlp.c with $cxx (exit)"; tail -5 "$B/cxx/mlp_$cxx.out"; continue; }
+        if ! grep -q '^c++ ' "$B/cxx/mlp_$cxx.out"; then bad "tests/cxx/mlp.c with $cxx: no C++ line"
+        elif grep -v '^c++ ' "$B/cxx/mlp_$cxx.out" | cmp -s - "$B/cxx/mlp_c.out"; then ok; echo "tests/cxx/mlp.c: $cxx's build gives C's bytes ($(grep -c '^step' "$B/cxx/mlp_c.out") steps, $(grep '^weights' "$B/cxx/mlp_c.out"))"
+        else bad "tests/cxx/mlp.c with $cxx: output differs from C's"; grep -v '^c++ ' "$B/cxx/mlp_$cxx.out" | diff - "$B/cxx/mlp_c.out" | head -10; fi
+      done
+    fi
+  fi
+  # C++11 is enough for the whole API
+  if g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror -O0 -fopenmp -Iinclude -x c++ tests/cxx/mlp.c -c -o "$B/cxx/mlp11.o" 2>"$B/cxx/build.log"; then ok
+  else bad "tests/cxx/mlp.c as C++11 (build)"; head -20 "$B/cxx/build.log"; fi
+else
+  echo "SKIP the C++ checks: g++ not found (apt-get install g++)"; skip=$((skip + 1))
+fi
 
 # --- 2c. the GPU backend (gpu.h, src_gpu/) ---------------------------------------
 # Where nvcc exists: `make gpu-lib` builds build/libdlgpu.a; tests/test_gpu*.c
@@ -260,12 +301,14 @@ else
 fi
 
 # --- 3. misuse that must not compile -----------------------------------------
-for t in tests/compile_fail/*.c; do
+for t in tests/compile_fail/*.c tests/compile_fail/*.cc; do
   [ -f "$t" ] || continue
   want=$(grep -m1 -o 'expect: .*' "$t" | sed 's/expect: //; s/ *\*\/.*$//')
-  for c in gcc clang; do
+  if [[ $t == *.cc ]]; then cs="g++ clang++"; flags="-std=c++17 -Wall -Wextra -Wpedantic -Werror -x c++"
+  else cs="gcc clang"; flags=$WARN; fi
+  for c in $cs; do
     command -v $c >/dev/null || continue
-    if $c $WARN -Iinclude -c "$t" -o /dev/null 2>"$B/cf.log"; then bad "$t compiled with $c but must not"
+    if $c $flags -Iinclude -c "$t" -o /dev/null 2>"$B/cf.log"; then bad "$t compiled with $c but must not"
     elif grep -q -- "$want" "$B/cf.log"; then ok
     else bad "$t with $c: message lacks '$want'"; head -5 "$B/cf.log"; fi
   done

@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_alloc_hooks.c - compile-time allocator hooks replace malloc/free
  * everywhere the library allocates. The hooks are only declared before dl.h
  * and nothing of the C library is included first, as with a firmware pool

@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_blas.c - dl/blas.h: every GEMM entry point against a naive
  * triple loop in double, over all transpose combinations, odd and padded
  * shapes, alpha/beta cases, K == 0, batches, the OpenMP path, allocator

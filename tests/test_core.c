@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_core.c - status codes, context, allocation hooks, arenas, RNG,
  * denormal control. */
 #include "dl/core.h"

@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_data_nolibs.c - include/dl/data.h built as a user builds it
  * without -DDL_USE_ZLIB and -DDL_USE_STB_IMAGE: plain files still load, and
  * a gzip input or an image folder gives DL_ERR_UNSUPPORTED with a message
@@ -25,7 +26,12 @@ static void test_plain_without_zlib(void) {
   CHECK_HAS("-DDL_USE_ZLIB -lz");
   CHECK(dl_csv_load(&ctx, DATA "iris_small.csv.gz", NULL, &ds) == DL_ERR_UNSUPPORTED && ds.x == NULL);
   CHECK_HAS("iris_small.csv.gz is gzip-compressed");
-  CHECK(dl_csv_load(&ctx, DATA "iris_small.csv", &(dl_csv_desc){.label = "species"}, &ds) == DL_OK);
+  {
+    dl_csv_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.label = "species";
+    CHECK(dl_csv_load(&ctx, DATA "iris_small.csv", &cd, &ds) == DL_OK);
+  }
   CHECK(ds.n == 6);
   dl_dataset_free(&ds);
   /* Fashion-MNIST as Debian ships it (.gz) needs zlib: the message says so */
@@ -40,7 +46,10 @@ static void test_plain_without_zlib(void) {
 
 static void test_images_without_stb(void) {
   dl_dataset ds;
-  CHECK(dl_image_folder_load(&ctx, DATA "images", &(dl_image_folder_desc){.height = 4, .width = 4}, &ds) == DL_ERR_UNSUPPORTED);
+  dl_image_folder_desc id;
+  memset(&id, 0, sizeof id);
+  id.height = id.width = 4;
+  CHECK(dl_image_folder_load(&ctx, DATA "images", &id, &ds) == DL_ERR_UNSUPPORTED);
   CHECK_HAS("built without DL_USE_STB_IMAGE");
   CHECK(ds.x == NULL);
   {

@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_expr.c - DL_ASSIGN fused loops (contiguous, broadcast, strided,
  * in place, threads), their error messages, and the op list: forward against
  * the scalar functions, backward (derived on dual numbers) against central

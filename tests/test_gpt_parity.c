@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_gpt_parity.c - a GPT trained 10 AdamW steps against PyTorch,
  * in the manner of llm.c's test_gpt2 (issue 18).
  *
@@ -37,7 +38,8 @@ static dl_ctx ctx;
 static const char *const FIXDIR = "tests/fixtures/gpt_parity";
 
 static dl_model *build(const char *name, dl_dtype dt, dl_layer **gpt) {
-  dl_model *m = dl_model_make(&ctx, &(dl_model_desc){dt, 1234});
+  const dl_model_desc md = {dt, 1234};
+  dl_model *m = dl_model_make(&ctx, &md);
   dl_gpt_desc g;
   memset(&g, 0, sizeof g);
   g.vocab = V;
@@ -113,7 +115,12 @@ static void parity(const char *name, dl_dtype dt) {
     return;
   }
   m = build(name, dt, &gpt);
-  CHECK(dl_model_load_st(m, &init, &(dl_load_desc){.partial = 1}, NULL) == DL_OK);
+  {
+    dl_load_desc ld;
+    memset(&ld, 0, sizeof ld);
+    ld.partial = 1;
+    CHECK(dl_model_load_st(m, &init, &ld, NULL) == DL_OK);
+  }
   tok = dl_tensor_make(&ctx, DL_I64, DL_SHAPE(STEPS, BATCH, CTXN + 1));
   losses = dl_tensor_make(&ctx, DL_F64, DL_SHAPE(STEPS));
   CHECK(dl_safetensors_read(&init, dl_safetensors_find(&init, "tokens"), tok, 0) == DL_OK);
@@ -141,7 +148,12 @@ static void parity(const char *name, dl_dtype dt) {
     l = dl__get_at(loss, 0);
     want = dl__get_at(losses, s);
     worst_loss = fmax(worst_loss, fabs(l - want) / fabs(want));
-    dl_train_step(opt, &tp, loss, &(dl_step_desc){.clip_norm = 1.0});
+    {
+      dl_step_desc sd;
+      memset(&sd, 0, sizeof sd);
+      sd.clip_norm = 1.0;
+      dl_train_step(opt, &tp, loss, &sd);
+    }
     dl_tape_rewind(&tp);
   }
   CHECK_MSG(worst_loss <= tol_loss, "%s %s: losses differ by %.3g relative", name, dl_dtype_name(dt), worst_loss);

@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_hvp.c - Hessian-vector products (dl_hvp, tape.h): forward over
  * reverse, checked with dl_hvpcheck (H v against central differences of the
  * gradient, f64, 1e-6) for every family that has a second-order rule:
@@ -169,7 +170,7 @@ static dl_tensor *run(dl_tape *tp, dl_tensor **in, void *user) {
         return dl_t_max_pool2d(tp, dl_t_tanh(tp, dl_t_conv2d(tp, x, in[1], in[2], &a)), &pa);
       }
       if (p->which == 1) { /* conv2d, 2 groups, dilation 2, then average pool */
-        dl_conv2d_args a = {.dil_h = 2, .dil_w = 2, .groups = 2, .pad_h = 2, .pad_w = 1};
+        dl_conv2d_args a = {.pad_h = 2, .pad_w = 1, .dil_h = 2, .dil_w = 2, .groups = 2};
         dl_pool2d_args pa = {.kernel_h = 2, .kernel_w = 3, .stride_h = 1, .stride_w = 2};
         return dl_t_avg_pool2d(tp, dl_t_sin(tp, dl_t_conv2d(tp, x, in[1], NULL, &a)), &pa);
       }
@@ -409,16 +410,18 @@ static void test_many_inputs_and_models(void) {
   static const int nd[1] = {2};
   static const int64_t rn[5][3] = {{2, 70, 2}, {3, 2, 0}, {3, 3, 0}, {3, 0, 0}, {2, 3, 0}};
   static const int ndr[5] = {3, 2, 2, 1, 2};
-  dl_model *m = dl_model_make(&ctx, &(dl_model_desc){.dtype = DL_F64, .seed = 4});
+  const dl_model_desc md = {DL_F64, 4};
+  const dl_linear_desc l45 = {4, 5, 0}, l52 = {5, 2, 0};
+  dl_model *m = dl_model_make(&ctx, &md);
   dl_tensor *x = dl_tensor_make(&ctx, DL_F64, DL_SHAPE(3, 4)), *v[4];
   dl_rng rng = dl_rng_make(8);
   dl_tape tp;
   int i, k, it;
   run_case(P_MANY, 0, "stack of 70 inputs", 1, many, nd, 1.0);
   run_case(P_RNN, 0, "rnn tanh, 70 steps", 5, rn, ndr, 0.5);
-  dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = 4, .out = 5});
+  dl_linear_make(m, NULL, NULL, &l45);
   dl_act_make(m, NULL, NULL, DL_ACT_TANH, 0);
-  dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = 5, .out = 2});
+  dl_linear_make(m, NULL, NULL, &l52);
   CHECK(dl_model_pack(m) == DL_OK && m->nparams == 4);
   dl_tensor_rand_normal(x, &rng, 0, 1);
   for (k = 0; k < 4; k++) {

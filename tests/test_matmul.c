@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_matmul.c - dl_matmul_into on tensors: plain, transposed views,
  * batched with shared and per-item B, alpha/beta, shape and dtype errors. */
 #include "dl/blas.h"

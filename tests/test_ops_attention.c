@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_ops_attention.c - dl_t_multi_head_attention (include/dl/ops/attention.h).
  *
  * - PyTorch agreement (tests/fixtures/attention.txt, tools/fixtures_attention.py):

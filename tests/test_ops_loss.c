@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_ops_loss.c - the losses of dl/ops/loss.h: mse, cross_entropy
  * (label smoothing), nll, bce_with_logits, huber, smooth_l1.
  *

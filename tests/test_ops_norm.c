@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_ops_norm.c - dl/ops/norm.h: batch_norm, layer_norm, rms_norm.
  *
  * - PyTorch agreement (tests/fixtures/norm.txt, tools/fixtures_norm.py), f64

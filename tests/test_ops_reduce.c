@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_ops_reduce.c - reductions and softmax (dl/ops/reduce.h):
  * - PyTorch agreement (tests/fixtures/reduce.txt, tools/fixtures_reduce.py):
  *   forward and input gradient of every op and option, f64 (rel 1e-10) and
@@ -297,9 +298,9 @@ static void test_gradcheck_softmax(void) {
 static void naive_reduce(const dl_tensor *x, unsigned mask, int op, double corr, double *out,
                          int64_t M) {
   int64_t i, o, idx[DL_MAX_DIMS], oidx, stride;
-  long double *acc = calloc((size_t)M, sizeof *acc), *acc2 = calloc((size_t)M, sizeof *acc2);
-  long double *mx = malloc(sizeof *mx * (size_t)M);
-  int64_t *cnt = calloc((size_t)M, sizeof *cnt);
+  long double *acc = (long double *)calloc((size_t)M, sizeof *acc), *acc2 = (long double *)calloc((size_t)M, sizeof *acc2);
+  long double *mx = (long double *)malloc(sizeof *mx * (size_t)M);
+  int64_t *cnt = (int64_t *)calloc((size_t)M, sizeof *cnt);
   int d, pass;
   for (o = 0; o < M; o++) mx[o] = -INFINITY;
   for (pass = 0; pass < 2; pass++)
@@ -373,7 +374,7 @@ static void test_tiling_paths_vs_naive(void) {
         memcpy(s.axes, axes, sizeof axes);
         s.correction = 1;
         y = apply(&tp, &s, x);
-        want = malloc(sizeof *want * (size_t)y->numel);
+        want = (double *)malloc(sizeof *want * (size_t)y->numel);
         naive_reduce(x, cases[c].mask, op, 1.0, want, y->numel);
         for (o = 0; o < y->numel; o++) {
           double e = fabs(dl__get_at(y, o) - want[o]) / fmax(1.0, fabs(want[o]));

@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_ops_rnn.c - dl_t_rnn (tanh / relu), dl_t_lstm and dl_t_gru
  * (include/dl/ops/rnn.h).
  *
@@ -810,11 +811,13 @@ static void test_panics(void) {
   EXPECT_PANIC(dl_t_lstm(&tp, x, NULL, NULL, NULL, whh, NULL, NULL, NULL, NULL), "dl_t_lstm", "required");
   {
     static const int64_t l0[2] = {3, 0}, l6[2] = {6, 2};
-    dl_rnn_args a0 = {.lengths = l0}, a6 = {.lengths = l6};
+    dl_rnn_args a0 = {.lengths = l0}, a6 = {.lengths = l6}, agru;
+    memset(&agru, 0, sizeof agru);
+    agru.gru_reset_before_linear = 1;
     EXPECT_PANIC(dl_t_lstm_ex(&tp, x, NULL, NULL, wih, whh, NULL, NULL, &a0, NULL, NULL), "dl_t_lstm_ex",
                  "lengths[1] = 0", "1..T = 5", "f32[2, 5, 3]");
     EXPECT_PANIC(dl_t_rnn_ex(&tp, x, NULL, w43, w44, NULL, NULL, 1, &a6, NULL), "dl_t_rnn_ex", "lengths[0] = 6");
-    EXPECT_PANIC(dl_t_lstm_ex(&tp, x, NULL, NULL, wih, whh, NULL, NULL, &(dl_rnn_args){.gru_reset_before_linear = 1},
+    EXPECT_PANIC(dl_t_lstm_ex(&tp, x, NULL, NULL, wih, whh, NULL, NULL, &agru,
                               NULL, NULL),
                  "dl_t_lstm_ex", "gru_reset_before_linear 1", "GRU only");
   }

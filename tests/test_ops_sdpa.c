@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_ops_sdpa.c - dl_t_scaled_dot_product_attention and dl_t_rope
  * (include/dl/ops/attention.h).
  *

@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_ops_shape.c - the shape ops of dl/ops/shape.h: transpose,
  * permute, reshape, flatten, slice, index_select, gather, concat, stack, pad,
  * contiguous.

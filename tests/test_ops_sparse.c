@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_ops_sparse.c - dl_t_embedding (row-sparse weight gradient) and
  * dl_t_dropout (include/dl/ops/sparse.h).
  *

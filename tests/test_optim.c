@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_optim.c - optimizer updates and learning-rate schedules
  * (include/dl/optim.h).
  *

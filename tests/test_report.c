@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_report.c - progress line, metrics, CSV log and PNG chart
  * (include/dl/report.h).
  *

@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_site.c - a programmer error in a public op or layer call is
  * reported at the caller's file:line (dl/site.h), not the library's.
  *
@@ -38,7 +39,7 @@ static dl_ctx ctx;
     }                                                                                   \
   } while (0)
 
-static dl_tensor *t(int64_t a, int64_t b) { return dl_tensor_make(&ctx, DL_F32, 2, (const int64_t[]){a, b}); }
+static dl_tensor *t(int64_t a, int64_t b) { return dl_tensor_make(&ctx, DL_F32, DL_SHAPE(a, b)); }
 
 static void test_ops(void) {
   dl_tape tp;
@@ -85,14 +86,21 @@ static void test_elementwise_list(void) {
 
 static void test_layers(void) {
   dl_tape tp;
-  dl_model *m = dl_model_make(&ctx, &(dl_model_desc){.seed = 1});
-  dl_tensor *x = dl_tensor_make(&ctx, DL_F32, 4, (const int64_t[]){2, 3, 8, 8});
+  const dl_model_desc md = {DL_F32, 1};
+  const dl_linear_desc l03 = {0, 3, 0};
+  dl_conv2d_desc cd;
+  dl_model *m = dl_model_make(&ctx, &md);
+  dl_tensor *x = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(2, 3, 8, 8));
+  memset(&cd, 0, sizeof cd);
+  cd.in = 1;
+  cd.out = 4;
+  cd.kernel = 3;
   dl_tape_init(&tp, &ctx, 0);
-  dl_conv2d_make(m, NULL, NULL, &(dl_conv2d_desc){.in = 1, .out = 4, .kernel = 3});
+  dl_conv2d_make(m, NULL, NULL, &cd);
   AT_LINE(__LINE__, dl_model_forward(m, &tp, x)); /* 3 channels into a conv of 1 */
   CHECK(strstr(site_msg, "'0'") != NULL);          /* and the layer's name */
   AT_LINE(__LINE__, dl_layer_call(m->root.child[0], &tp, x));
-  AT_LINE(__LINE__, dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = 0, .out = 3}));
+  AT_LINE(__LINE__, dl_linear_make(m, NULL, NULL, &l03));
   AT_LINE(__LINE__, dl_dropout_make(m, NULL, NULL, 1.5));
   dl_tape_free(&tp);
   dl_tensor_free(x);
@@ -132,7 +140,10 @@ static void test_wrappers_complete(void) {
 }
 
 int main(void) {
-  dl_ctx_init(&ctx, &(dl_ctx_desc){.panic = site_panic});
+  dl_ctx_desc cd;
+  memset(&cd, 0, sizeof cd);
+  cd.panic = site_panic;
+  dl_ctx_init(&ctx, &cd);
   RUN(test_ops);
   RUN(test_elementwise_list);
   RUN(test_layers);

@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_tape.c - the reverse-mode tape, forward-mode tangents, custom
  * ops, and the ops defined in dl/ops.h itself (element-wise list, clamp,
  * where, matmul, linear): gradcheck, PyTorch fixtures, error messages,

@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_tensor.c - creation, overflow checks, views, copies, printing,
  * dtype rules, panic messages. */
 #include "dl/tensor.h"

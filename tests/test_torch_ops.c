@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_torch_ops.c - every op in expr.h's op lists against PyTorch.
  *
  * tests/fixtures/ops.txt (tools/make_fixtures.py, PyTorch's autograd) holds,
