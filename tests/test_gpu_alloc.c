@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_gpu_alloc.c - gpu.h's parts that need no GPU, run everywhere.
  *
  * - The caching allocator (dl_gpu_cache) over a fake device: a byte budget

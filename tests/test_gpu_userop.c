@@ -1,3 +1,4 @@
+/* dl-test-cxx */
 /* tests/test_gpu_userop.c - a user's one-line element-wise ops on the GPU.
  *
  * The ops are written once (tests/gpu_user_ops.h); this file makes their CPU

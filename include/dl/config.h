@@ -74,12 +74,10 @@
 #ifdef __CUDACC__
 #define DL__SCALAR_ONLY 1
 #endif
-/* A C++ file compiles its own copy of the library; sharing a C file's
- * DL_IMPLEMENTATION would give it a second copy of the library's objects
- * (a layer's type is the address of its vtable), so it is refused. */
-#if defined(__cplusplus) && !defined(__CUDACC__) && (defined(DL_LINK) || defined(DL_IMPLEMENTATION))
-#error "dl: DL_LINK and DL_IMPLEMENTATION are C only: a C++ file compiles the whole library static inline (define neither), so a program's dl objects live either in its C files or in its C++ files"
-#endif
+/* A C++ file compiles its own copy of the library whatever it defines
+ * (dl/layers.h refuses DL_LINK and DL_IMPLEMENTATION there: a layer's
+ * type is its vtable's address, and a C++ file's copy would not recognise
+ * the layers of the program's C files). */
 #if defined(DL_IMPLEMENTATION) && !defined(__cplusplus)
 #define DL__MODE_IMPL 1
 #elif defined(DL_LINK) && !defined(__cplusplus)

@@ -630,6 +630,17 @@ DL_API dl__probe *dl__probe_1nn(dl__probe *a, double n, double m) { (void)n; (vo
  * element: the C++ form of C's fused loops, the same arithmetic. */
 #include <type_traits>
 
+/* The C++ machinery is file-local (an unnamed namespace), like the static
+ * inline C functions it calls: no template is shared between files built
+ * with other flags. */
+/* Functors and nodes inline into the fused loops (as C's DL__VAPI
+ * functions are forced to), so that gcc -O2 still vectorises them. */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define DL__CXX_AI __attribute__((always_inline)) inline
+#else
+#define DL__CXX_AI inline
+#endif
+namespace {
 template <class T> struct dl__cxx_rank { static const int value = 0; };
 template <> struct dl__cxx_rank<double> { static const int value = 1; };
 template <> struct dl__cxx_rank<float> { static const int value = 2; };
@@ -647,28 +658,28 @@ template <class A, class B> struct dl__cxx_common {
   typedef typename dl__cxx_type<r>::type type;
 };
 template <class To> struct dl__cxx_cv {
-  template <class F> DL_HD static To from(F x) {
+  template <class F> DL_HD static DL__CXX_AI To from(F x) {
     static_assert(dl__cxx_rank<F>::value < 3, "dl: a dual number where a float is expected");
     return (To)x;
   }
 };
 template <> struct dl__cxx_cv<dl_dual> {
-  DL_HD static dl_dual from(dl_dual x) { return x; }
-  template <class F> DL_HD static dl_dual from(F x) {
+  DL_HD static DL__CXX_AI dl_dual from(dl_dual x) { return x; }
+  template <class F> DL_HD static DL__CXX_AI dl_dual from(F x) {
     static_assert(dl__cxx_rank<F>::value < 3, "dl: mixing dual number types (dl_dual, dl_dual64, dl_dual2)");
     return dl_dual_make((float)x, 0.0f);
   }
 };
 template <> struct dl__cxx_cv<dl_dual64> {
-  DL_HD static dl_dual64 from(dl_dual64 x) { return x; }
-  template <class F> DL_HD static dl_dual64 from(F x) {
+  DL_HD static DL__CXX_AI dl_dual64 from(dl_dual64 x) { return x; }
+  template <class F> DL_HD static DL__CXX_AI dl_dual64 from(F x) {
     static_assert(dl__cxx_rank<F>::value < 3, "dl: mixing dual number types (dl_dual, dl_dual64, dl_dual2)");
     return dl_dual64_make((double)x, 0.0);
   }
 };
 template <> struct dl__cxx_cv<dl_dual2> {
-  DL_HD static dl_dual2 from(dl_dual2 x) { return x; }
-  template <class F> DL_HD static dl_dual2 from(F x) {
+  DL_HD static DL__CXX_AI dl_dual2 from(dl_dual2 x) { return x; }
+  template <class F> DL_HD static DL__CXX_AI dl_dual2 from(F x) {
     static_assert(dl__cxx_rank<F>::value < 3, "dl: mixing dual number types (dl_dual, dl_dual64, dl_dual2)");
     return dl__mk_dual2(DL__D2K((double)x), DL__D2K(0.0));
   }
@@ -679,27 +690,27 @@ template <> struct dl__cxx_cv<dl_dual2> {
  * (float for the library's families, double for a user's DL_DEFINE_OP1P). */
 #define DL__CXX_FO1(FO, FAM)                                                           \
   struct FO {                                                                          \
-    DL_HD static float ap(float a) { return FAM##_f32(a); }                            \
-    DL_HD static double ap(double a) { return FAM##_f64(a); }                          \
-    DL_HD static dl_dual ap(dl_dual a) { return FAM##_dual(a); }                       \
-    DL_HD static dl_dual64 ap(dl_dual64 a) { return FAM##_dual64(a); }                 \
-    DL_HD static dl_dual2 ap(dl_dual2 a) { return FAM##_dual2(a); }                    \
+    DL_HD static DL__CXX_AI float ap(float a) { return FAM##_f32(a); }                            \
+    DL_HD static DL__CXX_AI double ap(double a) { return FAM##_f64(a); }                          \
+    DL_HD static DL__CXX_AI dl_dual ap(dl_dual a) { return FAM##_dual(a); }                       \
+    DL_HD static DL__CXX_AI dl_dual64 ap(dl_dual64 a) { return FAM##_dual64(a); }                 \
+    DL_HD static DL__CXX_AI dl_dual2 ap(dl_dual2 a) { return FAM##_dual2(a); }                    \
   };
 #define DL__CXX_FO2(FO, FAM)                                                           \
   struct FO {                                                                          \
-    DL_HD static float ap(float a, float b) { return FAM##_f32(a, b); }                \
-    DL_HD static double ap(double a, double b) { return FAM##_f64(a, b); }             \
-    DL_HD static dl_dual ap(dl_dual a, dl_dual b) { return FAM##_dual(a, b); }         \
-    DL_HD static dl_dual64 ap(dl_dual64 a, dl_dual64 b) { return FAM##_dual64(a, b); } \
-    DL_HD static dl_dual2 ap(dl_dual2 a, dl_dual2 b) { return FAM##_dual2(a, b); }     \
+    DL_HD static DL__CXX_AI float ap(float a, float b) { return FAM##_f32(a, b); }                \
+    DL_HD static DL__CXX_AI double ap(double a, double b) { return FAM##_f64(a, b); }             \
+    DL_HD static DL__CXX_AI dl_dual ap(dl_dual a, dl_dual b) { return FAM##_dual(a, b); }         \
+    DL_HD static DL__CXX_AI dl_dual64 ap(dl_dual64 a, dl_dual64 b) { return FAM##_dual64(a, b); } \
+    DL_HD static DL__CXX_AI dl_dual2 ap(dl_dual2 a, dl_dual2 b) { return FAM##_dual2(a, b); }     \
   };
 #define DL__CXX_FO1P(FO, FAM, PF)                                                      \
   struct FO {                                                                          \
-    DL_HD static float ap(float a, double p) { return FAM##_f32(a, (PF)p); }           \
-    DL_HD static double ap(double a, double p) { return FAM##_f64(a, p); }             \
-    DL_HD static dl_dual ap(dl_dual a, double p) { return FAM##_dual(a, (PF)p); }      \
-    DL_HD static dl_dual64 ap(dl_dual64 a, double p) { return FAM##_dual64(a, p); }    \
-    DL_HD static dl_dual2 ap(dl_dual2 a, double p) { return FAM##_dual2(a, p); }       \
+    DL_HD static DL__CXX_AI float ap(float a, double p) { return FAM##_f32(a, (PF)p); }           \
+    DL_HD static DL__CXX_AI double ap(double a, double p) { return FAM##_f64(a, p); }             \
+    DL_HD static DL__CXX_AI dl_dual ap(dl_dual a, double p) { return FAM##_dual(a, (PF)p); }      \
+    DL_HD static DL__CXX_AI dl_dual64 ap(dl_dual64 a, double p) { return FAM##_dual64(a, p); }    \
+    DL_HD static DL__CXX_AI dl_dual2 ap(dl_dual2 a, double p) { return FAM##_dual2(a, p); }       \
   };
 
 /* Expression operands: tensors and nodes (never under nvcc). */
@@ -724,19 +735,19 @@ template <> struct dl__cxx_isx<const dl_tensor *> { static const bool value = tr
  * type (a node when an argument is a tensor or node, below). */
 template <class F, class A, bool X = dl__cxx_isx<A>::value> struct dl__cxx_u {
   typedef typename dl__cxx_common<A, A>::type type;
-  DL_HD static type go(A a) { return F::ap(dl__cxx_cv<type>::from(a)); }
-  DL_HD static type go(A a, double p) { return F::ap(dl__cxx_cv<type>::from(a), p); }
-  DL_HD static type go(A a, double p, double q) { return F::ap(dl__cxx_cv<type>::from(a), p, q); }
+  DL_HD static DL__CXX_AI type go(A a) { return F::ap(dl__cxx_cv<type>::from(a)); }
+  DL_HD static DL__CXX_AI type go(A a, double p) { return F::ap(dl__cxx_cv<type>::from(a), p); }
+  DL_HD static DL__CXX_AI type go(A a, double p, double q) { return F::ap(dl__cxx_cv<type>::from(a), p, q); }
 };
 template <class F, class A, class B, bool X = dl__cxx_isx<A>::value || dl__cxx_isx<B>::value> struct dl__cxx_b {
   typedef typename dl__cxx_common<A, B>::type type;
-  DL_HD static type go(A a, B b) { return F::ap(dl__cxx_cv<type>::from(a), dl__cxx_cv<type>::from(b)); }
+  DL_HD static DL__CXX_AI type go(A a, B b) { return F::ap(dl__cxx_cv<type>::from(a), dl__cxx_cv<type>::from(b)); }
 };
 template <class F, class C, class A, class B,
           bool X = dl__cxx_isx<C>::value || dl__cxx_isx<A>::value || dl__cxx_isx<B>::value>
 struct dl__cxx_t {
   typedef typename dl__cxx_common<typename dl__cxx_common<A, B>::type, C>::type type;
-  DL_HD static type go(C c, A a, B b) {
+  DL_HD static DL__CXX_AI type go(C c, A a, B b) {
     return F::ap(dl__cxx_cv<type>::from(c), dl__cxx_cv<type>::from(a), dl__cxx_cv<type>::from(b));
   }
 };
@@ -753,27 +764,27 @@ struct dl__xleaf : dl__xbase {
   const dl_tensor *t;
   mutable int k; /* the tensor's slot in the general cursor */
   void probe(dl__probe *p) const { k = dl__probe_operand(p, t); }
-  template <class T> T ev(const dl__xcc &c) const { return ((const T *)t->data)[c.i]; }
-  template <class T> T ev(const dl__gcur &c) const {
+  template <class T> DL__CXX_AI T ev(const dl__xcc &c) const { return ((const T *)t->data)[c.i]; }
+  template <class T> DL__CXX_AI T ev(const dl__gcur &c) const {
     return ((const T *)(const void *)c.base[k])[c.j * c.inc[k]];
   }
 };
 struct dl__xnum : dl__xbase {
   double v;
   void probe(dl__probe *) const {}
-  template <class T, class Cur> T ev(const Cur &) const { return (T)v; }
+  template <class T, class Cur> DL__CXX_AI T ev(const Cur &) const { return (T)v; }
 };
 template <class F, class A> struct dl__xun : dl__xbase {
   A a;
   double p, q;
   void probe(dl__probe *pr) const { a.probe(pr); }
-  template <class T, class Cur> T ev(const Cur &c) const { return F::ap(a.template ev<T>(c)); }
+  template <class T, class Cur> DL__CXX_AI T ev(const Cur &c) const { return F::ap(a.template ev<T>(c)); }
 };
 template <class F, class A> struct dl__xun1 : dl__xun<F, A> { /* one number parameter */
-  template <class T, class Cur> T ev(const Cur &c) const { return F::ap(this->a.template ev<T>(c), this->p); }
+  template <class T, class Cur> DL__CXX_AI T ev(const Cur &c) const { return F::ap(this->a.template ev<T>(c), this->p); }
 };
 template <class F, class A> struct dl__xun2 : dl__xun<F, A> { /* two number parameters */
-  template <class T, class Cur> T ev(const Cur &c) const {
+  template <class T, class Cur> DL__CXX_AI T ev(const Cur &c) const {
     return F::ap(this->a.template ev<T>(c), this->p, this->q);
   }
 };
@@ -781,14 +792,14 @@ template <class F, class A, class B> struct dl__xbin : dl__xbase {
   A a;
   B b;
   void probe(dl__probe *pr) const { a.probe(pr); b.probe(pr); }
-  template <class T, class Cur> T ev(const Cur &c) const { return F::ap(a.template ev<T>(c), b.template ev<T>(c)); }
+  template <class T, class Cur> DL__CXX_AI T ev(const Cur &c) const { return F::ap(a.template ev<T>(c), b.template ev<T>(c)); }
 };
 template <class F, class C, class A, class B> struct dl__xter : dl__xbase {
   C c;
   A a;
   B b;
   void probe(dl__probe *pr) const { c.probe(pr); a.probe(pr); b.probe(pr); }
-  template <class T, class Cur> T ev(const Cur &u) const {
+  template <class T, class Cur> DL__CXX_AI T ev(const Cur &u) const {
     return F::ap(c.template ev<T>(u), a.template ev<T>(u), b.template ev<T>(u));
   }
 };
@@ -872,11 +883,11 @@ DL__CXX_BINARY(pow) DL__CXX_BINARY(max) DL__CXX_BINARY(min) DL__CXX_BINARY(gt)
 DL__CXX_BINARY(ge) DL__CXX_BINARY(lt) DL__CXX_BINARY(le) DL__CXX_BINARY(eq)
 DL__CXX_PARAM1(leaky_relu) DL__CXX_PARAM1(elu)
 struct dl__fo_clamp {
-  DL_HD static float ap(float a, double lo, double hi) { return dl_clamp_f32(a, (float)lo, (float)hi); }
-  DL_HD static double ap(double a, double lo, double hi) { return dl_clamp_f64(a, lo, hi); }
-  DL_HD static dl_dual ap(dl_dual a, double lo, double hi) { return dl_clamp_dual(a, (float)lo, (float)hi); }
-  DL_HD static dl_dual64 ap(dl_dual64 a, double lo, double hi) { return dl_clamp_dual64(a, lo, hi); }
-  DL_HD static dl_dual2 ap(dl_dual2 a, double lo, double hi) { return dl_clamp_dual2(a, lo, hi); }
+  DL_HD static DL__CXX_AI float ap(float a, double lo, double hi) { return dl_clamp_f32(a, (float)lo, (float)hi); }
+  DL_HD static DL__CXX_AI double ap(double a, double lo, double hi) { return dl_clamp_f64(a, lo, hi); }
+  DL_HD static DL__CXX_AI dl_dual ap(dl_dual a, double lo, double hi) { return dl_clamp_dual(a, (float)lo, (float)hi); }
+  DL_HD static DL__CXX_AI dl_dual64 ap(dl_dual64 a, double lo, double hi) { return dl_clamp_dual64(a, lo, hi); }
+  DL_HD static DL__CXX_AI dl_dual2 ap(dl_dual2 a, double lo, double hi) { return dl_clamp_dual2(a, lo, hi); }
 };
 /* min(max(x, lo), hi); lo and hi are plain numbers */
 template <class A>
@@ -884,11 +895,11 @@ DL_HD inline auto dl_clamp(A a, double lo, double hi) -> decltype(dl__cxx_u<dl__
   return dl__cxx_u<dl__fo_clamp, A>::go(a, lo, hi);
 }
 struct dl__fo_where {
-  DL_HD static float ap(float c, float a, float b) { return dl_where_f32(c, a, b); }
-  DL_HD static double ap(double c, double a, double b) { return dl_where_f64(c, a, b); }
-  DL_HD static dl_dual ap(dl_dual c, dl_dual a, dl_dual b) { return dl_where_dual(c, a, b); }
-  DL_HD static dl_dual64 ap(dl_dual64 c, dl_dual64 a, dl_dual64 b) { return dl_where_dual64(c, a, b); }
-  DL_HD static dl_dual2 ap(dl_dual2 c, dl_dual2 a, dl_dual2 b) { return dl_where_dual2(c, a, b); }
+  DL_HD static DL__CXX_AI float ap(float c, float a, float b) { return dl_where_f32(c, a, b); }
+  DL_HD static DL__CXX_AI double ap(double c, double a, double b) { return dl_where_f64(c, a, b); }
+  DL_HD static DL__CXX_AI dl_dual ap(dl_dual c, dl_dual a, dl_dual b) { return dl_where_dual(c, a, b); }
+  DL_HD static DL__CXX_AI dl_dual64 ap(dl_dual64 c, dl_dual64 a, dl_dual64 b) { return dl_where_dual64(c, a, b); }
+  DL_HD static DL__CXX_AI dl_dual2 ap(dl_dual2 c, dl_dual2 a, dl_dual2 b) { return dl_where_dual2(c, a, b); }
 };
 /* c != 0 ? a : b */
 template <class C, class A, class B>
@@ -896,13 +907,14 @@ DL_HD inline typename dl__cxx_t<dl__fo_where, C, A, B>::type dl_where(C c, A a, 
   return dl__cxx_t<dl__fo_where, C, A, B>::go(c, a, b);
 }
 struct dl__fo_val {
-  template <class T> DL_HD static T ap(T a) { return a; }
+  template <class T> DL_HD static DL__CXX_AI T ap(T a) { return a; }
 };
 /* x itself as a scalar of its type; a tensor read at the current element
  * inside DL_ASSIGN (DL_ASSIGN(y, dl_val(b)) broadcasts b into y) */
 template <class A> DL_HD inline typename dl__cxx_u<dl__fo_val, A>::type dl_val(A a) {
   return dl__cxx_u<dl__fo_val, A>::go(a);
 }
+} /* namespace */
 /* In C++ the context is the argument types; DL_SCALAR is accepted and ignored. */
 #define DL_SCALAR(type) ((void)0)
 /* A user's family (DL_DEFINE_OP1/1P/2 in expr.h makes the generic name f

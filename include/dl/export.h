@@ -708,6 +708,7 @@ DL_API void dl__micro_ints(dl__micro_text *t, const char *type, const char *id, 
   dl__micro_printf(t, "\n};\n");
 }
 
+#ifdef DL__IO_FILES /* writing files: not under DL_NO_STDIO */
 /* Writes PREFIX.h (the declaration and NAME_ARENA_BYTES, NAME upper-cased)
  * and PREFIX.c (the weights as const arrays, the plan, the model), each
  * atomically. The .c file includes "dl/micro.h" and the header by its
@@ -818,6 +819,8 @@ done:
 
 /* >>blobs ----------------------------------------------------------------------- */
 
+#endif /* DL__IO_FILES */
+
 DL_API void dl__micro_put32(unsigned char *p, uint32_t v) {
   p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
 }
@@ -895,6 +898,7 @@ DL_API dl_status dl_micro_blob(dl_ctx *ctx, const dl_micro_model *q, void **out,
   *n = size;
   return DL_OK;
 }
+#ifdef DL__IO_FILES
 /* The blob written to path, atomically. */
 DL_API dl_status dl_micro_write_blob(dl_ctx *ctx, const dl_micro_model *q, const char *path) {
   void *b;
@@ -905,6 +909,7 @@ DL_API dl_status dl_micro_write_blob(dl_ctx *ctx, const dl_micro_model *q, const
   dl_free(ctx, b);
   return s;
 }
+#endif /* DL__IO_FILES */
 
 /* >>one call: both precisions --------------------------------------------------- */
 
@@ -929,6 +934,7 @@ typedef struct dl_micro_report {
   size_t const_f32, const_int8; /* dl_micro_const_bytes */
 } dl_micro_report;
 
+#ifdef DL__IO_FILES
 /* The model in both precisions: d->name is the base name, the files are
  * DIR/NAME_f32.{c,h} and DIR/NAME_int8.{c,h} (identifiers NAME_f32 and
  * NAME_int8); d->precision is ignored, d->calib is required. When test is
@@ -973,6 +979,7 @@ DL_API dl_status dl_micro_export(dl_ctx *ctx, dl_model *model, const dl_micro_de
   if (rep) *rep = r;
   return s;
 }
+#endif /* DL__IO_FILES */
 
 DL__HEADER_END
 #endif /* !DL__SCALAR_ONLY */

@@ -315,7 +315,8 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
 #else /* C++: the expression is a tree of nodes (dual.h), built once */
 
 /* The loops of DL_ASSIGN in C++: the same plan, blocks and tiles as C's,
- * the element computed by the node tree e in T. */
+ * the element computed by the node tree e in T (file-local, as dual.h's). */
+namespace {
 template <class T, class E> inline void dl__xloop_c(dl_tensor *y, const dl__plan &pl, const E &e) {
   T *const out = (T *)y->data;
   const int64_t n = pl.numel;
@@ -352,6 +353,7 @@ template <class E> inline void dl__xassign(dl_tensor *y, const E &e, const char 
     default: break;
   }
 }
+} /* namespace */
 /* DL_ASSIGN(dst, expr) in C++: expr is evaluated once, into its tree. */
 #define DL_ASSIGN(dst, expr) dl__xassign((dst), dl__xwrap(expr), #expr, __FILE__, __LINE__)
 #endif /* __cplusplus */
@@ -595,8 +597,16 @@ DL_API void dl__gpu_ew(const char *op, dlg_ew_fn fn, int mode, const dl_tensor *
   if (dl__gpu_ew_prep(op, mode, out, x0, x1, s3, s4, &e, ptr) == 0) return;
   dl__gpu_ok(out, op, fn(dl__gpu_h(out, op), (int)out->dtype, mode, &e, ptr, p0));
 }
+/* the launcher of family FAM (dl/gpu/ew.cuh defines it extern "C"), a weak
+ * reference: NULL when no kernel was linked for it */
+#ifdef __cplusplus
+#define DL__GPU_EXTERN_C extern "C"
+#else
+#define DL__GPU_EXTERN_C
+#endif
 #define DL__GPU_DECL(FAM)                                                              \
-  int FAM##__gpu(dlg_handle *h, int dtype, int mode, const dlg_ew *e, void *const ptr[5], double p0) DL__WEAK;
+  DL__GPU_EXTERN_C int FAM##__gpu(dlg_handle *h, int dtype, int mode, const dlg_ew *e, void *const ptr[5], \
+                                  double p0) DL__WEAK;
 DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c, const dl_tensor *d,
                       const dl_tensor *e) {
   return (a && a->device == DL_CUDA) || (b && b->device == DL_CUDA) || (c && c->device == DL_CUDA) ||
@@ -752,22 +762,28 @@ DL_API int dl__gpu_on(const dl_tensor *a, const dl_tensor *b, const dl_tensor *c
 /* In C++ a user's op also gets its generic name, name(x) (name(x, p0),
  * name(a, b)): scalar math of any of the five types, or a node inside
  * DL_ASSIGN, as the library's dl_exp(x) ... are; DL_APPLY1(name, x) is
- * name(x). */
+ * name(x). File-local (an unnamed namespace), as the C functions are. */
 #ifdef __cplusplus
 #define DL__CXX_USER1(name)                                                            \
+  namespace {                                                                          \
   DL__CXX_FO1(name##__fo, name)                                                        \
   template <class A> inline typename dl__cxx_u<name##__fo, A>::type name(A a) {        \
     return dl__cxx_u<name##__fo, A>::go(a);                                            \
+  }                                                                                    \
   }
 #define DL__CXX_USER1P(name)                                                           \
+  namespace {                                                                          \
   DL__CXX_FO1P(name##__fo, name, double)                                               \
   template <class A> inline auto name(A a, double p0)->decltype(dl__cxx_u<name##__fo, A>::go(a, p0)) { \
     return dl__cxx_u<name##__fo, A>::go(a, p0);                                        \
+  }                                                                                    \
   }
 #define DL__CXX_USER2(name)                                                            \
+  namespace {                                                                          \
   DL__CXX_FO2(name##__fo, name)                                                        \
   template <class A, class B> inline typename dl__cxx_b<name##__fo, A, B>::type name(A a, B b) { \
     return dl__cxx_b<name##__fo, A, B>::go(a, b);                                      \
+  }                                                                                    \
   }
 #else
 #define DL__CXX_USER1(name)

@@ -70,6 +70,9 @@
 #include "ops.h"
 DL__HEADER_BEGIN
 
+#if defined(__cplusplus) && !defined(DL__SCALAR_ONLY) && (defined(DL_LINK) || defined(DL_IMPLEMENTATION))
+#error "dl: compile-once (DL_LINK, DL_IMPLEMENTATION) is C only: a C++ file compiles its own copy of the library, whose layers do not recognise those of another file's copy (a layer's type is its vtable's address); build the C++ files without these macros and keep each model in the file that made it"
+#endif
 #ifndef DL__SCALAR_ONLY
 
 #include <float.h>

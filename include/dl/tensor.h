@@ -107,15 +107,17 @@ typedef struct dl_tensor {
  * a call, never keep it). */
 #ifdef __cplusplus
 } /* extern "C": a template follows */
+namespace {
 struct dl__i64s {
   int64_t v[DL_MAX_DIMS];
   const int64_t *p() const { return v; }
 };
 template <class... A> inline dl__i64s dl__i64s_of(A... a) {
   static_assert(sizeof...(A) <= DL_MAX_DIMS, "dl: more than 8 sizes");
-  dl__i64s r = {{(int64_t)a...}};
+  dl__i64s r = {{static_cast<int64_t>(a)...}};
   return r;
 }
+} /* namespace */
 #define DL__I64S(...) (dl__i64s_of(__VA_ARGS__).p())
 extern "C" {
 #else
