@@ -31,6 +31,18 @@
 #      by about +-25 per run whatever the steps: its verdict allows |x| < 1.
 #   d. compile time of `$CC -std=c11 -O2 -Iinclude examples/fashion_mlp.c -lz -lm`,
 #      median of COMPILE_REPS. Goal: < 3 s.
+#   e. the FMA peak of this machine, measured in the same run (bench/fma_peak.c:
+#      vector FMA chains, 1 thread and THREADS threads), and each training
+#      speed as a fraction of it: the MLP step is 1.007 MFLOP per sample
+#      (forward, weight gradients, input gradients of layers 2 and 3), the
+#      CNN's 25.0 MFLOP. Goals (issue 19): MLP at 1 thread >= 50% of one
+#      core's peak, CNN >= 40% of THREADS cores'.
+#   f. PyTorch's plain loop too (torch_train.py loop=plain: no per-step
+#      readback of the loss and accuracy), at THREADS and 1 thread, beside
+#      the readback loop that matches what the C programs do.
+#   g. under contention: one busy process per core (a spinning loop started
+#      by this script), dl.h at THREADS threads and at 1 thread, CONTENDED
+#      rounds; goal >= 0.9x of its own 1-thread speed.
 #
 # The CNN runs use a copy of the data set cut to the first CNN_TEST test
 # images (and the first CNN_SUBSET training images) through --data, so that
@@ -39,7 +51,7 @@
 # the start and the end), OpenMP's spinning barriers make multi-threaded runs
 # of both much slower than 1 thread: absolute numbers are only as good as the
 # machine is quiet.
-# Env: THREADS (2), ROUNDS (3), MLP_SUBSET (20000), CNN_SUBSET (2048),
+# Env: THREADS (2), ROUNDS (3), CONTENDED (3), MLP_SUBSET (20000), CNN_SUBSET (2048),
 # CNN_TEST (1000), COMPILE_REPS (3), DATA (Debian's dataset-fashion-mnist
 # directory), CC (gcc), PY (/usr/bin/python3).
 set -u
@@ -48,7 +60,7 @@ B=build/bench
 mkdir -p "$B"
 CC=${CC:-gcc}
 PY=${PY:-/usr/bin/python3}
-THREADS=${THREADS:-2}; ROUNDS=${ROUNDS:-3}
+THREADS=${THREADS:-2}; ROUNDS=${ROUNDS:-3}; CONTENDED=${CONTENDED:-3}
 MLP_SUBSET=${MLP_SUBSET:-20000}; CNN_SUBSET=${CNN_SUBSET:-2048}; CNN_TEST=${CNN_TEST:-1000}
 COMPILE_REPS=${COMPILE_REPS:-3}
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
@@ -74,6 +86,7 @@ for ex in fashion_mlp fashion_cnn; do
 done
 $CC -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 -fPIC -shared bench/malloc_count.c -o $B/malloc_count.so -ldl ||
   { echo "run_train: building malloc_count.so failed"; exit 1; }
+$CC -O3 -march=native -ffp-contract=fast -fopenmp bench/fma_peak.c -o $B/fma_peak -lm || { echo "run_train: building fma_peak failed"; exit 1; }
 
 # The CNN's data: the same IDX gzip files, cut to fewer images.
 cut_data() { # DIR NTRAIN NTEST
@@ -111,14 +124,16 @@ sys.exit(r)' "$rss" "$@"
   fi
 }
 
-# One run; appends "MODEL WHO sps=X rss_kb=Y" to $RES. WHO: dl, dl1, torch or torch1.
+# One run; appends "MODEL WHO sps=X rss_kb=Y" to $RES. WHO: dl, dl1, torch, torch1,
+# torchp, torchp1 (the plain loop), or dlc, dlc1 (dl.h under contention).
 one() { # MODEL WHO
-  local model=$1 who=$2 th=$THREADS prog subset data out=$T/out.txt sps
-  case $who in dl1 | torch1) th=1 ;; esac
+  local model=$1 who=$2 th=$THREADS prog subset data out=$T/out.txt sps loop=readback
+  case $who in dl1 | torch1 | torchp1 | dlc1) th=1 ;; esac
+  case $who in torchp | torchp1) loop=plain ;; esac
   if [ "$model" = mlp ]; then prog=$B/fashion_mlp subset=$MLP_SUBSET data=$DATA
   else prog=$B/fashion_cnn subset=$CNN_SUBSET data=$T/cnn_data; fi
-  if [ "$who" = torch ] || [ "$who" = torch1 ]; then
-    OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th peak "$T/rss" "$PY" bench/torch_train.py "$model" "$subset" "$th" 1 64 "$data" > "$out" 2>&1
+  if [[ $who == torch* ]]; then
+    OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th peak "$T/rss" "$PY" bench/torch_train.py "$model" "$subset" "$th" 1 64 "$data" cpu $loop > "$out" 2>&1
     if grep -q '^SKIP' "$out"; then echo "$model $who SKIP" >> "$RES"; head -1 "$out"; return 0; fi
     sps=$(sed -n 's/^torch_train .*samples_per_s=\([0-9.]*\).*/\1/p' "$out")
   else
@@ -131,13 +146,30 @@ one() { # MODEL WHO
 }
 
 status=0
+echo "== FMA peak =="
+for _ in 1 2 3; do $B/fma_peak | tee -a "$RES"; done
 for model in mlp cnn; do
   [ -x $B/fashion_$model ] || continue
-  echo "== $model: $ROUNDS rounds of dl.h and torch, $THREADS threads and 1 thread =="
+  echo "== $model: $ROUNDS rounds of dl.h and torch (readback and plain loops), $THREADS threads and 1 thread =="
   for r in $(seq 1 "$ROUNDS"); do
-    if [ $((r % 2)) = 1 ]; then order="dl torch dl1 torch1"; else order="torch1 dl1 torch dl"; fi
+    if [ $((r % 2)) = 1 ]; then order="dl torch torchp dl1 torch1 torchp1"; else order="torchp1 torch1 dl1 torchp torch dl"; fi
     for who in $order; do one "$model" "$who" || status=1; done
   done
+done
+# contention: one spinning process per core, started here, for the dlc runs
+busy_pids=()
+busy_start() { local k; for k in $(seq 1 "$(nproc 2>/dev/null || echo 2)"); do ( while :; do :; done ) & busy_pids+=($!); done; }
+busy_stop() { kill "${busy_pids[@]}" 2>/dev/null; wait "${busy_pids[@]}" 2>/dev/null; busy_pids=(); }
+trap 'busy_stop; rm -rf "$T"' EXIT
+for model in mlp cnn; do
+  [ -x $B/fashion_$model ] || continue
+  echo "== $model under contention: one busy process per core, $CONTENDED rounds of dl.h at $THREADS threads and 1 thread =="
+  busy_start
+  for r in $(seq 1 "$CONTENDED"); do
+    if [ $((r % 2)) = 1 ]; then order="dlc dlc1"; else order="dlc1 dlc"; fi
+    for who in $order; do one "$model" "$who" || status=1; done
+  done
+  busy_stop
 done
 
 # Allocations: 1 epoch on N1 and on N2 samples, 2 epochs on N1.
@@ -178,7 +210,8 @@ awk -v th="$THREADS" -v rounds="$ROUNDS" '
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (x[j] + 0 < x[i] + 0) { tmp = x[i]; x[i] = x[j]; x[j] = tmp }
     return n % 2 ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2 }
   function val(f,   a) { split(f, a, "="); return a[2] }
-  $2 == "dl" || $2 == "dl1" || $2 == "torch" || $2 == "torch1" { if ($3 == "SKIP") { skip[$1] = 1; next }
+  $1 == "fma_peak" { split($2, a, "="); g = val($3) + 0; if (g > peak[a[2]]) peak[a[2]] = g; next }
+  $2 ~ /^(dl|dl1|dlc|dlc1|torch|torch1|torchp|torchp1)$/ { if ($3 == "SKIP") { skip[$1] = 1; next }
     sps[$1, $2] = sps[$1, $2] " " val($3); rss[$1, $2] = rss[$1, $2] " " val($4) }
   $2 == "allocs" { k = $1 SUBSEP val($3) SUBSEP val($4)
     for (i = 5; i <= NF; i++) { split($i, a, "="); al[k, a[1]] = a[2] }
@@ -196,7 +229,19 @@ awk -v th="$THREADS" -v rounds="$ROUNDS" '
       else { t = med(sps[mod, "torch"]); row(M " samples/s, " th " thr, vs torch", sprintf("%.0f", d), sprintf("%.0f", t), sprintf("%.2fx", d / t), ">= " goal "x", ok(d / t >= goal)) }
       if (skip[mod] || sps[mod, "torch1"] == "") row(M " samples/s, 1 thr, vs torch 1 thr", sprintf("%.0f", d1), "SKIP", "SKIP", "", "")
       else { t1 = med(sps[mod, "torch1"]); row(M " samples/s, 1 thr, vs torch 1 thr", sprintf("%.0f", d1), sprintf("%.0f", t1), sprintf("%.2fx", d1 / t1), "(" goal "x)", ok(d1 / t1 >= goal)) }
-      row(M " samples/s, " th " thr vs dl.h on 1 thr", sprintf("%.0f", d), sprintf("%.0f", d1), sprintf("%.2fx", d / d1), "", "")
+      if (!skip[mod] && sps[mod, "torchp"] != "") {
+        tp = med(sps[mod, "torchp"]); tp1 = med(sps[mod, "torchp1"])
+        row(M " samples/s, " th " thr, vs torch plain loop", sprintf("%.0f", d), sprintf("%.0f", tp), sprintf("%.2fx", d / tp), "", "")
+        row(M " samples/s, 1 thr, vs torch plain loop 1 thr", sprintf("%.0f", d1), sprintf("%.0f", tp1), sprintf("%.2fx", d1 / tp1), m == 0 ? ">= 1.8x" : "", m == 0 ? ok(d1 / tp1 >= 1.8) : "")
+      }
+      row(M " samples/s, " th " thr vs dl.h on 1 thr", sprintf("%.0f", d), sprintf("%.0f", d1), sprintf("%.2fx", d / d1), m == 0 ? ">= 1.7x" : "", m == 0 ? ok(d / d1 >= 1.7) : "")
+      fl = m == 0 ? 1.007e6 : 25.0e6
+      if (peak[1] > 0) row(M " GFLOP/s, 1 thr, of the 1-core FMA peak", sprintf("%.1f", d1 * fl / 1e9), sprintf("%.1f", peak[1]), sprintf("%.0f%%", 100 * d1 * fl / 1e9 / peak[1]), m == 0 ? ">= 50%" : "", m == 0 ? ok(d1 * fl / 1e9 >= 0.5 * peak[1]) : "")
+      if (peak[th] > 0) row(M " GFLOP/s, " th " thr, of " th "-core FMA peak", sprintf("%.1f", d * fl / 1e9), sprintf("%.1f", peak[th]), sprintf("%.0f%%", 100 * d * fl / 1e9 / peak[th]), m == 1 ? ">= 40%" : "", m == 1 ? ok(d * fl / 1e9 >= 0.4 * peak[th]) : "")
+      if (sps[mod, "dlc"] != "" && sps[mod, "dlc1"] != "") {
+        c = med(sps[mod, "dlc"]); c1 = med(sps[mod, "dlc1"])
+        row(M " under contention: " th " thr vs 1 thr", sprintf("%.0f", c), sprintf("%.0f", c1), sprintf("%.2fx", c / c1), ">= 0.9x", ok(c / c1 >= 0.9))
+      }
       dr = med(rss[mod, "dl"]) / 1024
       if (skip[mod] || rss[mod, "torch"] == "") row(M " peak RSS MB (" th " thr), vs torch", sprintf("%.1f", dr), "SKIP", "SKIP", m == 0 ? "<= 0.25" : "", "")
       else { tr = med(rss[mod, "torch"]) / 1024; row(M " peak RSS MB (" th " thr), vs torch", sprintf("%.1f", dr), sprintf("%.1f", tr), sprintf("%.2f", dr / tr), m == 0 ? "<= 0.25" : "", m == 0 ? ok(dr / tr <= 0.25) : "") }

@@ -5,6 +5,13 @@ examples/fashion_cnn.c, written the way a PyTorch user would, in eager mode.
 
   /usr/bin/python3 bench/torch_train.py MODEL [subset=20000] [threads=2]
                    [epochs=1] [batch=64] [data=/usr/share/datasets/fashion-mnist] [device=cpu]
+                   [loop=readback]
+
+loop `plain` is PyTorch's best honest loop for the same training: the same
+steps without reading the loss and the number right back every step (the
+loss is summed on the device and read once per epoch), the learning rate
+still set every step. `readback` (default) reads both every step, as the C
+programs do for their progress line.
 
 device `cuda` (bench/run_gpu.sh) trains on the GPU: the model there, each
 batch made on the host as below and copied over with .to("cuda"), as the C
@@ -80,6 +87,7 @@ def main():
     batch = int(sys.argv[5]) if len(sys.argv) > 5 else 64
     data = sys.argv[6] if len(sys.argv) > 6 else "/usr/share/datasets/fashion-mnist"
     device = sys.argv[7] if len(sys.argv) > 7 else "cpu"
+    plain = (sys.argv[8] if len(sys.argv) > 8 else "readback") == "plain"
     try:
         import numpy  # noqa: F401
         import torch
@@ -112,6 +120,7 @@ def main():
     step, seconds, loss_sum, right = 0, 0.0, 0.0, 0
     for _ in range(epochs):
         t0 = time.perf_counter()
+        loss_acc = torch.zeros((), device=dev)
         perm = torch.randperm(n, generator=gen)
         for i in range(0, n, batch):
             idx = perm[i:i + batch]
@@ -121,12 +130,17 @@ def main():
                 g["lr"] = lr0 * 0.5 * (1.0 + math.cos(math.pi * step / total))
             logits = model(xb)
             loss = F.cross_entropy(logits, yb)
-            loss_sum += loss.item()
-            right += int((logits.argmax(1) == yb).sum().item())
+            if plain:
+                loss_acc += loss.detach()
+            else:
+                loss_sum += loss.item()
+                right += int((logits.argmax(1) == yb).sum().item())
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             step += 1
+        if plain:
+            loss_sum += float(loss_acc)
         if dev.type == "cuda":
             torch.cuda.synchronize()
         seconds += time.perf_counter() - t0
@@ -139,10 +153,10 @@ def main():
             xb = xte_t[i:i + eval_batch].float().div_(255.0).sub_(MEAN).div_(STD).to(dev)
             correct += int((model(xb).argmax(1).cpu() == yte_t[i:i + eval_batch]).sum().item())
     print("torch_train model=%s samples_per_s=%.1f threads=%d steps=%d batch=%d train_s=%.3f train_loss=%.4f "
-          "train_acc=%.4f test_acc=%.4f torch=%s device=%s" % (
-              kind, n * epochs / seconds, threads, step, batch, seconds, loss_sum / step, right / (n * epochs),
+          "train_acc=%.4f test_acc=%.4f torch=%s device=%s loop=%s" % (
+              kind, n * epochs / seconds, threads, step, batch, seconds, loss_sum / step, float("nan") if plain else right / (n * epochs),
               correct / xte_t.shape[0], torch.__version__,
-              torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"))
+              torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "plain" if plain else "readback"))
     return 0
 
 
