@@ -243,9 +243,9 @@ int main(void) {
   const char *wait = getenv("OMP_WAIT_POLICY");
 
   printf("bench_gemm: OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s OMP_WAIT_POLICY=%s\n"
-         "dl threads %d, OpenBLAS threads %d, load average %.2f; medians of single calls\n",
+         "dl threads %d, OpenBLAS threads %d (core %s), dl_gemm on %s, load average %.2f; medians of single calls\n",
          omp ? omp : "(unset)", obl ? obl : "(unset)", wait ? wait : "(unset)",
-         dl_ctx_threads(NULL), openblas_get_num_threads(), loadavg());
+         dl_ctx_threads(NULL), openblas_get_num_threads(), openblas_get_corename(), dl_gemm_backend(), loadavg());
 
   for (l = 0; l < 3; l++) {
     const int nin = layers[l], nout = layers[l + 1];

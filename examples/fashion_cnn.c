@@ -189,9 +189,9 @@ static int run(prog *p, dl_train_opts *o, const char *export_dir, int small, dou
     dl_batch first;
     if (p->dd.world > 1)
       printf("%d ranks (MPI), %lld samples per rank per step\n", p->dd.world, (long long)p->tb.batch_size);
-    printf("Fashion-MNIST: %lld training images (%lld steps of %lld per epoch), %lld test images, %d threads\n",
+    printf("Fashion-MNIST: %lld training images (%lld steps of %lld per epoch), %lld test images, %d threads, GEMM: %s\n",
            (long long)p->train.n, (long long)steps_per_epoch, (long long)o->batch, (long long)p->test.n,
-           dl_ctx_threads(ctx));
+           dl_ctx_threads(ctx), dl_gemm_backend());
     dl_batcher_set_epoch(&p->eb, 0);
     if (p->gpu) printf("device: %s\n", dl_gpu_name(p->gpu));
     else if (dl_batcher_next(&p->eb, &first) && dl_model_summary(p->m, stdout, first.x) != DL_OK) /* a host pass */

@@ -123,6 +123,12 @@ for t in tests/test_*.c; do
       if $CC $WARN -O2 -fopenmp $BLAS_FLAGS -Iinclude -Itests "$t" -o "$B/${n}_openblas" -lopenblas -lm 2>"$B/$n.log"; then
         run_test "${n}_openblas" "$B/${n}_openblas"
       else bad "${n}_openblas (build)"; head -30 "$B/$n.log"; fi
+      # built for this CPU: dl_gemm may leave an OpenBLAS that runs older kernels (blas.h)
+      if [ "$n" = test_blas ]; then
+        if $CC $WARN -O2 -march=native -fopenmp $BLAS_FLAGS -Iinclude -Itests "$t" -o "$B/${n}_openblas_native" -lopenblas -lm 2>"$B/$n.log"; then
+          run_test "${n}_openblas_native" "$B/${n}_openblas_native"
+        else bad "${n}_openblas_native (build)"; head -30 "$B/$n.log"; fi
+      fi
     else echo "SKIP test_blas with OpenBLAS: cblas.h not found (apt-get install libopenblas-dev)"; skip=$((skip + 1)); fi
   fi
 done

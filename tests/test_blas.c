@@ -628,7 +628,7 @@ static void test_openblas_threads(void) {
     for (tb = 0; tb < 2; tb++) {
       const int64_t lda = ta ? M : K, ldb = tb ? K : N;
       dl_gemm_f32(&one, (dl_trans)ta, (dl_trans)tb, M, N, K, 1.5f, A, lda, B, ldb, 0.0f, C1, N);
-      CHECK(openblas_get_num_threads() == 1);
+      CHECK(openblas_get_num_threads() == 1 || !dl__openblas_chosen()); /* not reached: the built-in kernel */
       dl_gemm_f32(&two, (dl_trans)ta, (dl_trans)tb, M, N, K, 1.5f, A, lda, B, ldb, 0.0f, C2, N);
       dl_gemm_f32(&two, (dl_trans)ta, (dl_trans)tb, M, N, K, 1.5f, A, lda, B, ldb, 0.0f, C3, N);
       CHECK_MSG(memcmp(C3, C2, sizeof(float) * M * N) == 0, "ta %d tb %d: 2 threads not repeatable", ta, tb);
@@ -657,6 +657,32 @@ static void test_openblas_threads(void) {
   }
   free(A); free(B); free(C1); free(C2); free(C3);
 }
+/* Which kernel dl_gemm uses under DL_USE_OPENBLAS: OpenBLAS unless this
+ * build has AVX2 and FMA (x86) and OpenBLAS runs a core it has no AVX2
+ * kernels for; the name is matched whole, in any case. */
+static void test_openblas_core(void) {
+  const char *core = openblas_get_corename();
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__AVX2__) && defined(__FMA__) && !defined(DL_OPENBLAS_ANY_CORE)
+  const int avx2_build = 1;
+#else
+  const int avx2_build = 0;
+#endif
+  CHECK(dl__openblas_core_ok("Haswell") == 1);
+  CHECK(dl__openblas_core_ok("SKYLAKEX") == 1);
+  CHECK(dl__openblas_core_ok("Zen") == 1);
+  CHECK(dl__openblas_core_ok("SapphireRapids") == 1);
+  CHECK(dl__openblas_core_ok(NULL) == 1);
+  CHECK(dl__openblas_core_ok("Prescott") == !avx2_build);
+  CHECK(dl__openblas_core_ok("Sandybridge") == !avx2_build);
+  CHECK(dl__openblas_core_ok("Haswel") == !avx2_build);
+  CHECK(dl__openblas_core_ok("Haswellx") == !avx2_build);
+  CHECK(dl__openblas_core_ok("") == !avx2_build);
+  CHECK(dl__openblas_chosen() == dl__openblas_core_ok(core));
+  CHECK_MSG((strcmp(dl_gemm_backend(), "openblas") == 0) == dl__openblas_chosen(), "core %s: %s", core, dl_gemm_backend());
+  printf("OpenBLAS core %s, this build %s AVX2+FMA: dl_gemm on %s\n", core, avx2_build ? "with" : "without",
+         dl_gemm_backend());
+}
+
 #endif
 
 int main(void) {
@@ -680,6 +706,9 @@ int main(void) {
   RUN(test_panics);
 #ifdef DL_USE_OPENBLAS
   RUN(test_openblas_threads);
+  RUN(test_openblas_core);
+#else
+  CHECK(!strcmp(dl_gemm_backend(), "builtin"));
 #endif
   return harness_finish();
 }

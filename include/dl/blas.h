@@ -33,6 +33,11 @@
  *   dl_gemm_batched_f32 / dl_gemm_batched_f64  batch independent products,
  *                                              matrix b at X + b * strideX
  *   dl_gemm_builtin_f32 / dl_gemm_builtin_f64  always the built-in kernel
+ *   dl_gemm_backend()                          which of the two dl_gemm_<sfx>
+ *                                              uses: under DL_USE_OPENBLAS the
+ *                                              built-in when OpenBLAS runs
+ *                                              kernels older than this build's
+ *                                              (a CPU it does not know)
  *
  * The built-in kernel (BLIS-style): op(A) is packed into MR-tall and op(B)
  * into NR-wide micro-panels (zero-padded, so edge tiles compute a full tile
@@ -965,8 +970,48 @@ DL_API int dl__openblas_room(dl_ctx *ctx, int callers) {
   }
   return 0;
 }
-/* 1 when OpenBLAS did the product, 0 when its pool could not grow (the
- * caller then uses the built-in kernels). */
+/* OpenBLAS picks its kernels at load time from the CPU's model number. A
+ * CPU it does not know (a newer one, or a virtual machine that reports a
+ * generic model: seen, an AVX-512 Xeon in a VM that OpenBLAS 0.3.21 ran as
+ * "Prescott") gets its SSE3 kernels: cblas_sgemm ran 28 GFLOP/s where the
+ * built-in kernel, compiled for the machine, ran 121 and OpenBLAS's own
+ * SkylakeX kernels 145 (bench/bench_gemm.c, one core). So when this program
+ * was compiled for AVX2 with FMA (or more) and OpenBLAS runs a core older
+ * than its AVX2 kernels, dl_gemm_<sfx> uses the built-in kernel instead:
+ * decided once, from OpenBLAS's core name and this build's flags alone, so
+ * a given machine and binary always compute the same bits. A program may
+ * force OpenBLAS's kernels with OPENBLAS_CORETYPE (its name is then the one
+ * forced) or define DL_OPENBLAS_ANY_CORE to keep OpenBLAS whatever its core.
+ * dl_gemm_backend() names the choice. */
+DL_API int dl__openblas_core_ok(const char *core) {
+#if defined(DL_OPENBLAS_ANY_CORE) || !(defined(__x86_64__) || defined(__i386__)) || \
+    !(defined(__AVX2__) && defined(__FMA__))
+  (void)core;
+  return 1; /* not x86, or the built-in kernel is no wider than OpenBLAS's oldest */
+#else
+  static const char *const avx2[] = {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids", "excavator"};
+  size_t i, j;
+  if (!core) return 1;
+  for (i = 0; i < sizeof avx2 / sizeof avx2[0]; i++) {
+    for (j = 0; core[j] && avx2[i][j] && (core[j] | 0x20) == avx2[i][j]; j++)
+      ;
+    if (!avx2[i][j] && !core[j]) return 1;
+  }
+  return 0;
+#endif
+}
+DL__GLOBAL(int dl__openblas_use, -1); /* -1 not yet decided, 0 the built-in kernel, 1 OpenBLAS */
+DL_API int dl__openblas_chosen(void) {
+  int u = DL__ATOMIC_GET(dl__openblas_use);
+  if (u < 0) {
+    u = dl__openblas_core_ok(openblas_get_corename());
+    DL__ATOMIC_MAX(dl__openblas_use, u); /* racing first callers all compute the same */
+  }
+  return u;
+}
+/* 1 when OpenBLAS did the product, 0 when its pool could not grow or its
+ * kernels are older than this build's (the caller then uses the built-in
+ * kernels). */
 DL_API int dl__openblas_gemm(dl_ctx *ctx, size_t es, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
                              const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb,
                              double beta, void *C, int64_t ldc, int64_t sc, int64_t batch) {
@@ -976,6 +1021,7 @@ DL_API int dl__openblas_gemm(dl_ctx *ctx, size_t es, int ta, int tb, int64_t M, 
   const int split_n = N >= M;
   int threads = dl_ctx_threads(ctx), callers;
   int64_t parts, units;
+  if (!dl__openblas_chosen()) return 0;
 #ifdef _OPENMP
   if (omp_in_parallel())
     threads = 1; /* no nested teams; the team's owner brought OpenBLAS to one thread */
@@ -1084,6 +1130,19 @@ DL_API int dl__openblas_gemm(dl_ctx *ctx, size_t es, int ta, int tb, int64_t M, 
 DL__GEMM_DEFINE_PUBLIC(float, f32, cblas_sgemm)
 /* dl_gemm_builtin_f64, dl_gemm_f64, dl_gemm_batched_f64 */
 DL__GEMM_DEFINE_PUBLIC(double, f64, cblas_dgemm)
+
+/* What dl_gemm_<sfx> and dl_gemm_batched_<sfx> run on in this program:
+ * "openblas", "builtin" (no DL_USE_OPENBLAS), or "builtin (OpenBLAS runs
+ * pre-AVX2 kernels on this CPU)" (see dl__openblas_core_ok). Products whose
+ * sizes pass cblas's int, and those OpenBLAS cannot map buffers for, take
+ * the built-in kernel whatever this says. */
+DL_API const char *dl_gemm_backend(void) {
+#ifdef DL_USE_OPENBLAS
+  return dl__openblas_chosen() ? "openblas" : "builtin (OpenBLAS runs pre-AVX2 kernels on this CPU)";
+#else
+  return "builtin";
+#endif
+}
 
 
 /* >>matmul (tensors) ------------------------------------------------------- */
