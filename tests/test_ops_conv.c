@@ -877,6 +877,62 @@ static void test_pool_ties_nan(void) {
   dl_tensor_free(gy);
 }
 
+/* The 2x2 stride-2 window has a kernel of its own (blocks of rows, one
+ * loop over their outputs): against the scan rule written out here (the
+ * first maximum in row-major order, a NaN winning, the last NaN of a
+ * window), values and indices, f32 and f64, on values full of ties, NaNs
+ * and infinities; odd sizes (the last row or column unused), planes of
+ * several blocks, rows longer than a block (the general kernel), N*C > 1. */
+static void test_pool_2x2_kernel(void) {
+  static const double vals[] = {-INFINITY, -1.0, 0.0, 1.0, 2.0, NAN, INFINITY, -0.0};
+  static const int64_t sizes[][2] = {{4, 4}, {5, 7}, {28, 28}, {14, 14}, {7, 9}, {64, 40}, {3, 600}, {2, 2}, {2, 5}, {3, 2}};
+  dl_tape tp;
+  size_t si;
+  int dt;
+  dl_tape_init(&tp, &pctx, 0);
+  for (dt = 0; dt < 2; dt++)
+    for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+      const int64_t H = sizes[si][0], W = sizes[si][1], Ho = H / 2, Wo = W / 2, P = 3;
+      dl_tensor *x = dl_tensor_make(&pctx, dt ? DL_F64 : DL_F32, DL_SHAPE(1, P, H, W)), *idx = NULL, *y;
+      dl_rng r = dl_rng_make(77 + (uint64_t)si);
+      int64_t i, p, oh, ow, bad = 0;
+      for (i = 0; i < P * H * W; i++) {
+        const double v = vals[dl_rng_below(&r, 8)];
+        if (dt) dl_f64(x)[i] = v;
+        else dl_f32(x)[i] = (float)v;
+      }
+      y = dl_t_max_pool2d_with_indices(&tp, x, &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2}, &idx);
+      CHECK(y->shape[2] == Ho && y->shape[3] == Wo);
+      for (p = 0; p < P; p++)
+        for (oh = 0; oh < Ho; oh++)
+          for (ow = 0; ow < Wo; ow++) {
+            int64_t at = -1, jh, jw, k = (p * Ho + oh) * Wo + ow;
+            double m = -INFINITY, got;
+            for (jh = 2 * oh; jh < 2 * oh + 2; jh++)
+              for (jw = 2 * ow; jw < 2 * ow + 2; jw++) {
+                const double v = dt ? dl_f64(x)[(p * H + jh) * W + jw] : (double)dl_f32(x)[(p * H + jh) * W + jw];
+                if (at < 0 || v > m || v != v) m = v, at = jh * W + jw;
+              }
+            got = dt ? dl_f64(y)[k] : (double)dl_f32(y)[k];
+            if (!(got == m || (got != got && m != m)) || signbit(got) != signbit(m) ||
+                ((const int32_t *)idx->data)[k] != at) {
+              if (!bad++)
+                CHECK_MSG(0, "%s %lldx%lld plane %lld out (%lld,%lld): got %g at %d, want %g at %lld", dt ? "f64" : "f32",
+                          (long long)H, (long long)W, (long long)p, (long long)oh, (long long)ow, got,
+                          ((const int32_t *)idx->data)[k], m, (long long)at);
+            }
+          }
+      CHECK_MSG(bad == 0, "%lld wrong", (long long)bad);
+      { /* without indices (no tape, no tangent): the same bits */
+        dl_tensor *y0 = dl_t_max_pool2d(&tp, x, &(dl_pool2d_args){.kernel_h = 2, .kernel_w = 2});
+        CHECK(memcmp(y0->data, y->data, (size_t)(P * Ho * Wo) * (dt ? 8 : 4)) == 0);
+      }
+      dl_tape_rewind(&tp);
+      dl_tensor_free(x);
+    }
+  dl_tape_free(&tp);
+}
+
 /* ---- pooling's indices and max_unpool2d -------------------------------------------- */
 
 static void test_indices_unpool(void) {
@@ -1238,6 +1294,7 @@ int main(void) {
   RUN(test_conv_gradcheck_views);
   RUN(test_conv_gradcheck_partial);
   RUN(test_pool_gradcheck);
+  RUN(test_pool_2x2_kernel);
   RUN(test_conv3d_gradcheck);
   RUN(test_pool3d_gradcheck);
   RUN(test_3d_threads_ties);

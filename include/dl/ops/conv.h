@@ -1018,9 +1018,61 @@ typedef struct dl__pool_geom {
  * (count_include_pad counts those) and to the input [0, D) (the elements
  * summed, and exclude_pad's count); likewise the rows and columns. */
 #define DL__POOL_KERNELS(T, sfx)                                                                   \
+  /* max of four in scan order, a NaN winning (as the window scan below) */                        \
+  static inline T dl__max4nan_##sfx(T v0, T v1, T v2, T v3) {                                      \
+    T m = v0;                                                                                      \
+    m = ((v1 > m) | (v1 != v1)) ? v1 : m;                                                          \
+    m = ((v2 > m) | (v2 != v2)) ? v2 : m;                                                          \
+    return ((v3 > m) | (v3 != v3)) ? v3 : m;                                                       \
+  }                                                                                                \
   DL_API void dl__maxpool_fwd_##sfx(const dl__pool_geom *g, const T *x, T *y, int32_t *idx) {      \
     const int64_t HW = g->H * g->W, Q = g->Ho * g->Wo;                                             \
     int64_t od, oh, ow, jd, jh, jw;                                                                \
+    if (g->D == 1 && g->kd == 1 && g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 &&         \
+        g->ph == 0 && g->pw == 0 && g->dh == 1 && g->dw == 1 && 2 * g->Ho <= g->H &&               \
+        2 * g->Wo <= g->W) { /* 2x2, stride 2, every window inside: the same scan, unrolled */     \
+      /* The rows of one plane are short (Wo 14 or 7 in a small CNN): a loop \
+       * per row would run its vector part rarely, so a block of rows is one \
+       * loop over its outputs, each window found from a table of offsets. */ \
+      enum { ROWS = 256 };                                                                         \
+      const int32_t W = (int32_t)g->W, Wo = (int32_t)g->Wo, Ho = (int32_t)g->Ho;                   \
+      const int32_t rb = Wo > ROWS ? 1 : ROWS / Wo; /* output rows per block */                   \
+      int32_t tab[ROWS], h0, k, n;                                                                 \
+      if (Wo > ROWS) goto general;                                                                 \
+      for (h0 = 0; h0 < Ho; h0 += rb) {                                                            \
+        const int32_t rows = Ho - h0 < rb ? Ho - h0 : rb, q = rows * Wo;                           \
+        T *DL__RESTRICT yo = y + (int64_t)h0 * Wo;                                                 \
+        int32_t *DL__RESTRICT io = idx ? idx + (int64_t)h0 * Wo : NULL;                            \
+        for (n = 0; n < rows; n++)                                                                 \
+          for (k = 0; k < Wo; k++) tab[n * Wo + k] = 2 * (h0 + n) * W + 2 * k;                     \
+        if (!io) {                                                                                 \
+          DL__RSIMD                                                                                \
+          for (k = 0; k < q; k++)                                                                  \
+            yo[k] = dl__max4nan_##sfx(x[tab[k]], x[tab[k] + 1], x[tab[k] + W], x[tab[k] + W + 1]);    \
+          continue;                                                                                \
+        }                                                                                          \
+        DL__RSIMD                                                                                  \
+        for (k = 0; k < q; k++) { /* branch-free, so it vectorises */                              \
+          const int32_t a0 = tab[k];                                                               \
+          const T v0 = x[a0], v1 = x[a0 + 1], v2 = x[a0 + W], v3 = x[a0 + W + 1];                 \
+          T m = v0;                                                                                \
+          int32_t at = a0, c;                                                                      \
+          c = (v1 > m) | (v1 != v1);                                                               \
+          m = c ? v1 : m;                                                                          \
+          at = c ? a0 + 1 : at;                                                                    \
+          c = (v2 > m) | (v2 != v2);                                                               \
+          m = c ? v2 : m;                                                                          \
+          at = c ? a0 + W : at;                                                                    \
+          c = (v3 > m) | (v3 != v3);                                                               \
+          m = c ? v3 : m;                                                                          \
+          at = c ? a0 + W + 1 : at;                                                                \
+          yo[k] = m;                                                                               \
+          io[k] = at;                                                                              \
+        }                                                                                          \
+      }                                                                                            \
+      return;                                                                                      \
+    }                                                                                              \
+  general:                                                                                         \
     if (g->dd == 1 && g->dh == 1 && g->dw == 1) { /* the window clipped to the input */            \
       for (od = 0; od < g->Do; od++) {                                                             \
         int64_t d0 = od * g->sd - g->pd;                                                           \
