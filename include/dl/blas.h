@@ -249,6 +249,50 @@ typedef struct dl__gemm_kind {
   dl__gemm_kernel_fn kernel;
 } dl__gemm_kind;
 
+/* Transposing a 4x4 block of floats in registers, for the packs that read
+ * op(A) or op(B) across its rows (A not transposed, B transposed: both
+ * operands of X W^T): dst row u, at dst + u * ldd, gets element u of the
+ * four rows src + t * lds. Scalar, those packs moved one element per
+ * cycle; this moves four. Where the compiler has no __builtin_shufflevector
+ * (gcc before 12) DL__GEMM_TR4 is 0 and the scalar loops do it all. */
+#if defined(__has_builtin) && !defined(DL_GEMM_NO_VECTOR_EXT) && !defined(__CUDACC__)
+#if __has_builtin(__builtin_shufflevector) && (defined(__GNUC__) || defined(__clang__))
+#define DL__GEMM_TR4 1
+#endif
+#endif
+#ifndef DL__GEMM_TR4
+#define DL__GEMM_TR4 0
+#else
+typedef float dl__gemm_v4f __attribute__((vector_size(16)));
+static inline void dl__gemm_tr4_f32(const float *src, int64_t lds, float *dst, int64_t ldd) {
+  dl__gemm_v4f x0, x1, x2, x3, t0, t1, t2, t3, y;
+  memcpy(&x0, src, sizeof x0);
+  memcpy(&x1, src + lds, sizeof x1);
+  memcpy(&x2, src + 2 * lds, sizeof x2);
+  memcpy(&x3, src + 3 * lds, sizeof x3);
+  t0 = __builtin_shufflevector(x0, x1, 0, 4, 1, 5);
+  t1 = __builtin_shufflevector(x0, x1, 2, 6, 3, 7);
+  t2 = __builtin_shufflevector(x2, x3, 0, 4, 1, 5);
+  t3 = __builtin_shufflevector(x2, x3, 2, 6, 3, 7);
+  y = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+  memcpy(dst, &y, sizeof y);
+  y = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+  memcpy(dst + ldd, &y, sizeof y);
+  y = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+  memcpy(dst + 2 * ldd, &y, sizeof y);
+  y = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+  memcpy(dst + 3 * ldd, &y, sizeof y);
+}
+#endif
+
+#if DL__GEMM_TR4
+/* (the casts only matter to the double instantiation, where the call is dead code) */
+#define DL__GEMM_TR4_CALL(src, lds, dst, ldd) \
+  dl__gemm_tr4_f32((const float *)(const void *)(src), (lds), (float *)(void *)(dst), (ldd))
+#else
+#define DL__GEMM_TR4_CALL(src, lds, dst, ldd) ((void)(src), (void)(dst))
+#endif
+
 /* >>gemm-kernels ----------------------------------------------------------- */
 
 /* The micro-kernel's body, defined one way per build (a preprocessor #if
@@ -335,7 +379,12 @@ typedef struct dl__gemm_kind {
         int64_t q;                                                                                 \
         for (q = 0; q < kc; q += DL__GEMM_PACK_STEP) { /* keep the written lines in L1 */          \
           const int64_t qe = kc - q < DL__GEMM_PACK_STEP ? kc - q : DL__GEMM_PACK_STEP;            \
-          for (i = 0; i < rows; i++) {                                                             \
+          i = 0;                                                                                   \
+          if (DL__GEMM_TR4 && sizeof(T) == 4 && qe == DL__GEMM_PACK_STEP) /* 4x4 blocks */         \
+            for (; i + 4 <= rows; i += 4)                                                          \
+              for (p = 0; p < qe; p += 4)                                                          \
+                DL__GEMM_TR4_CALL(A + (i0 + r + i) * lda + p0 + q + p, lda, d + (q + p) * MR + i, MR); \
+          for (; i < rows; i++) {                                                                  \
             const T *s = A + (i0 + r + i) * lda + p0 + q;                                          \
             T *o = d + q * MR + i;                                                                 \
             for (p = 0; p < qe; p++) o[p * MR] = s[p];                                             \
@@ -376,7 +425,12 @@ typedef struct dl__gemm_kind {
         int64_t q;                                                                                 \
         for (q = 0; q < kc; q += DL__GEMM_PACK_STEP) { /* keep the written lines in L1 */          \
           const int64_t qe = kc - q < DL__GEMM_PACK_STEP ? kc - q : DL__GEMM_PACK_STEP;            \
-          for (j = 0; j < cols; j++) {                                                             \
+          j = 0;                                                                                   \
+          if (DL__GEMM_TR4 && sizeof(T) == 4 && qe == DL__GEMM_PACK_STEP) /* 4x4 blocks */         \
+            for (; j + 4 <= cols; j += 4)                                                          \
+              for (p = 0; p < qe; p += 4)                                                          \
+                DL__GEMM_TR4_CALL(B + (j0 + c + j) * ldb + p0 + q + p, ldb, d + (q + p) * NR + j, NR); \
+          for (; j < cols; j++) {                                                                  \
             const T *s = B + (j0 + c + j) * ldb + p0 + q;                                          \
             T *o = d + q * NR + j;                                                                 \
             for (p = 0; p < qe; p++) o[p * NR] = s[p];                                             \
