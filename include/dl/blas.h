@@ -264,7 +264,7 @@ typedef struct dl__gemm_kind {
 #define DL__GEMM_TR4 0
 #else
 typedef float dl__gemm_v4f __attribute__((vector_size(16)));
-static inline void dl__gemm_tr4_f32(const float *src, int64_t lds, float *dst, int64_t ldd) {
+DL__INL void dl__gemm_tr4_f32(const float *src, int64_t lds, float *dst, int64_t ldd) {
   dl__gemm_v4f x0, x1, x2, x3, t0, t1, t2, t3, y;
   memcpy(&x0, src, sizeof x0);
   memcpy(&x1, src + lds, sizeof x1);

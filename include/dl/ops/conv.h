@@ -1019,7 +1019,7 @@ typedef struct dl__pool_geom {
  * summed, and exclude_pad's count); likewise the rows and columns. */
 #define DL__POOL_KERNELS(T, sfx)                                                                   \
   /* max of four in scan order, a NaN winning (as the window scan below) */                        \
-  static inline T dl__max4nan_##sfx(T v0, T v1, T v2, T v3) {                                      \
+  DL__INL T dl__max4nan_##sfx(T v0, T v1, T v2, T v3) {                                            \
     T m = v0;                                                                                      \
     m = ((v1 > m) | (v1 != v1)) ? v1 : m;                                                          \
     m = ((v2 > m) | (v2 != v2)) ? v2 : m;                                                          \
@@ -1046,12 +1046,12 @@ typedef struct dl__pool_geom {
         for (n = 0; n < rows; n++)                                                                 \
           for (k = 0; k < Wo; k++) tab[n * Wo + k] = 2 * (h0 + n) * W + 2 * k;                     \
         if (!io) {                                                                                 \
-          DL__RSIMD                                                                                \
+          DL__IVDEP                                                                                \
           for (k = 0; k < q; k++)                                                                  \
             yo[k] = dl__max4nan_##sfx(x[tab[k]], x[tab[k] + 1], x[tab[k] + W], x[tab[k] + W + 1]);    \
           continue;                                                                                \
         }                                                                                          \
-        DL__RSIMD                                                                                  \
+        DL__IVDEP                                                                                  \
         for (k = 0; k < q; k++) { /* branch-free, so it vectorises */                              \
           const int32_t a0 = tab[k];                                                               \
           const T v0 = x[a0], v1 = x[a0 + 1], v2 = x[a0 + W], v3 = x[a0 + W + 1];                 \
