@@ -456,6 +456,13 @@ static void test_thread_count_invariance(void) {
   CHECK(diff == 0);
   /* and the result is not trivially zero */
   CHECK(C1[0] != 0.0f && C1[(M - 1) * N + N / 2 - 1] != 0.0f);
+  /* that product (37 MFLOP) is cut into one block per thread; the whole
+   * width (75 MFLOP, above DL_GEMM_SPLIT_FLOPS) goes through the shared
+   * tiles: the same bits too */
+  dl_gemm_builtin_f32(&one, DL_NOTRANS, DL_TRANS, M, N, K, 1.0f, A, K, B, K, 0.0f, C1, N);
+  dl_gemm_builtin_f32(&two, DL_NOTRANS, DL_TRANS, M, N, K, 1.0f, A, K, B, K, 0.0f, C2, N);
+  CHECK(2.0 * (double)(M * N * K) > (double)DL_GEMM_SPLIT_FLOPS && 2.0 * (double)(M * (N / 2) * K) <= (double)DL_GEMM_SPLIT_FLOPS);
+  CHECK(memcmp(C1, C2, sizeof(float) * (size_t)(M * N)) == 0);
   free(A);
   free(B);
   free(C1);
