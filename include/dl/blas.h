@@ -45,7 +45,9 @@
  * an MR x NR register-blocked micro-kernel runs over them. Serially (and
  * for batches of at least two items per thread) each thread does whole
  * items with its own packing buffers. With OpenMP (-fopenmp), 2*M*N*K*batch
- * above DL_GEMM_PARALLEL_FLOPS and fewer than two items per thread, the team
+ * above DL_GEMM_PARALLEL_FLOPS and fewer than two items per thread: one item
+ * of at most DL_GEMM_SPLIT_FLOPS is cut into one block of C per thread, each
+ * block the serial algorithm (dl__gemm_split); otherwise the team
  * splits C into tiles handed out with schedule(dynamic), packing each panel
  * of op(A) and op(B) once into a shared buffer (its first user packs it; no
  * thread waits for another), with one barrier at the end (and one per
