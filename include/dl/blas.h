@@ -753,7 +753,8 @@ DL_API void *dl__gemm_scratch(dl_ctx *ctx, size_t n) {
 /* A small product (2 M N K up to DL_GEMM_SPLIT_FLOPS, one item) on a team:
  * C cut into one block of whole micro-panel columns (or rows, when M > N)
  * per thread, each block the serial algorithm with its worker's own packing
- * buffers; the blocks go out one at a time to whichever worker is free, so
+ * buffers (pl is the serial plan, scratch one pair of its buffers per
+ * worker); the blocks go out one at a time to whichever worker is free, so
  * a worker that lost its core does not hold the other's block. Against the
  * shared tiles below, nothing is packed by one core for another (measured
  * at 2 threads, bench/bench_gemm.c, two alternating runs: the MLP's
@@ -763,26 +764,13 @@ DL_API void *dl__gemm_scratch(dl_ctx *ctx, size_t n) {
 #ifndef DL_GEMM_SPLIT_FLOPS
 #define DL_GEMM_SPLIT_FLOPS 64000000
 #endif
-DL_API void dl__gemm_split(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
-                           const dl__gemm_problem *pr, int threads) {
+DL_API void dl__gemm_split(dl_ctx *ctx, const dl__gemm_kind *k, const dl__gemm_problem *pr,
+                           const dl__gemm_plan *pl, unsigned char *scratch) {
   const int split_n = pr->N >= pr->M;
   const int64_t step = split_n ? k->nr : k->mr, dim = split_n ? pr->N : pr->M;
-  const int64_t chunk = (dim + (int64_t)threads * step - 1) / ((int64_t)threads * step) * step;
-  const int64_t parts = (dim + chunk - 1) / chunk;
-  const int64_t kc = dl__gemm_min(pr->K, k->kc);
-  const int64_t mc = dl__gemm_min(split_n ? dl__gemm_ceil(pr->M, k->mr) * k->mr : chunk, k->mc);
-  const int64_t nc = dl__gemm_min(split_n ? chunk : dl__gemm_ceil(pr->N, k->nr) * k->nr, k->nc);
-  const size_t abuf = dl__gemm_round64((size_t)(mc * kc) * k->esz);
-  const size_t per = abuf + dl__gemm_round64((size_t)(kc * nc) * k->esz);
-  unsigned char *scratch = (unsigned char *)dl__gemm_scratch(ctx, (size_t)threads * per);
-  if (!scratch) {
-    dl_log_msg(ctx, 1, "%s: no memory for %zu bytes of packing buffers; using the unblocked loop", op,
-               (size_t)threads * per);
-    if (k->esz == sizeof(float)) dl__gemm_naive_f32(pr, 0);
-    else dl__gemm_naive_f64(pr, 0);
-    return;
-  }
-  DL_PARALLEL_FOR(ctx, (int64_t)(2.0 * (double)pr->M * (double)pr->N * (double)pr->K), parts, u, {
+  const int64_t chunk = (dim + (int64_t)pl->threads * step - 1) / ((int64_t)pl->threads * step) * step;
+  const size_t per = pl->abuf + pl->bbuf;
+  DL_PARALLEL_FOR(ctx, (int64_t)(2.0 * (double)pr->M * (double)pr->N * (double)pr->K), (dim + chunk - 1) / chunk, u, {
     dl__gemm_problem sub = *pr;
     unsigned char *pa = scratch + (size_t)dl_worker() * per;
     const int64_t lo = u * chunk, n = dl__gemm_min(dim - lo, chunk);
@@ -795,7 +783,7 @@ DL_API void dl__gemm_split(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
       sub.A += (size_t)(pr->ta == DL_NOTRANS ? lo * pr->lda : lo) * k->esz;
       sub.C += (size_t)(lo * pr->ldc) * k->esz;
     }
-    dl__gemm_item(k, &sub, 0, pa, pa + abuf);
+    dl__gemm_item(k, &sub, 0, pa, pa + pl->abuf);
   });
 }
 
@@ -806,6 +794,7 @@ DL_API void dl__gemm_run(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
   dl__gemm_plan pl;
   unsigned char *scratch;
   int64_t b;
+  int split;
   if (pr->M == 0 || pr->N == 0 || pr->batch == 0) return;
   if (pr->K == 0 || pr->alpha == 0.0) { /* C = beta * C; A and B are not read */
     for (b = 0; b < pr->batch; b++) {
@@ -823,10 +812,13 @@ DL_API void dl__gemm_run(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
    * multi-thread plan that the region then runs alone is still right: any
    * worker may take any piece.) */
   if (pl.threads > 1 && !dl_parallel_allowed(ctx)) pl = dl__gemm_make_plan(ctx, k, pr, 1);
-  if (pl.shared && pr->batch == 1 &&
-      2.0 * (double)pr->M * (double)pr->N * (double)pr->K <= (double)DL_GEMM_SPLIT_FLOPS) {
-    dl__gemm_split(ctx, op, k, pr, pl.threads);
-    return;
+  split = pl.shared && pr->batch == 1 &&
+          2.0 * (double)pr->M * (double)pr->N * (double)pr->K <= (double)DL_GEMM_SPLIT_FLOPS;
+  if (split) { /* the serial plan's buffers, one pair per worker */
+    const int threads = pl.threads;
+    pl = dl__gemm_make_plan(ctx, k, pr, 1);
+    pl.threads = threads;
+    pl.total = (size_t)threads * (pl.abuf + pl.bbuf);
   }
   scratch = (unsigned char *)dl__gemm_scratch(ctx, pl.total);
   if (!scratch) {
@@ -843,6 +835,8 @@ DL_API void dl__gemm_run(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
       dl_fpmode fm = dl_ctx_fp_enter(ctx);
       for (b = 0; b < pr->batch; b++) dl__gemm_item(k, pr, b, scratch, scratch + pl.abuf);
       dl_ftz_leave(fm);
+    } else if (split) {
+      dl__gemm_split(ctx, k, pr, &pl, scratch);
     } else if (!pl.shared) { /* whole items of the batch, one per piece */
       const size_t per = pl.abuf + pl.bbuf;
       DL_PARALLEL_FOR(ctx, (int64_t)(2.0 * (double)pr->M * (double)pr->N * (double)pr->K * (double)pr->batch),

@@ -1030,15 +1030,14 @@ typedef struct dl__pool_geom {
     int64_t od, oh, ow, jd, jh, jw;                                                                \
     if (g->D == 1 && g->kd == 1 && g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 &&         \
         g->ph == 0 && g->pw == 0 && g->dh == 1 && g->dw == 1 && 2 * g->Ho <= g->H &&               \
-        2 * g->Wo <= g->W) { /* 2x2, stride 2, every window inside: the same scan, unrolled */     \
+        2 * g->Wo <= g->W && g->Wo <= 256) { /* 2x2, stride 2, every window inside */              \
       /* The rows of one plane are short (Wo 14 or 7 in a small CNN): a loop \
        * per row would run its vector part rarely, so a block of rows is one \
        * loop over its outputs, each window found from a table of offsets. */ \
-      enum { ROWS = 256 };                                                                         \
+      enum { ROWS = 256 }; /* outputs per block, at least one row (Wo <= 256) */                   \
       const int32_t W = (int32_t)g->W, Wo = (int32_t)g->Wo, Ho = (int32_t)g->Ho;                   \
-      const int32_t rb = Wo > ROWS ? 1 : ROWS / Wo; /* output rows per block */                   \
+      const int32_t rb = ROWS / Wo; /* output rows per block */                                    \
       int32_t tab[ROWS], h0, k, n;                                                                 \
-      if (Wo > ROWS) goto general;                                                                 \
       for (h0 = 0; h0 < Ho; h0 += rb) {                                                            \
         const int32_t rows = Ho - h0 < rb ? Ho - h0 : rb, q = rows * Wo;                           \
         T *DL__RESTRICT yo = y + (int64_t)h0 * Wo;                                                 \
@@ -1072,7 +1071,6 @@ typedef struct dl__pool_geom {
       }                                                                                            \
       return;                                                                                      \
     }                                                                                              \
-  general:                                                                                         \
     if (g->dd == 1 && g->dh == 1 && g->dw == 1) { /* the window clipped to the input */            \
       for (od = 0; od < g->Do; od++) {                                                             \
         int64_t d0 = od * g->sd - g->pd;                                                           \
