@@ -131,6 +131,15 @@ for t in tests/test_*.c; do
       fi
     else echo "SKIP test_blas with OpenBLAS: cblas.h not found (apt-get install libopenblas-dev)"; skip=$((skip + 1)); fi
   fi
+  # the optimizers' widest vector body (AVX-512 or AVX where this CPU has it), under gcc and clang
+  if [ "$n" = test_optim ]; then
+    for nc in gcc clang; do
+      command -v $nc >/dev/null || continue
+      if $nc $WARN -O2 -march=native -fopenmp -Iinclude -Itests "$t" -o "$B/${n}_native_$nc" -lm 2>"$B/$n.log"; then
+        run_test "${n}_native_$nc" "$B/${n}_native_$nc"
+      else bad "${n}_native_$nc (build)"; head -30 "$B/$n.log"; fi
+    done
+  fi
 done
 
 # --- 2e. C++: the library as a C++ program uses it ------------------------------

@@ -334,6 +334,129 @@ static void test_adam_paths_agree(void) {
     }
 }
 
+/* Adam's vector body against its formula written out in scalar code (each
+ * product and sum rounded on its own: volatile temporaries keep a compiler
+ * from fusing them), bit for bit: lengths with every tail (vector widths 2
+ * to 16), AMSGrad with NaN and infinities in the moments, f32 and f64, on
+ * one thread and on a team of two (every block of the parallel update). */
+#define ADAM_REF(S, SQRT)                                                                        \
+  static void adam_ref_##S(S *P, const S *G, S *M, S *V, S *VM, int64_t n, const dl_adam_cfg *c, \
+                           int64_t step) {                                                      \
+    const S sg = (S)(c->maximize ? -1.0 : 1.0), wd = (S)(c->decoupled ? 0.0 : c->weight_decay);  \
+    const S b1 = (S)c->beta1, b1c = (S)(1 - c->beta1), b2 = (S)c->beta2, b2c = (S)(1 - c->beta2); \
+    const S dec = (S)(c->decoupled ? 1 - c->lr * c->weight_decay : 1.0);                         \
+    const S ss = (S)(c->lr / (1 - pow(c->beta1, (double)step)));                                 \
+    const S bc = (S)sqrt(1 - pow(c->beta2, (double)step)), eps = (S)c->eps;                     \
+    int64_t i;                                                                                  \
+    for (i = 0; i < n; i++) {                                                                   \
+      volatile S t1, t2, d, mi, vi, q;                                                          \
+      t1 = sg * G[i]; t2 = wd * P[i]; d = t1 + t2;                                              \
+      t1 = M[i] * b1; t2 = b1c * d; mi = t1 + t2;                                               \
+      t1 = V[i] * b2; q = d * d; t2 = b2c * q; vi = t1 + t2;                                    \
+      M[i] = mi; V[i] = vi;                                                                     \
+      if (VM) { const S a = VM[i]; if (a > vi || a != a) vi = a; VM[i] = vi; }                  \
+      t1 = P[i] * dec; t2 = ss * mi; q = SQRT(vi); q = q / bc; q = q + eps; t2 = t2 / q;         \
+      P[i] = t1 - t2;                                                                           \
+    }                                                                                           \
+  }
+ADAM_REF(float, sqrtf)
+ADAM_REF(double, sqrt)
+static void test_adam_vector_matches_scalar(void) {
+  static const int64_t lens[] = {1, 3, 7, 15, 17, 31, 33, 8193, 40013};
+  int dti, li, var, par;
+  for (dti = 0; dti < 2; dti++)
+    for (li = 0; li < (int)(sizeof lens / sizeof lens[0]); li++)
+      for (var = 0; var < 4; var++)
+        for (par = 0; par < 2; par++) {
+          const dl_dtype dt = dti ? DL_F64 : DL_F32;
+          const int64_t n = lens[li];
+          dl_ctx *cx = par ? &ctx_par : &ctx;
+          dl_tensor *t[5], *r[5];
+          dl_adam_cfg cfg = (var & 1) ? dl_adamw_defaults(1e-2) : dl_adam_defaults(1e-2);
+          dl_rng rng = dl_rng_make(91 + (uint64_t)li);
+          int k, step, same = 1;
+          int64_t i;
+          cfg.amsgrad = (var & 2) != 0;
+          cfg.weight_decay = 0.05;
+          cfg.maximize = var == 3;
+          for (k = 0; k < 5; k++) {
+            t[k] = dl_tensor_make(cx, dt, DL_SHAPE(n));
+            r[k] = dl_tensor_make(cx, dt, DL_SHAPE(n));
+            dl_tensor_rand_normal(t[k], &rng, 0, 1);
+            if (k >= 2) { /* moments: >= 0, with the odd NaN and inf in vmax */
+              for (i = 0; i < n; i++) {
+                double x = fabs(dl__get_at(t[k], i));
+                if (k == 4 && i % 5 == 1) x = i % 3 ? NAN : INFINITY;
+                dl__set_at(t[k], i, x);
+              }
+            }
+            dl_tensor_copy(r[k], t[k]);
+          }
+          for (step = 1; step <= 3; step++) {
+            dl_adam_update(t[0], t[1], t[2], t[3], cfg.amsgrad ? t[4] : NULL, step, &cfg);
+            if (dt == DL_F32)
+              adam_ref_float((float *)r[0]->data, (const float *)r[1]->data, (float *)r[2]->data,
+                             (float *)r[3]->data, cfg.amsgrad ? (float *)r[4]->data : NULL, n, &cfg, step);
+            else
+              adam_ref_double((double *)r[0]->data, (const double *)r[1]->data, (double *)r[2]->data,
+                              (double *)r[3]->data, cfg.amsgrad ? (double *)r[4]->data : NULL, n, &cfg, step);
+          }
+          for (k = 0; k < 5; k++)
+            for (i = 0; i < n; i++) {
+              const double x = dl__get_at(t[k], i), y = dl__get_at(r[k], i);
+              same &= memcmp(&x, &y, sizeof x) == 0 || (x != x && y != y);
+            }
+          CHECK_MSG(same, "Adam's vector body differs from its scalar formula: %s, n %lld, variant %d, %d thread(s)",
+                    dl_dtype_name(dt), (long long)n, var, par ? 2 : 1);
+          for (k = 0; k < 5; k++) {
+            dl_tensor_free(t[k]);
+            dl_tensor_free(r[k]);
+          }
+        }
+}
+
+/* The update runs in the ctx's floating-point mode, as every library loop:
+ * with the default (flush-to-zero) a gradient of 1e-20, whose square is
+ * below FLT_MIN, leaves v at 0 (the product is flushed), with keep_denormals v
+ * keeps the denormal; both paths (contiguous, and strided views). Only where
+ * dl_ftz_enter has a control register to set (x86, AArch64). */
+static void test_optim_fp_mode(void) {
+#if defined(__SSE__) || defined(__x86_64__) || defined(__aarch64__)
+  dl_ctx keep;
+  dl_ctx_desc d;
+  int which, strided;
+  memset(&d, 0, sizeof d);
+  d.keep_denormals = 1;
+  dl_ctx_init(&keep, &d);
+  for (which = 0; which < 2; which++)
+    for (strided = 0; strided < 2; strided++) {
+      dl_ctx *cx = which ? &keep : &ctx;
+      const int64_t n = 64;
+      dl_tensor *t[4], *w[4], v[4];
+      dl_adam_cfg cfg = dl_adam_defaults(1e-3);
+      int k;
+      int64_t i, nonzero = 0;
+      for (k = 0; k < 4; k++) {
+        t[k] = dl_tensor_make(cx, DL_F32, DL_SHAPE(n));
+        w[k] = dl_tensor_make(cx, DL_F32, DL_SHAPE(2 * n));
+        dl_tensor_fill(t[k], k == 1 ? 1e-20 : k == 0 ? 0.5 : 0.0);
+        dl_tensor_fill(w[k], 0.0);
+        v[k] = dl_view_slice(w[k], 0, 0, 2 * n, 2);
+        dl_tensor_copy(&v[k], t[k]);
+      }
+      if (strided) dl_adam_update(&v[0], &v[1], &v[2], &v[3], NULL, 1, &cfg);
+      else dl_adam_update(t[0], t[1], t[2], t[3], NULL, 1, &cfg);
+      for (i = 0; i < n; i++) nonzero += (strided ? dl__get_at(w[3], 2 * i) : dl__get_at(t[3], i)) != 0;
+      if (which) CHECK_MSG(nonzero == n, "keep_denormals: v should hold denormals (%lld of %lld do)", (long long)nonzero, (long long)n);
+      else CHECK_MSG(nonzero == 0, "flush-to-zero: v should be 0 (%lld of %lld are not)", (long long)nonzero, (long long)n);
+      for (k = 0; k < 4; k++) {
+        dl_tensor_free(t[k]);
+        dl_tensor_free(w[k]);
+      }
+    }
+#endif
+}
+
 int main(void) {
   dl_ctx_desc d;
   memset(&d, 0, sizeof d);
@@ -350,6 +473,8 @@ int main(void) {
   RUN(test_defaults);
   RUN(test_panics);
   RUN(test_adam_paths_agree);
+  RUN(test_adam_vector_matches_scalar);
+  RUN(test_optim_fp_mode);
   printf("worst error vs PyTorch, norm-wise (element-wise): f64 %.3g (%.3g), f32 %.3g (%.3g); "
          "schedules %.3g\n", worst[1], worst_el[1], worst[0], worst_el[0], worst_sched);
   if (fx_ok) fx2_free(&fx);

@@ -383,9 +383,16 @@ DL_API void dl_adagrad_init_state(dl_tensor *sum, const dl_adagrad_cfg *c) {
  * scalars come in as doubles and are rounded to the element type first, as
  * generic math rounds a number in an f32 loop. Tensors that are not all
  * contiguous (views a user passes) go through dl__optim_run's tiles: gathered
- * into stack buffers, updated, written back; no allocation either way. On
- * one thread on purpose (see Adam's kernel). */
+ * into stack buffers, updated, written back; no allocation either way.
+ * Contiguous arrays are cut into blocks of DL__OPTIM_BLOCK elements shared
+ * by the ctx's team above its parallel threshold (each element is updated
+ * on its own, so the bits do not depend on the thread count); both paths
+ * run in the ctx's floating-point mode (flush-to-zero unless
+ * keep_denormals), as every other loop of the library: Adam's divisions and
+ * square root on denormal moments (tiny gradients late in training) ran 60x
+ * slower without it. */
 #define DL__OPTIM_NT 5
+#define DL__OPTIM_BLOCK 8192
 typedef void (*dl__optim_kernel)(void *const *a, int64_t n, const double *k);
 DL_API void dl__optim_run(dl_tensor *const *t, int nt, dl__optim_kernel kern, const double *k) {
   enum { TILE = 256 };
@@ -397,8 +404,18 @@ DL_API void dl__optim_run(dl_tensor *const *t, int nt, dl__optim_kernel kern, co
     a[j] = t[j] ? t[j]->data : NULL;
     if (t[j] && !dl_tensor_is_contiguous(t[j])) contig = 0;
   }
-  if (contig) { kern(a, n, k); return; }
+  if (contig) { /* blocks of DL__OPTIM_BLOCK elements on the ctx's team */
+    DL_PARALLEL_FOR(t[0]->ctx, n, (n + DL__OPTIM_BLOCK - 1) / DL__OPTIM_BLOCK, b, {
+      void *ab[DL__OPTIM_NT];
+      const int64_t lo = b * DL__OPTIM_BLOCK, len = n - lo < DL__OPTIM_BLOCK ? n - lo : DL__OPTIM_BLOCK;
+      int q;
+      for (q = 0; q < nt; q++) ab[q] = a[q] ? (void *)((char *)a[q] + (size_t)lo * es) : NULL;
+      kern(ab, len, k);
+    });
+    return;
+  }
   {
+    const dl_fpmode fm = dl_ctx_fp_enter(t[0]->ctx);
     union { float f[TILE]; double d[TILE]; } buf[DL__OPTIM_NT];
     memset(idx, 0, sizeof idx);
     for (i = 0; i < n; i += TILE) {
@@ -428,6 +445,7 @@ DL_API void dl__optim_run(dl_tensor *const *t, int nt, dl__optim_kernel kern, co
         }
       }
     }
+    dl_ftz_leave(fm);
   }
 }
 /* sqrt in the kernel's element type S (sqrtf for float, as f32 generic math) */
@@ -490,14 +508,16 @@ DL_API void dl_sgd_update(dl_tensor *p, const dl_tensor *g, dl_tensor *buf, int6
 
 /* One pass of Adam over contiguous p, g, m, v (vmax), reading each array
  * once (the three-pass form of the first version moved 10 arrays instead
- * of 7). With SSE2 (every x86-64) four floats
- * or two doubles go through one instruction each: mul, add, div and sqrt
- * are correctly rounded in SSE as in scalar code, so the vector body and the
+ * of 7). The vector body runs the scalar body's operations in its order on
+ * the widest vectors the build has (AVX-512: 16 floats or 8 doubles; AVX: 8
+ * or 4; SSE2, every x86-64: 4 or 2): mul, add, div and sqrt are correctly
+ * rounded at every width as in scalar code, so the vector body and the
  * scalar tail agree bit for bit (gcc's -O2 would not vectorise this loop
- * itself: sqrtf's errno and the unknown trip count). On one thread on
- * purpose: on this 2-core machine the OpenMP team's spin-wait after a
- * parallel update slowed the next step's OpenBLAS GEMMs 2-4x, for a gain
- * under 10% on the update itself (bench/run_step.sh). */
+ * itself: sqrtf's errno and the unknown trip count). Its cost is the two
+ * divisions and the square root (about 2 cycles per element on SSE, 1.8 on
+ * AVX; the 512-bit units are no faster per element), not memory: an
+ * in-cache array runs at the speed of one in L3. dl__optim_run splits the
+ * arrays over the ctx's team. */
 typedef struct dl__adam_k {
   double sg, wd, b1, b1c, b2, b2c, decay, step_size, bc2_sqrt, eps;
 } dl__adam_k;
@@ -515,69 +535,113 @@ typedef struct dl__adam_k {
     }                                                                                      \
     P[i] = P[i] * dec - (ss * mi) / (SQRT(vi) / bc + eps);                                 \
   }
-#if defined(__SSE2__)
+/* The vector body and the scalar tail must round every product and sum on
+ * its own: no FMA contraction (clang contracts a * b + c within an
+ * expression by default, gcc across statements in its GNU modes). */
+#if defined(__clang__)
+#define DL__ADAM_NOFMA
+#define DL__ADAM_NOFMA_BODY _Pragma("clang fp contract(off)")
+#elif defined(__GNUC__) && !defined(__CUDACC__)
+#define DL__ADAM_NOFMA __attribute__((optimize("fp-contract=off")))
+#define DL__ADAM_NOFMA_BODY
+#else
+#define DL__ADAM_NOFMA
+#define DL__ADAM_NOFMA_BODY
+#endif
+#if defined(__AVX__) || defined(__AVX512F__)
+#include <immintrin.h>
+#elif defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-DL_API void dl__adam_f32(float *P, const float *G, float *M, float *V, float *VM, int64_t n, const dl__adam_k *k) {
+/* The scalar body on vectors T of W lanes: X(op) names the intrinsic
+ * (_mm512_add_ps ...), SQRT the square root, TAKE(a, vi) AMSGrad's
+ * (a > vi || a != a) ? a : vi. */
+#define DL__ADAM_VEC(T, W, X, SQRT, TAKE)                                                        \
+  {                                                                                        \
+    const T vsg = X(set1)(sg), vwd = X(set1)(wd), vb1 = X(set1)(b1), vb1c = X(set1)(b1c); \
+    const T vb2 = X(set1)(b2), vb2c = X(set1)(b2c), vdec = X(set1)(dec), vss = X(set1)(ss); \
+    const T vbc = X(set1)(bc), veps = X(set1)(eps);                                        \
+    for (; i + (W) <= n; i += (W)) {                                                       \
+      const T p = X(loadu)(P + i), g = X(loadu)(G + i);                                    \
+      const T d = X(add)(X(mul)(vsg, g), X(mul)(vwd, p));                                  \
+      const T mi = X(add)(X(mul)(X(loadu)(M + i), vb1), X(mul)(vb1c, d));                  \
+      T vi = X(add)(X(mul)(X(loadu)(V + i), vb2), X(mul)(vb2c, X(mul)(d, d)));             \
+      X(storeu)(M + i, mi);                                                                \
+      X(storeu)(V + i, vi);                                                                \
+      if (VM) {                                                                            \
+        const T a = X(loadu)(VM + i);                                                      \
+        vi = TAKE(a, vi);                                                                  \
+        X(storeu)(VM + i, vi);                                                             \
+      }                                                                                    \
+      X(storeu)(P + i, X(sub)(X(mul)(p, vdec), X(div)(X(mul)(vss, mi), X(add)(X(div)(SQRT(vi), vbc), veps)))); \
+    }                                                                                      \
+  }
+#if defined(__AVX512F__)
+#define DL__ADAM_XS(op) _mm512_##op##_ps
+#define DL__ADAM_XD(op) _mm512_##op##_pd
+/* (maskz: g++ 12 warns that the unmasked form's undefined source "may be
+ * used uninitialized") */
+#define DL__ADAM_SQRTS(x) _mm512_maskz_sqrt_ps((__mmask16)0xffff, x)
+#define DL__ADAM_SQRTD(x) _mm512_maskz_sqrt_pd((__mmask8)0xff, x)
+#define DL__ADAM_TAKES(a, v) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, v, _CMP_GT_OQ) | _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), v, a)
+#define DL__ADAM_TAKED(a, v) _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, v, _CMP_GT_OQ) | _mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q), v, a)
+#define DL__ADAM_VF DL__ADAM_VEC(__m512, 16, DL__ADAM_XS, DL__ADAM_SQRTS, DL__ADAM_TAKES)
+#define DL__ADAM_VD DL__ADAM_VEC(__m512d, 8, DL__ADAM_XD, DL__ADAM_SQRTD, DL__ADAM_TAKED)
+#elif defined(__AVX__)
+#define DL__ADAM_XS(op) _mm256_##op##_ps
+#define DL__ADAM_XD(op) _mm256_##op##_pd
+#define DL__ADAM_SQRTS _mm256_sqrt_ps
+#define DL__ADAM_SQRTD _mm256_sqrt_pd
+#define DL__ADAM_TAKES(a, v) _mm256_blendv_ps(v, a, _mm256_or_ps(_mm256_cmp_ps(a, v, _CMP_GT_OQ), _mm256_cmp_ps(a, a, _CMP_UNORD_Q)))
+#define DL__ADAM_TAKED(a, v) _mm256_blendv_pd(v, a, _mm256_or_pd(_mm256_cmp_pd(a, v, _CMP_GT_OQ), _mm256_cmp_pd(a, a, _CMP_UNORD_Q)))
+#define DL__ADAM_VF DL__ADAM_VEC(__m256, 8, DL__ADAM_XS, DL__ADAM_SQRTS, DL__ADAM_TAKES)
+#define DL__ADAM_VD DL__ADAM_VEC(__m256d, 4, DL__ADAM_XD, DL__ADAM_SQRTD, DL__ADAM_TAKED)
+#elif defined(__SSE2__)
+#define DL__ADAM_XS(op) _mm_##op##_ps
+#define DL__ADAM_XD(op) _mm_##op##_pd
+#define DL__ADAM_SQRTS _mm_sqrt_ps
+#define DL__ADAM_SQRTD _mm_sqrt_pd
+#define DL__ADAM_TAKES(a, v) _mm_or_ps(_mm_and_ps(DL__ADAM_TK(ps, a, v), a), _mm_andnot_ps(DL__ADAM_TK(ps, a, v), v))
+#define DL__ADAM_TAKED(a, v) _mm_or_pd(_mm_and_pd(DL__ADAM_TK(pd, a, v), a), _mm_andnot_pd(DL__ADAM_TK(pd, a, v), v))
+#define DL__ADAM_TK(s, a, v) _mm_or_##s(_mm_cmpgt_##s(a, v), _mm_cmpunord_##s(a, a))
+#define DL__ADAM_VF DL__ADAM_VEC(__m128, 4, DL__ADAM_XS, DL__ADAM_SQRTS, DL__ADAM_TAKES)
+#define DL__ADAM_VD DL__ADAM_VEC(__m128d, 2, DL__ADAM_XD, DL__ADAM_SQRTD, DL__ADAM_TAKED)
+#else
+#define DL__ADAM_VF
+#define DL__ADAM_VD
+#endif
+DL_API DL__ADAM_NOFMA void dl__adam_f32(float *P, const float *G, float *M, float *V, float *VM, int64_t n,
+                                        const dl__adam_k *k) {
+  DL__ADAM_NOFMA_BODY
   const float sg = (float)k->sg, wd = (float)k->wd, b1 = (float)k->b1, b1c = (float)k->b1c, b2 = (float)k->b2;
   const float b2c = (float)k->b2c, dec = (float)k->decay, ss = (float)k->step_size, bc = (float)k->bc2_sqrt;
   const float eps = (float)k->eps;
   int64_t i = 0;
-#if defined(__SSE2__)
-  {
-    const __m128 vsg = _mm_set1_ps(sg), vwd = _mm_set1_ps(wd), vb1 = _mm_set1_ps(b1), vb1c = _mm_set1_ps(b1c);
-    const __m128 vb2 = _mm_set1_ps(b2), vb2c = _mm_set1_ps(b2c), vdec = _mm_set1_ps(dec), vss = _mm_set1_ps(ss);
-    const __m128 vbc = _mm_set1_ps(bc), veps = _mm_set1_ps(eps);
-    for (; i + 4 <= n; i += 4) {
-      const __m128 p = _mm_loadu_ps(P + i), g = _mm_loadu_ps(G + i);
-      const __m128 d = _mm_add_ps(_mm_mul_ps(vsg, g), _mm_mul_ps(vwd, p));
-      const __m128 mi = _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(M + i), vb1), _mm_mul_ps(vb1c, d));
-      __m128 vi = _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(V + i), vb2), _mm_mul_ps(vb2c, _mm_mul_ps(d, d)));
-      _mm_storeu_ps(M + i, mi);
-      _mm_storeu_ps(V + i, vi);
-      if (VM) { /* (a > v || a != a) ? a : v */
-        const __m128 a = _mm_loadu_ps(VM + i);
-        const __m128 take = _mm_or_ps(_mm_cmpgt_ps(a, vi), _mm_cmpunord_ps(a, a));
-        vi = _mm_or_ps(_mm_and_ps(take, a), _mm_andnot_ps(take, vi));
-        _mm_storeu_ps(VM + i, vi);
-      }
-      _mm_storeu_ps(P + i, _mm_sub_ps(_mm_mul_ps(p, vdec),
-                                      _mm_div_ps(_mm_mul_ps(vss, mi), _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(vi), vbc), veps))));
-    }
-  }
-#endif
+  DL__ADAM_VF
   DL__ADAM_SCALAR(float, sqrtf)
 }
-DL_API void dl__adam_f64(double *P, const double *G, double *M, double *V, double *VM, int64_t n, const dl__adam_k *k) {
+DL_API DL__ADAM_NOFMA void dl__adam_f64(double *P, const double *G, double *M, double *V, double *VM, int64_t n,
+                                        const dl__adam_k *k) {
+  DL__ADAM_NOFMA_BODY
   const double sg = k->sg, wd = k->wd, b1 = k->b1, b1c = k->b1c, b2 = k->b2, b2c = k->b2c, dec = k->decay;
   const double ss = k->step_size, bc = k->bc2_sqrt, eps = k->eps;
   int64_t i = 0;
-#if defined(__SSE2__)
-  {
-    const __m128d vsg = _mm_set1_pd(sg), vwd = _mm_set1_pd(wd), vb1 = _mm_set1_pd(b1), vb1c = _mm_set1_pd(b1c);
-    const __m128d vb2 = _mm_set1_pd(b2), vb2c = _mm_set1_pd(b2c), vdec = _mm_set1_pd(dec), vss = _mm_set1_pd(ss);
-    const __m128d vbc = _mm_set1_pd(bc), veps = _mm_set1_pd(eps);
-    for (; i + 2 <= n; i += 2) {
-      const __m128d p = _mm_loadu_pd(P + i), g = _mm_loadu_pd(G + i);
-      const __m128d d = _mm_add_pd(_mm_mul_pd(vsg, g), _mm_mul_pd(vwd, p));
-      const __m128d mi = _mm_add_pd(_mm_mul_pd(_mm_loadu_pd(M + i), vb1), _mm_mul_pd(vb1c, d));
-      __m128d vi = _mm_add_pd(_mm_mul_pd(_mm_loadu_pd(V + i), vb2), _mm_mul_pd(vb2c, _mm_mul_pd(d, d)));
-      _mm_storeu_pd(M + i, mi);
-      _mm_storeu_pd(V + i, vi);
-      if (VM) {
-        const __m128d a = _mm_loadu_pd(VM + i);
-        const __m128d take = _mm_or_pd(_mm_cmpgt_pd(a, vi), _mm_cmpunord_pd(a, a));
-        vi = _mm_or_pd(_mm_and_pd(take, a), _mm_andnot_pd(take, vi));
-        _mm_storeu_pd(VM + i, vi);
-      }
-      _mm_storeu_pd(P + i, _mm_sub_pd(_mm_mul_pd(p, vdec),
-                                      _mm_div_pd(_mm_mul_pd(vss, mi), _mm_add_pd(_mm_div_pd(_mm_sqrt_pd(vi), vbc), veps))));
-    }
-  }
-#endif
+  DL__ADAM_VD
   DL__ADAM_SCALAR(double, sqrt)
 }
 #undef DL__ADAM_SCALAR
+#undef DL__ADAM_VEC
+#undef DL__ADAM_XS
+#undef DL__ADAM_XD
+#undef DL__ADAM_TAKES
+#undef DL__ADAM_TAKED
+#undef DL__ADAM_SQRTS
+#undef DL__ADAM_SQRTD
+#undef DL__ADAM_NOFMA
+#undef DL__ADAM_NOFMA_BODY
+#undef DL__ADAM_TK
+#undef DL__ADAM_VF
+#undef DL__ADAM_VD
 
 /* torch.optim.Adam / AdamW. vmax may be NULL unless c->amsgrad.
  *   d = (maximize ? -g : g) (+ wd*p for Adam; AdamW multiplies p by 1 - lr*wd)
@@ -729,7 +793,8 @@ DL_API void dl_lion_update(dl_tensor *p, const dl_tensor *g, dl_tensor *m, int64
  * (element i into partial sum i mod 4, then (s0 + s1) + (s2 + s3): one
  * order, the same every run; the GPU sums in another, so its last bits may
  * differ); p -= (S)(lr*trust) * u, u recomputed as in the second pass. On
- * one thread, as Adam (the reason at dl__adam_f32). */
+ * one thread (its sums are added in one order), in the ctx's
+ * floating-point mode. */
 #define DL__LAMB_KERNEL(S, sfx, SQRT)                                                                 \
   DL_API void dl__lamb_##sfx(S *P, const S *G, S *M, S *V, int64_t n, const double *kd) {            \
     const S b1 = (S)kd[0], b1c = (S)kd[1], b2 = (S)kd[2], b2c = (S)kd[3], bc1 = (S)kd[4];             \
@@ -810,10 +875,14 @@ DL_API void dl_lamb_update(dl_tensor *p, const dl_tensor *g, dl_tensor *m, dl_te
     return;
   }
 #endif
-  if (p->dtype == DL_F32)
-    dl__lamb_f32((float *)p->data, (const float *)g->data, (float *)m->data, (float *)v->data, p->numel, k);
-  else
-    dl__lamb_f64((double *)p->data, (const double *)g->data, (double *)m->data, (double *)v->data, p->numel, k);
+  {
+    const dl_fpmode fm = dl_ctx_fp_enter(p->ctx);
+    if (p->dtype == DL_F32)
+      dl__lamb_f32((float *)p->data, (const float *)g->data, (float *)m->data, (float *)v->data, p->numel, k);
+    else
+      dl__lamb_f64((double *)p->data, (const double *)g->data, (double *)m->data, (double *)v->data, p->numel, k);
+    dl_ftz_leave(fm);
+  }
 }
 
 #undef DL__OPTIM_KERNEL
