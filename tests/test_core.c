@@ -185,43 +185,118 @@ static void test_ftz(void) {
 }
 
 #ifdef _OPENMP
-/* One judged loop: `units` blocks, thread 0 did `done` of them in `busy`
- * seconds, the loop took `wall` seconds. */
-static void team_loop(dl_ctx *ctx, double wall, int64_t units, double busy, int64_t done) {
+/* One team loop of two members judged by the guard, its times faked: the
+ * second member began `late` seconds after the loop, the calling thread
+ * waited `wait` seconds for it at the end, the loop took `wall`. Returns
+ * whether the guard let the team run it. */
+static int team_loop(dl_ctx *ctx, double late, double wait, double wall) {
   dl__team tm;
+  double now;
   dl__team_begin(&tm, ctx, 1);
-  CHECK(tm.par == 1);
+  if (!tm.par) return 0;
+  now = omp_get_wtime();
+  tm.t0 = now - wall;
   tm.nt = 2;
-  tm.busy[0] = busy;
-  tm.done[0] = done;
-  tm.busy[1] = 0;
-  tm.done[1] = 0;
-  tm.t0 = omp_get_wtime() - wall;
-  dl__team_end(&tm, ctx, units);
+  tm.enter[0] = tm.t0;
+  tm.enter[1] = tm.t0 + late;
+  tm.leave[0] = now - wait;
+  tm.leave[1] = now;
+  dl__team_end(&tm, ctx);
+  return 1;
 }
 #endif
 
+/* The team guard: a team loop whose member started late (a stall: 2 ms),
+ * or a span of team loops in which the process got less than 0.8 of the CPU
+ * time its threads would use, makes the ctx's loops run alone for 200 ms,
+ * doubling on the next one (at most 2 s); a clean span forgets it; the
+ * ctx's first team loop is not judged; an unbalanced loop on an idle
+ * machine is no stall; small or nested loops never start a team; a real
+ * 2-thread region runs every index once. */
 static void test_team_guard(void) {
 #ifdef _OPENMP
   dl_ctx ctx;
   dl__team tm;
-  int k;
+  int k, ok = 1;
   dl_ctx_init(&ctx, NULL);
-  /* a team that loses time: 20 blocks at 0.1 ms each would take 2 ms on one
-   * thread, the loop took 10 ms. The first 4 loops are only probes. */
-  for (k = 0; k < 4; k++) team_loop(&ctx, 0.010, 20, 0.001, 10);
-  CHECK(ctx.team.until == 0.0 && ctx.team.probe == 4);
-  team_loop(&ctx, 0.010, 20, 0.001, 10);
-  CHECK(ctx.team.window == 0.05);
-  CHECK(ctx.team.until > omp_get_wtime());       /* backed off for 50 ms */
+  /* the first team loop starts the threads: a late member is not a stall */
+  CHECK(team_loop(&ctx, 0.010, 0, 0.011) && ctx.team.until == 0.0 && ctx.team.started == 1);
+  /* idle: members start within 20 us, 0.2 ms of imbalance in 1 ms loops
+   * (no span is judged: each loop starts a new one; spans below) */
+  for (k = 0; k < 100; k++) {
+    ctx.team.span0 = 0;
+    ok &= team_loop(&ctx, 20e-6, 0.0002, 0.001);
+  }
+  CHECK(ok && ctx.team.until == 0.0 && ctx.team.window == 0.0);
+  /* unbalanced loops (the caller waited 3 ms of 4 for the other member), a
+   * member 1.5 ms late: no stall */
+  CHECK(team_loop(&ctx, 20e-6, 0.003, 0.004) && team_loop(&ctx, 0.0015, 0, 0.002));
+  CHECK(ctx.team.until == 0.0);
+  /* a member 6 ms late: back off 200 ms */
+  CHECK(team_loop(&ctx, 0.006, 0, 0.0065));
+  CHECK(ctx.team.window == 0.2 && ctx.team.until > omp_get_wtime());
   dl__team_begin(&tm, &ctx, 1);
-  CHECK(tm.par == 0);                             /* so the next loop runs on one thread */
-  dl__team_begin(&tm, &ctx, 0);
-  CHECK(tm.par == 0);                             /* small work never starts a team */
-  /* a team that pays (10 ms of work in 6 ms) keeps its threads */
+  CHECK(tm.par == 0);                             /* so the next loop runs alone */
+  CHECK(!dl_parallel_allowed(&ctx));
+  /* after the back-off, the next stall (3 ms late) doubles it */
+  ctx.team.until = 0;
+  CHECK(team_loop(&ctx, 0.003, 0, 0.004));
+  CHECK(ctx.team.window == 0.4);
+  for (k = 0; k < 8; k++) {                       /* stalls one after another: at most 2 s */
+    ctx.team.until = 0;
+    team_loop(&ctx, 0.01, 0, 0.011);
+  }
+  CHECK(ctx.team.window == 2.0);
+  /* the CPU share: a span of 20 ms in which the process used no CPU time
+   * (faked: the span's start moved back) backs off... */
+  ctx.team.until = 0;
+  ctx.team.window = 0;
+  team_loop(&ctx, 20e-6, 0, 0.001);               /* starts a span */
+  CHECK(ctx.team.span0 > 0);
+  ctx.team.span0 -= 0.020;
+  ctx.team.cpu0 = (long)clock();
+  for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
+  CHECK(ctx.team.window == 0.2 && ctx.team.until > omp_get_wtime());
+  /* ...one in which it used 50 ms of CPU time in 20 ms is clean, and forgets
+   * the back-off */
+  ctx.team.until = 0;
+  team_loop(&ctx, 20e-6, 0, 0.001);
+  ctx.team.span0 -= 0.020;
+  ctx.team.cpu0 = (long)clock() - (long)(0.050 * CLOCKS_PER_SEC);
+  for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
+  CHECK(ctx.team.window == 0.0 && ctx.team.until == 0.0);
+  /* small work, or inside a team: never a team */
   dl_ctx_init(&ctx, NULL);
-  for (k = 0; k < 8; k++) team_loop(&ctx, 0.006, 20, 0.005, 10);
-  CHECK(ctx.team.until == 0.0 && ctx.team.window == 0.0 && ctx.team.balance > 0);
+  dl__team_begin(&tm, &ctx, 0);
+  CHECK(tm.par == 0);
+  {
+    int inner = 1;
+    DL__OMP("omp parallel num_threads(2)")
+    {
+      dl__team t2;
+      dl__team_begin(&t2, &ctx, 1);
+      DL__OMP("omp atomic")
+      inner &= t2.par == 0;
+    }
+    CHECK(inner);
+  }
+  /* a real region on a 2-thread ctx: every index once, alone or not */
+  {
+    dl_ctx c2;
+    dl_ctx_desc d;
+    int hits[64], r;
+    memset(&d, 0, sizeof d);
+    d.threads = 2;
+    d.parallel_threshold = 1;
+    dl_ctx_init(&c2, &d);
+    ok = 1;
+    for (r = 0; r < 30; r++) {
+      memset(hits, 0, sizeof hits);
+      DL_PARALLEL_FOR(&c2, 64, 64, i, { hits[i]++; });
+      for (k = 0; k < 64; k++) ok &= hits[k] == 1;
+    }
+    CHECK(ok);
+  }
 #else
   SKIP("built without OpenMP: no team to guard");
 #endif

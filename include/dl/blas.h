@@ -764,13 +764,13 @@ DL_API void *dl__gemm_scratch(dl_ctx *ctx, size_t n) {
 #ifndef DL_GEMM_SPLIT_FLOPS
 #define DL_GEMM_SPLIT_FLOPS 64000000
 #endif
-DL_API void dl__gemm_split(dl_ctx *ctx, const dl__gemm_kind *k, const dl__gemm_problem *pr,
+DL_API void dl__gemm_split(dl__team *tm, dl_ctx *ctx, const dl__gemm_kind *k, const dl__gemm_problem *pr,
                            const dl__gemm_plan *pl, unsigned char *scratch) {
   const int split_n = pr->N >= pr->M;
   const int64_t step = split_n ? k->nr : k->mr, dim = split_n ? pr->N : pr->M;
   const int64_t chunk = (dim + (int64_t)pl->threads * step - 1) / ((int64_t)pl->threads * step) * step;
   const size_t per = pl->abuf + pl->bbuf;
-  DL_PARALLEL_FOR(ctx, (int64_t)(2.0 * (double)pr->M * (double)pr->N * (double)pr->K), (dim + chunk - 1) / chunk, u, {
+  DL__PARALLEL_FOR_AS(tm, ctx, (dim + chunk - 1) / chunk, u, {
     dl__gemm_problem sub = *pr;
     unsigned char *pa = scratch + (size_t)dl_worker() * per;
     const int64_t lo = u * chunk, n = dl__gemm_min(dim - lo, chunk);
@@ -792,6 +792,7 @@ DL_API void dl__gemm_split(dl_ctx *ctx, const dl__gemm_kind *k, const dl__gemm_p
 DL_API void dl__gemm_run(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
                          const dl__gemm_problem *pr) {
   dl__gemm_plan pl;
+  dl__team tm;
   unsigned char *scratch;
   int64_t b;
   int split;
@@ -806,12 +807,11 @@ DL_API void dl__gemm_run(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
     return;
   }
   pl = dl__gemm_make_plan(ctx, k, pr, 0);
-  /* The team guard (core.h) skips the team while it does not pay, e.g. when
-   * another process holds a core; the plan (and its scratch layout) is then
-   * the single-thread one. The guard's state lives in the caller's ctx. (A
-   * multi-thread plan that the region then runs alone is still right: any
-   * worker may take any piece.) */
-  if (pl.threads > 1 && !dl_parallel_allowed(ctx)) pl = dl__gemm_make_plan(ctx, k, pr, 1);
+  /* The team guard (core.h) decides first: while teams stall (another
+   * process holds a core) the plan, and its scratch layout, is the
+   * single-thread one. Its state lives in the caller's ctx. */
+  dl__team_begin(&tm, ctx, pl.threads > 1);
+  if (pl.threads > 1 && !tm.par) pl = dl__gemm_make_plan(ctx, k, pr, 1);
   split = pl.shared && pr->batch == 1 &&
           2.0 * (double)pr->M * (double)pr->N * (double)pr->K <= (double)DL_GEMM_SPLIT_FLOPS;
   if (split) { /* the serial plan's buffers, one pair per worker */
@@ -828,64 +828,55 @@ DL_API void dl__gemm_run(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
       if (k->esz == sizeof(float)) dl__gemm_naive_f32(pr, b);
       else dl__gemm_naive_f64(pr, b);
     }
-    return;
+    return; /* (not timed: the guard's record stays that of the blocked kernel) */
   }
-  {
-    if (pl.threads == 1) {
-      dl_fpmode fm = dl_ctx_fp_enter(ctx);
-      for (b = 0; b < pr->batch; b++) dl__gemm_item(k, pr, b, scratch, scratch + pl.abuf);
-      dl_ftz_leave(fm);
-    } else if (split) {
-      dl__gemm_split(ctx, k, pr, &pl, scratch);
-    } else if (!pl.shared) { /* whole items of the batch, one per piece */
-      const size_t per = pl.abuf + pl.bbuf;
-      DL_PARALLEL_FOR(ctx, (int64_t)(2.0 * (double)pr->M * (double)pr->N * (double)pr->K * (double)pr->batch),
-                      pr->batch, bi, {
-                        unsigned char *pa = scratch + (size_t)dl_worker() * per;
-                        dl__gemm_item(k, pr, bi, pa, pa + pl.abuf);
-                      });
-    } else { /* tiles of C shared by the team, slab by slab of K */
-      const int64_t ntiles = pl.gm * pl.gn, fslab = 2 * (pl.mp + pl.np) * pl.nkb;
-      int *flags = (int *)(scratch + pl.apack + pl.bpack);
-      unsigned char *own0 = scratch + pl.apack + pl.bpack + dl__gemm_round64(pl.nflags * sizeof(int));
-      const size_t own_bytes = dl__gemm_round64((size_t)((k->mr + k->nr) * k->kc) * k->esz);
-      memset(flags, 0, pl.nflags * sizeof(int));
-      (void)own_bytes; /* without OpenMP only the alone statements remain */
-      DL_PARALLEL_REGION(
-          ctx, (int64_t)(2.0 * (double)pr->M * (double)pr->N * (double)pr->K * (double)pr->batch),
-          ntiles * pl.nslab * pr->batch,
-          ({
-            unsigned char *own = own0 + (size_t)dl_worker() * own_bytes;
-            int64_t bi, sl, t;
-            for (bi = 0; bi < pr->batch; bi++)
-              for (sl = 0; sl < pl.nslab; sl++) {
-                int *f = flags + (bi * pl.nslab + sl) * fslab;
-                if (bi + 1 < pr->batch || sl + 1 < pl.nslab) {
-                  /* the loop's closing barrier keeps the next slab's packing out
-                   * of the buffer until every tile of this one is done */
-                  DL__OMP("omp for schedule(dynamic, 1)")
-                  for (t = 0; t < ntiles; t++) {
-                    dl__gemm_tile(k, pr, &pl, bi, sl, t, scratch, f, own);
-                    dl__pdone++;
-                  }
-                } else { /* the last slab: the region's own end is the only barrier */
-                  DL__OMP("omp for schedule(dynamic, 1) nowait")
-                  for (t = 0; t < ntiles; t++) {
-                    dl__gemm_tile(k, pr, &pl, bi, sl, t, scratch, f, own);
-                    dl__pdone++;
-                  }
-                }
+  if (pl.threads == 1) {
+    dl_fpmode fm = dl_ctx_fp_enter(ctx);
+    for (b = 0; b < pr->batch; b++) dl__gemm_item(k, pr, b, scratch, scratch + pl.abuf);
+    dl_ftz_leave(fm);
+  } else if (split) {
+    dl__gemm_split(&tm, ctx, k, pr, &pl, scratch);
+  } else if (!pl.shared) { /* whole items of the batch, one per piece */
+    const size_t per = pl.abuf + pl.bbuf;
+    DL__PARALLEL_FOR_AS(&tm, ctx, pr->batch, bi, {
+      unsigned char *pa = scratch + (size_t)dl_worker() * per;
+      dl__gemm_item(k, pr, bi, pa, pa + pl.abuf);
+    });
+  } else { /* tiles of C shared by the team, slab by slab of K */
+    const int64_t ntiles = pl.gm * pl.gn, fslab = 2 * (pl.mp + pl.np) * pl.nkb;
+    int *flags = (int *)(scratch + pl.apack + pl.bpack);
+    unsigned char *own0 = scratch + pl.apack + pl.bpack + dl__gemm_round64(pl.nflags * sizeof(int));
+    const size_t own_bytes = dl__gemm_round64((size_t)((k->mr + k->nr) * k->kc) * k->esz);
+    memset(flags, 0, pl.nflags * sizeof(int));
+    (void)own_bytes; /* without OpenMP only the alone statements remain */
+    DL__PARALLEL_REGION_AS(
+        &tm, ctx,
+        ({
+          unsigned char *own = own0 + (size_t)dl_worker() * own_bytes;
+          int64_t bi, sl, t;
+          for (bi = 0; bi < pr->batch; bi++)
+            for (sl = 0; sl < pl.nslab; sl++) {
+              int *f = flags + (bi * pl.nslab + sl) * fslab;
+              if (bi + 1 < pr->batch || sl + 1 < pl.nslab) {
+                /* the loop's closing barrier keeps the next slab's packing out
+                 * of the buffer until every tile of this one is done */
+                DL__OMP("omp for schedule(dynamic, 1)")
+                for (t = 0; t < ntiles; t++) dl__gemm_tile(k, pr, &pl, bi, sl, t, scratch, f, own);
+              } else { /* the last slab: the region's own end is the only barrier */
+                DL__OMP("omp for schedule(dynamic, 1) nowait")
+                for (t = 0; t < ntiles; t++) dl__gemm_tile(k, pr, &pl, bi, sl, t, scratch, f, own);
               }
-          }),
-          ({
-            int64_t bi, sl, t;
-            for (bi = 0; bi < pr->batch; bi++)
-              for (sl = 0; sl < pl.nslab; sl++)
-                for (t = 0; t < ntiles; t++)
-                  dl__gemm_tile(k, pr, &pl, bi, sl, t, scratch, flags + (bi * pl.nslab + sl) * fslab, own0);
-          }));
-    }
+            }
+        }),
+        ({
+          int64_t bi, sl, t;
+          for (bi = 0; bi < pr->batch; bi++)
+            for (sl = 0; sl < pl.nslab; sl++)
+              for (t = 0; t < ntiles; t++)
+                dl__gemm_tile(k, pr, &pl, bi, sl, t, scratch, flags + (bi * pl.nslab + sl) * fslab, own0);
+        }));
   }
+  dl__team_end(&tm, ctx);
 }
 
 /* >>gemm-check ------------------------------------------------------------- */

@@ -36,6 +36,7 @@ DL__HEADER_BEGIN
 #include <stdlib.h> /* abort (the default panic), also with the caller's DL_MALLOC hooks */
 #include <string.h>
 #include <math.h>
+#include <time.h> /* clock: the team guard */
 
 #ifdef __cplusplus
 extern "C" {
@@ -136,14 +137,16 @@ typedef struct dl_ctx_desc {
   int keep_denormals; /* 1: leave denormals alone (0: flush them to zero in library loops) */
 } dl_ctx_desc;
 
-/* Fused loops' record of whether their OpenMP team beats one thread (see
- * the team guard below); zero is the initial state. */
+/* The team guard's record (see "team guard" below); zero is the initial
+ * state. */
 typedef struct dl__team_state {
-  double until;    /* loops use one thread until this omp_get_wtime() */
-  double window;   /* current back-off in seconds, 0 when none */
-  double balance;  /* decaying sum of the team's gains (seconds), see expr.h */
-  double last;     /* omp_get_wtime() of the last judged loop */
-  int probe;       /* parallel loops judged since the last back-off */
+  double until;  /* loops run alone until this omp_get_wtime() */
+  double window; /* the last back-off in seconds (0: none) */
+  double span0;  /* omp_get_wtime() at the start of the span being judged (0: none) */
+  double extra;  /* the members' time in the span's team loops beyond the caller's */
+  long cpu0;     /* the process's clock() at span0 */
+  int loops;     /* team loops in the span */
+  int started;   /* 1 after the ctx's first team loop (which starts threads) */
 } dl__team_state;
 
 struct dl_gpu; /* a device (gpu.h) */
@@ -672,88 +675,121 @@ DL_API uint64_t dl_rng_below(dl_rng *r, uint64_t n) { return dl__below_from(dl_r
 /* >>team guard ------------------------------------------------------------ */
 
 /* Team guard (shared machines). When another process holds one of the
- * cores, a team member that loses its core while it holds a block makes the
- * whole loop wait for its next time slice, and libgomp's idle members spin
- * for milliseconds (GOMP_SPINCOUNT) on the core the others need: measured
- * here at 0.03-0.3x of the 1-thread speed under the default wait policy,
- * 0.75-0.85x under OMP_WAIT_POLICY=passive (bench/run_fused.sh). The wait
- * policy is fixed before main() and a header cannot change it. Each
- * parallel loop (expr.h, blas.h) therefore measures what the team gained: one thread's time (all blocks at the fastest member's time
- * per block) minus the loop's wall time. The gains go into a balance that
- * forgets with a time constant of 100 ms ("did the team save time over the
- * last 0.1 s?"); when it turns negative, the ctx's next loops run on one
- * thread for 50 ms, doubling while it keeps happening (at most 2 s), halving
- * after each loop that gained. After a back-off (and at the start) the
- * balance is judged only after 4 parallel loops, so that waking the team's
- * sleeping threads is paid for by the loops it serves. The state lives in
- * the ctx (dl_ctx.team); with a NULL ctx, in one static per translation unit.
- * It only ever chooses between 1 and the ctx's thread count: results are the
- * same either way (element-wise loops do not reduce). */
+ * cores, a team costs the caller time two ways: a member that is not
+ * running when a loop starts, or loses its core while it holds a block,
+ * makes the loop wait for its next time slice (milliseconds, against loops
+ * of 20 us to 1 ms: the Fashion MLP's team loops took 4-8 ms under one busy
+ * process per core, 0.05-0.5 ms idle); and between loops libgomp's idle
+ * members spin (GOMP_SPINCOUNT) on the cores the caller needs, which no
+ * single loop's timing shows (OMP_WAIT_POLICY=passive would stop that, but
+ * it is read before main() and a header cannot set it). So the guard
+ * watches both, and the ctx's loops run alone for a while when either shows:
+ *   - a stall: a team loop's last member began more than DL__TEAM_STALL
+ *     (2 ms) after the loop (idle, a member parked by libgomp starts within
+ *     tens of microseconds; this VM's idle core took up to 2.4 ms to wake,
+ *     which the team does not earn back on loops that short either);
+ *   - a short CPU share: over a span of at least 10 ms and 4 team loops,
+ *     the process's CPU time (clock()) is below 0.8 of what its threads
+ *     would use running freely: the span's wall time for the caller, less
+ *     its waits at the loops' ends, plus each member's time from the start
+ *     to the end of its share (idle the ratio is 1 or more, spinning
+ *     members adding to it; under one busy process per core it is
+ *     0.5-0.7). A member's wait for the others is left out because a long
+ *     one sleeps: an unbalanced loop on an idle machine is not a stall.
+ * The first back-off lasts 200 ms, each next one in a row twice as long (at
+ * most 2 s); a span judged clean forgets them. The ctx's first team loop,
+ * which starts the threads, is not judged. On an idle machine neither sign
+ * shows (members start within tens of microseconds), so the team is never
+ * stopped there. (An earlier guard estimated each loop's gain from the
+ * fastest member's pace: under load it kept teams that cost 13-25% of the
+ * 1-thread speed, and on an idle machine a start-up cost in its balance
+ * stopped teams that won.) Where clock() is wall time (Windows) only stalls
+ * count. The state lives in the ctx (dl_ctx.team); with a NULL ctx, in one
+ * static per translation unit. It only ever chooses between 1 and the ctx's
+ * thread count: results are the same either way (loops that reduce keep
+ * one partial per piece). */
 #ifdef _OPENMP
 #define DL__TEAM_MAX 64
+#define DL__TEAM_STALL 0.002
 typedef struct dl__team {
-  double t0, busy[DL__TEAM_MAX];
-  int64_t done[DL__TEAM_MAX];
-  int par, nt;
+  double t0;                  /* when the loop began */
+  double enter[DL__TEAM_MAX]; /* when each member began its share */
+  double leave[DL__TEAM_MAX]; /* and when it ended it */
+  int par, nt;                /* whether the team runs it; its size */
 } dl__team;
 DL__GLOBAL(dl__team_state dl__team_null, DL__ZERO_INIT);
+/* Decide how a loop runs: with the team when `par` (the caller's
+ * conditions: threads, size) holds, it is not nested in a team and the ctx
+ * is not backing off. */
 DL_API void dl__team_begin(dl__team *tm, dl_ctx *ctx, int par) {
   dl__team_state *st = ctx ? &ctx->team : &dl__team_null;
   double until;
-  tm->nt = 1;
+  tm->nt = 0;
   tm->t0 = omp_get_wtime();
   DL__OMP("omp atomic read")
   until = st->until;
-  tm->par = par && tm->t0 >= until;
+  tm->par = par && !omp_in_parallel() && tm->t0 >= until;
 }
-/* Called by every member after its share of the loop (nowait). */
-DL_API void dl__team_member(dl__team *tm, double since, int64_t done) {
-  int id = omp_get_thread_num();
+/* Called by every member as it begins its share, and as it ends it. */
+DL_API void dl__team_enter(dl__team *tm) {
+  const int id = omp_get_thread_num();
   if (id == 0) tm->nt = omp_get_num_threads();
-  if (id < DL__TEAM_MAX) {
-    tm->busy[id] = omp_get_wtime() - since;
-    tm->done[id] = done;
-  }
+  if (id < DL__TEAM_MAX) tm->enter[id] = omp_get_wtime();
 }
-DL_API void dl__team_end(dl__team *tm, dl_ctx *ctx, int64_t units) {
+DL_API void dl__team_leave(dl__team *tm) {
+  const int id = omp_get_thread_num();
+  if (id < DL__TEAM_MAX) tm->leave[id] = omp_get_wtime();
+}
+/* After a team loop: judge it and the span (see above). */
+DL_API void dl__team_end(dl__team *tm, dl_ctx *ctx) {
   dl__team_state *st = ctx ? &ctx->team : &dl__team_null;
-  double now, per = 0, gain, win, bal, last;
-  int k, probe;
+  double now, late = 0, extra;
+  int k, stall;
   if (!tm->par) return;
   now = omp_get_wtime();
-  for (k = 0; k < tm->nt && k < DL__TEAM_MAX; k++)
-    if (tm->done[k] > 0 && (per == 0 || tm->busy[k] / (double)tm->done[k] < per))
-      per = tm->busy[k] / (double)tm->done[k];
-  gain = (double)units * per - (now - tm->t0);
-  DL__OMP("omp atomic read")
-  win = st->window;
-  DL__OMP("omp atomic read")
-  bal = st->balance;
-  DL__OMP("omp atomic read")
-  last = st->last;
-  DL__OMP("omp atomic read")
-  probe = st->probe;
-  bal = bal / (1 + (now - last) / 0.1) + gain;
-  if (probe < 4) {
-    probe++;
-  } else if (bal < 0) {  /* the team has been costing the caller time, not saving it */
-    win = win > 0 ? 2 * win : 0.05;
-    if (win > 2.0) win = 2.0;
-    bal = 0;
-    probe = 0;
-    DL__OMP("omp atomic write")
-    st->until = now + win;
-  } else if (gain > 0) {
-    win = win * 0.5 < 0.05 ? 0 : win * 0.5;
+  /* the members' working time beyond the caller's, minus the caller's wait
+   * at the loop's end (a member that waits may sleep, using no CPU) */
+  extra = tm->leave[0] - now;
+  for (k = 0; k < tm->nt && k < DL__TEAM_MAX; k++) {
+    if (tm->enter[k] - tm->t0 > late) late = tm->enter[k] - tm->t0;
+    if (k > 0) extra += tm->leave[k] - tm->enter[k];
   }
-  DL__OMP("omp atomic write")
-  st->probe = probe;
-  DL__OMP("omp atomic write")
-  st->window = win;
-  DL__OMP("omp atomic write")
-  st->balance = bal;
-  DL__OMP("omp atomic write")
-  st->last = now;
+  stall = late > DL__TEAM_STALL;
+  DL__OMP("omp critical (dl__team)")
+  {
+    int back = 0;
+    if (!st->started) {
+      st->started = 1; /* thread start-up: not judged */
+    } else if (stall) {
+      back = 1;
+    } else if (st->span0 == 0) {
+      st->span0 = now;
+      st->cpu0 = (long)clock();
+      st->extra = 0;
+      st->loops = 0;
+    } else {
+      st->extra += extra;
+      if (++st->loops >= 4 && now - st->span0 >= 0.01) {
+        const long c = (long)clock();
+        const double cpu = (double)(c - st->cpu0) / (double)CLOCKS_PER_SEC;
+        if (cpu >= 0 && cpu < 0.8 * (now - st->span0 + st->extra)) {
+          back = 1;
+        } else { /* clean: forget the back-offs, judge the next span */
+          st->window = 0;
+          st->span0 = now;
+          st->cpu0 = c;
+          st->extra = 0;
+          st->loops = 0;
+        }
+      }
+    }
+    if (back) {
+      st->window = st->window > 0 ? (2 * st->window < 2.0 ? 2 * st->window : 2.0) : 0.2;
+      DL__OMP("omp atomic write")
+      st->until = now + st->window;
+      st->span0 = 0;
+    }
+  }
 }
 #endif /* _OPENMP */
 
@@ -815,13 +851,11 @@ DL_API dl_fpmode dl_ctx_fp_enter(const dl_ctx *ctx) {
  *
  * DL_PARALLEL_REGION(ctx, work, units, (team statements), (alone statements)):
  * when the ctx has more than one thread, `units` > 1 (the pieces of work
- * the region hands out in all: the guard's measure of a worker's speed),
- * `work` (elements, bytes, flops: the caller's measure of the job) reaches
- * the ctx's parallel threshold and the team guard above lets the team run
- * (it falls back to one thread while the team is not paying for itself),
+ * the region hands out in all), `work` (elements, bytes, flops: the
+ * caller's measure of the job) reaches the ctx's parallel threshold and the
+ * team guard above lets the team run (it does not while teams stall),
  * every worker of the ctx's team runs the team statements, which share their
- * loops out with `omp for` (counting the pieces each worker took in
- * dl__pdone); otherwise the calling thread runs the alone statements, the
+ * loops out with `omp for`; otherwise the calling thread runs the alone statements, the
  * same work as plain loops, and no team is started (an `omp for` there would
  * bind to a caller's own team). Both lists are parenthesised. Every worker,
  * the caller included, runs with the ctx's floating-point mode
@@ -848,23 +882,31 @@ DL_API dl_fpmode dl_ctx_fp_enter(const dl_ctx *ctx) {
  * A statement macro. */
 #define DL_PARALLEL_REGION(ctx_, work_, units_, TEAM, ALONE)                             \
   do {                                                                                  \
+    dl_ctx *const dl__prc = (ctx_);                                                     \
+    dl__team dl__prt;                                                                   \
+    dl__team_begin(&dl__prt, dl__prc,                                                   \
+                   dl_ctx_threads(dl__prc) > 1 && (units_) > 1 &&                       \
+                       (int64_t)(work_) >= dl_ctx_parallel_threshold(dl__prc));         \
+    DL__PARALLEL_REGION_AS(&dl__prt, dl__prc, TEAM, ALONE);                              \
+    dl__team_end(&dl__prt, dl__prc);                                                    \
+  } while (0)
+/* DL__PARALLEL_REGION_AS(tm, ctx, (team statements), (alone statements)):
+ * the region as the guard already decided (tm from dl__team_begin; the
+ * caller calls dl__team_end after it), for a caller that plans its work by
+ * that decision (blas.h). */
+#define DL__PARALLEL_REGION_AS(tm_, ctx_, TEAM, ALONE)                                   \
+  do {                                                                                  \
     dl_ctx *const dl__pc = (ctx_);                                                      \
     const int dl__pnt = dl_ctx_threads(dl__pc);                                         \
-    const int64_t dl__punits = (units_);                                                \
-    dl__team dl__ptm;                                                                   \
-    dl__team_begin(&dl__ptm, dl__pc,                                                    \
-                   dl__pnt > 1 && dl__punits > 1 && (int64_t)(work_) >= dl_ctx_parallel_threshold(dl__pc)); \
-    if (dl__ptm.par) {                                                                  \
+    if ((tm_)->par) {                                                                   \
       DL__OMP("omp parallel num_threads(dl__pnt)")                                      \
       {                                                                                 \
         const dl_fpmode dl__pfm = dl_ctx_fp_enter(dl__pc);                              \
-        const double dl__psince = omp_get_wtime();                                      \
-        int64_t dl__pdone = 0;                                                          \
+        dl__team_enter(tm_);                                                            \
         DL__UNPAREN TEAM                                                                \
-        dl__team_member(&dl__ptm, dl__psince, dl__pdone);                               \
+        dl__team_leave(tm_);                                                            \
         dl_ftz_leave(dl__pfm);                                                          \
       }                                                                                 \
-      dl__team_end(&dl__ptm, dl__pc, dl__punits);                                       \
     } else {                                                                            \
       const dl_fpmode dl__pfm = dl_ctx_fp_enter(dl__pc);                                \
       DL__UNPAREN ALONE                                                                 \
@@ -875,8 +917,7 @@ DL_API dl_fpmode dl_ctx_fp_enter(const dl_ctx *ctx) {
  * dl_ctx_threads(ctx) - 1), for per-worker scratch (see above). */
 DL_API int dl_worker(void) { return omp_get_thread_num(); }
 /* Whether the ctx's next region may start a team (threads, not inside
- * another team, the guard not backing off): for a caller that plans its
- * work by the team's size. */
+ * another team, the guard not backing off). */
 DL_API int dl_parallel_allowed(dl_ctx *ctx) {
   const dl__team_state *st = ctx ? &ctx->team : &dl__team_null;
   double until;
@@ -892,6 +933,20 @@ DL_API int dl_parallel_allowed(dl_ctx *ctx) {
     DL__UNPAREN ALONE                                                                   \
     dl_ftz_leave(dl__pfm);                                                              \
   } while (0)
+#define DL__PARALLEL_REGION_AS(tm_, ctx_, TEAM, ALONE)                                   \
+  do {                                                                                  \
+    const dl_fpmode dl__pfm = dl_ctx_fp_enter(ctx_);                                    \
+    (void)(tm_);                                                                        \
+    DL__UNPAREN ALONE                                                                   \
+    dl_ftz_leave(dl__pfm);                                                              \
+  } while (0)
+/* Without OpenMP every loop runs alone. */
+typedef struct dl__team { int par; } dl__team;
+DL_API void dl__team_begin(dl__team *tm, dl_ctx *ctx, int par) {
+  (void)ctx; (void)par;
+  tm->par = 0;
+}
+DL_API void dl__team_end(dl__team *tm, dl_ctx *ctx) { (void)tm; (void)ctx; }
 DL_API int dl_worker(void) { return 0; }
 DL_API int dl_parallel_allowed(dl_ctx *ctx) { (void)ctx; return 0; }
 #endif
@@ -899,21 +954,26 @@ DL_API int dl_parallel_allowed(dl_ctx *ctx) { (void)ctx; return 0; }
  * from 0 to n-1 on the ctx's team, one index at a time (see above). A
  * statement macro; n is evaluated more than once. */
 #define DL_PARALLEL_FOR(ctx_, work_, n_, I, ...)                                        \
-  DL_PARALLEL_REGION(ctx_, work_, (n_),                                                 \
-                     ({                                                                 \
-                       int64_t I;                                                       \
-                       DL__OMP("omp for schedule(dynamic, 1) nowait")                   \
-                       for (I = 0; I < (n_); I++) {                                     \
-                         dl__pdone++;                                                   \
-                         __VA_ARGS__                                                    \
-                       }                                                                \
-                     }),                                                                \
-                     ({                                                                 \
-                       int64_t I;                                                       \
-                       for (I = 0; I < (n_); I++) {                                     \
-                         __VA_ARGS__                                                    \
-                       }                                                                \
-                     }))
+  DL_PARALLEL_REGION(ctx_, work_, (n_), DL__PFOR_TEAM(n_, I, __VA_ARGS__), DL__PFOR_ALONE(n_, I, __VA_ARGS__))
+/* DL__PARALLEL_FOR_AS(tm, ctx, n, I, statements...): DL_PARALLEL_FOR as the
+ * guard already decided (see DL__PARALLEL_REGION_AS). */
+#define DL__PARALLEL_FOR_AS(tm_, ctx_, n_, I, ...)                                      \
+  DL__PARALLEL_REGION_AS(tm_, ctx_, DL__PFOR_TEAM(n_, I, __VA_ARGS__), DL__PFOR_ALONE(n_, I, __VA_ARGS__))
+#define DL__PFOR_TEAM(n_, I, ...)                                                       \
+  ({                                                                                    \
+    int64_t I;                                                                          \
+    DL__OMP("omp for schedule(dynamic, 1) nowait")                                      \
+    for (I = 0; I < (n_); I++) {                                                        \
+      __VA_ARGS__                                                                       \
+    }                                                                                   \
+  })
+#define DL__PFOR_ALONE(n_, I, ...)                                                      \
+  ({                                                                                    \
+    int64_t I;                                                                          \
+    for (I = 0; I < (n_); I++) {                                                        \
+      __VA_ARGS__                                                                       \
+    }                                                                                   \
+  })
 
 /* DL_PARALLEL_RANGE(ctx, work, n, I, statements...): DL_PARALLEL_FOR for
  * element loops: I = 0 .. n-1 in blocks of DL_PARALLEL_BLOCK consecutive
