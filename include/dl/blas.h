@@ -297,33 +297,39 @@ DL__INL void dl__gemm_tr4_f32(const float *src, int64_t lds, float *dst, int64_t
 
 /* >>gemm-kernels ----------------------------------------------------------- */
 
+/* Row counts of the short-panel kernels (MR = 12 only; capped at MR so the
+ * dead branches of other builds stay valid). */
+#define DL__GEMM_RM4 (DL__GEMM_MR < 4 ? DL__GEMM_MR : 4)
+#define DL__GEMM_RM8 (DL__GEMM_MR < 8 ? DL__GEMM_MR : 8)
+
 /* The micro-kernel's body, defined one way per build (a preprocessor #if
  * cannot stand inside the generator below): the body of
  * dl__gemm_kernel_<sfx>, whose variables (kc, a, b, alpha, beta, C, ldc, m,
  * n, p, i and the enum MR, NR) it uses. T is the element type, VT its vector
  * type and sfx the suffix of the store it ends with. */
 #if DL__GEMM_VEC
-/* MR rows of two vector accumulators (L lanes each) in registers. */
-#define DL__GEMM_KERNEL_BODY(T, sfx, VT)                                                           \
+/* RM (<= MR) rows of two vector accumulators (L lanes each) in registers;
+ * the packed panel of A is MR tall whatever RM is. */
+#define DL__GEMM_KERNEL_BODY(T, sfx, VT, RM)                                                       \
   enum { L = DL__GEMM_VBYTES / sizeof(T) };                                                        \
   const VT zero = {0};                                                                             \
-  VT c0[MR], c1[MR];                                                                               \
+  VT c0[RM], c1[RM];                                                                               \
   DL__GEMM_UNROLL                                                                                  \
-  for (i = 0; i < MR; i++) c0[i] = c1[i] = zero;                                                   \
+  for (i = 0; i < RM; i++) c0[i] = c1[i] = zero;                                                   \
   for (p = 0; p < kc; p++, a += MR, b += NR) {                                                     \
     VT b0, b1;                                                                                     \
     memcpy(&b0, b, sizeof b0);                                                                     \
     memcpy(&b1, b + L, sizeof b1);                                                                 \
     DL__GEMM_UNROLL                                                                                \
-    for (i = 0; i < MR; i++) {                                                                     \
+    for (i = 0; i < RM; i++) {                                                                     \
       VT ai = a[i] - zero; /* broadcast (x - 0 == x for every x) */                                \
       c0[i] += ai * b0;                                                                            \
       c1[i] += ai * b1;                                                                            \
     }                                                                                              \
   }                                                                                                \
-  if (m == MR && n == NR) {                                                                        \
+  if (m == RM && n == NR) {                                                                        \
     DL__GEMM_UNROLL                                                                                \
-    for (i = 0; i < MR; i++) {                                                                     \
+    for (i = 0; i < RM; i++) {                                                                     \
       T *c = C + i * ldc;                                                                          \
       VT r0 = c0[i] * alpha, r1 = c1[i] * alpha;                                                   \
       if (beta != (T)0) {                                                                          \
@@ -338,15 +344,15 @@ DL__INL void dl__gemm_tr4_f32(const float *src, int64_t lds, float *dst, int64_t
     }                                                                                              \
   } else {                                                                                         \
     T t[MR * NR];                                                                                  \
-    for (i = 0; i < MR; i++) {                                                                     \
+    for (i = 0; i < RM; i++) {                                                                     \
       memcpy(t + i * NR, &c0[i], sizeof c0[i]);                                                    \
       memcpy(t + i * NR + L, &c1[i], sizeof c1[i]);                                                \
     }                                                                                              \
     dl__gemm_store_##sfx(t, alpha, beta, C, ldc, m, n);                                            \
   }
 #else
-/* A plain-C MR x NR accumulator array (VT is not used). */
-#define DL__GEMM_KERNEL_BODY(T, sfx, VT)                                                           \
+/* A plain-C MR x NR accumulator array (VT and RM are not used). */
+#define DL__GEMM_KERNEL_BODY(T, sfx, VT, RM)                                                       \
   T t[MR * NR];                                                                                    \
   int j;                                                                                           \
   for (i = 0; i < MR * NR; i++) t[i] = (T)0;                                                       \
@@ -459,7 +465,9 @@ DL__INL void dl__gemm_tr4_f32(const float *src, int64_t lds, float *dst, int64_t
   }                                                                                                \
                                                                                                    \
   /* dl__gemm_kernel_fn for T: the MR x NR micro-kernel (accumulators in                           \
-   * registers), then the store of its m x n corner. */                                            \
+   * registers), then the store of its m x n corner. A panel of at most 4                          \
+   * or 8 rows (the last of M = 64 with MR = 12) runs only those rows: the                          \
+   * same sums in the same order, a third or two thirds of the work. */                            \
   DL_API DL__GEMM_CONTRACT void dl__gemm_kernel_##sfx(int64_t kc, const void *a_, const void *b_,  \
                                                       double alpha_, double beta_, void *C_,       \
                                                       int64_t ldc, int m, int n) {                 \
@@ -469,7 +477,13 @@ DL__INL void dl__gemm_tr4_f32(const float *src, int64_t lds, float *dst, int64_t
     const T alpha = (T)alpha_, beta = (T)beta_;                                                    \
     int64_t p;                                                                                     \
     int i;                                                                                         \
-    DL__GEMM_KERNEL_BODY(T, sfx, VT)                                                               \
+    if (DL__GEMM_VEC && MR == 12 && m <= 4) {                                                      \
+      DL__GEMM_KERNEL_BODY(T, sfx, VT, DL__GEMM_RM4)                                               \
+    } else if (DL__GEMM_VEC && MR == 12 && m <= 8) {                                               \
+      DL__GEMM_KERNEL_BODY(T, sfx, VT, DL__GEMM_RM8)                                               \
+    } else {                                                                                       \
+      DL__GEMM_KERNEL_BODY(T, sfx, VT, MR)                                                         \
+    }                                                                                              \
   }                                                                                                \
                                                                                                    \
   /* C = beta * C on an M x N block (C not read when beta == 0). */                                \
