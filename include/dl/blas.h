@@ -842,7 +842,7 @@ DL_API void dl__gemm_run(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
       if (k->esz == sizeof(float)) dl__gemm_naive_f32(pr, b);
       else dl__gemm_naive_f64(pr, b);
     }
-    return; /* (not timed: the guard's record stays that of the blocked kernel) */
+    return;
   }
   if (pl.threads == 1) {
     dl_fpmode fm = dl_ctx_fp_enter(ctx);

@@ -928,10 +928,8 @@ DL_API int dl_parallel_allowed(dl_ctx *ctx) {
 #else
 #define DL_PARALLEL_REGION(ctx_, work_, units_, TEAM, ALONE)                             \
   do {                                                                                  \
-    const dl_fpmode dl__pfm = dl_ctx_fp_enter(ctx_);                                    \
     (void)(work_);                                                                      \
-    DL__UNPAREN ALONE                                                                   \
-    dl_ftz_leave(dl__pfm);                                                              \
+    DL__PARALLEL_REGION_AS((dl__team *)0, ctx_, TEAM, ALONE);                            \
   } while (0)
 #define DL__PARALLEL_REGION_AS(tm_, ctx_, TEAM, ALONE)                                   \
   do {                                                                                  \
