@@ -297,7 +297,7 @@ DL__INL void dl__gemm_tr4_f32(const float *src, int64_t lds, float *dst, int64_t
 
 /* >>gemm-kernels ----------------------------------------------------------- */
 
-/* Row counts of the short-panel kernels (MR = 12 only; capped at MR so the
+/* Row counts of the short-panel kernels (used where MR > 8; capped at MR so the
  * dead branches of other builds stay valid). */
 #define DL__GEMM_RM4 (DL__GEMM_MR < 4 ? DL__GEMM_MR : 4)
 #define DL__GEMM_RM8 (DL__GEMM_MR < 8 ? DL__GEMM_MR : 8)
@@ -477,9 +477,9 @@ DL__INL void dl__gemm_tr4_f32(const float *src, int64_t lds, float *dst, int64_t
     const T alpha = (T)alpha_, beta = (T)beta_;                                                    \
     int64_t p;                                                                                     \
     int i;                                                                                         \
-    if (DL__GEMM_VEC && MR == 12 && m <= 4) {                                                      \
+    if (DL__GEMM_VEC && MR > 8 && m <= 4) {                                                       \
       DL__GEMM_KERNEL_BODY(T, sfx, VT, DL__GEMM_RM4)                                               \
-    } else if (DL__GEMM_VEC && MR == 12 && m <= 8) {                                               \
+    } else if (DL__GEMM_VEC && MR > 8 && m <= 8) {                                                \
       DL__GEMM_KERNEL_BODY(T, sfx, VT, DL__GEMM_RM8)                                               \
     } else {                                                                                       \
       DL__GEMM_KERNEL_BODY(T, sfx, VT, MR)                                                         \
