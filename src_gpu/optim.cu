@@ -194,6 +194,52 @@ template <typename T> __host__ __device__ __forceinline__ void scale_at(T *__res
 template <typename T> __global__ void k_scale(T *__restrict__ x, int64_t n, T f) {
   GRID_STRIDE(i, n) scale_at(x, f, i);
 }
+// >>dlg_clip_multi: blockIdx.y picks the buffer; partial k * gridDim.x + blockIdx.x
+template <typename T>
+__global__ void __launch_bounds__(TPB) k_sumsq_multi(const dlg_gbuf *__restrict__ tab, double *__restrict__ part) {
+  __shared__ double sh[TPB];
+  const dlg_gbuf t = tab[blockIdx.y];
+  const FSq<T> f = {(const T *)t.g};
+  double a = 0;
+  GRID_STRIDE(i, t.n) a += f(i);
+  sh[threadIdx.x] = a;
+  __syncthreads();
+  for (int s = TPB / 2; s > 0; s >>= 1) {
+    if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) part[(int64_t)blockIdx.y * gridDim.x + blockIdx.x] = sh[0];
+}
+// One block: each buffer's nb partials added as k_pfinal adds them, the
+// buffers' sums in their order, then the norm and the factor (see abi).
+__global__ void __launch_bounds__(TPB) k_clip_final(const double *__restrict__ part, int nt, int64_t nb,
+                                                    double max_norm, double *__restrict__ out) {
+  __shared__ double sh[TPB];
+  double total = 0; // thread 0's
+  for (int k = 0; k < nt; k++) {
+    double a = 0;
+    for (int64_t i = threadIdx.x; i < nb; i += TPB) a += part[(int64_t)k * nb + i];
+    sh[threadIdx.x] = a;
+    __syncthreads();
+    for (int s = TPB / 2; s > 0; s >>= 1) {
+      if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) total = radd(total, sh[0]);
+    __syncthreads(); // sh is refilled for the next buffer
+  }
+  if (threadIdx.x == 0) {
+    const double norm = rsqrt_(total);
+    out[0] = norm;
+    out[1] = max_norm > 0 ? rdiv(max_norm, radd(norm, 1e-6)) : 1.0;
+  }
+}
+template <typename T> __global__ void k_scale_multi(const dlg_gbuf *__restrict__ tab, const double *__restrict__ out) {
+  const double f = out[1];
+  if (f >= 1) return; // the CPU's rule: no scaling unless f < 1 or NaN
+  const dlg_gbuf t = tab[blockIdx.y];
+  GRID_STRIDE(i, t.n) scale_at((T *)t.g, (T)f, i);
+}
 template <typename T>
 __host__ __device__ __forceinline__ void regularize_at(int64_t w, const int64_t *__restrict__ rows, T *__restrict__ g,
                                                        const T *__restrict__ p, T l1, T l2, int64_t i) {
@@ -400,6 +446,35 @@ int dlg_scale(dlg_handle *h, int dtype, void *x, int64_t n, double f) {
   if (n == 0) return DLG_OK;
   if (dtype == DLG_F32) DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_scale<float>)((float *)x, n, (float)f);
   else DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_scale<double>)((double *)x, n, f);
+  return dlg_launched(h, op);
+}
+
+int dlg_clip_multi(dlg_handle *h, int dtype, int nt, const dlg_gbuf *t, double max_norm, double *out) {
+  static const char *op = "dlg_clip_multi";
+  int64_t most = 0;
+  DLG_CHECK_DTYPE(op, dtype);
+  if (nt < 0 || nt > 65535) return dlg_fail(h, DLG_ERR, "%s: %d buffers (0 to 65535 per launch)", op, nt);
+  for (int k = 0; k < nt; k++) most = t[k].n > most ? t[k].n : most;
+  // about eight blocks per multiprocessor over all buffers (as dlg_adam_multi), one at least per buffer
+  unsigned bx = dlg_blocks(h, most ? most : 1, TPB), cap = (unsigned)((h->sm_count > 0 ? h->sm_count : 80) * 8 / (nt ? nt : 1) + 1);
+  if (bx > cap) bx = cap;
+  const Carve c = carve(sizeof(dlg_gbuf) * (size_t)(nt ? nt : 1), sizeof(double) * (size_t)bx * (size_t)(nt ? nt : 1));
+  DLG_TRY(dlg_ws(h, c.total));
+  dlg_gbuf *tab = piece<dlg_gbuf>(h, c, 0);
+  double *part = piece<double>(h, c, 1);
+  if (nt > 0) {
+    DLG_TRY(stage(h, tab, t, sizeof(dlg_gbuf) * (size_t)nt, op));
+    const dim3 grid(bx, (unsigned)nt);
+    if (dtype == DLG_F32) DLG_LAUNCH(grid, TPB, 0, h->stream, k_sumsq_multi<float>)(tab, part);
+    else DLG_LAUNCH(grid, TPB, 0, h->stream, k_sumsq_multi<double>)(tab, part);
+    DLG_TRY(dlg_launched(h, op));
+  }
+  DLG_LAUNCH(1, TPB, 0, h->stream, k_clip_final)(part, nt, (int64_t)bx, max_norm, out);
+  DLG_TRY(dlg_launched(h, op));
+  if (!(max_norm > 0) || nt == 0) return DLG_OK;
+  const dim3 grid(bx, (unsigned)nt);
+  if (dtype == DLG_F32) DLG_LAUNCH(grid, TPB, 0, h->stream, k_scale_multi<float>)(tab, out);
+  else DLG_LAUNCH(grid, TPB, 0, h->stream, k_scale_multi<double>)(tab, out);
   return dlg_launched(h, op);
 }
 

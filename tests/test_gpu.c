@@ -1288,6 +1288,8 @@ static void train_body(const void *arg) {
   dl_tensor *init = own(dl_tensor_make(&ctx, dt, DL_SHAPE(mc->pnumel))), pc, pg;
   dl_optim *oc, *og;
   const dl_step_desc clip = {.clip_value = 0.05, .clip_norm = 0.1, .l1 = 1e-4, .l2 = 1e-3};
+  /* Adam: the global norm only (no parameter's own clip_norm: dlg_clip_multi's path), small enough to clip */
+  const dl_step_desc gclip = {.clip_norm = 0.05};
   char name[64];
   int step;
   snprintf(name, sizeof name, "%s, %s", a->cnn ? "CNN" : "MLP",
@@ -1306,8 +1308,9 @@ static void train_body(const void *arg) {
     dl_tensor *lc = dl_t_cross_entropy(&tp_h, dl_model_forward(mc, &tp_h, xc), lab, 0, DL_REDUCE_MEAN);
     dl_tensor *ld = dl_t_cross_entropy(&tp_d, dl_model_forward(mg, &tp_d, xg), lg, 0, DL_REDUCE_MEAN);
     double vc = dl__get_at(lc, 0), vg = dl__get_at(host(ld), 0), nc, ng;
-    nc = dl_train_step(oc, &tp_h, lc, a->adam ? NULL : &clip);
-    ng = dl_train_step(og, &tp_d, ld, a->adam ? NULL : &clip);
+    nc = dl_train_step(oc, &tp_h, lc, a->adam == 1 ? &gclip : a->adam ? NULL : &clip);
+    ng = dl_train_step(og, &tp_d, ld, a->adam == 1 ? &gclip : a->adam ? NULL : &clip);
+    if (a->adam == 1) CHECK_MSG(nc > gclip.clip_norm, "%s step %d: norm %g, not clipped by %g", name, step, nc, gclip.clip_norm);
     CHECK_MSG(fabs(vg - vc) <= tol * fabs(vc), "%s (%s) step %d: loss %.17g on the GPU, %.17g on the CPU", name,
               dtn(dt), step, vg, vc);
     CHECK_MSG(fabs(ng - nc) <= tol * fabs(nc), "%s (%s) step %d: gradient norm %.17g on the GPU, %.17g on the CPU",
@@ -1421,6 +1424,32 @@ static void counts_body(const void *arg) {
             (long long)(c1.syncs - c0.syncs));
   CHECK(c1.launches > c0.launches);
   if (a->cnn) CHECK(c0.dnn_queries >= 3 && c0.dnn_descriptors >= 4); /* the first step chose the algorithms */
+  { /* clipping by the global norm without the norm wanted: three launches whatever the parameter count, no wait
+     * (dlg_clip_multi); the gradients scaled as dl_clip_grads (which reads the norm back: one wait) scales them */
+    const dl_step_desc cd = {.clip_norm = 1e-3}, none = {.clip_norm = 0};
+    dl_gpu_counts u0, u1;
+    dl_tensor *gw = NULL, *gn;
+    double norm;
+    dl_backward(&tp_d, dl_t_cross_entropy(&tp_d, dl_model_forward(m, &tp_d, xg), lg, 0, DL_REDUCE_MEAN), NULL);
+    gn = own(dl_tensor_make(&ctx, DL_F32, DL_SHAPE(m->params[0]->g.numel)));
+    u0 = dl_gpu_get_counts(gpu);
+    CHECK(isnan(dl__clip_grads(m, &cd, 0)));
+    u1 = dl_gpu_get_counts(gpu);
+    CHECK_MSG(u1.launches - u0.launches == 3 && u1.syncs == u0.syncs && u1.copies - u0.copies == 1,
+              "clipping by norm, %d parameters, norm not wanted: %lld launches (3), %lld waits (0), %lld copies (1)",
+              m->nparams, (long long)(u1.launches - u0.launches), (long long)(u1.syncs - u0.syncs),
+              (long long)(u1.copies - u0.copies));
+    gw = host(&m->params[0]->g);
+    memcpy(gn->data, gw->data, (size_t)gn->numel * sizeof(float));
+    u0 = dl_gpu_get_counts(gpu);
+    norm = dl_clip_grads(m, &none); /* the norm only (clipped to 1e-3 / (1 + 1e-6 / norm) before), nothing scaled */
+    u1 = dl_gpu_get_counts(gpu);
+    CHECK_MSG(fabs(norm - 1e-3) <= 1e-8 && u1.syncs - u0.syncs == 1,
+              "dl_clip_grads after clipping to 1e-3: norm %.17g, %lld waits (1)", norm, (long long)(u1.syncs - u0.syncs));
+    CHECK(!memcmp(host(&m->params[0]->g)->data, gn->data, (size_t)gn->numel * sizeof(float)));
+    dl_model_zero_grad(m);
+    dl_tape_rewind(&tp_d);
+  }
   { /* Adam's update of every parameter: one launch (dlg_adam_multi) */
     dl_gpu_counts u0, u1;
     dl_backward(&tp_d, dl_t_cross_entropy(&tp_d, dl_model_forward(m, &tp_d, xg), lg, 0, DL_REDUCE_MEAN), NULL);

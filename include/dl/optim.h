@@ -1559,11 +1559,65 @@ DL_API double dl_clip_grads(dl_model *m, const dl_step_desc *d) { return dl__cli
  * by norm needs it (no clip_norm in d or on a parameter) no sum of squares
  * is computed (on the GPU: no reduction launched, nothing read back) and
  * NaN is returned. The gradients come out the same either way. */
+#ifdef DL_USE_CUDA
+/* dl__clip_grads on the GPU when no parameter has a clip_norm of its own
+ * (the usual case): each parameter's value clipping, then the sums of
+ * squares, the norm and the global scaling of every gradient in three
+ * launches (dlg_clip_multi) whatever the parameter count, and nothing read
+ * back unless the norm is wanted (then one double). The table of gradient
+ * buffers is on the stack up to 256 parameters. */
+DL_API double dl__clip_grads_gpu(dl_model *m, const dl_step_desc *d, int want_norm) {
+  const char *op = "dl_clip_grads";
+  const double cn = d && d->clip_norm > 0 ? d->clip_norm : 0;
+  dlg_gbuf stack[256], *tab = stack;
+  dlg_handle *h = dl__gpu_h(&m->params[0]->t, op);
+  double out[2] = {(double)NAN, 1};
+  void *dout = NULL;
+  int i, nt = 0;
+  for (i = 0; i < m->nparams; i++) {
+    dl_param *p = m->params[i];
+    const double cv = p->clip_value > 0 ? p->clip_value : d ? d->clip_value : 0;
+    if (dl__clip_skips(p) || !(cv > 0)) continue;
+    {
+      int64_t n;
+      void *g = dl__grad_mem(p, &n);
+      dl__gbuf_clamp(p, g, n, cv);
+    }
+  }
+  if (!want_norm && !(cn > 0)) return (double)NAN;
+  if (m->nparams > 256) {
+    tab = (dlg_gbuf *)dl_alloc(m->ctx, sizeof(dlg_gbuf) * (size_t)m->nparams);
+    if (!tab) DL_NOMEM(m->ctx, op, "the table of %d gradients", m->nparams);
+  }
+  for (i = 0; i < m->nparams; i++) {
+    dl_param *p = m->params[i];
+    if (dl__clip_skips(p)) continue;
+    tab[nt].g = dl__grad_mem(p, &tab[nt].n);
+    nt++;
+  }
+  if (dl_gpu_alloc(m->ctx->gpu, &dout, sizeof out) != DL_OK) { /* the cache: no cudaMalloc */
+    if (tab != stack) dl_free(m->ctx, tab);
+    DL_NOMEM(m->ctx, op, "the device cannot hold the norm: %s", dl_ctx_message(m->ctx));
+  }
+  i = dlg_clip_multi(h, (int)m->dtype, nt, tab, cn, (double *)dout);
+  if (tab != stack) dl_free(m->ctx, tab);
+  if (i == DLG_OK && want_norm) i = dlg_copy(h, out, dout, sizeof out, DLG_D2H);
+  dl_gpu_free(m->ctx->gpu, dout); /* back to the cache; queued kernels still using it run first */
+  dl__gpu_ok(&m->params[0]->t, op, i);
+  return out[0];
+}
+#endif
+
 DL_API double dl__clip_grads(dl_model *m, const dl_step_desc *d, int want_norm) {
   double total, f;
   dl__gsum c;
   int i, sums = want_norm || (d && d->clip_norm > 0); /* the sums of squares: wanted, or needed to clip */
-  for (i = 0; i < m->nparams && !sums; i++) sums = !dl__clip_skips(m->params[i]) && m->params[i]->clip_norm > 0;
+  int own = 0; /* a parameter with a clip_norm of its own */
+  for (i = 0; i < m->nparams && !own; i++) own = !dl__clip_skips(m->params[i]) && m->params[i]->clip_norm > 0;
+#ifdef DL_USE_CUDA
+  if (!own && m->nparams && m->params[0]->t.device == DL_CUDA) return dl__clip_grads_gpu(m, d, want_norm);
+#endif
+  sums = sums || own;
   if (sums) dl__gsum_begin(&c, m);
   for (i = 0; i < m->nparams; i++) {
     dl_param *p = m->params[i];

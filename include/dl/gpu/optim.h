@@ -75,6 +75,21 @@ int dlg_clamp(dlg_handle *h, int dtype, void *x, int64_t n, double v);
 int dlg_sumsq(dlg_handle *h, int dtype, const void *x, int64_t n, double *out);
 /* x[i] *= (T)f (dl__scale). Bit-identical. */
 int dlg_scale(dlg_handle *h, int dtype, void *x, int64_t n, double f);
+/* One gradient buffer of dlg_clip_multi: n elements at g (device). */
+typedef struct dlg_gbuf {
+  void *g;
+  int64_t n;
+} dlg_gbuf;
+/* The global-norm stage of dl_clip_grads over nt buffers (t: host memory,
+ * staged without a wait), in at most three launches whatever nt is:
+ * s_k = sum_i (double)g_k[i]^2 (per-block partials added in a fixed order;
+ * not the CPU's order, so the last bits may differ), then in tensor order
+ * total = ((0 + s_0) + s_1) + ..., out[0] = sqrt(total) (out: two device
+ * doubles), and when max_norm > 0: out[1] = f = max_norm / (out[0] + 1e-6)
+ * and, unless f >= 1 (a NaN f scales: NaN gradients, as the CPU),
+ * g_k[i] *= (T)f. Nothing is read back: out[0] is there for a caller that
+ * wants the norm. */
+int dlg_clip_multi(dlg_handle *h, int dtype, int nt, const dlg_gbuf *t, double max_norm, double *out);
 /* Regularisation (dl_regularize): g = g + (l2 p + l1 ((p > 0) - (p < 0))),
  * rows / width as the optimizers (g indexes the touched rows, p the full
  * parameter). Bit-identical. */
