@@ -160,14 +160,22 @@ static int run(prog *p, dl_train_opts *o, const char *export_dir, int64_t h1, in
   }
 
   while (dl_run_next_epoch(&p->r)) {
-    dl_batch b;
-    while (dl_batcher_next(&p->tb, &b)) {
+    /* on the GPU each step's work is recorded and replayed as CUDA graphs, captured once (--no-graphs: not) */
+    dl_gpu *graphs = o->no_graphs ? NULL : p->gpu;
+    for (;;) {
+      dl_batch b;
       dl_tensor *logits, *loss;
+      if (dl_gpu_graph_begin(graphs) != DL_OK) return fail(p, argv0);
+      if (!dl_batcher_next(&p->tb, &b)) {
+        if (dl_gpu_graph_end(graphs) != DL_OK) return fail(p, argv0);
+        break;
+      }
       dl_optim_set_lr(p->opt, dl_lr_cosine_warmup(o->lr, p->r.step, 0, total_steps, 0));
       logits = dl_model_forward(p->m, &p->tp, dl_tape_input(&p->tp, b.x)); /* on the GPU: made there */
       loss = dl_t_cross_entropy(&p->tp, logits, b.y, 0, DL_REDUCE_MEAN); /* labels are read on the host */
       dl_run_step_async(&p->r, b.size, loss, logits, b.y); /* on the GPU: read a step later, nothing waits */
       if (dl_dist_train_step(&p->dd, p->opt, &p->tp, loss, NULL, NULL) != DL_OK) return fail(p, argv0);
+      if (dl_gpu_graph_end(graphs) != DL_OK) return fail(p, argv0);
       dl_tape_rewind(&p->tp);
     }
     dl_run_flush(&p->r); /* the epoch's last step counted before the evaluation */

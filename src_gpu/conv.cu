@@ -226,6 +226,7 @@ template <class T> int conv_plan(dlg_handle *h, const char *op, const dlg_conv2d
     slot = 0;
     for (int i = 1; i < c->n; i++)
       if (c->p[i]->used < c->p[slot]->used) slot = i;
+    (void)dlg_graph_flush(h); // recorded passes may use its descriptors (a failure stays in h->msg)
     delete c->p[slot];
   }
   c->p[slot] = p;
@@ -292,15 +293,42 @@ int conv_choose(dlg_handle *h, const char *op, bool f32, bool det, cudnnConvolut
 // heuristics (deterministic policy) or from timing them (cudnnFind; its
 // failure, e.g. no memory for its trial buffers, falls back to heuristics).
 // query(find, perf, &n) fills the candidates.
+// While the handle records (graph.cu), a pass with its algorithm chosen is
+// recorded (run copies its operands: it holds no reference), keyed by the
+// plan's geometry, the pass, its algorithm, workspace and math, and rk (the
+// operands' pointers and beta); the search for an algorithm runs at once.
 template <class Algo, class Perf, int N, class QueryFn, class SizeFn, class RunFn>
-int conv_pass(dlg_handle *h, const char *op, bool f32, ConvPlan *p, int k, QueryFn query, SizeFn size, RunFn run) {
+int conv_pass(dlg_handle *h, const char *op, bool f32, ConvPlan *p, int k, QueryFn query, SizeFn size, RunFn run,
+              const std::string &rk) {
   PassPlan *pp = &p->pass[k];
   const bool det = h->deterministic != 0;
   int rc;
   if (pp->chosen && pp->deterministic == det) {
     cudnnStatus_t st;
-    if (!f32 && (rc = dlg_dnn(h, cudnnSetConvolutionMathType(p->d.c, pp->math), op)) != DLG_OK) return rc;
     if (pp->ws > 0 && (rc = dlg_ws(h, pp->ws)) != DLG_OK) return rc;
+    if (dlg_rec_h == h) {
+      std::string key("D", 1);
+      const Algo a = (Algo)pp->algo;
+      void *const ws = pp->ws > 0 ? h->ws : nullptr;
+      const size_t bytes = pp->ws;
+      const cudnnMathType_t math = pp->math;
+      const cudnnConvolutionDescriptor_t cd = p->d.c;
+      dlg_key_val(key, p->g);
+      dlg_key_val(key, k);
+      dlg_key_val(key, a);
+      dlg_key_val(key, ws);
+      dlg_key_val(key, bytes);
+      dlg_key_val(key, math);
+      key += rk;
+      h->gr_add(h, std::move(key), [run, a, ws, bytes, math, cd, f32](dlg_handle *hh, const char *o) {
+        int r;
+        if (!f32 && (r = dlg_dnn(hh, cudnnSetConvolutionMathType(cd, math), o)) != DLG_OK) return r;
+        return dlg_dnn(hh, run(a, ws, bytes), o);
+      });
+      h->gr_name(h, op);
+      return DLG_OK;
+    }
+    if (!f32 && (rc = dlg_dnn(h, cudnnSetConvolutionMathType(p->d.c, pp->math), op)) != DLG_OK) return rc;
     st = run((Algo)pp->algo, pp->ws > 0 ? h->ws : nullptr, pp->ws);
     if (st == CUDNN_STATUS_SUCCESS) return DLG_OK;
     if (CUDNN_STATUS_CATEGORY(st) != CUDNN_STATUS_NOT_SUPPORTED &&
@@ -308,6 +336,8 @@ int conv_pass(dlg_handle *h, const char *op, bool f32, ConvPlan *p, int k, Query
       return dlg_dnn(h, st, op);
     pp->chosen = false; // refused now: choose again
   }
+  dlg_rec_pause pause(h); // the search times its candidates now
+  if (pause.rc != DLG_OK) return pause.rc;
   Perf perf[N];
   int n = 0;
   cudnnStatus_t st = CUDNN_STATUS_NOT_SUPPORTED;
@@ -320,6 +350,15 @@ int conv_pass(dlg_handle *h, const char *op, bool f32, ConvPlan *p, int k, Query
     if ((rc = dlg_dnn(h, query(false, perf, &n), op)) != DLG_OK) return rc;
   }
   return conv_choose(h, op, f32, det, p->d.c, perf, n, pp, size, run);
+}
+
+// conv_pass's rk: a pass's three operands and its beta.
+template <class T> std::string conv_rkey(const void *a, const void *b, const void *c, T beta) {
+  std::string k;
+  const void *p[3] = {a, b, c};
+  dlg_key_val(k, p);
+  dlg_key_val(k, beta);
+  return k;
 }
 
 // y[n, o, p] = (acc ? y : 0) + b[o] over y [N, O, P] (C == 0) or y += b[o].
@@ -377,9 +416,11 @@ int conv_fwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv,
         [&](cudnnConvolutionFwdAlgo_t a, size_t *bytes) {
           return cudnnGetConvolutionForwardWorkspaceSize(h->dnn, d.x, d.w, d.c, d.y, a, bytes);
         },
-        [&](cudnnConvolutionFwdAlgo_t a, void *ws, size_t bytes) {
-          return cudnnConvolutionForward(h->dnn, &one, d.x, xv, d.w, wv, d.c, a, ws, bytes, &beta, d.y, yv);
-        });
+        [h, xd = d.x, wd = d.w, cd = d.c, yd = d.y, xv, wv, yv, one, beta](cudnnConvolutionFwdAlgo_t a, void *ws,
+                                                                            size_t bytes) {
+          return cudnnConvolutionForward(h->dnn, &one, xd, xv, wd, wv, cd, a, ws, bytes, &beta, yd, yv);
+        },
+        conv_rkey(xv, wv, yv, beta));
     if (rc != DLG_OK) return rc;
   }
   if (b) {
@@ -431,9 +472,11 @@ int conv_bwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv,
           [&](cudnnConvolutionBwdDataAlgo_t a, size_t *bytes) {
             return cudnnGetConvolutionBackwardDataWorkspaceSize(h->dnn, d.w, d.y, d.c, d.x, a, bytes);
           },
-          [&](cudnnConvolutionBwdDataAlgo_t a, void *ws, size_t bytes) { // beta = 1: gx += ...
-            return cudnnConvolutionBackwardData(h->dnn, &one, d.w, wv, d.y, gyv, d.c, a, ws, bytes, &one, d.x, gxv);
-          });
+          [h, xd = d.x, wd = d.w, cd = d.c, yd = d.y, wv, gyv, gxv, one](cudnnConvolutionBwdDataAlgo_t a, void *ws,
+                                                                        size_t bytes) { // beta = 1: gx += ...
+            return cudnnConvolutionBackwardData(h->dnn, &one, wd, wv, yd, gyv, cd, a, ws, bytes, &one, xd, gxv);
+          },
+          conv_rkey(wv, gyv, gxv, one));
       if (rc != DLG_OK) return rc;
     }
     if (gwv) {
@@ -450,10 +493,11 @@ int conv_bwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv,
           [&](cudnnConvolutionBwdFilterAlgo_t a, size_t *bytes) {
             return cudnnGetConvolutionBackwardFilterWorkspaceSize(h->dnn, d.x, d.y, d.c, d.w, a, bytes);
           },
-          [&](cudnnConvolutionBwdFilterAlgo_t a, void *ws, size_t bytes) { // beta = 1: gw += ...
-            return cudnnConvolutionBackwardFilter(h->dnn, &one, d.x, xv, d.y, gyv, d.c, a, ws, bytes, &one, d.w,
-                                                  gwv);
-          });
+          [h, xd = d.x, wd = d.w, cd = d.c, yd = d.y, xv, gyv, gwv, one](cudnnConvolutionBwdFilterAlgo_t a, void *ws,
+                                                                        size_t bytes) { // beta = 1: gw += ...
+            return cudnnConvolutionBackwardFilter(h->dnn, &one, xd, xv, yd, gyv, cd, a, ws, bytes, &one, wd, gwv);
+          },
+          conv_rkey(xv, gyv, gwv, one));
       if (rc != DLG_OK) return rc;
     }
   }

@@ -73,6 +73,7 @@ extern "C" int dlg_create(dlg_handle **out, int device, char *msg, size_t cap) {
 
 extern "C" void dlg_destroy(dlg_handle *h) {
   if (!h) return;
+  dlg_graph_free(h);
   cudaStreamSynchronize(h->stream);
   dlg_conv_cache_free(h);
   if (h->ws) cudaFree(h->ws);
@@ -104,6 +105,8 @@ extern "C" int dlg_malloc(dlg_handle *h, void **p, size_t bytes) {
 extern "C" int dlg_free(dlg_handle *h, void *p) {
   // cudaFree synchronises the device: the block's queued users are done.
   if (!p) return DLG_OK;
+  int rc = dlg_graph_flush(h); // recorded work may use the block
+  if (rc != DLG_OK) return rc;
   h->n.frees++;
   return dlg_cuda(h, cudaFree(p), "cudaFree");
 }
@@ -148,10 +151,24 @@ extern "C" void dlg_host_free(dlg_handle *h, void *p) {
 extern "C" int dlg_copy_async(dlg_handle *h, void *dst, const void *src, size_t bytes, int kind) {
   cudaMemcpyKind k = kind == DLG_H2D ? cudaMemcpyHostToDevice : kind == DLG_D2H ? cudaMemcpyDeviceToHost
                                                                                  : cudaMemcpyDeviceToDevice;
+  if (dlg_rec_h == h && bytes && kind == DLG_D2H) { // to page-locked memory, read after an event: recorded
+    std::string key("H", 1);
+    dlg_key_val(key, dst);
+    dlg_key_val(key, src);
+    dlg_key_val(key, bytes);
+    h->gr_add(h, std::move(key), [dst, src, bytes](dlg_handle *hh, const char *op) {
+      hh->n.copies++;
+      return dlg_cuda(hh, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, hh->stream), op);
+    });
+    h->gr_name(h, "dlg_copy_async");
+    return DLG_OK;
+  }
   return bytes ? dlg_cuda(h, dlg_memcpy_async(h, dst, src, bytes, k), "dlg_copy_async") : DLG_OK;
 }
 extern "C" int dlg_event_record(dlg_handle *h, void **ev) {
   cudaEvent_t e = (cudaEvent_t)*ev;
+  const int rc = dlg_graph_flush(h); // the event marks the work queued so far
+  if (rc != DLG_OK) return rc;
   if (!e) {
     cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
     if (r != cudaSuccess) return dlg_cuda(h, r, "cudaEventCreate");
@@ -274,29 +291,40 @@ extern "C" int dlg_gemm_batched(dlg_handle *h, int dtype, int ta, int tb, int64_
       return DLG_OK;
     }
   }
-  h->n.blas++;
-  if (dtype == DLG_F32) {
-    float al = (float)alpha, be = (float)beta;
-    if (batch == 1)
-      return dlg_blas(h, cublasSgemm(h->blas, ob, oa, (int)n, (int)m, (int)k, &al, (const float *)B, (int)ldb,
-                                     (const float *)A, (int)lda, &be, (float *)C, (int)ldc),
-                      "cublasSgemm");
-    return dlg_blas(h, cublasSgemmStridedBatched(h->blas, ob, oa, (int)n, (int)m, (int)k, &al, (const float *)B,
-                                                 (int)ldb, sb, (const float *)A, (int)lda, sa, &be, (float *)C,
-                                                 (int)ldc, sc, (int)batch),
-                    "cublasSgemmStridedBatched");
-  }
-  if (dtype == DLG_F64) {
-    if (batch == 1)
-      return dlg_blas(h, cublasDgemm(h->blas, ob, oa, (int)n, (int)m, (int)k, &alpha, (const double *)B, (int)ldb,
-                                     (const double *)A, (int)lda, &beta, (double *)C, (int)ldc),
+  if (dtype != DLG_F32 && dtype != DLG_F64) return dlg_fail(h, DLG_ERR, "dlg_gemm: bad dtype %d", dtype);
+  const int im = (int)m, in = (int)n, ik = (int)k, ilda = (int)lda, ildb = (int)ldb, ildc = (int)ldc, ib = (int)batch;
+  auto call = [=](dlg_handle *hh, const char *) -> int {
+    hh->n.blas++;
+    if (dtype == DLG_F32) {
+      const float al = (float)alpha, be = (float)beta;
+      if (ib == 1)
+        return dlg_blas(hh, cublasSgemm(hh->blas, ob, oa, in, im, ik, &al, (const float *)B, ildb, (const float *)A,
+                                        ilda, &be, (float *)C, ildc),
+                        "cublasSgemm");
+      return dlg_blas(hh, cublasSgemmStridedBatched(hh->blas, ob, oa, in, im, ik, &al, (const float *)B, ildb, sb,
+                                                    (const float *)A, ilda, sa, &be, (float *)C, ildc, sc, ib),
+                      "cublasSgemmStridedBatched");
+    }
+    if (ib == 1)
+      return dlg_blas(hh, cublasDgemm(hh->blas, ob, oa, in, im, ik, &alpha, (const double *)B, ildb, (const double *)A,
+                                      ilda, &beta, (double *)C, ildc),
                       "cublasDgemm");
-    return dlg_blas(h, cublasDgemmStridedBatched(h->blas, ob, oa, (int)n, (int)m, (int)k, &alpha, (const double *)B,
-                                                 (int)ldb, sb, (const double *)A, (int)lda, sa, &beta, (double *)C,
-                                                 (int)ldc, sc, (int)batch),
+    return dlg_blas(hh, cublasDgemmStridedBatched(hh->blas, ob, oa, in, im, ik, &alpha, (const double *)B, ildb, sb,
+                                                  (const double *)A, ilda, sa, &beta, (double *)C, ildc, sc, ib),
                     "cublasDgemmStridedBatched");
+  };
+  if (dlg_rec_h == h) {
+    std::string key("G", 1);
+    const int64_t v[] = {dtype, ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch};
+    const void *ptr[] = {A, B, C};
+    const double ab[] = {alpha, beta};
+    dlg_key_val(key, v);
+    dlg_key_val(key, ptr);
+    dlg_key_val(key, ab);
+    h->gr_add(h, std::move(key), call);
+    return DLG_OK;
   }
-  return dlg_fail(h, DLG_ERR, "dlg_gemm: bad dtype %d", dtype);
+  return call(h, "dlg_gemm");
 }
 
 extern "C" int dlg_gemm(dlg_handle *h, int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha,
@@ -304,9 +332,36 @@ extern "C" int dlg_gemm(dlg_handle *h, int dtype, int ta, int tb, int64_t m, int
   return dlg_gemm_batched(h, dtype, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
-extern "C" void *dlg_stream(dlg_handle *h) { return (void *)h->stream; }
+// The raw stream, for a caller that queues its own work (a user's kernel):
+// what was recorded is issued first, so that work comes after it.
+extern "C" void *dlg_stream(dlg_handle *h) {
+  (void)dlg_graph_flush(h); // a failure stays in h->msg; the caller's launch status reports it
+  return (void *)h->stream;
+}
 extern "C" int dlg_sm_count(dlg_handle *h) { return h->sm_count; }
-extern "C" int dlg_launch_status(dlg_handle *h, const char *op) { return dlg_launched(h, op); }
+// A user's kernel, launched on dlg_stream's stream (never recorded).
+extern "C" int dlg_launch_status(dlg_handle *h, const char *op) {
+  h->n.launches++;
+  return dlg_cuda(h, cudaGetLastError(), op);
+}
+extern "C" int dlg_launch_user(dlg_handle *h, int (*run)(const void *args, void *stream), const void *args,
+                               size_t bytes, const char *op) {
+  if (dlg_rec_h == h) {
+    std::string key("E", 1), blob((const char *)args, bytes);
+    dlg_key_val(key, run);
+    key += blob;
+    h->gr_add(h, std::move(key), [run, blob](dlg_handle *hh, const char *o) {
+      run(blob.data(), (void *)hh->stream);
+      hh->n.launches++;
+      return dlg_cuda(hh, cudaGetLastError(), o);
+    });
+    h->gr_name(h, op);
+    return DLG_OK;
+  }
+  run(args, (void *)h->stream);
+  h->n.launches++;
+  return dlg_cuda(h, cudaGetLastError(), op);
+}
 extern "C" int dlg_error(dlg_handle *h, const char *op, const char *what) {
   return dlg_fail(h, DLG_ERR, "%s: %s", op, what);
 }

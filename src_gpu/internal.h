@@ -14,7 +14,18 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include <functional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
 #include "dl/gpu/abi.h"
+
+struct dlg_handle;
+// One recorded call (graph.cu): issue(h, op) issues it on h->stream,
+// counts it as what it is, and reports a failure as op's.
+typedef std::function<int(dlg_handle *, const char *)> dlg_issue_fn;
 
 struct dlg_handle {
   int device;
@@ -28,9 +39,45 @@ struct dlg_handle {
   struct dlg_conv_cache *conv; // convolution plans per shape (conv.cu; NULL until the first)
   dlg_counts n;     // what this handle asked of the device (dlg_counters)
   char msg[512];    // last failure
+  // CUDA graphs (graph.cu): the recording and the captured segments, and
+  // its entry points (NULL until the first dlg_graph_begin, so that files
+  // built without graph.cu, the host tests, link)
+  struct dlg_graphs *gr;
+  void (*gr_add)(dlg_handle *h, std::string &&key, dlg_issue_fn &&f);
+  void (*gr_upload)(dlg_handle *h, void *dst, const void *src, size_t bytes);
+  void (*gr_name)(dlg_handle *h, const char *op);
+  int (*gr_flush)(dlg_handle *h);
 };
+
+// >>recording (graph.cu; see dlg_graph_begin in abi.h)
+// The handle recording now, NULL when none: work queued on its stream is
+// recorded instead of issued (one handle at a time).
+inline dlg_handle *dlg_rec_h = nullptr;
+inline dlg_handle *dlg_recording_on(cudaStream_t st) {
+  return dlg_rec_h && dlg_rec_h->stream == st ? dlg_rec_h : nullptr;
+}
+// Issues what h recorded so far (a segment: replayed or captured), before a
+// call that needs the device's results or runs at once. DLG_OK when h is
+// not recording.
+inline int dlg_graph_flush(dlg_handle *h) { return h->gr_flush ? h->gr_flush(h) : DLG_OK; }
+// Recording paused in a scope, the recorded work flushed first (cuDNN's
+// algorithm search times its candidates at once).
+struct dlg_rec_pause {
+  dlg_handle *saved;
+  int rc;
+  explicit dlg_rec_pause(dlg_handle *h) : saved(dlg_rec_h), rc(dlg_graph_flush(h)) { dlg_rec_h = nullptr; }
+  ~dlg_rec_pause() { dlg_rec_h = saved; }
+  dlg_rec_pause(const dlg_rec_pause &) = delete;
+  dlg_rec_pause &operator=(const dlg_rec_pause &) = delete;
+};
+// A recorded call's key: the bytes that say what it does.
+inline void dlg_key_put(std::string &k, const void *p, size_t n) { k.append((const char *)p, n); }
+template <class V> inline void dlg_key_val(std::string &k, const V &v) { dlg_key_put(k, &v, sizeof v); }
+
 // conv.cu: frees the convolution plans (dlg_destroy).
 void dlg_conv_cache_free(dlg_handle *h);
+// graph.cu: frees the CUDA graphs and their blocks (dlg_destroy).
+void dlg_graph_free(dlg_handle *h);
 
 // Records a failure: "op: text" into h->msg; returns code.
 static inline int dlg_fail(dlg_handle *h, int code, const char *fmt, ...) {
@@ -49,22 +96,61 @@ static inline int dlg_cuda(dlg_handle *h, cudaError_t e, const char *op) {
 }
 // After a kernel launch (every launch calls it once, so it counts them):
 // reports a bad configuration or an earlier fault.
+// While recording, the launch was recorded: it is counted, and its errors
+// reported (as op's), when issued.
 static inline int dlg_launched(dlg_handle *h, const char *op) {
+  if (dlg_rec_h == h) {
+    h->gr_name(h, op);
+    return DLG_OK;
+  }
   h->n.launches++;
   return dlg_cuda(h, cudaGetLastError(), op);
 }
-// The stream's queued work done (counted: a host synchronisation).
+// The stream's queued work done (counted: a host synchronisation). What
+// was recorded is issued first.
 static inline cudaError_t dlg_stream_sync(dlg_handle *h) {
+  if (dlg_graph_flush(h) != DLG_OK) return cudaErrorLaunchFailure;
   h->n.syncs++;
   return cudaStreamSynchronize(h->stream);
 }
-// Queued copy / fill on the handle's stream (counted).
+// Queued copy / fill on the handle's stream (counted). While recording: a
+// copy from the host is recorded with its bytes, a copy to the host flushes
+// the recording and is issued at once (the host reads it next).
 static inline cudaError_t dlg_memcpy_async(dlg_handle *h, void *dst, const void *src, size_t bytes,
                                            cudaMemcpyKind k) {
+  if (dlg_rec_h == h && bytes) {
+    if (k == cudaMemcpyHostToDevice) {
+      h->gr_upload(h, dst, src, bytes);
+      return cudaSuccess;
+    }
+    if (k == cudaMemcpyDeviceToDevice) {
+      std::string key("C", 1);
+      dlg_key_val(key, dst);
+      dlg_key_val(key, src);
+      dlg_key_val(key, bytes);
+      h->gr_add(h, std::move(key), [dst, src, bytes](dlg_handle *hh, const char *op) {
+        hh->n.copies++;
+        return dlg_cuda(hh, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, hh->stream), op);
+      });
+      return cudaSuccess;
+    }
+    if (dlg_graph_flush(h) != DLG_OK) return cudaErrorLaunchFailure;
+  }
   h->n.copies++;
   return cudaMemcpyAsync(dst, src, bytes, k, h->stream);
 }
 static inline cudaError_t dlg_memset_async(dlg_handle *h, void *p, int v, size_t bytes) {
+  if (dlg_rec_h == h && bytes) {
+    std::string key("S", 1);
+    dlg_key_val(key, p);
+    dlg_key_val(key, v);
+    dlg_key_val(key, bytes);
+    h->gr_add(h, std::move(key), [p, v, bytes](dlg_handle *hh, const char *op) {
+      hh->n.memsets++;
+      return dlg_cuda(hh, cudaMemsetAsync(p, v, bytes, hh->stream), op);
+    });
+    return cudaSuccess;
+  }
   h->n.memsets++;
   return cudaMemsetAsync(p, v, bytes, h->stream);
 }
@@ -103,11 +189,54 @@ static inline int dlg_ws(dlg_handle *h, size_t bytes) {
 }
 
 // Every launch: DLG_LAUNCH(grid, block, shmem, stream, kernel)(args), which
-// is kernel<<<grid, block, shmem, stream>>>(args) under nvcc and a run on
-// the host under DLG_FAKE (the kernel last: a template-id may hold commas).
-#ifndef DLG_LAUNCH
-#define DLG_LAUNCH(grid, block, shmem, stream, ...) __VA_ARGS__<<<grid, block, shmem, stream>>>
+// issues kernel<<<grid, block, shmem, stream>>>(args) under nvcc and a run
+// on the host under DLG_FAKE (the kernel last: a template-id may hold
+// commas), or records it, with its argument values, while the stream's
+// handle records (dlg_graph_begin).
+#ifdef DLG_FAKE
+#define DLG_ISSUE(grid, block, shmem, stream, k) dlg_fake_launch(grid, block, shmem, stream, k)
+#else
+#define DLG_ISSUE(grid, block, shmem, stream, k) k<<<grid, block, shmem, stream>>>
 #endif
+template <class... P> struct dlg_launcher {
+  typedef std::tuple<typename std::decay<P>::type...> Args;
+  void (*k)(P...);
+  dim3 grid, block;
+  size_t shmem;
+  cudaStream_t st;
+  template <class... A> void operator()(A &&...a) const {
+    static_assert(sizeof...(A) == sizeof...(P), "kernel launched with the wrong number of arguments");
+    Args args(std::forward<A>(a)...); // converted to the parameters' types once, as a launch does
+    dlg_handle *h = dlg_recording_on(st);
+    if (!h) {
+      issue(k, grid, block, shmem, st, args);
+      return;
+    }
+    std::string key("K", 1);
+    dlg_key_val(key, k);
+    dlg_key_val(key, grid);
+    dlg_key_val(key, block);
+    dlg_key_val(key, shmem);
+    std::apply([&key](const auto &...x) { (dlg_key_val(key, x), ...); }, args);
+    void (*kk)(P...) = k;
+    const dim3 g = grid, b = block;
+    const size_t sm = shmem;
+    h->gr_add(h, std::move(key), [kk, g, b, sm, args](dlg_handle *hh, const char *op) {
+      issue(kk, g, b, sm, hh->stream, args);
+      hh->n.launches++;
+      return dlg_cuda(hh, cudaGetLastError(), op);
+    });
+  }
+  static void issue(void (*kf)(P...), dim3 g, dim3 b, size_t sm, cudaStream_t s, const Args &args) {
+    std::apply([&](const auto &...x) { DLG_ISSUE(g, b, sm, s, kf)(x...); }, args);
+  }
+};
+template <class... P>
+inline dlg_launcher<P...> dlg_launch_rec(dim3 grid, dim3 block, size_t shmem, cudaStream_t st, void (*k)(P...)) {
+  return dlg_launcher<P...>{k, grid, block, shmem, st};
+}
+#undef DLG_LAUNCH
+#define DLG_LAUNCH(grid, block, shmem, stream, ...) dlg_launch_rec(grid, block, shmem, stream, __VA_ARGS__)
 
 // Grid for a grid-stride loop over n items with `threads` per block.
 static inline unsigned dlg_blocks(const dlg_handle *h, int64_t n, int threads) {

@@ -31,6 +31,11 @@
 extern "C" void *dlg_stream(dlg_handle *h) { (void)h; return NULL; }
 extern "C" int dlg_sm_count(dlg_handle *h) { (void)h; return 0; }
 extern "C" int dlg_launch_status(dlg_handle *h, const char *op) { (void)h; (void)op; return DLG_ERR; }
+extern "C" int dlg_launch_user(dlg_handle *h, int (*run)(const void *, void *), const void *args, size_t bytes,
+                               const char *op) {
+  (void)h; (void)run; (void)args; (void)bytes; (void)op;
+  return DLG_ERR;
+}
 extern "C" int dlg_error(dlg_handle *h, const char *op, const char *what) {
   (void)h; (void)op; (void)what;
   return DLG_ERR;

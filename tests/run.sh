@@ -284,6 +284,12 @@ if command -v "$CXX" >/dev/null && make -s gpu-fake CXX="$CXX" >"$B/fake.log" 2>
       c=$(echo "$cpu_out" | grep -o 'test_acc=[0-9.]*.*test_loss=[0-9.]*' | sed 's/ epochs.*test_loss/ test_loss/')
       if [ -n "$g" ] && [ "$g" = "$c" ]; then ok; echo "$ex --device cuda on the fake device: $g (the CPU: $c)"
       else bad "$ex --device cuda on the fake device: '$gpu_out' vs the CPU '$cpu_out'"; fi
+      # the steps replayed as CUDA graphs (the default) and issued call by call: the same weights, bit for bit
+      (cd "$B" && timeout 900 ./${ex}_fake --device cuda --epochs 1 $extra --quiet --threads 1 --no-graphs \
+                --save ${ex}_fake_ng.safetensors >/dev/null 2>&1)
+      if cmp -s "$B/${ex}_fake.safetensors" "$B/${ex}_fake_ng.safetensors"; then ok
+        echo "$ex --device cuda on the fake device: the same weights with CUDA graphs and with --no-graphs"
+      else bad "$ex --device cuda on the fake device: the weights differ between CUDA graphs and --no-graphs"; fi
     else bad "$ex against the fake device (build)"; head -30 "$B/fake.log"; fi
   done
   # the GPT (rotary positions, composed attention on the device): 2 steps, the CPU's bits per byte

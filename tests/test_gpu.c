@@ -1474,6 +1474,115 @@ static void test_step_counts(void) {
   guarded(counts_body, &args[2], "CNN step counts (deterministic)");
 }
 
+/* CUDA graphs (dl_gpu_graph_begin / _end): the same training run twice on the device, step by step and recorded
+ * into graphs, gives the same bits (losses summed by dl_run_step_async, every parameter): each step a new batch
+ * copied into the same device tensor and new labels, the learning rate changed half way, clipping by the global
+ * norm; on the fake device the graphs are captured and replayed as a GPU would (src_gpu/fake/cuda_fake.h). Once
+ * warm a step without dropout replays what it captured: no capture, no single launch, no GEMM, no wait, no
+ * allocation, one graph launch and one copy (its host bytes) per segment (the step is cut at the progress
+ * line's event). With dropout each step's seed is new work: captured again, the same bits. */
+typedef struct graph_arg {
+  int cnn, dropout;
+} graph_arg;
+static double graph_run(const graph_arg *a, int graphs, dl_model **mout, dl_gpu_counts *warm) {
+  const uint64_t seed0 = seed_next; /* both runs draw the same batches */
+  dl_model *m = build_net(DL_F32, a->cnn);
+  dl_optim *o;
+  dl_tape tp;
+  dl_run r;
+  dl_gpu_counts c0;
+  const dl_step_desc sd = {.clip_norm = 0.5};
+  dl_tensor *xg = dev(as_dtype(a->cnn ? nrm(DL_SHAPE(4, 1, 8, 8)) : nrm(DL_SHAPE(8, 6)), DL_F32));
+  const int64_t n = xg->shape[0];
+  int step;
+  memset(&r, 0, sizeof r);
+  r.ctx = &ctx;
+  dl_progress_init(&r.pg, &(dl_progress_desc){.stream = stdout, .mode = DL_PROGRESS_LINES, .every_frac = -1,
+                                              .every_s = -1});
+  dl_progress_begin(&r.pg, 1);
+  if (a->dropout) { /* the MLP with dropout after its hidden layer */
+    m = own_model(dl_model_make(&ctx, &(dl_model_desc){.dtype = DL_F32, .seed = 21}));
+    dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = 6, .out = 8});
+    dl_act_make(m, NULL, NULL, DL_ACT_RELU, 0);
+    dl_dropout_make(m, NULL, NULL, 0.3);
+    dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = 8, .out = 3});
+    if (dl_model_status(m) != DL_OK || dl_model_pack(m) != DL_OK) fatal("the model");
+  }
+  CHECK(dl_model_to_device(m, gpu) == DL_OK);
+  o = make_optim(m, 1);
+  if (dl_tape_init(&tp, &ctx, 0) != DL_OK || dl_tape_use_gpu(&tp, gpu) != DL_OK) fatal("the tape");
+  c0 = dl_gpu_get_counts(gpu);
+  for (step = 0; step < 8; step++) {
+    dl_tensor *xs = as_dtype(a->cnn ? nrm(DL_SHAPE(4, 1, 8, 8)) : nrm(DL_SHAPE(8, 6)), DL_F32);
+    dl_tensor *lab = ints(DL_I64, DL_SHAPE(n), 2, 1, 3), *logits, *l;
+    int64_t i;
+    for (i = 0; i < n; i++) ((int64_t *)lab->data)[i] = (i + step) % 3;
+    if (step == 3) c0 = dl_gpu_get_counts(gpu);
+    if (step == 4) dl_optim_set_lr(o, 0.003);
+    if (graphs) CHECK(dl_gpu_graph_begin(gpu) == DL_OK);
+    CHECK(dl_copy_to(xg, xs) == DL_OK); /* the step's batch into the same device tensor */
+    logits = dl_model_forward(m, &tp, xg);
+    l = dl_t_cross_entropy(&tp, logits, lab, 0, DL_REDUCE_MEAN);
+    dl_run_step_async(&r, n, l, logits, lab);
+    dl_train_step_nowait(o, &tp, l, &sd);
+    if (graphs) CHECK(dl_gpu_graph_end(gpu) == DL_OK);
+    dl_tape_rewind(&tp);
+  }
+  *warm = dl_gpu_get_counts(gpu);
+  if (!graphs) seed_next = seed0;
+  warm->launches -= c0.launches;
+  warm->blas -= c0.blas;
+  warm->syncs -= c0.syncs;
+  warm->mallocs -= c0.mallocs;
+  warm->copies -= c0.copies;
+  warm->memsets -= c0.memsets;
+  warm->graph_launches -= c0.graph_launches;
+  warm->graph_builds -= c0.graph_builds;
+  dl_run_flush(&r);
+  dl_run_free(&r);
+  dl_tape_free(&tp);
+  drop_optim(o);
+  CHECK(dl_model_to_host(m) == DL_OK);
+  *mout = m;
+  return r.pg.loss_sum;
+}
+static void graph_body(const void *arg) {
+  const graph_arg *a = (const graph_arg *)arg;
+  dl_model *m0, *m1;
+  dl_gpu_counts w0, w1;
+  const char *name = a->dropout ? "MLP with dropout" : a->cnn ? "CNN" : "MLP";
+  const double l0 = graph_run(a, 0, &m0, &w0), l1 = graph_run(a, 1, &m1, &w1);
+  CHECK_MSG(l0 == l1 && l0 > 0, "%s: loss sum %.17g recorded into graphs, %.17g step by step", name, l1, l0);
+  CHECK_MSG(m0->pnumel == m1->pnumel && !memcmp(m0->pbuf, m1->pbuf, (size_t)m0->pnumel * sizeof(float)),
+            "%s: the parameters after 8 steps differ with graphs", name);
+  printf("  per warm step with graphs (%s): %.1f graph launches, %.1f captures, %.1f launches, %.1f GEMMs, "
+         "%.1f waits, %.1f copies, %.1f fills (without: %.1f launches, %.1f GEMMs, %.1f copies, %.1f fills)\n", name,
+         w1.graph_launches / 5.0, w1.graph_builds / 5.0, w1.launches / 5.0, w1.blas / 5.0, w1.syncs / 5.0,
+         w1.copies / 5.0, w1.memsets / 5.0, w0.launches / 5.0, w0.blas / 5.0, w0.copies / 5.0, w0.memsets / 5.0);
+  CHECK(w0.graph_launches == 0 && w0.graph_builds == 0 && w0.launches > 0);
+  CHECK_MSG(w1.syncs == 0 && w1.mallocs == 0, "%s with graphs: %lld waits, %lld cudaMalloc in 5 warm steps", name,
+            (long long)w1.syncs, (long long)w1.mallocs);
+  if (!a->dropout) {
+    CHECK_MSG(w1.graph_builds == 0 && w1.launches == 0 && w1.blas == 0 && w1.memsets == 0,
+              "%s with graphs, 5 warm steps: %lld captures, %lld launches, %lld GEMMs, %lld fills (all 0: replays)",
+              name, (long long)w1.graph_builds, (long long)w1.launches, (long long)w1.blas, (long long)w1.memsets);
+    CHECK_MSG(w1.graph_launches >= 5 && w1.graph_launches <= 10 && w1.copies == w1.graph_launches,
+              "%s with graphs, 5 warm steps: %lld graph launches, %lld copies (one or two segments a step, one "
+              "copy each)", name, (long long)w1.graph_launches, (long long)w1.copies);
+  } else {
+    CHECK_MSG(w1.graph_builds >= 5, "%s with graphs: %lld captures in 5 steps (a new seed is new work)", name,
+              (long long)w1.graph_builds);
+  }
+  nruns++;
+}
+static void test_graphs(void) {
+  static const graph_arg args[3] = {{0, 0}, {1, 0}, {0, 1}};
+  NEED_GPU();
+  guarded(graph_body, &args[0], "MLP with CUDA graphs");
+  guarded(graph_body, &args[1], "CNN with CUDA graphs");
+  guarded(graph_body, &args[2], "MLP with dropout, CUDA graphs");
+}
+
 /* dl_batcher_to_device: batches made on the device are the host batcher's bit for bit (u8 through the table,
  * f32 and f64 through multiply-add, a subset's row map, a short last batch), over two epochs, labels on the host;
  * what only the host does is refused with a status, the batcher left as it was. */
@@ -1571,6 +1680,7 @@ int main(void) {
   RUN(test_model_round_trip);
   RUN(test_training);
   RUN(test_step_counts);
+  RUN(test_graphs);
   RUN(test_batcher);
   if (gpu) {
     dl_gpu_stats s = dl_gpu_get_stats(gpu);

@@ -128,16 +128,16 @@ static void test_train_flags(void) {
   int n, i, j;
   memset(&o, 0, sizeof o);
   n = dl_train_flags(&o, f);
-  CHECK(n == DL_TRAIN_NFLAGS && n == 19);
+  CHECK(n == DL_TRAIN_NFLAGS && n == 20);
   for (i = 0; i < n; i++)
     for (j = i + 1; j < n; j++) CHECK_MSG(strcmp(f[i].name, f[j].name) != 0, "flag %s twice", f[i].name);
   {
     char *argv[] = {"p", "--epochs", "3", "--batch=16", "--lr", "0.01", "--seed", "9", "--threads", "1", "--save",
-                    "w", "--checkpoint", "c", "--csv", "l", "--subset", "100", "--stop-after", "2", "--quiet", "--deterministic"};
+                    "w", "--checkpoint", "c", "--csv", "l", "--subset", "100", "--stop-after", "2", "--quiet", "--deterministic", "--no-graphs"};
     CHECK(dl_flags_parse(&ctx, (int)(sizeof argv / sizeof argv[0]), argv, f, n, NULL, 0, NULL) == DL_OK);
     CHECK(o.epochs == 3 && o.batch == 16 && o.lr == 0.01 && o.seed == 9 && o.threads == 1 && strcmp(o.save, "w") == 0 &&
           strcmp(o.checkpoint, "c") == 0 && strcmp(o.csv, "l") == 0 && o.subset == 100 && o.stop_after == 2 && o.quiet &&
-          o.deterministic);
+          o.deterministic && o.no_graphs);
     CHECK(dl_train_opts_check(&ctx, &o) == DL_OK);
   }
   { /* --device: cpu, cuda, cuda:N; the GPU refuses training state files (not implemented there) */

@@ -415,6 +415,39 @@ DL_API void dl_gpu_set_deterministic(dl_gpu *g, int on) {
   (void)on;
 #endif
 }
+/* CUDA graphs for a training step that repeats. Between dl_gpu_graph_begin
+ * and dl_gpu_graph_end the work the library asks of g is recorded instead
+ * of issued, then compared with the previous step's: the same work (the
+ * same kernels, argument values and tensors, whatever bytes the host sends)
+ * is replayed as one CUDA graph launch, captured once; new or changed work
+ * (a new shape, a dropout seed, a learning rate passed by value) is
+ * captured again. A call that needs the device at once (dl_item, a copy to
+ * the host, the progress line's event, a user's kernel) cuts the step into
+ * segments, each replayed the same way. Results are bit-identical to the
+ * step without graphs; the host code of the step runs as before (tape,
+ * checks, the optimizer's state), only the device work is batched.
+ *   dl_gpu_graph_begin(gpu); forward; loss; dl_train_step_nowait(...);
+ *   dl_gpu_graph_end(gpu); dl_tape_rewind(&tp);
+ * Errors of recorded work come back from dl_gpu_graph_end (DL_ERR_NO_DEVICE
+ * with the op's message). g NULL (a run on the CPU): nothing, DL_OK. */
+DL_API dl_status dl_gpu_graph_begin(dl_gpu *g) {
+#ifdef DL_USE_CUDA
+  if (g && dlg_graph_begin(g->h) != DLG_OK) return dl_fail(g->ctx, DL_ERR_NO_DEVICE, "%s", dlg_message(g->h));
+#else
+  (void)g;
+#endif
+  return DL_OK;
+}
+/* The end of a recorded step (see dl_gpu_graph_begin): its last segment is
+ * replayed or captured and launched. DL_OK or DL_ERR_NO_DEVICE. */
+DL_API dl_status dl_gpu_graph_end(dl_gpu *g) {
+#ifdef DL_USE_CUDA
+  if (g && dlg_graph_end(g->h) != DLG_OK) return dl_fail(g->ctx, DL_ERR_NO_DEVICE, "%s", dlg_message(g->h));
+#else
+  (void)g;
+#endif
+  return DL_OK;
+}
 /* Gives the cached (free) blocks back to the device, e.g. for another
  * process; blocks in use stay. */
 DL_API void dl_gpu_release_cache(dl_gpu *g) {

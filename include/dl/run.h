@@ -258,10 +258,11 @@ typedef struct dl_train_opts {
   const char *device; /* "cpu" (NULL too) or "cuda" / "cuda:N": see dl_train_device */
   int eval, quiet, help; /* --eval --quiet --help given */
   int deterministic; /* --deterministic: the GPU's deterministic algorithms (dl_gpu_set_deterministic) */
+  int no_graphs;     /* --no-graphs: on the GPU, each step's work issued call by call (no dl_gpu_graph_begin) */
 } dl_train_opts;
 
 /* How many flags dl_train_flags fills in. */
-#define DL_TRAIN_NFLAGS 19
+#define DL_TRAIN_NFLAGS 20
 
 DL_API void dl__flag_def(dl_flag *f, const char *name, dl_flag_kind kind, void *value, double min, double max,
                          const char *help, const char *meta) {
@@ -298,6 +299,9 @@ DL_API int dl_train_flags(dl_train_opts *o, dl_flag *out) {
                        "cpu, or cuda[:N] to train on GPU N (a build with DL_USE_CUDA, see dl/gpu.h)", "DEV");
   dl__flag_def(&out[n++], "deterministic", DL_FLAG_SWITCH, &o->deterministic, 0, 0,
                        "on the GPU, algorithms that give the same bits on every run (the CPU always does)", NULL);
+  dl__flag_def(&out[n++], "no-graphs", DL_FLAG_SWITCH, &o->no_graphs, 0, 0,
+                       "on the GPU, issue each step's work call by call instead of replaying CUDA graphs (the same bits)",
+                       NULL);
   dl__flag_def(&out[n++], "quiet", DL_FLAG_SWITCH, &o->quiet, 0, 0, "no progress line", NULL);
   dl__flag_def(&out[n++], "help", DL_FLAG_SWITCH, &o->help, 0, 0, "this list", NULL);
   return n;

@@ -49,6 +49,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -105,6 +107,10 @@ enum cudaError {
   cudaErrorInvalidDevicePointer = 17,
   cudaErrorInvalidMemcpyDirection = 21,
   cudaErrorNotReady = 600,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorGraphExecUpdateFailure = 910,
+  cudaErrorLaunchFailure = 719,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
 };
@@ -165,6 +171,34 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s = 0);
 cudaError_t cudaMemset(void *p, int value, size_t bytes);
+// Stream capture and graphs: between cudaStreamBeginCapture and
+// cudaStreamEndCapture the stream's work (launches with their argument
+// values, copies, fills, cuBLAS GEMMs, cuDNN convolutions with copies of
+// their descriptors) is kept, not run; cudaGraphLaunch runs it in order.
+// What a GPU refuses while a stream captures (thread-local mode) fails with
+// cudaErrorStreamCaptureUnsupported and invalidates the capture: a wait,
+// allocating or freeing memory, synchronous copies, a copy between the
+// device and pageable host memory, an event, cudnnFind (it times).
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2
+};
+typedef struct CUgraph_st *cudaGraph_t;
+typedef struct CUgraphExec_st *cudaGraphExec_t;
+struct cudaGraphExecUpdateResultInfo {
+  int result;
+};
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags = 0);
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecUpdateResultInfo *info);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e);
+cudaError_t cudaGraphDestroy(cudaGraph_t g);
+// Whether s is capturing; a captured call's work, run at each launch.
+bool dlg_fake_capturing(cudaStream_t s);
+void dlg_fake_record(std::function<void()> f);
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaPeekAtLastError(void);
 const char *cudaGetErrorString(cudaError_t e);
@@ -207,9 +241,20 @@ template <class... P> struct dlg_fake_launcher {
   dim3 grid, block;
   size_t shmem;
   cudaStream_t st;
+  typedef std::tuple<typename std::decay<P>::type...> Args;
   template <class... A> void operator()(A &&...a) const {
     static_assert(sizeof...(A) == sizeof...(P), "kernel launched with the wrong number of arguments");
-    std::tuple<typename std::decay<P>::type...> args(std::forward<A>(a)...);
+    Args args(std::forward<A>(a)...);
+    check(args, std::index_sequence_for<P...>{});
+    if (dlg_fake_capturing(st)) { // kept with its arguments' values, run at each graph launch
+      const dlg_fake_launcher run_later{k, grid, block, shmem, nullptr};
+      auto kept = std::make_shared<Args>(std::move(args));
+      dlg_fake_record([run_later, kept]() { run_later.run(*kept); });
+      return;
+    }
+    run(args);
+  }
+  void run(Args &args) const {
     check(args, std::index_sequence_for<P...>{});
     auto body = [&]() { std::apply(k, args); };
     dlg_fake_run((const void *)k, grid, block, shmem, st, [](void *c) { (*(decltype(body) *)c)(); }, &body);
@@ -242,6 +287,8 @@ cublasStatus_t cublasCreate(cublasHandle_t *h);
 cublasStatus_t cublasDestroy(cublasHandle_t h);
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s);
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m);
+// The workspace cuBLAS uses (it allocates none while a stream captures): checked to be device memory.
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes);
 const char *cublasGetStatusString(cublasStatus_t s);
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                            const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,

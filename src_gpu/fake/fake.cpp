@@ -262,7 +262,81 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device) 
   if (*value < 1) *value = 1;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+// ------------------------------------------------------------ stream capture
+
+namespace {
+struct Capture {
+  cudaStream_t s = nullptr;
+  std::vector<std::function<void()>> *ops = nullptr; // non-null: capturing
+  bool bad = false;                                  // a refused call invalidated it
+} g_cap;
+// A call a GPU refuses while a stream captures: the capture is invalidated.
+cudaError_t cap_refuse(const char *what) {
+  fprintf(stderr, "DLG_FAKE: %s while a stream captures a graph (refused; the capture is invalidated)\n", what);
+  g_cap.bad = true;
+  return fail(cudaErrorStreamCaptureUnsupported);
+}
+} // namespace
+struct CUgraph_st {
+  std::vector<std::function<void()>> ops;
+};
+struct CUgraphExec_st {
+  std::vector<std::function<void()>> ops;
+};
+bool dlg_fake_capturing(cudaStream_t s) { return g_cap.ops && s == g_cap.s; }
+void dlg_fake_record(std::function<void()> f) { g_cap.ops->push_back(std::move(f)); }
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+  (void)mode;
+  if (g_cap.ops || !s) return fail(cudaErrorInvalidValue);
+  g_cap.s = s;
+  g_cap.ops = new std::vector<std::function<void()>>();
+  g_cap.bad = false;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+  *g = nullptr;
+  if (!g_cap.ops || s != g_cap.s) return fail(cudaErrorInvalidValue);
+  std::vector<std::function<void()>> *ops = g_cap.ops;
+  const bool bad = g_cap.bad;
+  g_cap = Capture();
+  if (bad) {
+    delete ops;
+    return fail(cudaErrorStreamCaptureInvalidated);
+  }
+  *g = new CUgraph_st{std::move(*ops)};
+  delete ops;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags) {
+  (void)flags;
+  if (!g) return fail(cudaErrorInvalidValue);
+  *e = new CUgraphExec_st{g->ops};
+  return cudaSuccess;
+}
+// In place when the work has as many steps (a GPU also needs the same kinds and kernels).
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecUpdateResultInfo *info) {
+  if (!e || !g) return fail(cudaErrorInvalidValue);
+  if (info) info->result = e->ops.size() == g->ops.size() ? 0 : 1;
+  if (e->ops.size() != g->ops.size()) return fail(cudaErrorGraphExecUpdateFailure);
+  e->ops = g->ops;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
+  if (!e) return fail(cudaErrorInvalidValue);
+  if (dlg_fake_capturing(s)) return cap_refuse("cudaGraphLaunch");
+  for (const auto &op : e->ops) op();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  delete g;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) { return g_cap.ops ? cap_refuse("cudaDeviceSynchronize") : cudaSuccess; }
 
 struct CUstream_st {
   int token;
@@ -277,12 +351,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  if (g_cap.ops) return cap_refuse("cudaStreamSynchronize");
   (void)s;
   return cudaSuccess;
 }
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
   *p = nullptr;
+  if (g_cap.ops) return cap_refuse("cudaMalloc");
   if (bytes == 0) return cudaSuccess;
   if (bytes > budget() || g_used > budget() - bytes) return fail(cudaErrorMemoryAllocation);
   const size_t span = round_up(bytes, 256), acc = round_up(span, page());
@@ -300,6 +376,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
   return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) {
+  if (g_cap.ops) return cap_refuse("cudaFree");
   if (!p) return cudaSuccess;
   auto it = g_blocks.find((uintptr_t)p);
   if (it == g_blocks.end()) {
@@ -316,18 +393,26 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
   *total_bytes = budget();
   return cudaSuccess;
 }
-static std::set<const void *> g_pinned; // cudaMallocHost's blocks
+static std::map<const char *, size_t> g_pinned; // cudaMallocHost's blocks: start, size
+// Whether [p, p + bytes) lies in one cudaMallocHost block.
+static bool pinned(const void *p, size_t bytes) {
+  auto it = g_pinned.upper_bound((const char *)p);
+  if (it == g_pinned.begin()) return false;
+  --it;
+  return (const char *)p + bytes <= it->first + it->second;
+}
 struct CUevent_st {
   int recorded;
 };
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
+  if (g_cap.ops) return cap_refuse("cudaMallocHost");
   *p = malloc(bytes ? bytes : 1);
   if (!*p) return fail(cudaErrorMemoryAllocation);
-  g_pinned.insert(*p);
+  g_pinned[(const char *)*p] = bytes ? bytes : 1;
   return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void *p) {
-  if (p && !g_pinned.erase(p)) {
+  if (p && !g_pinned.erase((const char *)p)) {
     fprintf(stderr, "DLG_FAKE: cudaFreeHost(%p): not from cudaMallocHost\n", p);
     abort();
   }
@@ -341,27 +426,40 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   (void)s;
+  if (g_cap.ops) return cap_refuse("cudaEventRecord"); // dl.h records its events outside graphs
   if (!e) return fail(cudaErrorInvalidValue);
   e->recorded = 1;
   return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : fail(cudaErrorInvalidValue); }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : fail(cudaErrorInvalidValue); }
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  if (g_cap.ops) return cap_refuse("cudaEventQuery");
+  return e ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (g_cap.ops) return cap_refuse("cudaEventSynchronize");
+  return e ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete e;
   return cudaSuccess;
 }
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
   const bool dev = find(p, 0) != nullptr;
-  a->type = dev ? cudaMemoryTypeDevice : g_pinned.count(p) ? cudaMemoryTypeHost : cudaMemoryTypeUnregistered;
+  a->type = dev ? cudaMemoryTypeDevice : pinned(p, 0) ? cudaMemoryTypeHost : cudaMemoryTypeUnregistered;
   a->device = dev ? 0 : -1;
   a->devicePointer = dev ? (void *)p : nullptr;
   a->hostPointer = dev ? nullptr : (void *)p;
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
-  (void)s;
   if (bytes == 0) return cudaSuccess;
+  if (dlg_fake_capturing(s)) {
+    if ((kind == cudaMemcpyHostToDevice && !pinned(src, bytes)) ||
+        (kind == cudaMemcpyDeviceToHost && !pinned(dst, bytes)))
+      return cap_refuse("a copy between the device and pageable host memory");
+    dlg_fake_record([=]() { cudaMemcpyAsync(dst, src, bytes, kind, nullptr); });
+    return cudaSuccess;
+  }
   switch (kind) {
     case cudaMemcpyHostToDevice:
       need_dev("cudaMemcpy HostToDevice (destination)", dst, bytes);
@@ -382,17 +480,24 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+  if (g_cap.ops) return cap_refuse("cudaMemcpy (synchronous)");
   return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
 }
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s) {
-  (void)s;
   if (bytes == 0) return cudaSuccess;
+  if (dlg_fake_capturing(s)) {
+    dlg_fake_record([=]() { cudaMemsetAsync(p, value, bytes, nullptr); });
+    return cudaSuccess;
+  }
   need_dev("cudaMemset", p, bytes);
   DevSection dev;
   memset(p, value, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemset(void *p, int value, size_t bytes) { return cudaMemsetAsync(p, value, bytes, nullptr); }
+cudaError_t cudaMemset(void *p, int value, size_t bytes) {
+  if (g_cap.ops) return cap_refuse("cudaMemset (synchronous)");
+  return cudaMemsetAsync(p, value, bytes, nullptr);
+}
 cudaError_t cudaGetLastError(void) {
   cudaError_t e = g_last;
   g_last = cudaSuccess;
@@ -410,6 +515,10 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorGraphExecUpdateFailure: return "the graph update was not performed";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
   }
   return "unknown error";
 }
@@ -432,6 +541,11 @@ cublasStatus_t cublasDestroy(cublasHandle_t h) {
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   h->stream = s;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes) {
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (ws) need_dev("cublasSetWorkspace", ws, bytes);
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) {
@@ -465,6 +579,13 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
     return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
   const T al = *alpha, be = *beta;
+  if (dlg_fake_capturing(h->stream)) { // alpha and beta read now, as cuBLAS reads host scalars
+    cublasContext *hc = new cublasContext(*h);
+    hc->stream = nullptr;
+    std::shared_ptr<cublasContext> run_on(hc);
+    dlg_fake_record([=]() { gemm<T>(run_on.get(), ta, tb, m, n, k, &al, A, lda, sa, B, ldb, sb, &be, C, ldc, sc, batch); });
+    return CUBLAS_STATUS_SUCCESS;
+  }
   if (k > 0) {
     const int ca = ta == CUBLAS_OP_N ? k : m, cb = tb == CUBLAS_OP_N ? n : k;
     need_dev("cuBLAS gemm A", A, ((size_t)(batch - 1) * (size_t)sa + (size_t)(ca - 1) * lda + ra) * sizeof(T));
@@ -788,6 +909,15 @@ cudnnStatus_t conv_run(int pass, cudnnHandle_t h, const Conv &g, const void *x, 
   if (pass != 2) need_dev("cuDNN convolution w", w, numel_w(g) * es);
   if (pass != 0) need_dev("cuDNN convolution dy", y, numel_y(g) * es);
   need_dev("cuDNN convolution output", out, (pass == 0 ? numel_y(g) : pass == 1 ? numel_x(g) : numel_w(g)) * es);
+  if (dlg_fake_capturing(h->stream)) { // the geometry (not the descriptors) and alpha, beta kept as they are now
+    double ab[2] = {0, 0};
+    memcpy(&ab[0], alpha, es);
+    memcpy(&ab[1], beta, es);
+    std::shared_ptr<cudnnContext> run_on(new cudnnContext{nullptr});
+    const Conv gk = g;
+    dlg_fake_record([=]() { conv_run(pass, run_on.get(), gk, x, w, y, out, ws, ws_bytes, &ab[0], &ab[1]); });
+    return CUDNN_STATUS_SUCCESS;
+  }
   DevSection dev;
   memset(ws, 0xff, ws_bytes); // the workspace holds garbage afterwards
   if (g.t == CUDNN_DATA_FLOAT)
@@ -828,18 +958,30 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t h, cudnnTensorD
                                                    cudnnFilterDescriptor_t w, cudnnConvolutionDescriptor_t c,
                                                    cudnnTensorDescriptor_t y, int want, int *got,
                                                    cudnnConvolutionFwdAlgoPerf_t *perf) {
+  if (g_cap.ops) {
+    cap_refuse("cudnnFindConvolutionForwardAlgorithm");
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  }
   return cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, c, y, want, got, perf);
 }
 cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(cudnnHandle_t h, cudnnFilterDescriptor_t w,
                                                         cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t c,
                                                         cudnnTensorDescriptor_t dx, int want, int *got,
                                                         cudnnConvolutionBwdDataAlgoPerf_t *perf) {
+  if (g_cap.ops) {
+    cap_refuse("cudnnFindConvolutionBackwardDataAlgorithm");
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  }
   return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, dy, c, dx, want, got, perf);
 }
 cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t h, cudnnTensorDescriptor_t x,
                                                           cudnnTensorDescriptor_t dy, cudnnConvolutionDescriptor_t c,
                                                           cudnnFilterDescriptor_t dw, int want, int *got,
                                                           cudnnConvolutionBwdFilterAlgoPerf_t *perf) {
+  if (g_cap.ops) {
+    cap_refuse("cudnnFindConvolutionBackwardFilterAlgorithm");
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  }
   return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, dy, c, dw, want, got, perf);
 }
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, cudnnTensorDescriptor_t x,

@@ -81,8 +81,32 @@ void dlg_event_free(dlg_handle *h, void *ev);
  * allocates nothing (tests/test_gpu.c checks). */
 typedef struct dlg_counts {
   int64_t launches, blas, syncs, mallocs, frees, copies, memsets, dnn_queries, dnn_descriptors;
+  int64_t graph_launches, graph_builds; /* CUDA graphs launched; captured (new or changed work) */
 } dlg_counts;
 void dlg_counters(const dlg_handle *h, dlg_counts *c);
+
+/* CUDA graphs (graph.cu). Between dlg_graph_begin and dlg_graph_end the
+ * handle records its device work instead of issuing it: kernels with their
+ * argument values, cuBLAS and cuDNN calls, copies and fills; a host-to-
+ * device copy keeps its bytes. A call that needs the device's results or
+ * the raw stream (a copy to the host, an event, a wait, a free, cuDNN's
+ * algorithm search, dlg_stream for a user's kernel) first flushes what was
+ * recorded: one segment of the step. A segment is compared, byte for byte
+ * (kernels, configurations, argument values, pointers; for a host copy its
+ * size and destination), with the segment at its place in the previous
+ * step: the same work is replayed as the CUDA graph captured then (one copy
+ * of the segment's host bytes to the device, one graph launch); new or
+ * changed work is captured again first (graph_builds counts it). The same
+ * kernels run with the same arguments in the same order as without
+ * recording, so the results are bit-identical. Errors of recorded work are
+ * reported when it is flushed (dlg_graph_end's status). One handle records
+ * at a time. DLG_OK or DLG_ERR with a message. */
+int dlg_graph_begin(dlg_handle *h);
+int dlg_graph_end(dlg_handle *h);
+/* Whether h is recording (between dlg_graph_begin and dlg_graph_end). */
+int dlg_graph_recording(const dlg_handle *h);
+/* Drops h's captured graphs (they are rebuilt when next needed). */
+void dlg_graph_reset(dlg_handle *h);
 /* Convolution algorithms (conv.cu): 0 (the default): for each shape, once,
  * cuDNN times its candidates (cudnnFind) and the fastest that computes the
  * plain sum of products (no FFT or Winograd, no TF32; workspace within
@@ -120,6 +144,14 @@ void *dlg_stream(dlg_handle *h);
 int dlg_sm_count(dlg_handle *h);
 int dlg_launch_status(dlg_handle *h, const char *op);
 int dlg_error(dlg_handle *h, const char *op, const char *what);
+/* A launch by such a launcher: run(args, stream) launches its kernel on the
+ * stream, its arguments read from args (bytes, no pointer into the caller's
+ * stack). It runs now, or, while h records (dlg_graph_begin), later from a
+ * copy of args; either way it is counted and checked as op's. dlg_stream
+ * instead issues what was recorded first (the caller's own work comes after
+ * it, unrecorded). */
+int dlg_launch_user(dlg_handle *h, int (*run)(const void *args, void *stream), const void *args, size_t bytes,
+                    const char *op);
 
 /* Row-major GEMM, the same contract as blas.h's dl_gemm:
  * C[m, n] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T (ta, tb != 0),

@@ -88,19 +88,37 @@ __global__ void dlg__ew_kernel(int mode, dlg_ew e, dlg__ptrs P, T p0) {
   }
 }
 
+// One launch's arguments, as bytes (dlg_launch_user copies them while the
+// handle records a graph; zeroed first, so that padding compares equal).
+struct dlg__ew_args {
+  dlg_ew e;
+  dlg__ptrs P;
+  double p0;
+  int dtype, mode;
+  unsigned grid;
+};
+template <class Op, int NIN> static int dlg__ew_run(const void *args, void *stream) {
+  const dlg__ew_args *a = (const dlg__ew_args *)args;
+  cudaStream_t s = (cudaStream_t)stream;
+  if (a->dtype == DLG_F32) DLG_LAUNCH(a->grid, 256, 0, s, dlg__ew_kernel<float, NIN, Op>)(a->mode, a->e, a->P, (float)a->p0);
+  else DLG_LAUNCH(a->grid, 256, 0, s, dlg__ew_kernel<double, NIN, Op>)(a->mode, a->e, a->P, a->p0);
+  return 0;
+}
 template <class Op, int NIN>
 static int dlg__ew_launch(dlg_handle *h, int dtype, int mode, const dlg_ew *e, void *const ptr[5], double p0,
                           const char *name) {
-  dlg__ptrs P;
-  for (int k = 0; k < 5; k++) P.p[k] = ptr[k];
+  dlg__ew_args a;
   if (e->n <= 0) return DLG_OK;
+  if (dtype != DLG_F32 && dtype != DLG_F64) return dlg_error(h, name, "only f32 and f64 tensors");
+  memset(&a, 0, sizeof a);
+  memcpy(&a.e, e, sizeof a.e);
+  for (int k = 0; k < 5; k++) a.P.p[k] = ptr[k];
   int64_t blocks = (e->n + 255) / 256, cap = (int64_t)(dlg_sm_count(h) > 0 ? dlg_sm_count(h) : 80) * 32;
-  unsigned g = (unsigned)(blocks < cap ? blocks : cap);
-  cudaStream_t s = (cudaStream_t)dlg_stream(h);
-  if (dtype == DLG_F32) DLG_LAUNCH(g, 256, 0, s, dlg__ew_kernel<float, NIN, Op>)(mode, *e, P, (float)p0);
-  else if (dtype == DLG_F64) DLG_LAUNCH(g, 256, 0, s, dlg__ew_kernel<double, NIN, Op>)(mode, *e, P, p0);
-  else return dlg_error(h, name, "only f32 and f64 tensors");
-  return dlg_launch_status(h, name);
+  a.grid = (unsigned)(blocks < cap ? blocks : cap);
+  a.p0 = p0;
+  a.dtype = dtype;
+  a.mode = mode;
+  return dlg_launch_user(h, dlg__ew_run<Op, NIN>, &a, sizeof a, name);
 }
 
 // One op: the expression in x0 (x1 for two inputs, p0 for a number
