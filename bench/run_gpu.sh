@@ -8,7 +8,10 @@
 # training (evaluation and file loading excluded, as in run_train.sh), peak
 # device memory, ROUNDS rounds, the order reversed every other round;
 # medians and their ratios, at batch 64 and 512. Goal (issue 23): at least
-# 1.2x the graph-captured PyTorch loop.
+# 1.2x the graph-captured PyTorch loop. dl.h runs twice: as the examples run
+# by default (each step recorded and replayed as CUDA graphs, "dl") and with
+# --no-graphs ("dlng"); each run prints the device calls per training step
+# (launches, GEMMs, graph launches and captures, copies, fills, waits).
 #
 # Without nvcc, or without a GPU (the example then refuses --device cuda
 # with "no CUDA device"), it prints SKIP and exits 0.
@@ -46,7 +49,7 @@ if ! "$B/fashion_mlp_cuda" --device cuda --epochs 1 --subset 640 --quiet --data 
 fi
 echo "device: $(sed -n 's/^device: //p' "$T/probe.txt" | head -1)"
 
-one() { # MODEL WHO(dl|torch|graph) BATCH
+one() { # MODEL WHO(dl|dlng|torch|graph) BATCH
   local model=$1 who=$2 bs=$3 subset out=$T/out.txt sps
   if [ "$model" = mlp ]; then subset=$MLP_SUBSET; else subset=$CNN_SUBSET; fi
   if [ "$who" = torch ] || [ "$who" = graph ]; then
@@ -56,8 +59,10 @@ one() { # MODEL WHO(dl|torch|graph) BATCH
     sps=$(sed -n 's/^torch_[a-z]* .*samples_per_s=\([0-9.]*\).*/\1/p' "$out")
     mem=$(sed -n 's/.* peak_mib=\([0-9.]*\).*/\1/p' "$out")
   else
+    local ng=""; [ "$who" = dlng ] && ng=--no-graphs
     "$B/fashion_${model}_cuda" --device cuda --epochs 1 --subset "$subset" --batch "$bs" --quiet --data "$DATA" \
-      --save "$T/w.safetensors" --csv "$T/log.csv" > "$out" 2>&1
+      --save "$T/w.safetensors" --csv "$T/log.csv" $ng > "$out" 2>&1
+    sed -n "s/^device calls per training step: /$model $bs $who calls: /p" "$out" | tee -a "$RES"
     sps=$(sed -n 's/^result: .*train_samples_per_s=\([0-9.]*\).*/\1/p' "$out")
     mem=$(sed -n 's/^device memory: peak \([0-9.]*\) MiB.*/\1/p' "$out")
   fi
@@ -75,10 +80,13 @@ for bs in $BATCHES; do
   for model in mlp cnn; do
     echo "== $model on the GPU, batch $bs: $ROUNDS rounds of dl.h, torch eager, torch graph-captured =="
     for r in $(seq 1 "$ROUNDS"); do
-      if [ $((r % 2)) = 1 ]; then order="dl torch graph"; else order="graph torch dl"; fi
+      if [ $((r % 2)) = 1 ]; then order="dl dlng torch graph"; else order="graph torch dlng dl"; fi
       for who in $order; do one "$model" "$who" "$bs" || status=1; done
     done
     d=$(sed -n "s/^$model $bs dl sps=\([0-9.]*\).*/\1/p" "$RES" | median)
+    n=$(sed -n "s/^$model $bs dlng sps=\([0-9.]*\).*/\1/p" "$RES" | median)
+    [ -n "$d" ] && [ -n "$n" ] && awk -v m="$model" -v b="$bs" -v d="$d" -v n="$n" 'BEGIN {
+      printf "%s batch %s: dl.h with CUDA graphs %.0f samples/s, --no-graphs %.0f (%.2fx)\n", m, b, d, n, d / n }'
     t=$(sed -n "s/^$model $bs torch sps=\([0-9.]*\).*/\1/p" "$RES" | median)
     g=$(sed -n "s/^$model $bs graph sps=\([0-9.]*\).*/\1/p" "$RES" | median)
     if [ -n "$d" ] && [ -n "$t" ] && [ -n "$g" ]; then

@@ -102,6 +102,8 @@ typedef struct prog {
   dl_confusion cm;
   dl_dist dd;
   dl_gpu *gpu; /* --device cuda */
+  dl_gpu_counts calls; /* the device work of the training steps (dl_gpu_counts_add) */
+  int64_t calls_steps;  /* over that many steps */
   dl_train_paths paths; /* runs/fashion_cnn/... for the outputs the flags do not name */
 } prog;
 
@@ -203,6 +205,8 @@ static int run(prog *p, dl_train_opts *o, const char *export_dir, int small, dou
   while (dl_run_next_epoch(&p->r)) {
     /* on the GPU each step's work is recorded and replayed as CUDA graphs, captured once (--no-graphs: not) */
     dl_gpu *graphs = o->no_graphs ? NULL : p->gpu;
+    const dl_gpu_counts c0 = dl_gpu_get_counts(p->gpu);
+    const int64_t step0 = p->r.step;
     for (;;) {
       dl_batch b;
       dl_tensor *logits, *loss;
@@ -219,6 +223,8 @@ static int run(prog *p, dl_train_opts *o, const char *export_dir, int small, dou
       if (dl_gpu_graph_end(graphs) != DL_OK) return fail(p, argv0);
       dl_tape_rewind(&p->tp);
     }
+    dl_gpu_counts_add(&p->calls, c0, dl_gpu_get_counts(p->gpu)); /* the training steps' device work, no evaluation */
+    p->calls_steps += p->r.step - step0;
     dl_run_flush(&p->r); /* the epoch's last step counted before the evaluation */
     /* the last epoch's evaluation fills the confusion matrix too (one pass
      * over the test set fewer: it costs seconds for a CNN) */
@@ -243,6 +249,7 @@ static int run(prog *p, dl_train_opts *o, const char *export_dir, int small, dou
   if (dl_run_finish(&p->r) != DL_OK) return fail(p, argv0);
   if (p->gpu) { /* torch.cuda.max_memory_allocated's figure: bytes handed out at the peak (the cache's classes) */
     const dl_gpu_stats gs = dl_gpu_get_stats(p->gpu);
+    dl_gpu_counts_print(stdout, &p->calls, p->calls_steps);
     printf("device memory: peak %.1f MiB in use, %.1f MiB reserved\n", gs.peak_in_use / 1048576.0,
            gs.peak_reserved / 1048576.0);
   }

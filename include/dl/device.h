@@ -402,6 +402,20 @@ DL_API dl_gpu_counts dl_gpu_get_counts(const dl_gpu *g) {
 #endif
   return c;
 }
+/* acc += now - since, field by field: the work between two readings of
+ * dl_gpu_get_counts added up (e.g. over the training steps of an epoch,
+ * leaving out its evaluation). */
+DL_API void dl_gpu_counts_add(dl_gpu_counts *acc, dl_gpu_counts since, dl_gpu_counts now) {
+  int64_t a[sizeof(dl_gpu_counts) / sizeof(int64_t)], b[sizeof a / sizeof a[0]], c[sizeof a / sizeof a[0]];
+  size_t i;
+  typedef char dl__counts_are_int64[sizeof(dl_gpu_counts) % sizeof(int64_t) == 0 ? 1 : -1];
+  (void)sizeof(dl__counts_are_int64);
+  memcpy(a, acc, sizeof a);
+  memcpy(b, &since, sizeof b);
+  memcpy(c, &now, sizeof c);
+  for (i = 0; i < sizeof a / sizeof a[0]; i++) a[i] += c[i] - b[i];
+  memcpy(acc, a, sizeof a);
+}
 /* Convolution algorithms on this device: 0 (after dl_gpu_open): the
  * fastest that cuDNN times for each shape, once (results may differ in the
  * last bits between runs: some add with atomics); 1: deterministic ones,

@@ -406,6 +406,19 @@ DL_API dl_status dl_train_device(dl_ctx *ctx, const dl_train_opts *o, dl_model *
   return s;
 }
 
+/* One line on f: what the device was asked per step, c the sum over
+ * `steps` steps (dl_gpu_counts_add): "device calls per training step: ..."
+ * (kernel launches, GEMMs, CUDA graph launches and captures, copies,
+ * fills, host waits, cudaMalloc). Nothing for steps <= 0. */
+DL_API void dl_gpu_counts_print(FILE *f, const dl_gpu_counts *c, int64_t steps) {
+  const double k = (double)steps;
+  if (steps <= 0) return;
+  fprintf(f, "device calls per training step: %.1f launches, %.1f GEMMs, %.2f graph launches (%.3f captured), "
+          "%.1f copies, %.1f fills, %.3f host waits, %.3f cudaMalloc\n", (double)c->launches / k,
+          (double)c->blas / k, (double)c->graph_launches / k, (double)c->graph_builds / k, (double)c->copies / k,
+          (double)c->memsets / k, (double)c->syncs / k, (double)c->mallocs / k);
+}
+
 /* >>run ------------------------------------------------------------------------------- */
 
 /* The most epochs a history holds (later ones are trained and checkpointed
