@@ -46,6 +46,12 @@
  *       s.lstm = nn.LSTM(64, 256, 1, batch_first=True); s.head = nn.Linear(256, 256)
  *     def forward(s, x): return s.head(s.lstm(s.embed(x))[0])
  *
+ * On a GPU (--device cuda, a build with DL_USE_CUDA as in dl/gpu.h): the
+ * model and its training on the device, the windows made on the host and
+ * sent each step, each step's device work replayed as CUDA graphs
+ * (--no-graphs: not), the loss and accuracy read a step late; evaluation
+ * reads the logits back, sampling runs on the host.
+ *
  * Build:
  *   cc -std=c11 -O2 -Iinclude examples/char_lm.c -o char_lm -lm
  * faster (threads, vectorised loops, OpenBLAS GEMM):
@@ -86,6 +92,7 @@ typedef struct prog {
   dl_run r;
   dl_tensor *ex, *ey;                /* evaluation windows, i64 [EVAL_BATCH, seq] */
   dl_tensor *sx, *sh, *sc;           /* sampling: input i64 [n, 1], state f32 [layers, n, hidden] */
+  dl_gpu *gpu;                       /* --device cuda */
   dl_train_paths paths; /* runs/char_lm/... for the outputs the flags do not name */
 } prog;
 
@@ -148,7 +155,7 @@ static void eval_text(prog *p, const uint8_t *tok, int64_t L, double *nats, doub
     }
     if (!nb) break;
     xv = dl_view_slice(p->ex, 0, 0, nb, 1);
-    lg = dl_model_forward(p->m, &p->tp, &xv);
+    lg = dl_tape_host(&p->tp, dl_model_forward(p->m, &p->tp, dl_tape_input(&p->tp, &xv))); /* the GPU's: read back */
     if (!dl_tensor_is_contiguous(lg)) lg = dl_tensor_contiguous(dl_tape_arena(&p->tp), lg);
     z = dl_f32(lg);
     for (b = 0; b < nb; b++)
@@ -292,8 +299,10 @@ static int run(prog *p, dl_train_opts *o, const lm_opts *lo, const char *argv0) 
 
   p->m = make_lm(ctx, (uint64_t)o->seed, lo);
   if (!p->m || dl_model_status(p->m) != DL_OK) return fail(p, argv0);
+  if (dl_train_device(ctx, o, p->m, &p->gpu) != DL_OK) return fail(p, argv0); /* before the optimizer */
   ac = dl_adam_defaults(o->lr);
   if (!(p->opt = dl_optim_adam(p->m, &ac)) || dl_tape_init(&p->tp, ctx, 0) != DL_OK ||
+      (p->gpu && dl_tape_use_gpu(&p->tp, p->gpu) != DL_OK) ||
       !(p->ex = dl_tensor_make(ctx, DL_I64, DL_SHAPE(EVAL_BATCH, T))) ||
       !(p->ey = dl_tensor_make(ctx, DL_I64, DL_SHAPE(EVAL_BATCH, T))))
     return fail(p, argv0);
@@ -311,30 +320,36 @@ static int run(prog *p, dl_train_opts *o, const lm_opts *lo, const char *argv0) 
            (long long)T, (long long)p->train.n, (long long)steps_per_epoch, (long long)o->batch,
            (long long)p->f.test->numel, dl_ctx_threads(ctx));
     if (L < p->f.test->numel) printf("evaluating on the first %lld test characters (--eval-chars)\n", (long long)L);
+    if (p->gpu) printf("device: %s\n", dl_gpu_name(p->gpu));
     memset(p->ex->data, 0, (size_t)T * sizeof(int64_t));
-    if (dl_model_summary(p->m, stdout, &xv) != DL_OK) return fail(p, argv0);
+    if (dl_model_summary(p->m, stdout, p->gpu ? NULL : &xv) != DL_OK) return fail(p, argv0); /* a host pass */
     if (p->r.epoch > 0)
       printf("resumed from %s after epoch %lld (step %lld)\n", o->resume, (long long)p->r.epoch, (long long)p->r.step);
   }
 
   while (dl_run_next_epoch(&p->r)) {
-    dl_batch b;
-    while (dl_batcher_next(&p->tb, &b)) {
-      const int64_t n = b.size * T;
-      dl_tensor *logits, *loss, *flat;
-      dl_tensor yv = dl_view_reshape(b.y, 1, &n);
-      double lv;
-      int64_t correct;
+    dl_gpu *graphs = o->no_graphs ? NULL : p->gpu; /* on the GPU: each step replayed as CUDA graphs */
+    for (;;) {
+      dl_batch b;
+      int64_t n;
+      dl_tensor *logits, *loss, *flat, yv;
+      if (dl_gpu_graph_begin(graphs) != DL_OK) return fail(p, argv0);
+      if (!dl_batcher_next(&p->tb, &b)) {
+        if (dl_gpu_graph_end(graphs) != DL_OK) return fail(p, argv0);
+        break;
+      }
+      n = b.size * T;
+      yv = dl_view_reshape(b.y, 1, &n); /* the labels stay on the host: the loss checks them there */
       dl_optim_set_lr(p->opt, dl_lr_cosine_warmup(o->lr, p->r.step, 0, total_steps, 0));
-      logits = dl_model_forward(p->m, &p->tp, b.x);                              /* [B, T, 256] */
+      logits = dl_model_forward(p->m, &p->tp, dl_tape_input(&p->tp, b.x));     /* [B, T, 256] */
       flat = dl_t_reshape(&p->tp, logits, 2, (const int64_t[]){n, VOCAB});      /* [B*T, 256] */
       loss = dl_t_cross_entropy(&p->tp, flat, &yv, 0, DL_REDUCE_MEAN);
-      lv = dl__get_at(loss, 0);
-      correct = dl_accuracy_count(flat, &yv);
-      dl_train_step(p->opt, &p->tp, loss, &clip);
+      dl_run_step_async(&p->r, n, loss, flat, &yv); /* on the GPU: read a step later, nothing waits */
+      dl_train_step_nowait(p->opt, &p->tp, loss, &clip);
+      if (dl_gpu_graph_end(graphs) != DL_OK) return fail(p, argv0);
       dl_tape_rewind(&p->tp);
-      dl_run_step(&p->r, n, lv, correct);
     }
+    dl_run_flush(&p->r); /* the epoch's last step counted before the evaluation */
     eval_text(p, dl_u8(p->f.test), L, &test_nats, &test_acc);
     if (dl_run_end_epoch(&p->r, test_nats, test_acc) != DL_OK) return fail(p, argv0);
   }
@@ -345,6 +360,10 @@ static int run(prog *p, dl_train_opts *o, const lm_opts *lo, const char *argv0) 
   printf("test text (%lld characters predicted): %.4f bits per character, next-character accuracy %.4f; "
          "unigram model of the training text: %.4f bits per character\n",
          (long long)L - 1, test_nats / log(2.0), test_acc, uni);
+  if (p->gpu) { /* sampling (one character at a time) and saving run on the host */
+    dl_tape_free(&p->tp);
+    if (dl_model_to_host(p->m) != DL_OK || dl_tape_init(&p->tp, ctx, 0) != DL_OK) return fail(p, argv0);
+  }
   if (print_samples(p, lo, (uint64_t)o->seed) != DL_OK) return fail(p, argv0);
   if (dl_run_finish(&p->r) != DL_OK) return fail(p, argv0);
   if (!o->eval && o->save) printf("weights: %s\n", o->save);
@@ -406,6 +425,10 @@ int main(int argc, char **argv) {
   dl_tensor_free(p->sx);
   dl_tensor_free(p->sh);
   dl_tensor_free(p->sc);
-  free(p);
+  {
+    dl_gpu *gpu = p->gpu;
+    free(p);
+    dl_gpu_close(gpu); /* after everything on it */
+  }
   return rc;
 }

@@ -269,26 +269,28 @@ static int run(prog *p, dl_train_opts *o, const gpt_opts *go, const char *argv0)
   }
 
   while (dl_run_next_epoch(&p->r)) {
-    dl_batch b;
-    while (dl_batcher_next(&p->tb, &b)) {
-      const int64_t n = b.size * T;
-      dl_tensor *logits, *loss, *flat, *y;
-      double lv;
-      int64_t correct;
+    dl_gpu *graphs = o->no_graphs ? NULL : p->gpu; /* on the GPU: each step replayed as CUDA graphs */
+    for (;;) {
+      dl_batch b;
+      int64_t n;
+      dl_tensor *logits, *loss, *flat, yv;
+      if (dl_gpu_graph_begin(graphs) != DL_OK) return fail(p, argv0);
+      if (!dl_batcher_next(&p->tb, &b)) {
+        if (dl_gpu_graph_end(graphs) != DL_OK) return fail(p, argv0);
+        break;
+      }
+      n = b.size * T;
+      yv = dl_view_reshape(b.y, 1, &n); /* the labels stay on the host: the loss checks them there */
       dl_optim_set_lr(p->opt, dl_lr_cosine_warmup(o->lr, p->r.step, go->warmup, total_steps, o->lr / 10));
       logits = dl_model_forward(p->m, &p->tp, dl_tape_input(&p->tp, b.x)); /* [B, T, 256] */
       flat = dl_t_reshape(&p->tp, logits, 2, (const int64_t[]){n, VOCAB});
-      y = dl_tape_input(&p->tp, b.y);
-      {
-        dl_tensor yv = dl_view_reshape(y, 1, &n);
-        loss = dl_t_cross_entropy(&p->tp, flat, &yv, 0, DL_REDUCE_MEAN);
-        lv = dl__get_at(dl_tape_host(&p->tp, loss), 0);
-        correct = dl_accuracy_count(dl_tape_host(&p->tp, flat), dl_tape_host(&p->tp, &yv));
-      }
-      dl_train_step(p->opt, &p->tp, loss, &clip);
+      loss = dl_t_cross_entropy(&p->tp, flat, &yv, 0, DL_REDUCE_MEAN);
+      dl_run_step_async(&p->r, n, loss, flat, &yv); /* on the GPU: read a step later, nothing waits */
+      dl_train_step_nowait(p->opt, &p->tp, loss, &clip);
+      if (dl_gpu_graph_end(graphs) != DL_OK) return fail(p, argv0);
       dl_tape_rewind(&p->tp);
-      dl_run_step(&p->r, n, lv, correct);
     }
+    dl_run_flush(&p->r); /* the epoch's last step counted before the evaluation */
     eval_text(p, dl_u8(p->f.test), L, &test_nats, &test_acc);
     if (dl_run_end_epoch(&p->r, test_nats, test_acc) != DL_OK) return fail(p, argv0);
   }

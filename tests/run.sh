@@ -301,6 +301,17 @@ if command -v "$CXX" >/dev/null && make -s gpu-fake CXX="$CXX" >"$B/fake.log" 2>
     if [ -n "$g" ] && [ "$g" = "$c" ]; then ok; echo "gpt --device cuda on the fake device: $g(the CPU: $c)"
     else bad "gpt --device cuda on the fake device: '$g' vs the CPU '$c'"; fi
   elif [ -d /usr/share/games/fortunes ]; then bad "gpt against the fake device (build)"; head -30 "$B/fake.log"; fi
+  # the character LSTM: 2 steps, the CPU's bits per character; CUDA graphs and --no-graphs give the same weights
+  cx="--subset 16 --seq 16 --batch 8 --hidden 32 --embed 16 --eval-chars 300 --samples 1 --sample-len 20 --threads 1 --quiet"
+  if [ -d /usr/share/games/fortunes ] && $CC $WARN -O2 -DDL_USE_CUDA -Iinclude examples/char_lm.c -o "$B/char_lm_fake" \
+      build/libdlgpu_fake.a -lstdc++ -lm 2>"$B/fake.log" && $CC $WARN -O2 -Iinclude examples/char_lm.c -o "$B/char_lm_host" -lm 2>>"$B/fake.log"; then
+    g=$(cd "$B" && timeout 600 ./char_lm_fake --device cuda $cx --save clm_fake.st --csv clm_fake.csv 2>&1 | grep -o 'test_acc=[0-9.]*\|test_bpc=[0-9.]*' | tr '\n' ' ')
+    c=$(cd "$B" && timeout 600 ./char_lm_host $cx --save clm_host.st --csv clm_host.csv 2>&1 | grep -o 'test_acc=[0-9.]*\|test_bpc=[0-9.]*' | tr '\n' ' ')
+    (cd "$B" && timeout 600 ./char_lm_fake --device cuda $cx --no-graphs --save clm_fake_ng.st --csv clm_fake_ng.csv >/dev/null 2>&1)
+    if [ -n "$g" ] && [ "$g" = "$c" ] && cmp -s "$B/clm_fake.st" "$B/clm_fake_ng.st"; then ok
+      echo "char_lm --device cuda on the fake device: $g(the CPU: $c); the same weights with and without CUDA graphs"
+    else bad "char_lm --device cuda on the fake device: '$g' vs the CPU '$c' (or the weights differ with --no-graphs)"; fi
+  elif [ -d /usr/share/games/fortunes ]; then bad "char_lm against the fake device (build)"; head -30 "$B/fake.log"; fi
 else
   bad "make gpu-fake (the fake device)"; grep -v '^$' "$B/fake.log" | head -40
 fi
