@@ -226,7 +226,8 @@ template <class T> int conv_plan(dlg_handle *h, const char *op, const dlg_conv2d
     slot = 0;
     for (int i = 1; i < c->n; i++)
       if (c->p[i]->used < c->p[slot]->used) slot = i;
-    (void)dlg_graph_flush(h); // recorded passes may use its descriptors (a failure stays in h->msg)
+    const int frc = dlg_graph_flush(h); // recorded passes may use its descriptors
+    if (frc != DLG_OK) h->gr_rc = frc;  // reported by the next status (dlg_graph_end at the latest)
     delete c->p[slot];
   }
   c->p[slot] = p;
@@ -297,6 +298,25 @@ int conv_choose(dlg_handle *h, const char *op, bool f32, bool det, cudnnConvolut
 // recorded (run copies its operands: it holds no reference), keyed by the
 // plan's geometry, the pass, its algorithm, workspace and math, and rk (the
 // operands' pointers and beta); the search for an algorithm runs at once.
+// The search for pass k's algorithm (conv_pass's second half), which runs
+// the chosen one.
+template <class Perf, int N, class QueryFn, class SizeFn, class RunFn>
+int conv_search(dlg_handle *h, const char *op, bool f32, ConvPlan *p, int k, QueryFn query, SizeFn size, RunFn run) {
+  const bool det = h->deterministic != 0;
+  Perf perf[N];
+  int n = 0, rc;
+  cudnnStatus_t st = CUDNN_STATUS_NOT_SUPPORTED;
+  h->n.dnn_queries++;
+  if (!det) {
+    st = query(true, perf, &n);
+    if (st != CUDNN_STATUS_SUCCESS) h->n.dnn_queries++;
+  }
+  if (det || st != CUDNN_STATUS_SUCCESS) {
+    if ((rc = dlg_dnn(h, query(false, perf, &n), op)) != DLG_OK) return rc;
+  }
+  return conv_choose(h, op, f32, det, p->d.c, perf, n, &p->pass[k], size, run);
+}
+
 template <class Algo, class Perf, int N, class QueryFn, class SizeFn, class RunFn>
 int conv_pass(dlg_handle *h, const char *op, bool f32, ConvPlan *p, int k, QueryFn query, SizeFn size, RunFn run,
               const std::string &rk) {
@@ -320,10 +340,16 @@ int conv_pass(dlg_handle *h, const char *op, bool f32, ConvPlan *p, int k, Query
       dlg_key_val(key, bytes);
       dlg_key_val(key, math);
       key += rk;
-      h->gr_add(h, std::move(key), [run, a, ws, bytes, math, cd, f32](dlg_handle *hh, const char *o) {
+      // (run, query and size hold copies; the plan outlives the recording: its eviction flushes first)
+      h->gr_add(h, std::move(key), [run, query, size, a, ws, bytes, math, cd, f32, p, k](dlg_handle *hh, const char *o) -> int {
         int r;
         if (!f32 && (r = dlg_dnn(hh, cudnnSetConvolutionMathType(cd, math), o)) != DLG_OK) return r;
-        return dlg_dnn(hh, run(a, ws, bytes), o);
+        const cudnnStatus_t s2 = run(a, ws, bytes);
+        if (s2 == CUDNN_STATUS_SUCCESS) return DLG_OK;
+        if (CUDNN_STATUS_CATEGORY(s2) != CUDNN_STATUS_NOT_SUPPORTED && CUDNN_STATUS_CATEGORY(s2) != CUDNN_STATUS_BAD_PARAM)
+          return dlg_dnn(hh, s2, o);
+        p->pass[k].chosen = false; // refused now: choose again (under capture the search fails it: issued instead)
+        return conv_search<Perf, N>(hh, o, f32, p, k, query, size, run);
       });
       h->gr_name(h, op);
       return DLG_OK;
@@ -338,18 +364,7 @@ int conv_pass(dlg_handle *h, const char *op, bool f32, ConvPlan *p, int k, Query
   }
   dlg_rec_pause pause(h); // the search times its candidates now
   if (pause.rc != DLG_OK) return pause.rc;
-  Perf perf[N];
-  int n = 0;
-  cudnnStatus_t st = CUDNN_STATUS_NOT_SUPPORTED;
-  h->n.dnn_queries++;
-  if (!det) {
-    st = query(true, perf, &n);
-    if (st != CUDNN_STATUS_SUCCESS) h->n.dnn_queries++;
-  }
-  if (det || st != CUDNN_STATUS_SUCCESS) {
-    if ((rc = dlg_dnn(h, query(false, perf, &n), op)) != DLG_OK) return rc;
-  }
-  return conv_choose(h, op, f32, det, p->d.c, perf, n, pp, size, run);
+  return conv_search<Perf, N>(h, op, f32, p, k, query, size, run);
 }
 
 // conv_pass's rk: a pass's three operands and its beta.
@@ -407,14 +422,14 @@ int conv_fwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv,
     const ConvDescs &d = p->d;
     rc = conv_pass<cudnnConvolutionFwdAlgo_t, cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
         h, op, sizeof(T) == 4, p, 0,
-        [&](bool find, cudnnConvolutionFwdAlgoPerf_t *perf, int *n) {
-          return find ? cudnnFindConvolutionForwardAlgorithm(h->dnn, d.x, d.w, d.c, d.y,
-                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, perf)
-                      : cudnnGetConvolutionForwardAlgorithm_v7(h->dnn, d.x, d.w, d.c, d.y,
-                                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, perf);
+        [h, xd = d.x, wd = d.w, cd = d.c, yd = d.y](bool find, cudnnConvolutionFwdAlgoPerf_t *perf, int *n) {
+          return find ? cudnnFindConvolutionForwardAlgorithm(h->dnn, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                             n, perf)
+                      : cudnnGetConvolutionForwardAlgorithm_v7(h->dnn, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                               n, perf);
         },
-        [&](cudnnConvolutionFwdAlgo_t a, size_t *bytes) {
-          return cudnnGetConvolutionForwardWorkspaceSize(h->dnn, d.x, d.w, d.c, d.y, a, bytes);
+        [h, xd = d.x, wd = d.w, cd = d.c, yd = d.y](cudnnConvolutionFwdAlgo_t a, size_t *bytes) {
+          return cudnnGetConvolutionForwardWorkspaceSize(h->dnn, xd, wd, cd, yd, a, bytes);
         },
         [h, xd = d.x, wd = d.w, cd = d.c, yd = d.y, xv, wv, yv, one, beta](cudnnConvolutionFwdAlgo_t a, void *ws,
                                                                             size_t bytes) {
@@ -463,14 +478,14 @@ int conv_bwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv,
       rc = conv_pass<cudnnConvolutionBwdDataAlgo_t, cudnnConvolutionBwdDataAlgoPerf_t,
                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
           h, op, sizeof(T) == 4, p, 1,
-          [&](bool find, cudnnConvolutionBwdDataAlgoPerf_t *perf, int *n) {
-            return find ? cudnnFindConvolutionBackwardDataAlgorithm(h->dnn, d.w, d.y, d.c, d.x,
+          [h, xd = d.x, wd = d.w, cd = d.c, yd = d.y](bool find, cudnnConvolutionBwdDataAlgoPerf_t *perf, int *n) {
+            return find ? cudnnFindConvolutionBackwardDataAlgorithm(h->dnn, wd, yd, cd, xd,
                                                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, perf)
-                        : cudnnGetConvolutionBackwardDataAlgorithm_v7(h->dnn, d.w, d.y, d.c, d.x,
+                        : cudnnGetConvolutionBackwardDataAlgorithm_v7(h->dnn, wd, yd, cd, xd,
                                                                       CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, perf);
           },
-          [&](cudnnConvolutionBwdDataAlgo_t a, size_t *bytes) {
-            return cudnnGetConvolutionBackwardDataWorkspaceSize(h->dnn, d.w, d.y, d.c, d.x, a, bytes);
+          [h, xd = d.x, wd = d.w, cd = d.c, yd = d.y](cudnnConvolutionBwdDataAlgo_t a, size_t *bytes) {
+            return cudnnGetConvolutionBackwardDataWorkspaceSize(h->dnn, wd, yd, cd, xd, a, bytes);
           },
           [h, xd = d.x, wd = d.w, cd = d.c, yd = d.y, wv, gyv, gxv, one](cudnnConvolutionBwdDataAlgo_t a, void *ws,
                                                                         size_t bytes) { // beta = 1: gx += ...
@@ -483,15 +498,15 @@ int conv_bwd(dlg_handle *h, const dlg_conv2d *g, const void *xv, const void *wv,
       rc = conv_pass<cudnnConvolutionBwdFilterAlgo_t, cudnnConvolutionBwdFilterAlgoPerf_t,
                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
           h, op, sizeof(T) == 4, p, 2,
-          [&](bool find, cudnnConvolutionBwdFilterAlgoPerf_t *perf, int *n) {
-            return find ? cudnnFindConvolutionBackwardFilterAlgorithm(h->dnn, d.x, d.y, d.c, d.w,
+          [h, xd = d.x, wd = d.w, cd = d.c, yd = d.y](bool find, cudnnConvolutionBwdFilterAlgoPerf_t *perf, int *n) {
+            return find ? cudnnFindConvolutionBackwardFilterAlgorithm(h->dnn, xd, yd, cd, wd,
                                                                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n, perf)
-                        : cudnnGetConvolutionBackwardFilterAlgorithm_v7(h->dnn, d.x, d.y, d.c, d.w,
+                        : cudnnGetConvolutionBackwardFilterAlgorithm_v7(h->dnn, xd, yd, cd, wd,
                                                                         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, n,
                                                                         perf);
           },
-          [&](cudnnConvolutionBwdFilterAlgo_t a, size_t *bytes) {
-            return cudnnGetConvolutionBackwardFilterWorkspaceSize(h->dnn, d.x, d.y, d.c, d.w, a, bytes);
+          [h, xd = d.x, wd = d.w, cd = d.c, yd = d.y](cudnnConvolutionBwdFilterAlgo_t a, size_t *bytes) {
+            return cudnnGetConvolutionBackwardFilterWorkspaceSize(h->dnn, xd, yd, cd, wd, a, bytes);
           },
           [h, xd = d.x, wd = d.w, cd = d.c, yd = d.y, xv, gyv, gwv, one](cudnnConvolutionBwdFilterAlgo_t a, void *ws,
                                                                         size_t bytes) { // beta = 1: gw += ...

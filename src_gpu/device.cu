@@ -58,6 +58,11 @@ extern "C" int dlg_create(dlg_handle **out, int device, char *msg, size_t cap) {
   }
   // GEMMs in f32 stay true f32 (no TF32): the tests compare with the CPU at 1e-5.
   cublasSetMathMode(h->blas, CUBLAS_DEFAULT_MATH);
+  // A workspace of its own from the start (CUDA graphs need one), so that a
+  // GEMM runs alike recorded or not; without the memory, cuBLAS's own (and
+  // dlg_graph_begin tries again).
+  (void)dlg_blas_workspace(h);
+  h->msg[0] = 0;
   cudnnStatus_t ds = cudnnCreate(&h->dnn);
   if (ds != CUDNN_STATUS_SUCCESS || cudnnSetStream(h->dnn, h->stream) != CUDNN_STATUS_SUCCESS) {
     snprintf(msg, cap, "cuDNN on device %d: %s", device, cudnnGetErrorString(ds));
@@ -76,6 +81,10 @@ extern "C" void dlg_destroy(dlg_handle *h) {
   dlg_graph_free(h);
   cudaStreamSynchronize(h->stream);
   dlg_conv_cache_free(h);
+  if (h->blas_ws) {
+    cublasSetWorkspace(h->blas, nullptr, 0);
+    cudaFree(h->blas_ws);
+  }
   if (h->ws) cudaFree(h->ws);
   cudnnDestroy(h->dnn);
   cublasDestroy(h->blas);
@@ -105,10 +114,10 @@ extern "C" int dlg_malloc(dlg_handle *h, void **p, size_t bytes) {
 extern "C" int dlg_free(dlg_handle *h, void *p) {
   // cudaFree synchronises the device: the block's queued users are done.
   if (!p) return DLG_OK;
-  int rc = dlg_graph_flush(h); // recorded work may use the block
-  if (rc != DLG_OK) return rc;
+  const int rc = dlg_graph_flush(h); // recorded work may use the block
   h->n.frees++;
-  return dlg_cuda(h, cudaFree(p), "cudaFree");
+  const int frc = dlg_cuda(h, cudaFree(p), "cudaFree");
+  return rc != DLG_OK ? rc : frc;
 }
 
 extern "C" int dlg_mem_info(dlg_handle *h, size_t *free_bytes, size_t *total_bytes) {
@@ -125,7 +134,7 @@ extern "C" int dlg_copy(dlg_handle *h, void *dst, const void *src, size_t bytes,
   // the caller may reuse them without waiting; from page-locked memory the
   // copy runs later, and the host must not change them before: it waits.
   if (rc == DLG_OK && kind == DLG_D2H) rc = dlg_cuda(h, dlg_stream_sync(h), "dlg_copy");
-  if (rc == DLG_OK && kind == DLG_H2D) {
+  if (rc == DLG_OK && kind == DLG_H2D && dlg_rec_h != h) { // (recording: the bytes were copied already)
     cudaPointerAttributes a;
     if (cudaPointerGetAttributes(&a, src) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -335,13 +344,15 @@ extern "C" int dlg_gemm(dlg_handle *h, int dtype, int ta, int tb, int64_t m, int
 // The raw stream, for a caller that queues its own work (a user's kernel):
 // what was recorded is issued first, so that work comes after it.
 extern "C" void *dlg_stream(dlg_handle *h) {
-  (void)dlg_graph_flush(h); // a failure stays in h->msg; the caller's launch status reports it
+  const int rc = dlg_graph_flush(h);
+  if (rc != DLG_OK) h->gr_rc = rc; // kept: the caller's launch status reports it
   return (void *)h->stream;
 }
 extern "C" int dlg_sm_count(dlg_handle *h) { return h->sm_count; }
 // A user's kernel, launched on dlg_stream's stream (never recorded).
 extern "C" int dlg_launch_status(dlg_handle *h, const char *op) {
   h->n.launches++;
+  if (h->gr_rc != DLG_OK) return dlg_cuda(h, DLG_FLUSH_FAILED, op); // dlg_stream's flush failed
   return dlg_cuda(h, cudaGetLastError(), op);
 }
 extern "C" int dlg_launch_user(dlg_handle *h, int (*run)(const void *args, void *stream), const void *args,
@@ -360,6 +371,7 @@ extern "C" int dlg_launch_user(dlg_handle *h, int (*run)(const void *args, void 
   }
   run(args, (void *)h->stream);
   h->n.launches++;
+  if (h->gr_rc != DLG_OK) return dlg_cuda(h, DLG_FLUSH_FAILED, op);
   return dlg_cuda(h, cudaGetLastError(), op);
 }
 extern "C" int dlg_error(dlg_handle *h, const char *op, const char *what) {

@@ -42,7 +42,9 @@ struct Seg {
   void *stage = nullptr;
   size_t stage_bytes = 0;
   bool eager = false;
-  uint64_t used = 0; // when last replayed (the least recent is replaced)
+  uint64_t used = 0;     // when last replayed (the least recent is replaced)
+  uint64_t retry_at = 0; // eager: when to try capture again (a refusal may be passing: a library's first use)
+  uint64_t backoff = 16;
 };
 // The segments seen at one place of the step: a few variants (a step that
 // alternates between two buffers, e.g. dl_run_step_async's two slots, has
@@ -61,7 +63,6 @@ struct dlg_graphs {
   std::vector<Place> places;        // the segments of a step, by place
   size_t next = 0;                  // the place of the segment being recorded
   uint64_t tick = 0;
-  void *blas_ws = nullptr;          // cuBLAS's workspace (it allocates none under capture)
 };
 
 namespace {
@@ -200,6 +201,7 @@ int run_segment(dlg_handle *h) {
   int rc = DLG_OK;
   for (Seg *v : pl.v)
     if (v->key == g->key && (v->exec || v->eager)) s = v;
+  if (s && s->eager && g->tick >= s->retry_at) s->key.clear(); // try capture again
   if (!s) { // new work at this place: a new variant, or the least recently used one captured again
     if (pl.v.size() < kVariants) {
       s = new (std::nothrow) Seg;
@@ -229,6 +231,10 @@ int run_segment(dlg_handle *h) {
     }
     s->key = g->key;
     s->eager = !capture(h, s, &rc);
+    if (s->eager) {
+      s->retry_at = g->tick + s->backoff;
+      s->backoff = s->backoff < (1u << 20) ? s->backoff * 4 : s->backoff;
+    }
     if (s->eager && getenv("DLG_GRAPH_DEBUG"))
       fprintf(stderr, "dlg graphs: segment %zu: capture refused, its %zu calls issued one by one\n", g->next - 1,
               g->ops.size());
@@ -262,20 +268,30 @@ int rec_flush(dlg_handle *h) {
 
 } // namespace
 
+int dlg_blas_workspace(dlg_handle *h) {
+  const size_t wsb = blas_ws_bytes(h);
+  void *ws = nullptr;
+  if (dlg_cuda_malloc(h, &ws, wsb) != cudaSuccess || cublasSetWorkspace(h->blas, ws, wsb) != CUBLAS_STATUS_SUCCESS) {
+    (void)cudaGetLastError();
+    if (ws) cudaFree(ws);
+    return dlg_fail(h, DLG_OOM, "no device memory for cuBLAS's workspace (%zu bytes)", wsb);
+  }
+  h->blas_ws = ws;
+  return DLG_OK;
+}
+
 extern "C" int dlg_graph_begin(dlg_handle *h) {
-  if (dlg_rec_h == h) return dlg_fail(h, DLG_ERR, "dlg_graph_begin: this device is recording already");
+  if (dlg_rec_h == h) { // a step left without dlg_graph_end (a longjmp out of it): its work issued, a new step
+    const int rc = rec_flush(h);
+    dlg_rec_h = nullptr;
+    if (rc != DLG_OK) return rc;
+  }
   if (dlg_rec_h) return dlg_fail(h, DLG_ERR, "dlg_graph_begin: another device is recording (one at a time)");
   if (!h->gr) {
+    const int rc = h->blas_ws ? DLG_OK : dlg_blas_workspace(h); // (dlg_create's attempt failed)
+    if (rc != DLG_OK) return rc;
     dlg_graphs *g = new (std::nothrow) dlg_graphs;
     if (!g) return dlg_fail(h, DLG_OOM, "dlg_graph_begin: out of host memory");
-    const size_t wsb = blas_ws_bytes(h);
-    if (dlg_cuda_malloc(h, &g->blas_ws, wsb) != cudaSuccess ||
-        cublasSetWorkspace(h->blas, g->blas_ws, wsb) != CUBLAS_STATUS_SUCCESS) {
-      (void)cudaGetLastError();
-      if (g->blas_ws) cudaFree(g->blas_ws);
-      delete g;
-      return dlg_fail(h, DLG_OOM, "dlg_graph_begin: no device memory for cuBLAS's workspace (%zu bytes)", wsb);
-    }
     h->gr = g;
     h->gr_add = rec_add;
     h->gr_upload = rec_upload;
@@ -289,8 +305,10 @@ extern "C" int dlg_graph_begin(dlg_handle *h) {
 
 extern "C" int dlg_graph_end(dlg_handle *h) {
   if (dlg_rec_h != h) return dlg_fail(h, DLG_ERR, "dlg_graph_end: this device is not recording");
-  const int rc = rec_flush(h);
+  int rc = rec_flush(h);
   dlg_rec_h = nullptr;
+  if (rc == DLG_OK && h->gr_rc != DLG_OK) rc = h->gr_rc; // a flush that could not say so (dlg_stream, a plan's eviction)
+  h->gr_rc = DLG_OK;
   return rc;
 }
 
@@ -300,6 +318,8 @@ extern "C" void dlg_graph_reset(dlg_handle *h) {
   dlg_graphs *g = h ? h->gr : nullptr;
   if (!g) return;
   (void)rec_flush(h);
+  if (dlg_rec_h == h) dlg_rec_h = nullptr;
+  h->gr_rc = DLG_OK;
   cudaStreamSynchronize(h->stream);
   for (Place &pl : g->places)
     for (Seg *s : pl.v) seg_free(h, s);
@@ -312,8 +332,6 @@ void dlg_graph_free(dlg_handle *h) {
   if (!h->gr) return;
   if (dlg_rec_h == h) dlg_rec_h = nullptr;
   dlg_graph_reset(h);
-  cublasSetWorkspace(h->blas, nullptr, 0);
-  cudaFree(h->gr->blas_ws);
   delete h->gr;
   h->gr = nullptr;
   h->gr_add = nullptr;

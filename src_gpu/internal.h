@@ -42,7 +42,9 @@ struct dlg_handle {
   // CUDA graphs (graph.cu): the recording and the captured segments, and
   // its entry points (NULL until the first dlg_graph_begin, so that files
   // built without graph.cu, the host tests, link)
+  void *blas_ws;    // cuBLAS's workspace, its default's size (graph.cu: dlg_blas_workspace), NULL: cuBLAS's own
   struct dlg_graphs *gr;
+  int gr_rc;        // the failure of recorded work issued where no status could say it (sticky until reported)
   void (*gr_add)(dlg_handle *h, std::string &&key, dlg_issue_fn &&f);
   void (*gr_upload)(dlg_handle *h, void *dst, const void *src, size_t bytes);
   void (*gr_name)(dlg_handle *h, const char *op);
@@ -50,9 +52,10 @@ struct dlg_handle {
 };
 
 // >>recording (graph.cu; see dlg_graph_begin in abi.h)
-// The handle recording now, NULL when none: work queued on its stream is
-// recorded instead of issued (one handle at a time).
-inline dlg_handle *dlg_rec_h = nullptr;
+// The handle recording now in this thread, NULL when none: work queued on
+// its stream is recorded instead of issued (one handle at a time; capture
+// runs in the thread-local mode too).
+inline thread_local dlg_handle *dlg_rec_h = nullptr;
 inline dlg_handle *dlg_recording_on(cudaStream_t st) {
   return dlg_rec_h && dlg_rec_h->stream == st ? dlg_rec_h : nullptr;
 }
@@ -78,7 +81,15 @@ template <class V> inline void dlg_key_val(std::string &k, const V &v) { dlg_key
 void dlg_conv_cache_free(dlg_handle *h);
 // graph.cu: frees the CUDA graphs and their blocks (dlg_destroy).
 void dlg_graph_free(dlg_handle *h);
+// graph.cu: gives cuBLAS a workspace of its default's size (it allocates
+// none while a stream captures), at dlg_create so that every GEMM, recorded
+// or not, runs with the same one. DLG_OK or DLG_OOM.
+int dlg_blas_workspace(dlg_handle *h);
 
+// What a CUDA-status helper below returns when issuing the recorded work
+// failed first: dlg_cuda then returns that failure's code (h->gr_rc) and
+// keeps its message.
+#define DLG_FLUSH_FAILED ((cudaError_t)9999)
 // Records a failure: "op: text" into h->msg; returns code.
 static inline int dlg_fail(dlg_handle *h, int code, const char *fmt, ...) {
   va_list ap;
@@ -90,6 +101,11 @@ static inline int dlg_fail(dlg_handle *h, int code, const char *fmt, ...) {
 // A CUDA runtime status as a dlg code (cudaErrorMemoryAllocation -> DLG_OOM).
 static inline int dlg_cuda(dlg_handle *h, cudaError_t e, const char *op) {
   if (e == cudaSuccess) return DLG_OK;
+  if (e == DLG_FLUSH_FAILED) {
+    const int rc = h->gr_rc ? h->gr_rc : DLG_ERR;
+    h->gr_rc = 0; // reported now
+    return rc;
+  }
   (void)cudaGetLastError(); // clear a sticky launch error so the next call reports its own
   return dlg_fail(h, e == cudaErrorMemoryAllocation ? DLG_OOM : DLG_ERR, "%s: CUDA error %d (%s)", op,
                   (int)e, cudaGetErrorString(e));
@@ -109,7 +125,7 @@ static inline int dlg_launched(dlg_handle *h, const char *op) {
 // The stream's queued work done (counted: a host synchronisation). What
 // was recorded is issued first.
 static inline cudaError_t dlg_stream_sync(dlg_handle *h) {
-  if (dlg_graph_flush(h) != DLG_OK) return cudaErrorLaunchFailure;
+  if ((h->gr_rc = dlg_graph_flush(h)) != DLG_OK) return DLG_FLUSH_FAILED;
   h->n.syncs++;
   return cudaStreamSynchronize(h->stream);
 }
@@ -134,7 +150,7 @@ static inline cudaError_t dlg_memcpy_async(dlg_handle *h, void *dst, const void 
       });
       return cudaSuccess;
     }
-    if (dlg_graph_flush(h) != DLG_OK) return cudaErrorLaunchFailure;
+    if ((h->gr_rc = dlg_graph_flush(h)) != DLG_OK) return DLG_FLUSH_FAILED;
   }
   h->n.copies++;
   return cudaMemcpyAsync(dst, src, bytes, k, h->stream);

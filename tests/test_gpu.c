@@ -1575,12 +1575,38 @@ static void graph_body(const void *arg) {
   }
   nruns++;
 }
+/* A recorded call that fails (a GEMM cuBLAS refuses: lda 1 for a 2-row A) fails where its work is issued, with
+ * cuBLAS's message and not a stand-in: at dl_gpu_graph_end, or at the copy to the host that flushed it; a step
+ * left without dl_gpu_graph_end (a longjmp out of it) does not keep the device recording. */
+static void graph_errors_body(const void *arg) {
+  dlg_handle *h = dl__gpu_handle(gpu);
+  dl_tensor *a = dev(as_dtype(nrm(DL_SHAPE(2, 2)), DL_F32)), *c = dev(as_dtype(nrm(DL_SHAPE(2, 2)), DL_F32));
+  float back[4];
+  (void)arg;
+  CHECK(dl_gpu_graph_begin(gpu) == DL_OK);
+  CHECK(dlg_gemm(h, DLG_F32, 0, 0, 2, 2, 2, 1.0, a->data, 1, a->data, 2, 0.0, c->data, 2) == DLG_OK); /* recorded */
+  CHECK(dl_gpu_graph_end(gpu) == DL_ERR_NO_DEVICE);
+  CHECK_MSG(strstr(dl_ctx_message(&ctx), "cuBLAS") != NULL, "the failure at dl_gpu_graph_end: %s", dl_ctx_message(&ctx));
+  CHECK(dl_gpu_graph_begin(gpu) == DL_OK);
+  CHECK(dlg_gemm(h, DLG_F32, 0, 0, 2, 2, 2, 1.0, a->data, 1, a->data, 2, 0.0, c->data, 2) == DLG_OK);
+  CHECK(dlg_copy(h, back, c->data, sizeof back, DLG_D2H) == DLG_ERR); /* the copy flushes the failing GEMM */
+  CHECK_MSG(strstr(dlg_message(h), "cuBLAS") != NULL, "the failure at the copy: %s", dlg_message(h));
+  CHECK(dl_gpu_graph_end(gpu) == DL_OK); /* reported already */
+  CHECK(dl_gpu_graph_begin(gpu) == DL_OK);
+  CHECK(dlg_gemm(h, DLG_F32, 0, 0, 2, 2, 2, 1.0, a->data, 2, a->data, 2, 0.0, c->data, 2) == DLG_OK);
+  CHECK(dl_gpu_graph_begin(gpu) == DL_OK); /* no end: the step's work issued, a new step */
+  CHECK(dlg_graph_recording(h));
+  CHECK(dl_gpu_graph_end(gpu) == DL_OK && !dlg_graph_recording(h));
+  CHECK(dlg_copy(h, back, c->data, sizeof back, DLG_D2H) == DLG_OK && back[0] == back[0]);
+  nruns++;
+}
 static void test_graphs(void) {
   static const graph_arg args[3] = {{0, 0}, {1, 0}, {0, 1}};
   NEED_GPU();
   guarded(graph_body, &args[0], "MLP with CUDA graphs");
   guarded(graph_body, &args[1], "CNN with CUDA graphs");
   guarded(graph_body, &args[2], "MLP with dropout, CUDA graphs");
+  guarded(graph_errors_body, NULL, "failures of recorded work");
 }
 
 /* dl_batcher_to_device: batches made on the device are the host batcher's bit for bit (u8 through the table,

@@ -1615,7 +1615,8 @@ DL_API double dl__clip_grads(dl_model *m, const dl_step_desc *d, int want_norm) 
   int own = 0; /* a parameter with a clip_norm of its own */
   for (i = 0; i < m->nparams && !own; i++) own = !dl__clip_skips(m->params[i]) && m->params[i]->clip_norm > 0;
 #ifdef DL_USE_CUDA
-  if (!own && m->nparams && m->params[0]->t.device == DL_CUDA) return dl__clip_grads_gpu(m, d, want_norm);
+  if (!own && m->nparams && m->nparams <= 65535 && m->params[0]->t.device == DL_CUDA)
+    return dl__clip_grads_gpu(m, d, want_norm); /* (one launch takes at most 65535 buffers) */
 #endif
   sums = sums || own;
   if (sums) dl__gsum_begin(&c, m);
