@@ -91,9 +91,16 @@ __host__ __device__ __forceinline__ void dropout_at(const T *__restrict__ x, T *
   mask[i] = k;
   y[i] = rmul(x[i], rmul(s, (T)k));
 }
+// kb non-null: key and base read from the device (kb[0], kb[1]): while the
+// handle records a CUDA graph they travel as bytes, so a new seed each step
+// replays the same graph instead of capturing a new one.
 template <typename T>
 __global__ void k_dropout(int64_t n, const T *__restrict__ x, T *__restrict__ y, unsigned char *__restrict__ mask,
-                          uint64_t key, uint64_t base, uint64_t thr, T s) {
+                          uint64_t key, uint64_t base, const uint64_t *__restrict__ kb, uint64_t thr, T s) {
+  if (kb) {
+    key = kb[0];
+    base = kb[1];
+  }
   GRID_STRIDE(i, n) dropout_at(x, y, mask, key, base, thr, s, i);
 }
 template <typename T>
@@ -185,12 +192,21 @@ int dlg_dropout(dlg_handle *h, int dtype, int64_t n, const void *x, void *y, uns
   static const char *op = "dlg_dropout";
   DLG_CHECK_DTYPE(op, dtype);
   if (n == 0) return DLG_OK;
+  const uint64_t *kb = nullptr;
+  if (dlg_rec_h == h) { // recording: the seed as bytes (see k_dropout)
+    const uint64_t v[2] = {key, base};
+    const Carve c = carve(sizeof v);
+    DLG_TRY(dlg_ws(h, c.total));
+    kb = piece<uint64_t>(h, c, 0);
+    DLG_TRY(stage(h, (void *)kb, v, sizeof v, op));
+    key = base = 0;
+  }
   if (dtype == DLG_F32)
     DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_dropout<float>)(n, (const float *)x, (float *)y, mask, key, base,
-                                                                    thr, (float)scale);
+                                                                    kb, thr, (float)scale);
   else
     DLG_LAUNCH(dlg_blocks(h, n, TPB), TPB, 0, h->stream, k_dropout<double>)(n, (const double *)x, (double *)y, mask, key,
-                                                                     base, thr, scale);
+                                                                     base, kb, thr, scale);
   return dlg_launched(h, op);
 }
 
