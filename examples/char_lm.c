@@ -329,16 +329,11 @@ static int run(prog *p, dl_train_opts *o, const lm_opts *lo, const char *argv0) 
 
   while (dl_run_next_epoch(&p->r)) {
     dl_gpu *graphs = o->no_graphs ? NULL : p->gpu; /* on the GPU: each step replayed as CUDA graphs */
-    for (;;) {
-      dl_batch b;
-      int64_t n;
+    dl_batch b;
+    int more;
+    while ((more = dl_train_next(graphs, &p->tb, &b)) > 0) {
+      const int64_t n = b.size * T;
       dl_tensor *logits, *loss, *flat, yv;
-      if (dl_gpu_graph_begin(graphs) != DL_OK) return fail(p, argv0);
-      if (!dl_batcher_next(&p->tb, &b)) {
-        if (dl_gpu_graph_end(graphs) != DL_OK) return fail(p, argv0);
-        break;
-      }
-      n = b.size * T;
       yv = dl_view_reshape(b.y, 1, &n); /* the labels stay on the host: the loss checks them there */
       dl_optim_set_lr(p->opt, dl_lr_cosine_warmup(o->lr, p->r.step, 0, total_steps, 0));
       logits = dl_model_forward(p->m, &p->tp, dl_tape_input(&p->tp, b.x));     /* [B, T, 256] */
@@ -349,6 +344,7 @@ static int run(prog *p, dl_train_opts *o, const lm_opts *lo, const char *argv0) 
       if (dl_gpu_graph_end(graphs) != DL_OK) return fail(p, argv0);
       dl_tape_rewind(&p->tp);
     }
+    if (more < 0) return fail(p, argv0);
     dl_run_flush(&p->r); /* the epoch's last step counted before the evaluation */
     eval_text(p, dl_u8(p->f.test), L, &test_nats, &test_acc);
     if (dl_run_end_epoch(&p->r, test_nats, test_acc) != DL_OK) return fail(p, argv0);

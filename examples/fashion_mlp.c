@@ -166,14 +166,10 @@ static int run(prog *p, dl_train_opts *o, const char *export_dir, int64_t h1, in
     dl_gpu *graphs = o->no_graphs ? NULL : p->gpu;
     const dl_gpu_counts c0 = dl_gpu_get_counts(p->gpu);
     const int64_t step0 = p->r.step;
-    for (;;) {
-      dl_batch b;
+    dl_batch b;
+    int more;
+    while ((more = dl_train_next(graphs, &p->tb, &b)) > 0) {
       dl_tensor *logits, *loss;
-      if (dl_gpu_graph_begin(graphs) != DL_OK) return fail(p, argv0);
-      if (!dl_batcher_next(&p->tb, &b)) {
-        if (dl_gpu_graph_end(graphs) != DL_OK) return fail(p, argv0);
-        break;
-      }
       dl_optim_set_lr(p->opt, dl_lr_cosine_warmup(o->lr, p->r.step, 0, total_steps, 0));
       logits = dl_model_forward(p->m, &p->tp, dl_tape_input(&p->tp, b.x)); /* on the GPU: made there */
       loss = dl_t_cross_entropy(&p->tp, logits, b.y, 0, DL_REDUCE_MEAN); /* labels are read on the host */
@@ -182,6 +178,7 @@ static int run(prog *p, dl_train_opts *o, const char *export_dir, int64_t h1, in
       if (dl_gpu_graph_end(graphs) != DL_OK) return fail(p, argv0);
       dl_tape_rewind(&p->tp);
     }
+    if (more < 0) return fail(p, argv0);
     dl_gpu_counts_add(&p->calls, c0, dl_gpu_get_counts(p->gpu)); /* the training steps' device work, no evaluation */
     p->calls_steps += p->r.step - step0;
     dl_run_flush(&p->r); /* the epoch's last step counted before the evaluation */

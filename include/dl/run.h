@@ -406,6 +406,22 @@ DL_API dl_status dl_train_device(dl_ctx *ctx, const dl_train_opts *o, dl_model *
   return s;
 }
 
+/* The next batch of a training loop whose steps are recorded for CUDA
+ * graphs on g (dl_gpu_graph_begin first; g NULL, a CPU run or --no-graphs:
+ * dl_batcher_next alone): 1 with *out filled (end the step with
+ * dl_gpu_graph_end), 0 when the epoch is over, -1 when the device failed
+ * (the message in its ctx).
+ *   while ((k = dl_train_next(graphs, &tb, &b)) > 0) {
+ *     ... forward, loss, dl_run_step_async, dl_train_step_nowait ...
+ *     if (dl_gpu_graph_end(graphs) != DL_OK) break;
+ *     dl_tape_rewind(&tp);
+ *   } */
+DL_API int dl_train_next(dl_gpu *g, dl_batcher *b, dl_batch *out) {
+  if (dl_gpu_graph_begin(g) != DL_OK) return -1;
+  if (dl_batcher_next(b, out)) return 1;
+  return dl_gpu_graph_end(g) == DL_OK ? 0 : -1; /* the empty recording of the batcher's last call */
+}
+
 /* One line on f: what the device was asked per step, c the sum over
  * `steps` steps (dl_gpu_counts_add): "device calls per training step: ..."
  * (kernel launches, GEMMs, CUDA graph launches and captures, copies,
