@@ -161,14 +161,7 @@ extern "C" int dlg_copy_async(dlg_handle *h, void *dst, const void *src, size_t 
   cudaMemcpyKind k = kind == DLG_H2D ? cudaMemcpyHostToDevice : kind == DLG_D2H ? cudaMemcpyDeviceToHost
                                                                                  : cudaMemcpyDeviceToDevice;
   if (dlg_rec_h == h && bytes && kind == DLG_D2H) { // to page-locked memory, read after an event: recorded
-    std::string key("H", 1);
-    dlg_key_val(key, dst);
-    dlg_key_val(key, src);
-    dlg_key_val(key, bytes);
-    h->gr_add(h, std::move(key), [dst, src, bytes](dlg_handle *hh, const char *op) {
-      hh->n.copies++;
-      return dlg_cuda(hh, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, hh->stream), op);
-    });
+    dlg_rec_copy(h, dst, src, bytes, k);
     h->gr_name(h, "dlg_copy_async");
     return DLG_OK;
   }

@@ -129,6 +129,19 @@ static inline cudaError_t dlg_stream_sync(dlg_handle *h) {
   h->n.syncs++;
   return cudaStreamSynchronize(h->stream);
 }
+// A copy recorded as it is (device to device, or device to page-locked
+// host memory read after an event), issued in its place.
+static inline void dlg_rec_copy(dlg_handle *h, void *dst, const void *src, size_t bytes, cudaMemcpyKind k) {
+  std::string key("C", 1);
+  dlg_key_val(key, dst);
+  dlg_key_val(key, src);
+  dlg_key_val(key, bytes);
+  dlg_key_val(key, k);
+  h->gr_add(h, std::move(key), [dst, src, bytes, k](dlg_handle *hh, const char *op) {
+    hh->n.copies++;
+    return dlg_cuda(hh, cudaMemcpyAsync(dst, src, bytes, k, hh->stream), op);
+  });
+}
 // Queued copy / fill on the handle's stream (counted). While recording: a
 // copy from the host is recorded with its bytes, a copy to the host flushes
 // the recording and is issued at once (the host reads it next).
@@ -140,14 +153,7 @@ static inline cudaError_t dlg_memcpy_async(dlg_handle *h, void *dst, const void 
       return cudaSuccess;
     }
     if (k == cudaMemcpyDeviceToDevice) {
-      std::string key("C", 1);
-      dlg_key_val(key, dst);
-      dlg_key_val(key, src);
-      dlg_key_val(key, bytes);
-      h->gr_add(h, std::move(key), [dst, src, bytes](dlg_handle *hh, const char *op) {
-        hh->n.copies++;
-        return dlg_cuda(hh, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, hh->stream), op);
-      });
+      dlg_rec_copy(h, dst, src, bytes, k);
       return cudaSuccess;
     }
     if ((h->gr_rc = dlg_graph_flush(h)) != DLG_OK) return DLG_FLUSH_FAILED;

@@ -1346,6 +1346,14 @@ static void test_training(void) {
  * (dl_dist_train_step without a norm wanted: nothing is read back; the batch on the device, the labels on the
  * host, staged to the device without a wait).
  * The MLP and the CNN (convolution, pooling, linear), Adam. */
+/* A run with what dl_run_step_async needs of one: its ctx and a progress that prints lines. */
+static void async_run(dl_run *r) {
+  memset(r, 0, sizeof *r);
+  r->ctx = &ctx;
+  dl_progress_init(&r->pg, &(dl_progress_desc){.stream = stdout, .mode = DL_PROGRESS_LINES, .every_frac = -1,
+                                               .every_s = -1});
+  dl_progress_begin(&r->pg, 1);
+}
 typedef struct counts_arg {
   int cnn;
   int deterministic;
@@ -1361,11 +1369,7 @@ static void counts_body(const void *arg) {
   int64_t want_correct = 0;
   dl_run r; /* what dl_run_step_async needs of a run: its ctx and progress */
   int step;
-  memset(&r, 0, sizeof r);
-  r.ctx = &ctx;
-  dl_progress_init(&r.pg, &(dl_progress_desc){.stream = stdout, .mode = DL_PROGRESS_LINES, .every_frac = -1,
-                                              .every_s = -1});
-  dl_progress_begin(&r.pg, 1);
+  async_run(&r);
   CHECK(dl_model_to_device(m, gpu) == DL_OK);
   o = make_optim(m, 1);
   xg = dev(as_dtype(x, DL_F32));
@@ -1486,7 +1490,7 @@ typedef struct graph_arg {
 } graph_arg;
 static double graph_run(const graph_arg *a, int graphs, dl_model **mout, dl_gpu_counts *warm) {
   const uint64_t seed0 = seed_next; /* both runs draw the same batches */
-  dl_model *m = build_net(DL_F32, a->cnn);
+  dl_model *m;
   dl_optim *o;
   dl_tape tp;
   dl_run r;
@@ -1495,12 +1499,9 @@ static double graph_run(const graph_arg *a, int graphs, dl_model **mout, dl_gpu_
   dl_tensor *xg = dev(as_dtype(a->cnn ? nrm(DL_SHAPE(4, 1, 8, 8)) : nrm(DL_SHAPE(8, 6)), DL_F32));
   const int64_t n = xg->shape[0];
   int step;
-  memset(&r, 0, sizeof r);
-  r.ctx = &ctx;
-  dl_progress_init(&r.pg, &(dl_progress_desc){.stream = stdout, .mode = DL_PROGRESS_LINES, .every_frac = -1,
-                                              .every_s = -1});
-  dl_progress_begin(&r.pg, 1);
-  if (a->dropout) { /* the MLP with dropout after its hidden layer */
+  async_run(&r);
+  if (!a->dropout) m = build_net(DL_F32, a->cnn);
+  else { /* the MLP with dropout after its hidden layer */
     m = own_model(dl_model_make(&ctx, &(dl_model_desc){.dtype = DL_F32, .seed = 21}));
     dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = 6, .out = 8});
     dl_act_make(m, NULL, NULL, DL_ACT_RELU, 0);
