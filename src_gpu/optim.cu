@@ -15,6 +15,19 @@ __host__ __device__ __forceinline__ int64_t at(int64_t i, int64_t w, const int64
 template <typename T> __host__ __device__ __forceinline__ T sgn(T v) {
   return rsub(v > 0 ? (T)1 : (T)0, v < 0 ? (T)1 : (T)0);
 }
+// An update's scalars (learning rate, bias corrections, decay, ...) reach its
+// kernel by value, or, while the handle records a CUDA graph, as bytes staged
+// on the device (d non-null: read there): a learning rate that a schedule
+// changes every step then replays the captured graph instead of capturing a
+// new one, as dlg_adam_multi's table and dropout's seed do. Either way the
+// kernel rounds each to T once, as the host did: the same bits.
+template <int N> struct Scal {
+  double v[N];
+};
+template <int N> __host__ __device__ __forceinline__ void scal_load(Scal<N> &s, const double *__restrict__ d) {
+  if (d)
+    for (int k = 0; k < N; k++) s.v[k] = d[k];
+}
 
 template <typename T>
 __host__ __device__ __forceinline__ void sgd_at(int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
@@ -32,8 +45,10 @@ __host__ __device__ __forceinline__ void sgd_at(int64_t w, const int64_t *__rest
 }
 template <typename T>
 __global__ void k_sgd(int64_t n, int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
-                      const T *__restrict__ g, T *__restrict__ buf, T sg, T wd, T mom, T damp1, T lr, int use_buf,
-                      int first, int nesterov) {
+                      const T *__restrict__ g, T *__restrict__ buf, Scal<5> s, const double *__restrict__ ds,
+                      int use_buf, int first, int nesterov) {
+  scal_load(s, ds);
+  const T sg = (T)s.v[0], wd = (T)s.v[1], mom = (T)s.v[2], damp1 = (T)s.v[3], lr = (T)s.v[4];
   GRID_STRIDE(i, n) sgd_at(w, rows, p, g, buf, sg, wd, mom, damp1, lr, use_buf, first, nesterov, i);
 }
 template <typename T>
@@ -56,8 +71,11 @@ __host__ __device__ __forceinline__ void adam_at(int64_t w, const int64_t *__res
 }
 template <typename T>
 __global__ void k_adam(int64_t n, int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
-                       const T *__restrict__ g, T *__restrict__ m, T *__restrict__ v, T *__restrict__ vm, T sg, T wd,
-                       T b1, T b1c, T b2, T b2c, T dec, T ss, T bc, T eps) {
+                       const T *__restrict__ g, T *__restrict__ m, T *__restrict__ v, T *__restrict__ vm, Scal<10> s,
+                       const double *__restrict__ ds) {
+  scal_load(s, ds);
+  const T sg = (T)s.v[0], wd = (T)s.v[1], b1 = (T)s.v[2], b1c = (T)s.v[3], b2 = (T)s.v[4], b2c = (T)s.v[5],
+          dec = (T)s.v[6], ss = (T)s.v[7], bc = (T)s.v[8], eps = (T)s.v[9];
   GRID_STRIDE(i, n) adam_at(w, rows, p, g, m, v, vm, sg, wd, b1, b1c, b2, b2c, dec, ss, bc, eps, i);
 }
 // The multi-tensor Adam: blockIdx.y picks the tensor, blocks along x stride over its elements.
@@ -95,8 +113,11 @@ __host__ __device__ __forceinline__ void rmsprop_at(int64_t w, const int64_t *__
 }
 template <typename T>
 __global__ void k_rmsprop(int64_t n, int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
-                          const T *__restrict__ g, T *__restrict__ sq, T *__restrict__ ga, T *__restrict__ mb, T sg,
-                          T wd, T al, T al1, T eps, T mom, T lr) {
+                          const T *__restrict__ g, T *__restrict__ sq, T *__restrict__ ga, T *__restrict__ mb,
+                          Scal<7> s, const double *__restrict__ ds) {
+  scal_load(s, ds);
+  const T sg = (T)s.v[0], wd = (T)s.v[1], al = (T)s.v[2], al1 = (T)s.v[3], eps = (T)s.v[4], mom = (T)s.v[5],
+          lr = (T)s.v[6];
   GRID_STRIDE(i, n) rmsprop_at(w, rows, p, g, sq, ga, mb, sg, wd, al, al1, eps, mom, lr, i);
 }
 template <typename T>
@@ -111,7 +132,9 @@ __host__ __device__ __forceinline__ void adagrad_at(int64_t w, const int64_t *__
 }
 template <typename T>
 __global__ void k_adagrad(int64_t n, int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
-                          const T *__restrict__ g, T *__restrict__ sum, T sg, T wd, T clr, T eps) {
+                          const T *__restrict__ g, T *__restrict__ sum, Scal<4> s, const double *__restrict__ ds) {
+  scal_load(s, ds);
+  const T sg = (T)s.v[0], wd = (T)s.v[1], clr = (T)s.v[2], eps = (T)s.v[3];
   GRID_STRIDE(i, n) adagrad_at(w, rows, p, g, sum, sg, wd, clr, eps, i);
 }
 template <typename T>
@@ -126,7 +149,9 @@ __host__ __device__ __forceinline__ void lion_at(int64_t w, const int64_t *__res
 }
 template <typename T>
 __global__ void k_lion(int64_t n, int64_t w, const int64_t *__restrict__ rows, T *__restrict__ p,
-                       const T *__restrict__ g, T *__restrict__ m, T b1, T b1c, T b2, T b2c, T lr, T dec) {
+                       const T *__restrict__ g, T *__restrict__ m, Scal<6> s, const double *__restrict__ ds) {
+  scal_load(s, ds);
+  const T b1 = (T)s.v[0], b1c = (T)s.v[1], b2 = (T)s.v[2], b2c = (T)s.v[3], lr = (T)s.v[4], dec = (T)s.v[5];
   GRID_STRIDE(i, n) lion_at(w, rows, p, g, m, b1, b1c, b2, b2c, lr, dec, i);
 }
 template <typename T> __host__ __device__ __forceinline__ void clamp_at(T *__restrict__ x, T lo, T hi, int64_t i) {
@@ -162,21 +187,27 @@ __host__ __device__ __forceinline__ void lamb_apply_at(T *__restrict__ p, const 
   p[i] = rsub(p[i], rmul(st, u));
 }
 template <typename T>
-__global__ void k_lamb_mv(int64_t n, const T *__restrict__ g, T *__restrict__ m, T *__restrict__ v, T b1, T b1c, T b2,
-                          T b2c) {
+__global__ void k_lamb_mv(int64_t n, const T *__restrict__ g, T *__restrict__ m, T *__restrict__ v, Scal<10> k,
+                          const double *__restrict__ dk) {
+  scal_load(k, dk);
+  const T b1 = (T)k.v[0], b1c = (T)k.v[1], b2 = (T)k.v[2], b2c = (T)k.v[3];
   GRID_STRIDE(i, n) lamb_mv_at(g, m, v, b1, b1c, b2, b2c, i);
 }
 template <typename T>
-__global__ void k_lamb_apply(int64_t n, T *__restrict__ p, const T *__restrict__ m, const T *__restrict__ v, T bc1,
-                             T bc2s, T eps, T wd, const double *s, double lr, double max_trust) {
-  const T st = lamb_scale<T>(s, lr, max_trust);
+__global__ void k_lamb_apply(int64_t n, T *__restrict__ p, const T *__restrict__ m, const T *__restrict__ v,
+                             const double *s, Scal<10> k, const double *__restrict__ dk) {
+  scal_load(k, dk);
+  const T bc1 = (T)k.v[4], bc2s = (T)k.v[5], eps = (T)k.v[6], wd = (T)k.v[7];
+  const T st = lamb_scale<T>(s, k.v[8], k.v[9]);
   GRID_STRIDE(i, n) lamb_apply_at(p, m, v, bc1, bc2s, eps, wd, st, i);
 }
 template <typename T> struct FLambU {
   const T *p, *m, *v;
   T bc1, bc2s, eps, wd;
+  const double *dk; // non-null (recording): bc1, bc2s, eps and wd are dk[4..7] (see Scal)
   __host__ __device__ double operator()(int64_t i) const {
-    const double u = (double)lamb_u(p, m, v, bc1, bc2s, eps, wd, i);
+    const double u = dk ? (double)lamb_u(p, m, v, (T)dk[4], (T)dk[5], (T)dk[6], (T)dk[7], i)
+                        : (double)lamb_u(p, m, v, bc1, bc2s, eps, wd, i);
     return u * u;
   }
 };
@@ -248,38 +279,64 @@ __host__ __device__ __forceinline__ void regularize_at(int64_t w, const int64_t 
 }
 template <typename T>
 __global__ void k_regularize(int64_t n, int64_t w, const int64_t *__restrict__ rows, T *__restrict__ g,
-                             const T *__restrict__ p, T l1, T l2) {
+                             const T *__restrict__ p, Scal<2> s, const double *__restrict__ ds) {
+  scal_load(s, ds);
+  const T l1 = (T)s.v[0], l2 = (T)s.v[1];
   GRID_STRIDE(i, n) regularize_at(w, rows, g, p, l1, l2, i);
 }
 
 
 #ifndef DLG_HOST_TEST
-// The rows of a row-sparse step into the workspace (NULL when dense).
-inline int stage_rows(dlg_handle *h, const char *op, int64_t n, int64_t width, const int64_t *rows, const int64_t **dev) {
+// Into the workspace: the rows of a row-sparse step (*dev, NULL when dense)
+// and, while the handle records a CUDA graph, the update's scalars (*ds, NULL
+// otherwise: they go by value; see Scal). Staged, s is zeroed: the launch's
+// arguments, which the recorder compares, are then the same every step.
+template <int N>
+inline int stage_args(dlg_handle *h, const char *op, int64_t n, int64_t width, const int64_t *rows, const int64_t **dev,
+                      Scal<N> &s, const double **ds) {
   *dev = NULL;
-  if (!rows || n == 0) return DLG_OK;
-  if (width <= 0 || n % width != 0)
-    return dlg_fail(h, DLG_ERR, "%s: %lld elements are not whole rows of %lld", op, (long long)n, (long long)width);
-  const size_t bytes = sizeof(int64_t) * (size_t)(n / width);
-  DLG_TRY(dlg_ws(h, up256(bytes)));
-  DLG_TRY(stage(h, h->ws, rows, bytes, op));
-  *dev = (const int64_t *)h->ws;
+  *ds = NULL;
+  size_t rb = 0;
+  if (rows && n) {
+    if (width <= 0 || n % width != 0)
+      return dlg_fail(h, DLG_ERR, "%s: %lld elements are not whole rows of %lld", op, (long long)n, (long long)width);
+    rb = sizeof(int64_t) * (size_t)(n / width);
+  }
+  const bool rec = dlg_rec_h == h;
+  if (!rb && !rec) return DLG_OK;
+  const Carve c = carve(rb, rec ? sizeof s.v : 0);
+  DLG_TRY(dlg_ws(h, c.total));
+  if (rb) {
+    DLG_TRY(stage(h, piece<int64_t>(h, c, 0), rows, rb, op));
+    *dev = piece<int64_t>(h, c, 0);
+  }
+  if (rec) {
+    DLG_TRY(stage(h, piece<double>(h, c, 1), s.v, sizeof s.v, op));
+    *ds = piece<double>(h, c, 1);
+    s = Scal<N>();
+  }
   return DLG_OK;
 }
 template <typename T>
 int lamb_run(dlg_handle *h, const char *op, int64_t n, T *p, const T *g, T *m, T *v, const double *k) {
   const unsigned nb = dlg_blocks(h, n, TPB);
-  const Carve c = carve(sizeof(double) * (size_t)psum_blocks(h, n), 2 * sizeof(double));
+  const bool rec = dlg_rec_h == h; // the ten scalars as bytes (see Scal)
+  Scal<10> ks;
+  for (int j = 0; j < 10; j++) ks.v[j] = k[j];
+  const Carve c = carve(sizeof(double) * (size_t)psum_blocks(h, n), 2 * sizeof(double), rec ? sizeof ks.v : 0);
   DLG_TRY(dlg_ws(h, c.total));
-  double *part = piece<double>(h, c, 0), *sums = piece<double>(h, c, 1);
-  const T bc1 = (T)k[4], bc2s = (T)k[5], eps = (T)k[6], wd = (T)k[7];
-  DLG_LAUNCH(nb, TPB, 0, h->stream, k_lamb_mv<T>)(n, g, m, v, (T)k[0], (T)k[1], (T)k[2], (T)k[3]);
+  double *part = piece<double>(h, c, 0), *sums = piece<double>(h, c, 1), *dk = rec ? piece<double>(h, c, 2) : nullptr;
+  if (dk) { // (and zeroed: the same arguments every step, see stage_args)
+    DLG_TRY(stage(h, dk, ks.v, sizeof ks.v, op));
+    ks = Scal<10>();
+  }
+  DLG_LAUNCH(nb, TPB, 0, h->stream, k_lamb_mv<T>)(n, g, m, v, ks, dk);
   DLG_TRY(dlg_launched(h, op));
   const FSq<T> fp = {p};
   DLG_TRY(psum<double>(h, op, fp, n, part, sums, 1.0));
-  const FLambU<T> fu = {p, m, v, bc1, bc2s, eps, wd};
+  const FLambU<T> fu = {p, m, v, (T)ks.v[4], (T)ks.v[5], (T)ks.v[6], (T)ks.v[7], dk};
   DLG_TRY(psum<double>(h, op, fu, n, part, sums + 1, 1.0));
-  DLG_LAUNCH(nb, TPB, 0, h->stream, k_lamb_apply<T>)(n, p, m, v, bc1, bc2s, eps, wd, sums, k[8], k[9]);
+  DLG_LAUNCH(nb, TPB, 0, h->stream, k_lamb_apply<T>)(n, p, m, v, sums, ks, dk);
   return dlg_launched(h, op);
 }
 #endif // DLG_HOST_TEST
@@ -300,15 +357,16 @@ int dlg_sgd_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const int
   if (n == 0) return DLG_OK;
   const int use_buf = momentum != 0;
   if (use_buf && !buf) return dlg_fail(h, DLG_ERR, "%s: momentum %g needs the momentum buffer", op, momentum);
-  DLG_TRY(stage_rows(h, op, n, width, rows, &r));
+  Scal<5> s = {{sg, wd, momentum, damp1, lr}};
+  const double *ds;
+  DLG_TRY(stage_args(h, op, n, width, rows, &r, s, &ds));
   const unsigned nb = dlg_blocks(h, n, TPB);
   if (dtype == DLG_F32)
-    DLG_LAUNCH(nb, TPB, 0, h->stream, k_sgd<float>)(n, width, r, (float *)p, (const float *)g, (float *)buf, (float)sg,
-                                            (float)wd, (float)momentum, (float)damp1, (float)lr, use_buf, first,
-                                            nesterov);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_sgd<float>)(n, width, r, (float *)p, (const float *)g, (float *)buf, s, ds,
+                                                    use_buf, first, nesterov);
   else
-    DLG_LAUNCH(nb, TPB, 0, h->stream, k_sgd<double>)(n, width, r, (double *)p, (const double *)g, (double *)buf, sg, wd,
-                                             momentum, damp1, lr, use_buf, first, nesterov);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_sgd<double>)(n, width, r, (double *)p, (const double *)g, (double *)buf, s, ds,
+                                                     use_buf, first, nesterov);
   return dlg_launched(h, op);
 }
 
@@ -319,17 +377,16 @@ int dlg_adam_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const in
   const int64_t *r;
   DLG_CHECK_DTYPE(op, dtype);
   if (n == 0) return DLG_OK;
-  DLG_TRY(stage_rows(h, op, n, width, rows, &r));
+  Scal<10> s = {{sg, wd, b1, b1c, b2, b2c, decay, step_size, bc2_sqrt, eps}};
+  const double *ds;
+  DLG_TRY(stage_args(h, op, n, width, rows, &r, s, &ds));
   const unsigned nb = dlg_blocks(h, n, TPB);
   if (dtype == DLG_F32)
     DLG_LAUNCH(nb, TPB, 0, h->stream, k_adam<float>)(n, width, r, (float *)p, (const float *)g, (float *)m, (float *)v,
-                                             (float *)vmax, (float)sg, (float)wd, (float)b1, (float)b1c, (float)b2,
-                                             (float)b2c, (float)decay, (float)step_size, (float)bc2_sqrt,
-                                             (float)eps);
+                                                     (float *)vmax, s, ds);
   else
-    DLG_LAUNCH(nb, TPB, 0, h->stream, k_adam<double>)(n, width, r, (double *)p, (const double *)g, (double *)m, (double *)v,
-                                              (double *)vmax, sg, wd, b1, b1c, b2, b2c, decay, step_size, bc2_sqrt,
-                                              eps);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_adam<double>)(n, width, r, (double *)p, (const double *)g, (double *)m,
+                                                      (double *)v, (double *)vmax, s, ds);
   return dlg_launched(h, op);
 }
 
@@ -361,16 +418,16 @@ int dlg_rmsprop_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const
   const int64_t *r;
   DLG_CHECK_DTYPE(op, dtype);
   if (n == 0) return DLG_OK;
-  DLG_TRY(stage_rows(h, op, n, width, rows, &r));
+  Scal<7> s = {{sg, wd, alpha, alpha1, eps, momentum, lr}};
+  const double *ds;
+  DLG_TRY(stage_args(h, op, n, width, rows, &r, s, &ds));
   const unsigned nb = dlg_blocks(h, n, TPB);
   if (dtype == DLG_F32)
-    DLG_LAUNCH(nb, TPB, 0, h->stream, k_rmsprop<float>)(n, width, r, (float *)p, (const float *)g, (float *)sq, (float *)ga,
-                                                (float *)mb, (float)sg, (float)wd, (float)alpha, (float)alpha1,
-                                                (float)eps, (float)momentum, (float)lr);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_rmsprop<float>)(n, width, r, (float *)p, (const float *)g, (float *)sq,
+                                                        (float *)ga, (float *)mb, s, ds);
   else
     DLG_LAUNCH(nb, TPB, 0, h->stream, k_rmsprop<double>)(n, width, r, (double *)p, (const double *)g, (double *)sq,
-                                                 (double *)ga, (double *)mb, sg, wd, alpha, alpha1, eps, momentum,
-                                                 lr);
+                                                         (double *)ga, (double *)mb, s, ds);
   return dlg_launched(h, op);
 }
 
@@ -380,14 +437,15 @@ int dlg_adagrad_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const
   const int64_t *r;
   DLG_CHECK_DTYPE(op, dtype);
   if (n == 0) return DLG_OK;
-  DLG_TRY(stage_rows(h, op, n, width, rows, &r));
+  Scal<4> s = {{sg, wd, clr, eps}};
+  const double *ds;
+  DLG_TRY(stage_args(h, op, n, width, rows, &r, s, &ds));
   const unsigned nb = dlg_blocks(h, n, TPB);
   if (dtype == DLG_F32)
-    DLG_LAUNCH(nb, TPB, 0, h->stream, k_adagrad<float>)(n, width, r, (float *)p, (const float *)g, (float *)sum, (float)sg,
-                                                (float)wd, (float)clr, (float)eps);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_adagrad<float>)(n, width, r, (float *)p, (const float *)g, (float *)sum, s, ds);
   else
-    DLG_LAUNCH(nb, TPB, 0, h->stream, k_adagrad<double>)(n, width, r, (double *)p, (const double *)g, (double *)sum, sg, wd,
-                                                 clr, eps);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_adagrad<double>)(n, width, r, (double *)p, (const double *)g, (double *)sum, s,
+                                                         ds);
   return dlg_launched(h, op);
 }
 
@@ -397,14 +455,14 @@ int dlg_lion_update(dlg_handle *h, int dtype, int64_t n, int64_t width, const in
   const int64_t *r;
   DLG_CHECK_DTYPE(op, dtype);
   if (n == 0) return DLG_OK;
-  DLG_TRY(stage_rows(h, op, n, width, rows, &r));
+  Scal<6> s = {{b1, b1c, b2, b2c, lr, decay}};
+  const double *ds;
+  DLG_TRY(stage_args(h, op, n, width, rows, &r, s, &ds));
   const unsigned nb = dlg_blocks(h, n, TPB);
   if (dtype == DLG_F32)
-    DLG_LAUNCH(nb, TPB, 0, h->stream, k_lion<float>)(n, width, r, (float *)p, (const float *)g, (float *)m, (float)b1,
-                                             (float)b1c, (float)b2, (float)b2c, (float)lr, (float)decay);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_lion<float>)(n, width, r, (float *)p, (const float *)g, (float *)m, s, ds);
   else
-    DLG_LAUNCH(nb, TPB, 0, h->stream, k_lion<double>)(n, width, r, (double *)p, (const double *)g, (double *)m, b1, b1c, b2,
-                                              b2c, lr, decay);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_lion<double>)(n, width, r, (double *)p, (const double *)g, (double *)m, s, ds);
   return dlg_launched(h, op);
 }
 
@@ -484,12 +542,14 @@ int dlg_regularize(dlg_handle *h, int dtype, int64_t n, int64_t width, const int
   const int64_t *r;
   DLG_CHECK_DTYPE(op, dtype);
   if (n == 0) return DLG_OK;
-  DLG_TRY(stage_rows(h, op, n, width, rows, &r));
+  Scal<2> s = {{l1, l2}};
+  const double *ds;
+  DLG_TRY(stage_args(h, op, n, width, rows, &r, s, &ds));
   const unsigned nb = dlg_blocks(h, n, TPB);
   if (dtype == DLG_F32)
-    DLG_LAUNCH(nb, TPB, 0, h->stream, k_regularize<float>)(n, width, r, (float *)g, (const float *)p, (float)l1, (float)l2);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_regularize<float>)(n, width, r, (float *)g, (const float *)p, s, ds);
   else
-    DLG_LAUNCH(nb, TPB, 0, h->stream, k_regularize<double>)(n, width, r, (double *)g, (const double *)p, l1, l2);
+    DLG_LAUNCH(nb, TPB, 0, h->stream, k_regularize<double>)(n, width, r, (double *)g, (const double *)p, s, ds);
   return dlg_launched(h, op);
 }
 

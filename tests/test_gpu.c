@@ -1484,10 +1484,43 @@ static void test_step_counts(void) {
  * norm; on the fake device the graphs are captured and replayed as a GPU would (src_gpu/fake/cuda_fake.h). Once
  * warm a step without dropout replays what it captured: no capture, no single launch, no GEMM, no wait, no
  * allocation, one graph launch and one copy (its host bytes) per segment (the step is cut at the progress
- * line's event). With dropout too: each step's seed reaches the kernel as bytes, not as an argument. */
+ * line's event). With dropout too: each step's seed reaches the kernel as bytes, not as an argument. With
+ * the other optimizers (SGD with Nesterov momentum, centred RMSprop with momentum, Adagrad with lr_decay, Lion,
+ * LAMB) the learning rate changes every step, as under a schedule: their scalars too travel as bytes while
+ * recording, so a warm step still captures nothing. */
 typedef struct graph_arg {
-  int cnn, dropout;
+  int cnn, dropout, opt; /* opt 0: Adam (the learning rate changed once); 1-5: SGD, RMSprop, Adagrad, Lion, LAMB */
 } graph_arg;
+static const char *const graph_opt_names[6] = {"Adam", "SGD", "RMSprop", "Adagrad", "Lion", "LAMB"};
+static dl_optim *graph_optim(dl_model *m, int opt) {
+  switch (opt) {
+  case 1: {
+    dl_sgd_cfg c = dl_sgd_defaults(0.05);
+    c.momentum = 0.9;
+    c.nesterov = 1;
+    c.weight_decay = 1e-3;
+    return own_optim(dl_optim_sgd(m, &c));
+  }
+  case 2: {
+    dl_rmsprop_cfg c = dl_rmsprop_defaults(0.01);
+    c.centered = 1;
+    c.momentum = 0.5;
+    return own_optim(dl_optim_rmsprop(m, &c));
+  }
+  case 3: {
+    dl_adagrad_cfg c = dl_adagrad_defaults(0.05);
+    c.lr_decay = 0.01;
+    return own_optim(dl_optim_adagrad(m, &c));
+  }
+  case 4: {
+    dl_lion_cfg c = dl_lion_defaults(0.001);
+    c.weight_decay = 0.01;
+    return own_optim(dl_optim_lion(m, &c));
+  }
+  case 5: return make_optim(m, 2);
+  default: return make_optim(m, 1);
+  }
+}
 static double graph_run(const graph_arg *a, int graphs, dl_model **mout, dl_gpu_counts *warm) {
   const uint64_t seed0 = seed_next; /* both runs draw the same batches */
   dl_model *m;
@@ -1510,7 +1543,7 @@ static double graph_run(const graph_arg *a, int graphs, dl_model **mout, dl_gpu_
     if (dl_model_status(m) != DL_OK || dl_model_pack(m) != DL_OK) fatal("the model");
   }
   CHECK(dl_model_to_device(m, gpu) == DL_OK);
-  o = make_optim(m, 1);
+  o = graph_optim(m, a->opt);
   if (dl_tape_init(&tp, &ctx, 0) != DL_OK || dl_tape_use_gpu(&tp, gpu) != DL_OK) fatal("the tape");
   c0 = dl_gpu_get_counts(gpu);
   for (step = 0; step < 8; step++) {
@@ -1519,7 +1552,8 @@ static double graph_run(const graph_arg *a, int graphs, dl_model **mout, dl_gpu_
     int64_t i;
     for (i = 0; i < n; i++) ((int64_t *)lab->data)[i] = (i + step) % 3;
     if (step == 3) c0 = dl_gpu_get_counts(gpu);
-    if (step == 4) dl_optim_set_lr(o, 0.003);
+    if (a->opt) dl_optim_set_lr(o, o->lr * 0.9); /* a schedule: a new learning rate every step */
+    else if (step == 4) dl_optim_set_lr(o, 0.003);
     if (graphs) CHECK(dl_gpu_graph_begin(gpu) == DL_OK);
     CHECK(dl_copy_to(xg, xs) == DL_OK); /* the step's batch into the same device tensor */
     logits = dl_model_forward(m, &tp, xg);
@@ -1551,7 +1585,9 @@ static void graph_body(const void *arg) {
   const graph_arg *a = (const graph_arg *)arg;
   dl_model *m0, *m1;
   dl_gpu_counts w0, w1;
-  const char *name = a->dropout ? "MLP with dropout" : a->cnn ? "CNN" : "MLP";
+  char name[64];
+  snprintf(name, sizeof name, "%s, %s", a->dropout ? "MLP with dropout" : a->cnn ? "CNN" : "MLP",
+           graph_opt_names[a->opt]);
   const double l0 = graph_run(a, 0, &m0, &w0), l1 = graph_run(a, 1, &m1, &w1);
   CHECK_MSG(l0 == l1 && l0 > 0, "%s: loss sum %.17g recorded into graphs, %.17g step by step", name, l1, l0);
   CHECK_MSG(m0->pnumel == m1->pnumel && !memcmp(m0->pbuf, m1->pbuf, (size_t)m0->pnumel * sizeof(float)),
@@ -1607,11 +1643,13 @@ static void graph_errors_body(const void *arg) {
 #endif
 }
 static void test_graphs(void) {
-  static const graph_arg args[3] = {{0, 0}, {1, 0}, {0, 1}};
+  static const graph_arg args[8] = {{0, 0, 0}, {1, 0, 0}, {0, 1, 0}, {0, 0, 1}, {0, 0, 2}, {0, 0, 3}, {0, 0, 4}, {0, 0, 5}};
+  int k;
   NEED_GPU();
   guarded(graph_body, &args[0], "MLP with CUDA graphs");
   guarded(graph_body, &args[1], "CNN with CUDA graphs");
   guarded(graph_body, &args[2], "MLP with dropout, CUDA graphs");
+  for (k = 3; k < 8; k++) guarded(graph_body, &args[k], graph_opt_names[args[k].opt]);
   guarded(graph_errors_body, NULL, "failures of recorded work");
 }
 

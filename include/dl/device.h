@@ -434,8 +434,9 @@ DL_API void dl_gpu_set_deterministic(dl_gpu *g, int on) {
  * of issued, then compared with the previous step's: the same work (the
  * same kernels, argument values and tensors, whatever bytes the host sends)
  * is replayed as one CUDA graph launch, captured once; new or changed work
- * (a new shape; a learning rate passed by value: SGD's, not Adam's) is
- * captured again. A call that needs the device at once (dl_item, a copy to
+ * (a new shape, a new parameter) is captured again; the optimizers'
+ * scalars and dropout's seed travel as bytes while recording, so a learning
+ * rate schedule replays the same graph. A call that needs the device at once (dl_item, a copy to
  * the host, the progress line's event, a user's kernel) cuts the step into
  * segments, each replayed the same way. Results are bit-identical to the
  * step without graphs; the host code of the step runs as before (tape,
