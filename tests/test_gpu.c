@@ -1653,6 +1653,67 @@ static void test_graphs(void) {
   guarded(graph_errors_body, NULL, "failures of recorded work");
 }
 
+/* Evaluation on a device tape: under no-grad a Sequential's children alternate between the tape's two banks of
+ * device memory, so the forward holds about two layers' outputs instead of all of them (layers.h,
+ * dl__lay_seq_nograd_dev). The logits are the grad-mode forward's bit for bit, through children that return a
+ * view of their input (Dropout in eval mode, Flatten of a 2-D input: their input must not be given back), a
+ * nested Sequential, and two forwards on one tape without a rewind (the first one's output stays intact). */
+static void eval_mem_body(const void *arg) {
+  const int64_t N = 2048, W = 256; /* each hidden output 2 MiB */
+  dl_model *m = own_model(dl_model_make(&ctx, &(dl_model_desc){.dtype = DL_F32, .seed = 5}));
+  dl_layer *inner;
+  dl_tensor *x = dev(as_dtype(nrm(DL_SHAPE(N, 16)), DL_F32)), *yg, *yn, *yn2, *hg;
+  dl_tape tg, tn;
+  dl_gpu_stats s0, s1, s2;
+  size_t grad_bytes, nograd_bytes;
+  (void)arg;
+  dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = 16, .out = W});
+  dl_act_make(m, NULL, NULL, DL_ACT_RELU, 0);
+  dl_dropout_make(m, NULL, NULL, 0.5);
+  dl_flatten_make(m, NULL, NULL, 1);
+  dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = W, .out = W});
+  inner = dl_sequential_make(m, NULL, "inner");
+  dl_act_make(m, inner, NULL, DL_ACT_TANH, 0);
+  dl_linear_make(m, inner, NULL, &(dl_linear_desc){.in = W, .out = W});
+  dl_act_make(m, inner, NULL, DL_ACT_RELU, 0);
+  dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = W, .out = W});
+  dl_act_make(m, NULL, NULL, DL_ACT_GELU, 0);
+  dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = W, .out = 10});
+  if (dl_model_status(m) != DL_OK || dl_model_pack(m) != DL_OK) fatal("the model");
+  CHECK(dl_model_to_device(m, gpu) == DL_OK);
+  dl_model_train(m, 0);
+  if (dl_tape_init(&tg, &ctx, 0) != DL_OK || dl_tape_use_gpu(&tg, gpu) != DL_OK) fatal("the tape");
+  if (dl_tape_init(&tn, &ctx, 0) != DL_OK || dl_tape_use_gpu(&tn, gpu) != DL_OK) fatal("the tape");
+  s0 = dl_gpu_get_stats(gpu);
+  yg = dl_model_forward(m, &tg, x); /* grad mode: every output kept for the backward */
+  s1 = dl_gpu_get_stats(gpu);
+  dl_no_grad_begin(&tn);
+  yn = dl_model_forward(m, &tn, x);
+  s2 = dl_gpu_get_stats(gpu);
+  grad_bytes = s1.in_use - s0.in_use;
+  nograd_bytes = s2.in_use - s1.in_use;
+  hg = host(yg);
+  CHECK_MSG(!memcmp(hg->data, host(yn)->data, (size_t)hg->numel * sizeof(float)),
+            "the no-grad forward's logits differ from the grad-mode forward's");
+  yn2 = dl_model_forward(m, &tn, x); /* a second forward on the same tape: the first output stays */
+  CHECK_MSG(!memcmp(hg->data, host(yn)->data, (size_t)hg->numel * sizeof(float)) &&
+                !memcmp(hg->data, host(yn2)->data, (size_t)hg->numel * sizeof(float)),
+            "a second no-grad forward on the tape changed the first one's output, or differs");
+  dl_no_grad_end(&tn);
+  printf("  evaluation of a 10-layer MLP, batch %lld (hidden outputs 2 MiB): device tape %.1f MiB with gradients "
+         "on, %.1f MiB under no-grad\n", (long long)N, grad_bytes / 1048576.0, nograd_bytes / 1048576.0);
+  CHECK_MSG(nograd_bytes * 2 <= grad_bytes && nograd_bytes <= (size_t)10 << 20,
+            "device memory of the forward: %zu bytes under no-grad, %zu with gradients on (want at most half, "
+            "and at most 10 MiB)", nograd_bytes, grad_bytes);
+  dl_tape_free(&tg);
+  dl_tape_free(&tn);
+  nruns++;
+}
+static void test_eval_memory(void) {
+  NEED_GPU();
+  guarded(eval_mem_body, NULL, "no-grad forward memory");
+}
+
 /* dl_batcher_to_device: batches made on the device are the host batcher's bit for bit (u8 through the table,
  * f32 and f64 through multiply-add, a subset's row map, a short last batch), over two epochs, labels on the host;
  * what only the host does is refused with a status, the batcher left as it was. */
@@ -1751,6 +1812,7 @@ int main(void) {
   RUN(test_training);
   RUN(test_step_counts);
   RUN(test_graphs);
+  RUN(test_eval_memory);
   RUN(test_batcher);
   if (gpu) {
     dl_gpu_stats s = dl_gpu_get_stats(gpu);

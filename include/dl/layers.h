@@ -873,8 +873,40 @@ DL_API void dl__check_input(const dl_layer *l, const dl_tensor *x, int min_nd, i
 
 /* >>containers ------------------------------------------------------------- */
 
+#ifdef DL_USE_CUDA
+/* A Sequential's forward under no-grad on a device tape (evaluation):
+ * child i's output (and scratch) comes from bank (cur + i) % 2 of the tape's
+ * device memory, and before child i >= 2 runs its bank is given back to
+ * where it stood when the Sequential began: what is there (child i - 2's
+ * output) is dead once child i - 1 has read it, as nothing is recorded.
+ * Unless child i's input lies there (a child that returned a view of its
+ * input). So an evaluation holds two layers' outputs at a time instead of
+ * every layer's, as PyTorch under torch.no_grad() does; the values are the
+ * same. Memory before the Sequential (its input, the caller's tensors) is
+ * never touched. */
+DL_API dl_tensor *dl__lay_seq_nograd_dev(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  dl__gpu_tapemem *m = (dl__gpu_tapemem *)tp->dev;
+  const int was = m->cur;
+  dl__gpu_mark k[2];
+  int i;
+  k[0] = dl__gpu_arena_mark(&m->bank[0]);
+  k[1] = dl__gpu_arena_mark(&m->bank[1]);
+  for (i = 0; i < l->nchild; i++) {
+    const int b = (was + i) & 1;
+    if (i >= 2 && (!x->data || !dl__gpu_arena_holds(&m->bank[b], k[b], x->data)))
+      dl__gpu_arena_release(&m->bank[b], k[b]);
+    m->cur = b;
+    x = dl_layer_call(l->child[i], tp, x);
+  }
+  m->cur = was;
+  return x;
+}
+#endif
 DL_API dl_tensor *dl__lay_seq_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
   int i;
+#ifdef DL_USE_CUDA
+  if (tp->no_grad && tp->dev && !tp->hvp && !x->tangent && l->nchild > 2) return dl__lay_seq_nograd_dev(l, tp, x);
+#endif
   for (i = 0; i < l->nchild; i++) x = dl_layer_call(l->child[i], tp, x);
   return x;
 }

@@ -134,6 +134,19 @@ typedef struct dl__gpu_arena {
   size_t step;    /* bytes used by this step so far (all chunks) */
   size_t high;    /* the most one step has used */
 } dl__gpu_arena;
+/* A device tape's memory: two arenas. New outputs come from bank[cur]; only
+ * a no-grad forward of a Sequential alternates into bank 1 (layers.h's
+ * dl__lay_seq_nograd_dev), so that what a layer read two layers ago can be
+ * given back while the forward runs. Both rewind with the tape. */
+typedef struct dl__gpu_tapemem {
+  dl__gpu_arena bank[2];
+  int cur;
+} dl__gpu_tapemem;
+/* Where an arena stood (dl__gpu_arena_mark), to give back what came after. */
+typedef struct dl__gpu_mark {
+  int n;
+  size_t used, step;
+} dl__gpu_mark;
 
 /* Makes tp a device tape on g: from now on its op outputs, intermediate
  * gradients and device scratch are g's memory (one block per step once
@@ -144,15 +157,15 @@ DL_API dl_status dl_tape_use_gpu(dl_tape *tp, dl_gpu *g) {
 #ifndef DL_USE_CUDA
   return dl_fail(tp->ctx, DL_ERR_NO_DEVICE, "dl_tape_use_gpu: built without DL_USE_CUDA");
 #else
-  dl__gpu_arena *a;
+  dl__gpu_tapemem *a;
   if (tp->nodes) return dl_fail(tp->ctx, DL_ERR_ARG, "dl_tape_use_gpu: the tape holds a step; rewind it first");
   if (tp->gpu) return tp->gpu == g ? DL_OK : dl_fail(tp->ctx, DL_ERR_ARG, "dl_tape_use_gpu: already on another device");
   if (g->ctx != tp->ctx) /* device tensors find their device through their ctx */
     return dl_fail(tp->ctx, DL_ERR_ARG, "dl_tape_use_gpu: the device was opened on another ctx than the tape's");
-  a = (dl__gpu_arena *)dl_alloc(tp->ctx, sizeof *a);
+  a = (dl__gpu_tapemem *)dl_alloc(tp->ctx, sizeof *a);
   if (!a) return DL_ERR_NOMEM;
   memset(a, 0, sizeof *a);
-  a->g = g;
+  a->bank[0].g = a->bank[1].g = g;
   tp->gpu = g;
   tp->dev = a;
   return DL_OK;
@@ -160,13 +173,15 @@ DL_API dl_status dl_tape_use_gpu(dl_tape *tp, dl_gpu *g) {
 }
 
 #ifdef DL_USE_CUDA
-DL_API void *dl__gpu_tape_alloc(dl_tape *tp, const char *op, size_t bytes) {
-  dl__gpu_arena *a = (dl__gpu_arena *)tp->dev;
+DL_API void *dl__gpu_arena_alloc(dl_tape *tp, dl__gpu_arena *a, const char *op, size_t bytes) {
   size_t b = (bytes + 255) & ~(size_t)255;
   void *p;
   if (a->n == 0 || a->used + b > a->cap[a->n - 1]) {
+    /* the first block: the most a step has used, or what is asked with an
+     * eighth more (the small outputs that follow a large one: a norm's
+     * statistics); later ones double */
     size_t want = a->n ? a->cap[a->n - 1] * 2 : (a->high > ((size_t)1 << 20) ? a->high : ((size_t)1 << 20));
-    if (want < b) want = b;
+    if (want < b + (a->n ? 0 : b / 8)) want = b + (a->n ? 0 : b / 8);
     if (a->n == DL__GPU_ARENA_CHUNKS || dl_gpu_alloc(a->g, &p, want) != DL_OK)
       DL_NOMEM(tp->ctx, op, "the device tape cannot hold %zu more bytes (%zu in use this step): %s", bytes, a->step,
                a->n == DL__GPU_ARENA_CHUNKS ? "too many blocks" : dl_ctx_message(tp->ctx));
@@ -181,10 +196,38 @@ DL_API void *dl__gpu_tape_alloc(dl_tape *tp, const char *op, size_t bytes) {
   if (a->step > a->high) a->high = a->step;
   return p;
 }
-/* Rewinds the device arena; a step that needed several blocks makes the next
+/* bytes of the tape's current bank (DL_NOMEM in op when the device is full). */
+DL_API void *dl__gpu_tape_alloc(dl_tape *tp, const char *op, size_t bytes) {
+  dl__gpu_tapemem *m = (dl__gpu_tapemem *)tp->dev;
+  return dl__gpu_arena_alloc(tp, &m->bank[m->cur], op, bytes);
+}
+DL_API dl__gpu_mark dl__gpu_arena_mark(const dl__gpu_arena *a) {
+  dl__gpu_mark k;
+  k.n = a->n;
+  k.used = a->used;
+  k.step = a->step;
+  return k;
+}
+/* Gives back what a took after mark k: the blocks it added return to the
+ * device's cache (the next growth of the same size takes them back). */
+DL_API void dl__gpu_arena_release(dl__gpu_arena *a, dl__gpu_mark k) {
+  while (a->n > k.n) dl_gpu_free(a->g, a->chunk[--a->n]);
+  a->used = k.n ? k.used : 0;
+  a->step = k.step;
+}
+/* 1 when p lies in what a took after mark k. */
+DL_API int dl__gpu_arena_holds(const dl__gpu_arena *a, dl__gpu_mark k, const void *p) {
+  int i;
+  for (i = k.n ? k.n - 1 : 0; i < a->n; i++) {
+    const unsigned char *c = (const unsigned char *)a->chunk[i];
+    const size_t lo = i == k.n - 1 ? k.used : 0, hi = i == a->n - 1 ? a->used : a->cap[i];
+    if ((const unsigned char *)p >= c + lo && (const unsigned char *)p < c + hi) return 1;
+  }
+  return 0;
+}
+/* Rewinds a device arena; a step that needed several blocks makes the next
  * one take a single block of the step's size. */
-DL_API void dl__gpu_tape_rewind(dl_tape *tp) {
-  dl__gpu_arena *a = (dl__gpu_arena *)tp->dev;
+DL_API void dl__gpu_arena_rewind(dl__gpu_arena *a) {
   int i;
   if (a->n > 1) {
     for (i = 0; i < a->n; i++) dl_gpu_free(a->g, a->chunk[i]);
@@ -193,12 +236,19 @@ DL_API void dl__gpu_tape_rewind(dl_tape *tp) {
   a->used = 0;
   a->step = 0;
 }
+DL_API void dl__gpu_tape_rewind(dl_tape *tp) {
+  dl__gpu_tapemem *m = (dl__gpu_tapemem *)tp->dev;
+  dl__gpu_arena_rewind(&m->bank[0]);
+  dl__gpu_arena_rewind(&m->bank[1]);
+  m->cur = 0;
+}
 DL_API void dl__gpu_tape_free(dl_tape *tp) {
-  dl__gpu_arena *a = (dl__gpu_arena *)tp->dev;
-  int i;
+  dl__gpu_tapemem *a = (dl__gpu_tapemem *)tp->dev;
+  int i, b;
   if (!a) return;
-  if (tp->ctx->gpu == a->g) /* else the device was closed first: its memory went with it */
-    for (i = 0; i < a->n; i++) dl_gpu_free(a->g, a->chunk[i]);
+  if (tp->ctx->gpu == a->bank[0].g) /* else the device was closed first: its memory went with it */
+    for (b = 0; b < 2; b++)
+      for (i = 0; i < a->bank[b].n; i++) dl_gpu_free(a->bank[b].g, a->bank[b].chunk[i]);
   dl_free(tp->ctx, a);
   tp->dev = NULL;
   tp->gpu = NULL;
