@@ -1658,6 +1658,38 @@ static void test_graphs(void) {
  * dl__lay_seq_nograd_dev). The logits are the grad-mode forward's bit for bit, through children that return a
  * view of their input (Dropout in eval mode, Flatten of a 2-D input: their input must not be given back), a
  * nested Sequential, and two forwards on one tape without a rewind (the first one's output stays intact). */
+/* A Module that keeps its output for a later one (a skip connection held in its state): such a Sequential runs
+ * as always under no-grad, its memory not given back early. */
+static dl_tensor *eval_keep(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  dl_tensor **slot = (dl_tensor **)l->user;
+  return *slot = dl_t_relu(tp, x);
+}
+static dl_tensor *eval_add_kept(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  return dl_t_add(tp, x, *(dl_tensor **)l->user);
+}
+static void eval_skip_case(void) {
+  static dl_tensor *kept;
+  const int64_t W = 64;
+  dl_model *m = own_model(dl_model_make(&ctx, &(dl_model_desc){.dtype = DL_F32, .seed = 6}));
+  dl_tensor *x = dev(as_dtype(nrm(DL_SHAPE(512, W)), DL_F32)), *hg;
+  dl_tape tg, tn;
+  int k;
+  dl_module_make(m, NULL, "keep", eval_keep, &kept);
+  for (k = 0; k < 3; k++) dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = W, .out = W});
+  dl_module_make(m, NULL, "add", eval_add_kept, &kept);
+  if (dl_model_status(m) != DL_OK || dl_model_pack(m) != DL_OK) fatal("the model");
+  CHECK(dl_model_to_device(m, gpu) == DL_OK);
+  dl_model_train(m, 0);
+  if (dl_tape_init(&tg, &ctx, 0) != DL_OK || dl_tape_use_gpu(&tg, gpu) != DL_OK) fatal("the tape");
+  if (dl_tape_init(&tn, &ctx, 0) != DL_OK || dl_tape_use_gpu(&tn, gpu) != DL_OK) fatal("the tape");
+  hg = host(dl_model_forward(m, &tg, x));
+  dl_no_grad_begin(&tn);
+  CHECK_MSG(!memcmp(hg->data, host(dl_model_forward(m, &tn, x))->data, (size_t)hg->numel * sizeof(float)),
+            "a Sequential whose Module keeps an output for a later one: no-grad logits differ");
+  dl_no_grad_end(&tn);
+  dl_tape_free(&tg);
+  dl_tape_free(&tn);
+}
 static void eval_mem_body(const void *arg) {
   const int64_t N = 2048, W = 256; /* each hidden output 2 MiB */
   dl_model *m = own_model(dl_model_make(&ctx, &(dl_model_desc){.dtype = DL_F32, .seed = 5}));
@@ -1707,6 +1739,7 @@ static void eval_mem_body(const void *arg) {
             "and at most 10 MiB)", nograd_bytes, grad_bytes);
   dl_tape_free(&tg);
   dl_tape_free(&tn);
+  eval_skip_case();
   nruns++;
 }
 static void test_eval_memory(void) {

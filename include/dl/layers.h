@@ -873,6 +873,7 @@ DL_API void dl__check_input(const dl_layer *l, const dl_tensor *x, int min_nd, i
 
 /* >>containers ------------------------------------------------------------- */
 
+DL_API int dl__lay_keeps_nothing(const dl_layer *l);
 #ifdef DL_USE_CUDA
 /* A Sequential's forward under no-grad on a device tape (evaluation):
  * child i's output (and scratch) comes from bank (cur + i) % 2 of the tape's
@@ -883,7 +884,11 @@ DL_API void dl__check_input(const dl_layer *l, const dl_tensor *x, int min_nd, i
  * input). So an evaluation holds two layers' outputs at a time instead of
  * every layer's, as PyTorch under torch.no_grad() does; the values are the
  * same. Memory before the Sequential (its input, the caller's tensors) is
- * never touched. */
+ * never touched. Only for children that keep nothing past their call
+ * (dl__lay_keeps_nothing: the library's layers; a Module's own C function or
+ * a layer type of the user's may hold an earlier output, as a skip
+ * connection kept in its state does, so a Sequential with one runs as
+ * always). */
 DL_API dl_tensor *dl__lay_seq_nograd_dev(dl_layer *l, dl_tape *tp, dl_tensor *x) {
   dl__gpu_tapemem *m = (dl__gpu_tapemem *)tp->dev;
   const int was = m->cur;
@@ -905,7 +910,8 @@ DL_API dl_tensor *dl__lay_seq_nograd_dev(dl_layer *l, dl_tape *tp, dl_tensor *x)
 DL_API dl_tensor *dl__lay_seq_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
   int i;
 #ifdef DL_USE_CUDA
-  if (tp->no_grad && tp->dev && !tp->hvp && !x->tangent && l->nchild > 2) return dl__lay_seq_nograd_dev(l, tp, x);
+  if (tp->no_grad && tp->dev && !tp->hvp && !x->tangent && l->nchild > 2 && dl__lay_keeps_nothing(l))
+    return dl__lay_seq_nograd_dev(l, tp, x);
 #endif
   for (i = 0; i < l->nchild; i++) x = dl_layer_call(l->child[i], tp, x);
   return x;
@@ -1933,6 +1939,28 @@ DL_API void dl__lay_mha_describe(const dl_layer *l, char *buf, size_t n) {
   const dl__lay_mha *A = (const dl__lay_mha *)l;
   snprintf(buf, n, "%lld, heads=%d%s%s", (long long)A->d.embed, A->d.heads, A->d.no_bias ? ", bias=0" : "",
            A->d.causal ? ", causal" : "");
+}
+/* 1 when l's forward, and its children's, keep no tensor past the call:
+ * one of the library's layer types (containers by their children), not a
+ * Module's own C function nor a type of the user's (whose forward might keep
+ * an output for a later layer). A model built in another translation unit
+ * of a static build may have other function addresses: then 0, the safe
+ * answer. */
+DL_API int dl__lay_keeps_nothing(const dl_layer *l) {
+  dl_tensor *(*f)(dl_layer *, dl_tape *, dl_tensor *) = l->vt->forward;
+  int i;
+  if (l->fn || !f) return 0;
+  if (f == dl__lay_seq_forward || f == dl__lay_residual_forward) {
+    for (i = 0; i < l->nchild; i++)
+      if (!dl__lay_keeps_nothing(l->child[i])) return 0;
+    return 1;
+  }
+  return f == dl__lay_act_forward || f == dl__lay_linear_forward || f == dl__lay_conv_forward ||
+         f == dl__lay_conv3d_forward || f == dl__lay_maxpool_forward || f == dl__lay_avgpool_forward ||
+         f == dl__lay_maxpool3d_forward || f == dl__lay_avgpool3d_forward || f == dl__lay_gap_forward ||
+         f == dl__lay_flatten_forward || f == dl__lay_dropout_forward || f == dl__lay_embedding_forward ||
+         f == dl__lay_batchnorm_forward || f == dl__lay_norm_forward || f == dl__lay_rnn_forward1 ||
+         f == dl__lay_mha_forward1;
 }
 DL__GLOBAL_LATE(const dl_layer_vt dl__lay_mha_vt, {"MultiheadAttention", dl__lay_mha_forward1, dl__lay_mha_describe, NULL, 0});
 /* Append a MultiheadAttention layer (torch.nn.MultiheadAttention,

@@ -238,8 +238,9 @@ DL_API void dl__gpu_arena_rewind(dl__gpu_arena *a) {
 }
 DL_API void dl__gpu_tape_rewind(dl_tape *tp) {
   dl__gpu_tapemem *m = (dl__gpu_tapemem *)tp->dev;
+  dl__gpu_mark none = {0, 0, 0};
   dl__gpu_arena_rewind(&m->bank[0]);
-  dl__gpu_arena_rewind(&m->bank[1]);
+  dl__gpu_arena_release(&m->bank[1], none); /* evaluation's second bank back to the cache: not held while training */
   m->cur = 0;
 }
 DL_API void dl__gpu_tape_free(dl_tape *tp) {
