@@ -1617,6 +1617,91 @@ static void test_pad_none_on_the_width(void) {
   dl_model_free(m);
 }
 
+/* Evaluation on a host tape: under no-grad a Sequential of the library's layers alternates its children's outputs
+ * between the tape's two banks (layers.h, dl__lay_seq_nograd_host), so a forward holds about two layers' outputs;
+ * the result is the grad-mode forward's bit for bit, through a conv stack, views (Dropout in eval mode, Flatten), a
+ * nested Sequential and a Residual, two forwards on one tape (the first output intact), and a Module that keeps
+ * its output for a later one (no banks then: the same bits). Training after an evaluation gives the banks back. */
+static dl_tensor *kept_out;
+static dl_tensor *keep_fwd(dl_layer *l, dl_tape *tp, dl_tensor *x) { (void)l; return kept_out = dl_t_relu(tp, x); }
+static dl_tensor *add_kept_fwd(dl_layer *l, dl_tape *tp, dl_tensor *x) { (void)l; return dl_t_add(tp, x, kept_out); }
+static int same_f32(const dl_tensor *a, const dl_tensor *b) {
+  return a->numel == b->numel && !memcmp(a->data, b->data, (size_t)a->numel * sizeof(float));
+}
+static void test_nograd_forward_memory(void) {
+  const int64_t N = 256;
+  dl_model *m = dl_model_make(&ctx, &(dl_model_desc){.dtype = DL_F32, .seed = 4});
+  dl_model *mk2 = dl_model_make(&ctx, &(dl_model_desc){.dtype = DL_F32, .seed = 5});
+  dl_layer *inner, *res;
+  dl_tensor *x = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(N, 1, 16, 16)), *x2 = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(64, 32));
+  dl_tensor *yg, *yn, *yn2;
+  dl_rng r = dl_rng_make(8);
+  dl_tape tg, tn;
+  size_t grad_high, nograd_high;
+  int k;
+  dl_tensor_rand_normal(x, &r, 0, 1);
+  dl_tensor_rand_normal(x2, &r, 0, 1);
+  dl_conv2d_make(m, NULL, NULL, &(dl_conv2d_desc){.in = 1, .out = 16, .kernel = 3, .padding = 1});
+  dl_batchnorm2d_make(m, NULL, NULL, &(dl_batchnorm_desc){.features = 16});
+  dl_act_make(m, NULL, NULL, DL_ACT_RELU, 0);
+  dl_dropout_make(m, NULL, NULL, 0.3);
+  for (k = 0; k < 4; k++) {
+    dl_conv2d_make(m, NULL, NULL, &(dl_conv2d_desc){.in = 16, .out = 16, .kernel = 3, .padding = 1});
+    dl_act_make(m, NULL, NULL, DL_ACT_RELU, 0);
+  }
+  dl_maxpool2d_make(m, NULL, NULL, &(dl_pool2d_desc){.kernel = 2});
+  dl_flatten_make(m, NULL, NULL, 1);
+  inner = dl_sequential_make(m, NULL, "inner");
+  dl_linear_make(m, inner, NULL, &(dl_linear_desc){.in = 1024, .out = 64});
+  dl_act_make(m, inner, NULL, DL_ACT_TANH, 0);
+  dl_flatten_make(m, inner, NULL, 1);
+  res = dl_residual_make(m, NULL, "res", DL_ACT_RELU);
+  dl_linear_make(m, res, NULL, &(dl_linear_desc){.in = 64, .out = 64});
+  dl_act_make(m, res, NULL, DL_ACT_GELU, 0);
+  dl_linear_make(m, res, NULL, &(dl_linear_desc){.in = 64, .out = 64});
+  dl_linear_make(m, NULL, NULL, &(dl_linear_desc){.in = 64, .out = 10});
+  CHECK(dl_model_status(m) == DL_OK);
+  dl_model_train(m, 0);
+  dl_tape_init(&tg, &ctx, 0);
+  dl_tape_init(&tn, &ctx, 0);
+  yg = dl_model_forward(m, &tg, x);
+  grad_high = dl_arena_high_water(&tg.arena);
+  dl_no_grad_begin(&tn);
+  yn = dl_model_forward(m, &tn, x);
+  nograd_high = dl_arena_high_water(&tn.arena) + dl_arena_high_water(&tn.bank[0]) + dl_arena_high_water(&tn.bank[1]);
+  CHECK_MSG(same_f32(yg, yn), "a no-grad forward of the library's layers differs from the grad-mode forward");
+  yn2 = dl_model_forward(m, &tn, x);
+  CHECK_MSG(same_f32(yg, yn) && same_f32(yg, yn2), "a second no-grad forward changed the first one's output");
+  printf("  evaluation of a conv net, batch %lld: tape %.2f MB with gradients on, %.2f MB under no-grad\n",
+         (long long)N, grad_high / 1e6, nograd_high / 1e6);
+  CHECK_MSG(nograd_high * 2 <= grad_high, "tape memory of the forward: %zu bytes under no-grad, %zu with gradients "
+            "on (want at most half)", nograd_high, grad_high);
+  dl_no_grad_end(&tn);
+  dl_tape_rewind(&tn); /* an evaluation's rewind keeps the banks for the next batch */
+  CHECK(tn.bank[0].owns && tn.bank_cur == 0);
+  dl_tape_rewind(&tn); /* a step that did not use them: given back */
+  CHECK(!tn.bank[0].owns && !tn.bank[1].owns);
+  /* a Module that keeps its output for a later one: no banks, the same bits */
+  dl_module_make(mk2, NULL, "keep", keep_fwd, NULL);
+  for (k = 0; k < 3; k++) dl_linear_make(mk2, NULL, NULL, &(dl_linear_desc){.in = 32, .out = 32});
+  dl_module_make(mk2, NULL, "add", add_kept_fwd, NULL);
+  CHECK(dl_model_status(mk2) == DL_OK);
+  dl_tape_rewind(&tg);
+  yg = dl_model_forward(mk2, &tg, x2);
+  dl_no_grad_begin(&tn);
+  yn = dl_model_forward(mk2, &tn, x2); /* twice: the second forward reuses the tape's memory in place */
+  dl_tape_rewind(&tn);
+  yn = dl_model_forward(mk2, &tn, x2);
+  dl_no_grad_end(&tn);
+  CHECK_MSG(same_f32(yg, yn), "a Sequential whose Module keeps an output for a later one: no-grad output differs");
+  dl_tape_free(&tg);
+  dl_tape_free(&tn);
+  dl_tensor_free(x);
+  dl_tensor_free(x2);
+  dl_model_free(m);
+  dl_model_free(mk2);
+}
+
 /* dl_model_make returned NULL (out of memory): every make after it returns
  * NULL instead of crashing, the optimizers too, and dl_model_status says
  * DL_ERR_NOMEM, so one check after building the model suffices. */
@@ -1676,6 +1761,7 @@ int main(void) {
   RUN(test_wrong_inputs_of_each_layer);
   RUN(test_gru_reset_before_linear);
   RUN(test_train_eval);
+  RUN(test_nograd_forward_memory);
   RUN(test_summary);
   RUN(test_layers_3d);
   RUN(test_out_of_memory_while_building);

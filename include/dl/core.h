@@ -597,6 +597,22 @@ DL_API void dl_arena_rewind(dl_arena *a, dl_arena_mark mark) {
     }
   }
 }
+/* 1 when p lies in what a handed out after mark (its main block or an
+ * overflow block, up to its current offset). */
+DL_API int dl__arena_holds(const dl_arena *a, dl_arena_mark mark, const void *p) {
+  const unsigned char *q = (const unsigned char *)p;
+  const dl__arena_block *b;
+  const size_t main_end = a->used < a->cap ? a->used : a->cap;
+  if (!p || mark >= a->used) return 0;
+  if (a->base && mark < main_end && q >= a->base + mark && q < a->base + main_end) return 1;
+  for (b = a->over; b; b = b->prev) {
+    const unsigned char *d = (const unsigned char *)(b + 1);
+    const size_t lo = mark > b->start ? mark - b->start : 0, hi = b == a->over ? a->over_used : b->cap;
+    if (lo < hi && q >= d + lo && q < d + hi) return 1;
+    if (b->start + b->cap <= mark) break; /* older blocks end before the mark */
+  }
+  return 0;
+}
 /* Rewind to the start: dl_arena_rewind(a, 0). */
 DL_API void dl_arena_reset(dl_arena *a) { dl_arena_rewind(a, 0); }
 /* Bytes allocated now. */

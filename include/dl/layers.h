@@ -907,12 +907,42 @@ DL_API dl_tensor *dl__lay_seq_nograd_dev(dl_layer *l, dl_tape *tp, dl_tensor *x)
   return x;
 }
 #endif
+/* The same on a host tape: child i's output and scratch from tp->bank[(s +
+ * i) % 2] (s: the bank the caller was in, else 0), the bank given back to
+ * its mark before child i >= 2 runs unless child i's input (its struct or
+ * its data) lies there. Ops that take memory from the tape's own arena keep
+ * it there, as always. */
+DL_API dl_tensor *dl__lay_seq_nograd_host(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  const int was = tp->bank_cur, s = was ? was - 1 : 0;
+  dl_arena_mark k[2];
+  int i;
+  if (!tp->bank[0].owns && (dl_arena_init(&tp->bank[0], tp->ctx, 0, 1) != DL_OK ||
+                            dl_arena_init(&tp->bank[1], tp->ctx, 0, 1) != DL_OK)) {
+    dl_arena_free(&tp->bank[0]); /* (capacity 0 allocates nothing: not reached) */
+    for (i = 0; i < l->nchild; i++) x = dl_layer_call(l->child[i], tp, x);
+    return x;
+  }
+  tp->bank_used = 1;
+  k[0] = dl_arena_get_mark(&tp->bank[0]);
+  k[1] = dl_arena_get_mark(&tp->bank[1]);
+  for (i = 0; i < l->nchild; i++) {
+    const int b = (s + i) & 1;
+    if (i >= 2 && !dl__arena_holds(&tp->bank[b], k[b], x) && !dl__arena_holds(&tp->bank[b], k[b], x->data))
+      dl_arena_rewind(&tp->bank[b], k[b]);
+    tp->bank_cur = b + 1;
+    x = dl_layer_call(l->child[i], tp, x);
+  }
+  tp->bank_cur = was;
+  return x;
+}
 DL_API dl_tensor *dl__lay_seq_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
   int i;
+  if (tp->no_grad && !tp->hvp && !x->tangent && l->nchild > 2 && dl__lay_keeps_nothing(l)) {
 #ifdef DL_USE_CUDA
-  if (tp->no_grad && tp->dev && !tp->hvp && !x->tangent && l->nchild > 2 && dl__lay_keeps_nothing(l))
-    return dl__lay_seq_nograd_dev(l, tp, x);
+    if (tp->dev) return dl__lay_seq_nograd_dev(l, tp, x);
 #endif
+    if (tp->arena.grow) return dl__lay_seq_nograd_host(l, tp, x);
+  }
   for (i = 0; i < l->nchild; i++) x = dl_layer_call(l->child[i], tp, x);
   return x;
 }

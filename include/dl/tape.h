@@ -120,6 +120,14 @@ struct dl_tape {
   void *dev; /* the device bump arena (see above) */
   void *gfree;                      /* dl_backward's spent gradients, for reuse (arena) */
   int hvp;                          /* inside dl_hvp's walk: every gradient carries a tangent */
+  /* A no-grad forward of a Sequential on a host tape (layers.h's
+   * dl__lay_seq_nograd_host) alternates its layers' outputs and scratch
+   * between these two arenas, giving back what a layer two before made;
+   * bank_cur 0: from `arena` (always outside such a forward), 1 or 2: bank[0]
+   * or bank[1]. Rewound with the tape, freed at the first rewind of a step
+   * that did not use them (training after an evaluation). */
+  dl_arena bank[2];
+  int bank_cur, bank_used;
 };
 
 /* >>device tapes (the device arena behind a tape on a GPU; dl_tape_use_gpu) - */
@@ -288,6 +296,9 @@ DL_API void dl_tape_free(dl_tape *tp) {
   if (tp->gpu) dl__gpu_tape_free(tp);
 #endif
   dl_arena_free(&tp->arena);
+  dl_arena_free(&tp->bank[0]);
+  dl_arena_free(&tp->bank[1]);
+  tp->bank_cur = tp->bank_used = 0;
   tp->last = NULL;
   tp->nodes = 0;
   tp->gfree = NULL;
@@ -299,6 +310,14 @@ DL_API void dl_tape_rewind(dl_tape *tp) {
   if (tp->gpu) dl__gpu_tape_rewind(tp);
 #endif
   dl_arena_rewind(&tp->arena, 0);
+  if (tp->bank_used) { /* an evaluation: kept for the next batch */
+    dl_arena_rewind(&tp->bank[0], 0);
+    dl_arena_rewind(&tp->bank[1], 0);
+  } else if (tp->bank[0].owns) { /* not used since: given back */
+    dl_arena_free(&tp->bank[0]);
+    dl_arena_free(&tp->bank[1]);
+  }
+  tp->bank_cur = tp->bank_used = 0;
   tp->last = NULL;
   tp->nodes = 0;
   tp->gfree = NULL;
@@ -398,7 +417,7 @@ DL_API dl_tensor *dl_tape_out(dl_tape *tp, const char *op, dl_dtype dtype, int n
     }
   } else
 #endif
-  t = dl_tensor_new(&tp->arena, dtype, ndim, shape);
+  t = dl_tensor_new(tp->bank_cur ? &tp->bank[tp->bank_cur - 1] : &tp->arena, dtype, ndim, shape);
   if (!t) {
     size_t bytes = 0;
     if (dl_shape_size(dtype, ndim, shape, NULL, &bytes) != DL_OK) /* not memory: a shape past size_t */
@@ -433,7 +452,7 @@ DL_API void *dl_tape_dev_scratch(dl_tape *tp, const char *op, size_t bytes) {
  * rule, until the rule returns unless its node has DL_NODE_KEEP_SCRATCH);
  * out of memory in op (DL_NOMEM) when it cannot hold them. */
 DL_API void *dl_tape_scratch(dl_tape *tp, const char *op, size_t bytes) {
-  void *p = dl_arena_alloc(&tp->arena, bytes ? bytes : 1);
+  void *p = dl_arena_alloc(tp->bank_cur ? &tp->bank[tp->bank_cur - 1] : &tp->arena, bytes ? bytes : 1);
   if (!p) dl__tape_nomem(tp, op, "scratch", bytes);
   return p;
 }
