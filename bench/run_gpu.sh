@@ -6,7 +6,8 @@
 # written; bench/torch_train_graph.py: PyTorch's best, the data on the GPU
 # and the whole step captured in a CUDA graph) in the same run. Samples/s of
 # training (evaluation and file loading excluded, as in run_train.sh), peak
-# device memory, ROUNDS rounds, the order reversed every other round;
+# device memory (dl.h: with the evaluation, as torch_train.py's, and of the
+# training steps alone, train_peak_mib, as torch_train_graph.py's), ROUNDS rounds, the order reversed every other round;
 # medians and their ratios, at batch 64 and 512. Goal (issue 23): at least
 # 1.2x the graph-captured PyTorch loop. dl.h runs twice: as the examples run
 # by default (each step recorded and replayed as CUDA graphs, "dl") and with
@@ -65,6 +66,8 @@ one() { # MODEL WHO(dl|dlng|torch|graph) BATCH
     sed -n "s/^device calls per training step: /$model $bs $who calls: /p" "$out" | tee -a "$RES"
     sps=$(sed -n 's/^result: .*train_samples_per_s=\([0-9.]*\).*/\1/p' "$out")
     mem=$(sed -n 's/^device memory: peak \([0-9.]*\) MiB.*/\1/p' "$out")
+    tmem=$(sed -n 's/^device memory: .*(training steps \([0-9.]*\) MiB.*/\1/p' "$out")
+    [ -n "$tmem" ] && mem="$mem train_peak_mib=$tmem"
   fi
   if [ -z "$sps" ]; then echo "run_gpu: $model $who run failed:"; tail -5 "$out"; return 1; fi
   echo "$model $bs $who sps=$sps peak_mib=${mem:--} $(grep -o 'test_acc=[0-9.]*' "$out" | head -1)" | tee -a "$RES"

@@ -104,6 +104,7 @@ typedef struct prog {
   dl_gpu *gpu; /* --device cuda */
   dl_gpu_counts calls; /* the device work of the training steps (dl_gpu_counts_add) */
   int64_t calls_steps;  /* over that many steps */
+  size_t train_peak;    /* device memory in use at the training steps' peak (before the first evaluation) */
   dl_train_paths paths; /* runs/fashion_cnn/... for the outputs the flags do not name */
 } prog;
 
@@ -223,6 +224,7 @@ static int run(prog *p, dl_train_opts *o, const char *export_dir, int small, dou
     dl_gpu_counts_add(&p->calls, c0, dl_gpu_get_counts(p->gpu)); /* the training steps' device work, no evaluation */
     p->calls_steps += p->r.step - step0;
     dl_run_flush(&p->r); /* the epoch's last step counted before the evaluation */
+    if (p->gpu && !p->train_peak) p->train_peak = dl_gpu_get_stats(p->gpu).peak_in_use;
     /* the last epoch's evaluation fills the confusion matrix too (one pass
      * over the test set fewer: it costs seconds for a CNN) */
     last = !cm_done && (p->r.epoch + 1 >= o->epochs ||
@@ -247,8 +249,9 @@ static int run(prog *p, dl_train_opts *o, const char *export_dir, int small, dou
   if (p->gpu) { /* torch.cuda.max_memory_allocated's figure: bytes handed out at the peak (the cache's classes) */
     const dl_gpu_stats gs = dl_gpu_get_stats(p->gpu);
     dl_gpu_counts_print(stdout, &p->calls, p->calls_steps);
-    printf("device memory: peak %.1f MiB in use, %.1f MiB reserved\n", gs.peak_in_use / 1048576.0,
-           gs.peak_reserved / 1048576.0);
+    printf("device memory: peak %.1f MiB in use", gs.peak_in_use / 1048576.0);
+    if (p->train_peak) printf(" (training steps %.1f MiB, then the evaluation)", p->train_peak / 1048576.0);
+    printf(", %.1f MiB reserved\n", gs.peak_reserved / 1048576.0);
   }
   if (export_dir && export_micro(p, export_dir, mean, std, argv0)) return 1;
   if (!o->eval && o->save && dl_dist_is_root(&p->dd)) printf("weights: %s\n", o->save);
