@@ -1724,6 +1724,11 @@ static void eval_mem_body(const void *arg) {
   s2 = dl_gpu_get_stats(gpu);
   grad_bytes = s1.in_use - s0.in_use;
   nograd_bytes = s2.in_use - s1.in_use;
+  { /* the first step on a tape holds what it asked for (blocks of the requests' sizes), not up to twice that */
+    const size_t asked = ((const dl__gpu_tapemem *)tg.dev)->bank[0].step;
+    CHECK_MSG(grad_bytes <= asked + asked / 16 + ((size_t)1 << 20),
+              "a first forward on a fresh device tape: %zu bytes in use for %zu asked", grad_bytes, asked);
+  }
   hg = host(yg);
   CHECK_MSG(!memcmp(hg->data, host(yn)->data, (size_t)hg->numel * sizeof(float)),
             "the no-grad forward's logits differ from the grad-mode forward's");

@@ -132,12 +132,14 @@ struct dl_tape {
 
 /* >>device tapes (the device arena behind a tape on a GPU; dl_tape_use_gpu) - */
 
-#define DL__GPU_ARENA_CHUNKS 48
+struct dl__gpu_chunk { /* a block of a device arena */
+  void *p;
+  size_t cap;
+};
 typedef struct dl__gpu_arena {
   dl_gpu *g;
-  void *chunk[DL__GPU_ARENA_CHUNKS];
-  size_t cap[DL__GPU_ARENA_CHUNKS];
-  int n;          /* chunks held */
+  struct dl__gpu_chunk *ch; /* the blocks held, oldest first (ncap entries, from the ctx) */
+  int n, ncap;    /* blocks held; entries of ch */
   size_t used;    /* in the newest chunk */
   size_t step;    /* bytes used by this step so far (all chunks) */
   size_t high;    /* the most one step has used */
@@ -184,21 +186,32 @@ DL_API dl_status dl_tape_use_gpu(dl_tape *tp, dl_gpu *g) {
 DL_API void *dl__gpu_arena_alloc(dl_tape *tp, dl__gpu_arena *a, const char *op, size_t bytes) {
   size_t b = (bytes + 255) & ~(size_t)255;
   void *p;
-  if (a->n == 0 || a->used + b > a->cap[a->n - 1]) {
-    /* the first block: the most a step has used, or what is asked with an
-     * eighth more (the small outputs that follow a large one: a norm's
-     * statistics); later ones double */
-    size_t want = a->n ? a->cap[a->n - 1] * 2 : (a->high > ((size_t)1 << 20) ? a->high : ((size_t)1 << 20));
-    if (want < b + (a->n ? 0 : b / 8)) want = b + (a->n ? 0 : b / 8);
-    if (a->n == DL__GPU_ARENA_CHUNKS || dl_gpu_alloc(a->g, &p, want) != DL_OK)
+  if (a->n == 0 || a->used + b > a->ch[a->n - 1].cap) {
+    /* A step's first block holds what the largest step so far used: once a
+     * step has run, every step takes one block. Past it (the first step, or
+     * a larger one), a block of what is asked, small requests sharing 256
+     * KiB: the step then holds what it uses, as allocating each tensor
+     * would, not up to twice that as blocks that double would. */
+    size_t want = b > ((size_t)1 << 18) ? b : ((size_t)1 << 18);
+    if (a->n == 0 && a->high > want) want = a->high;
+    if (a->n == a->ncap) { /* a longer table of blocks */
+      const int nc = a->ncap ? 2 * a->ncap : 16;
+      struct dl__gpu_chunk *t = (struct dl__gpu_chunk *)dl_alloc(tp->ctx, sizeof *t * (size_t)nc);
+      if (!t) DL_NOMEM(tp->ctx, op, "the device tape's table of %d blocks: host out of memory", nc);
+      if (a->n) memcpy(t, a->ch, sizeof *t * (size_t)a->n);
+      dl_free(tp->ctx, a->ch);
+      a->ch = t;
+      a->ncap = nc;
+    }
+    if (dl_gpu_alloc(a->g, &p, want) != DL_OK)
       DL_NOMEM(tp->ctx, op, "the device tape cannot hold %zu more bytes (%zu in use this step): %s", bytes, a->step,
-               a->n == DL__GPU_ARENA_CHUNKS ? "too many blocks" : dl_ctx_message(tp->ctx));
-    a->chunk[a->n] = p;
-    a->cap[a->n] = want;
+               dl_ctx_message(tp->ctx));
+    a->ch[a->n].p = p;
+    a->ch[a->n].cap = want;
     a->n++;
     a->used = 0;
   }
-  p = (unsigned char *)a->chunk[a->n - 1] + a->used;
+  p = (unsigned char *)a->ch[a->n - 1].p + a->used;
   a->used += b;
   a->step += b;
   if (a->step > a->high) a->high = a->step;
@@ -219,7 +232,7 @@ DL_API dl__gpu_mark dl__gpu_arena_mark(const dl__gpu_arena *a) {
 /* Gives back what a took after mark k: the blocks it added return to the
  * device's cache (the next growth of the same size takes them back). */
 DL_API void dl__gpu_arena_release(dl__gpu_arena *a, dl__gpu_mark k) {
-  while (a->n > k.n) dl_gpu_free(a->g, a->chunk[--a->n]);
+  while (a->n > k.n) dl_gpu_free(a->g, a->ch[--a->n].p);
   a->used = k.n ? k.used : 0;
   a->step = k.step;
 }
@@ -227,8 +240,8 @@ DL_API void dl__gpu_arena_release(dl__gpu_arena *a, dl__gpu_mark k) {
 DL_API int dl__gpu_arena_holds(const dl__gpu_arena *a, dl__gpu_mark k, const void *p) {
   int i;
   for (i = k.n ? k.n - 1 : 0; i < a->n; i++) {
-    const unsigned char *c = (const unsigned char *)a->chunk[i];
-    const size_t lo = i == k.n - 1 ? k.used : 0, hi = i == a->n - 1 ? a->used : a->cap[i];
+    const unsigned char *c = (const unsigned char *)a->ch[i].p;
+    const size_t lo = i == k.n - 1 ? k.used : 0, hi = i == a->n - 1 ? a->used : a->ch[i].cap;
     if ((const unsigned char *)p >= c + lo && (const unsigned char *)p < c + hi) return 1;
   }
   return 0;
@@ -238,7 +251,7 @@ DL_API int dl__gpu_arena_holds(const dl__gpu_arena *a, dl__gpu_mark k, const voi
 DL_API void dl__gpu_arena_rewind(dl__gpu_arena *a) {
   int i;
   if (a->n > 1) {
-    for (i = 0; i < a->n; i++) dl_gpu_free(a->g, a->chunk[i]);
+    for (i = 0; i < a->n; i++) dl_gpu_free(a->g, a->ch[i].p);
     a->n = 0;
   }
   a->used = 0;
@@ -257,7 +270,9 @@ DL_API void dl__gpu_tape_free(dl_tape *tp) {
   if (!a) return;
   if (tp->ctx->gpu == a->bank[0].g) /* else the device was closed first: its memory went with it */
     for (b = 0; b < 2; b++)
-      for (i = 0; i < a->bank[b].n; i++) dl_gpu_free(a->bank[b].g, a->bank[b].chunk[i]);
+      for (i = 0; i < a->bank[b].n; i++) dl_gpu_free(a->bank[b].g, a->bank[b].ch[i].p);
+  dl_free(tp->ctx, a->bank[0].ch);
+  dl_free(tp->ctx, a->bank[1].ch);
   dl_free(tp->ctx, a);
   tp->dev = NULL;
   tp->gpu = NULL;
