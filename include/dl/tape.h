@@ -122,12 +122,12 @@ struct dl_tape {
   int hvp;                          /* inside dl_hvp's walk: every gradient carries a tangent */
   /* A no-grad forward of a Sequential on a host tape (layers.h's
    * dl__lay_seq_nograd_host) alternates its layers' outputs and scratch
-   * between these two arenas, giving back what a layer two before made;
-   * bank_cur 0: from `arena` (always outside such a forward), 1 or 2: bank[0]
-   * or bank[1]. Rewound with the tape, freed at the first rewind of a step
-   * that did not use them (training after an evaluation). */
+   * between these two arenas, giving back what a layer two before made.
+   * Rewound with the tape, freed at the first rewind of a step that did not
+   * use them (training after an evaluation). */
   dl_arena bank[2];
-  int bank_cur, bank_used;
+  int bank_cur;  /* where outputs come from: 0 `arena` (always outside such a forward), 1 or 2 bank[0] or bank[1] */
+  int bank_used; /* 1: a forward used the banks since the last rewind */
 };
 
 /* >>device tapes (the device arena behind a tape on a GPU; dl_tape_use_gpu) - */
