@@ -26,6 +26,7 @@ STEPS=${STEPS:-20}
 ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-2}
 PY=/usr/bin/python3
+source bench/torch_env.sh; torch_env_init "$PY"
 export OMP_NUM_THREADS=$THREADS
 unset OMP_WAIT_POLICY GOMP_SPINCOUNT OMP_DYNAMIC OMP_PROC_BIND OPENBLAS_NUM_THREADS
 
@@ -40,7 +41,7 @@ for r in $(seq 1 "$ROUNDS"); do
   out=$("$B/bench_conv" "$REPS" "$STEPS" "$THREADS")
   echo "$out"
   DL+=("$(echo "$out" | sed -n 's/^dl_ms=\([0-9.]*\).*/\1/p')")
-  tout=$($PY bench/torch_conv.py "$REPS" "$STEPS" "$THREADS" 2>&1)
+  tout=$(env "${TORCH_ENV[@]}" $PY bench/torch_conv.py "$REPS" "$STEPS" "$THREADS" 2>&1)
   echo "$tout"
   if echo "$tout" | grep -q '^SKIP'; then
     echo "SKIP conv2d ratio: no torch for $PY"

@@ -33,6 +33,7 @@ CC=${CC:-gcc}
 REPS=${REPS:-7}
 QUIET_WAIT=${QUIET_WAIT:-10}
 PY=/usr/bin/python3
+source bench/torch_env.sh; torch_env_init "$PY"
 WARN="-std=c11 -Wall -Wextra -Wpedantic -Werror"
 export OMP_NUM_THREADS=2
 unset OMP_WAIT_POLICY GOMP_SPINCOUNT OMP_DYNAMIC OMP_PROC_BIND
@@ -141,7 +142,7 @@ done
 
 echo
 echo "== 2. PyTorch eager, same expression, same n, 2 threads"
-tout=$($PY bench/torch_fused.py 24 "$REPS" 2 2>&1)
+tout=$(env "${TORCH_ENV[@]}" $PY bench/torch_fused.py 24 "$REPS" 2 2>&1)
 echo "$tout"
 if echo "$tout" | grep -q '^SKIP'; then
   echo "SKIP dl.h vs PyTorch ratios: no torch for $PY"

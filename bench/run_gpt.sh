@@ -32,6 +32,7 @@ have_torch=1
 med() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 R=$(mktemp -d); trap 'rm -rf "$R"' EXIT
+source bench/torch_env.sh; [ $have_torch = 1 ] && torch_env_init "$PY"
 
 echo "== a/b: training, $ROUNDS rounds of $STEPS steps =="
 for r in $(seq 1 "$ROUNDS"); do
@@ -41,7 +42,7 @@ for r in $(seq 1 "$ROUNDS"); do
     case $who in
       dl*) out=$(OMP_NUM_THREADS=$th $B/bench_gpt train "$th" 128 "$STEPS") ;;
       torch*) [ $have_torch = 1 ] || continue
-              out=$(OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th "$PY" bench/torch_gpt.py "$th" 128 "$STEPS") ;;
+              out=$(env "${TORCH_ENV[@]}" OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th "$PY" bench/torch_gpt.py "$th" 128 "$STEPS") ;;
     esac
     echo "round $r $who: $out"
     echo "$out" | field tokens_per_s >> "$R/$who.tps"

@@ -16,11 +16,12 @@ WARN="-std=c11 -Wall -Wextra -Wpedantic -Werror"
 $CC $WARN -O2 -fopenmp -DDL_USE_OPENBLAS -Iinclude -Ibench bench/bench_mlp.c -o $B/bench_mlp_openblas -lopenblas -lm || exit 1
 $CC $WARN -O2 -fopenmp -Iinclude -Ibench bench/bench_mlp.c -o $B/bench_mlp_builtin -lm || exit 1
 $CC $WARN -O3 -march=native -fopenmp -Iinclude -Ibench -DDL_BENCH_GEMM_NAME='"builtin-native"' bench/bench_mlp.c -o $B/bench_mlp_builtin_native -lm || exit 1
+source bench/torch_env.sh; torch_env_init /usr/bin/python3
 for round in 1 2 3; do
   $B/bench_mlp_openblas "$REPS" "$STEPS" "$THREADS"
   $B/bench_mlp_builtin "$REPS" "$STEPS" "$THREADS"
   $B/bench_mlp_builtin_native "$REPS" "$STEPS" "$THREADS"
-  /usr/bin/python3 bench/torch_mlp.py "$REPS" "$STEPS" "$THREADS"
+  env "${TORCH_ENV[@]}" /usr/bin/python3 bench/torch_mlp.py "$REPS" "$STEPS" "$THREADS"
 done | tee $B/mlp.txt
 awk '
   /^dl_mlp_ms/ { split($1, a, "="); split($4, gg, "="); v[gg[2]] = v[gg[2]] " " a[2] }

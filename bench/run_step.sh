@@ -15,9 +15,10 @@ REPS=${REPS:-7}; STEPS=${STEPS:-50}; THREADS=${THREADS:-2}
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 WARN="-std=c11 -Wall -Wextra -Wpedantic -Werror"
 $CC $WARN -O2 -fopenmp -DDL_USE_OPENBLAS -Iinclude -Ibench bench/bench_step.c -o $B/bench_step -lopenblas -lm || exit 1
+source bench/torch_env.sh; torch_env_init /usr/bin/python3
 for round in 1 2 3; do
   $B/bench_step "$REPS" "$STEPS" "$THREADS"
-  /usr/bin/python3 bench/torch_step.py "$REPS" "$STEPS" "$THREADS"
+  env "${TORCH_ENV[@]}" /usr/bin/python3 bench/torch_step.py "$REPS" "$STEPS" "$THREADS"
 done | tee $B/step.txt
 awk '
   /^dl_step_ms/ { split($1, a, "="); d = d " " a[2]; split($5, al, "="); allocs = al[2] }

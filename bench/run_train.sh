@@ -60,6 +60,7 @@ B=build/bench
 mkdir -p "$B"
 CC=${CC:-gcc}
 PY=${PY:-/usr/bin/python3}
+source bench/torch_env.sh; torch_env_init "$PY"
 THREADS=${THREADS:-2}; ROUNDS=${ROUNDS:-3}; CONTENDED=${CONTENDED:-3}
 MLP_SUBSET=${MLP_SUBSET:-20000}; CNN_SUBSET=${CNN_SUBSET:-2048}; CNN_TEST=${CNN_TEST:-1000}
 COMPILE_REPS=${COMPILE_REPS:-3}
@@ -133,7 +134,7 @@ one() { # MODEL WHO
   if [ "$model" = mlp ]; then prog=$B/fashion_mlp subset=$MLP_SUBSET data=$DATA
   else prog=$B/fashion_cnn subset=$CNN_SUBSET data=$T/cnn_data; fi
   if [[ $who == torch* ]]; then
-    OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th peak "$T/rss" "$PY" bench/torch_train.py "$model" "$subset" "$th" 1 64 "$data" cpu $loop > "$out" 2>&1
+    env "${TORCH_ENV[@]}" OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th peak "$T/rss" "$PY" bench/torch_train.py "$model" "$subset" "$th" 1 64 "$data" cpu $loop > "$out" 2>&1
     if grep -q '^SKIP' "$out"; then echo "$model $who SKIP" >> "$RES"; head -1 "$out"; return 0; fi
     sps=$(sed -n 's/^torch_train .*samples_per_s=\([0-9.]*\).*/\1/p' "$out")
   else
