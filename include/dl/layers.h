@@ -306,6 +306,7 @@ struct dl_layer {
   void *user;               /* a Module's user pointer */
   int64_t out_shape[DL_MAX_DIMS]; /* the output shape seen by dl_model_summary */
   int out_ndim;             /* -1: not traced */
+  int keeps_nothing;        /* 1: a library layer type, whose forward keeps no tensor past its call (dl__lay_keeps_nothing) */
 };
 
 /* Model options; zero = default. */
@@ -409,6 +410,7 @@ DL_API dl_model *dl_model_make(dl_ctx *ctx, const dl_model_desc *desc) {
   m->root.model = m;
   m->root.local = m->root.name;
   m->root.out_ndim = -1;
+  m->root.keeps_nothing = 1; /* (its children decide, and a forward set by dl_model_set_forward) */
   return m;
 }
 
@@ -761,6 +763,13 @@ DL_API dl_layer *dl_layer_new(dl_model *m, dl_layer *parent, const char *name, c
   m->layers[m->nlayers++] = l;
   return l;
 }
+/* dl_layer_new for the library's own layer types, whose forward keeps no
+ * tensor past its call (dl__lay_keeps_nothing). */
+DL_API dl_layer *dl__lay_lib_new(dl_model *m, dl_layer *parent, const char *name, const dl_layer_vt *vt, size_t size) {
+  dl_layer *l = dl_layer_new(m, parent, name, vt, size);
+  if (l) l->keeps_nothing = 1;
+  return l;
+}
 
 /* A parameter (or buffer) of layer l named l->name + "." + local, shape
  * given, filled by `init` from the model's rng. NULL on failure (model
@@ -873,7 +882,19 @@ DL_API void dl__check_input(const dl_layer *l, const dl_tensor *x, int min_nd, i
 
 /* >>containers ------------------------------------------------------------- */
 
-DL_API int dl__lay_keeps_nothing(const dl_layer *l);
+/* 1 when l's forward, and its children's, keep no tensor past the call:
+ * layers the library's make functions made (containers by their children),
+ * not a Module's own C function nor a layer type of the user's (whose
+ * forward might keep an output for a later layer). A flag set at the make,
+ * not a comparison with the library's tables or functions: naming those
+ * here would compile every layer type into every program (3 s at -O2). */
+DL_API int dl__lay_keeps_nothing(const dl_layer *l) {
+  int i;
+  if (l->fn || !l->keeps_nothing) return 0;
+  for (i = 0; i < l->nchild; i++)
+    if (!dl__lay_keeps_nothing(l->child[i])) return 0;
+  return 1;
+}
 #ifdef DL_USE_CUDA
 /* A Sequential's forward under no-grad on a device tape (evaluation):
  * child i's output (and scratch) comes from bank (cur + i) % 2 of the tape's
@@ -952,7 +973,7 @@ DL__GLOBAL_LATE(const dl_layer_vt dl__lay_seq_vt, {"Sequential", dl__lay_seq_for
 /* nn.Sequential: y = children in order. */
 DL_API dl_layer *dl_sequential_make(dl_model *m, dl_layer *parent, const char *name) {
   if (!m) return NULL; /* a dl_model_make that failed */
-  return dl_layer_new(m, parent, name, &dl__lay_seq_vt, sizeof(dl_layer));
+  return dl__lay_lib_new(m, parent, name, &dl__lay_seq_vt, sizeof(dl_layer));
 }
 
 /* A layer whose forward is fn (plain C); its children are its named parts.
@@ -1020,7 +1041,7 @@ DL__GLOBAL(const dl_layer_vt dl__lay_act_vt, {"Activation", dl__lay_act_forward,
  * like nn.ReLU does). */
 DL_API dl_layer *dl_act_make(dl_model *m, dl_layer *parent, const char *name, dl_act act, double alpha) {
   if (!m) return NULL; /* a dl_model_make that failed */
-  dl__lay_act_layer *a = (dl__lay_act_layer *)dl_layer_new(m, parent, name, &dl__lay_act_vt, sizeof(dl__lay_act_layer));
+  dl__lay_act_layer *a = (dl__lay_act_layer *)dl__lay_lib_new(m, parent, name, &dl__lay_act_vt, sizeof(dl__lay_act_layer));
   if (a) { a->act = act; a->alpha = alpha; }
   return a ? &a->base : NULL;
 }
@@ -1052,7 +1073,7 @@ DL__GLOBAL_LATE(const dl_layer_vt dl__lay_residual_vt, {"Residual", dl__lay_resi
  * container). NULL on failure. */
 DL_API dl_layer *dl_residual_make(dl_model *m, dl_layer *parent, const char *name, dl_act act) {
   if (!m) return NULL; /* a dl_model_make that failed */
-  dl__lay_residual *r = (dl__lay_residual *)dl_layer_new(m, parent, name, &dl__lay_residual_vt, sizeof(dl__lay_residual));
+  dl__lay_residual *r = (dl__lay_residual *)dl__lay_lib_new(m, parent, name, &dl__lay_residual_vt, sizeof(dl__lay_residual));
   if (r) r->act = act;
   return r ? &r->base : NULL;
 }
@@ -1089,7 +1110,7 @@ DL_API dl_layer *dl_linear_make(dl_model *m, dl_layer *parent, const char *name,
   dl__lay_linear *L;
   if (d->in <= 0 || d->out <= 0)
     DL_PANIC(m->ctx, "dl_linear_make", "in %lld and out %lld must be > 0", (long long)d->in, (long long)d->out);
-  L = (dl__lay_linear *)dl_layer_new(m, parent, name, &dl__lay_linear_vt, sizeof *L);
+  L = (dl__lay_linear *)dl__lay_lib_new(m, parent, name, &dl__lay_linear_vt, sizeof *L);
   if (!L) return NULL;
   L->d = *d;
   L->w = dl_layer_param_new(&L->base, "weight", DL_PARAM_WEIGHT, 2, DL__I64S(d->out, d->in),
@@ -1193,7 +1214,7 @@ DL_API dl_layer *dl__lay_conv_make(dl_model *m, dl_layer *parent, const char *na
       d.padding_w_end < 0)
     DL_PANIC(m->ctx, op, "bad sizes: in %lld, out %lld, kernel %dx%d, groups %d, padding %d (in and out divisible by groups)",
              (long long)d.in, (long long)d.out, d.kernel, d.kernel_w, d.groups, d.padding);
-  C = (dl__lay_conv *)dl_layer_new(m, parent, name, one_d ? &dl__lay_conv1d_vt : &dl__lay_conv2d_vt, sizeof *C);
+  C = (dl__lay_conv *)dl__lay_lib_new(m, parent, name, one_d ? &dl__lay_conv1d_vt : &dl__lay_conv2d_vt, sizeof *C);
   if (!C) return NULL;
   C->d = d;
   C->one_d = one_d;
@@ -1290,7 +1311,7 @@ DL_API dl_layer *dl_conv3d_make(dl_model *m, dl_layer *parent, const char *name,
     DL_PANIC(m->ctx, "dl_conv3d_make", "bad sizes: in %lld, out %lld, kernel %dx%dx%d, groups %d, stride %d, "
              "padding %d, dilation %d (in and out divisible by groups)", (long long)d->in, (long long)d->out, k[0],
              k[1], k[2], groups, d->stride, d->padding, d->dilation);
-  C = (dl__lay_conv3d *)dl_layer_new(m, parent, name, &dl__lay_conv3d_vt, sizeof *C);
+  C = (dl__lay_conv3d *)dl__lay_lib_new(m, parent, name, &dl__lay_conv3d_vt, sizeof *C);
   if (!C) return NULL;
   C->in = d->in;
   C->out = d->out;
@@ -1369,7 +1390,7 @@ DL_API dl_layer *dl__lay_pool_make(dl_model *m, dl_layer *parent, const char *na
   if (vt == &dl__lay_avgpool_vt && (d->dilation > 1 || d->dilation_w > 1))
     DL_PANIC(m->ctx, vt->type, "dilation %dx%d: average pooling has none (as nn.AvgPool2d)", d->dilation,
              d->dilation_w);
-  P = (dl__lay_pool *)dl_layer_new(m, parent, name, vt, sizeof *P);
+  P = (dl__lay_pool *)dl__lay_lib_new(m, parent, name, vt, sizeof *P);
   if (!P) return NULL;
   P->a.kernel_h = d->kernel;
   P->a.kernel_w = d->kernel_w ? d->kernel_w : d->kernel;
@@ -1448,7 +1469,7 @@ DL_API dl_layer *dl__lay_pool3d_make(dl_model *m, dl_layer *parent, const char *
   if (vt == &dl__lay_avgpool3d_vt && (d->dilation > 1 || d->dilation_h > 1 || d->dilation_w > 1))
     DL_PANIC(m->ctx, vt->type, "dilation %dx%dx%d: average pooling has none (as nn.AvgPool3d)", d->dilation,
              d->dilation_h, d->dilation_w);
-  P = (dl__lay_pool3d *)dl_layer_new(m, parent, name, vt, sizeof *P);
+  P = (dl__lay_pool3d *)dl__lay_lib_new(m, parent, name, vt, sizeof *P);
   if (!P) return NULL;
   P->a.kernel_d = d->kernel;
   P->a.kernel_h = d->kernel_h ? d->kernel_h : d->kernel;
@@ -1490,7 +1511,7 @@ DL__GLOBAL(const dl_layer_vt dl__lay_gap_vt, {"GlobalAvgPool", dl__lay_gap_forwa
  * over every dimension after the second. NULL on failure. */
 DL_API dl_layer *dl_global_avgpool_make(dl_model *m, dl_layer *parent, const char *name) {
   if (!m) return NULL; /* a dl_model_make that failed */
-  return dl_layer_new(m, parent, name, &dl__lay_gap_vt, sizeof(dl_layer));
+  return dl__lay_lib_new(m, parent, name, &dl__lay_gap_vt, sizeof(dl_layer));
 }
 
 /* nn.Flatten(start_dim): [N, C, H, W] -> [N, C*H*W] for start_dim 1 (0 = 1:
@@ -1508,7 +1529,7 @@ DL__GLOBAL(const dl_layer_vt dl__lay_flatten_vt, {"Flatten", dl__lay_flatten_for
  * counted from the end). NULL on failure. */
 DL_API dl_layer *dl_flatten_make(dl_model *m, dl_layer *parent, const char *name, int start_dim) {
   if (!m) return NULL; /* a dl_model_make that failed */
-  dl__lay_flatten *F = (dl__lay_flatten *)dl_layer_new(m, parent, name, &dl__lay_flatten_vt, sizeof *F);
+  dl__lay_flatten *F = (dl__lay_flatten *)dl__lay_lib_new(m, parent, name, &dl__lay_flatten_vt, sizeof *F);
   if (F) F->start = start_dim ? start_dim : 1;
   return F ? &F->base : NULL;
 }
@@ -1538,7 +1559,7 @@ DL_API dl_layer *dl_dropout_make(dl_model *m, dl_layer *parent, const char *name
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_dropout *D;
   if (!(p >= 0 && p <= 1)) DL_PANIC(m->ctx, "dl_dropout_make", "p = %g is not in [0, 1]", p);
-  D = (dl__lay_dropout *)dl_layer_new(m, parent, name, &dl__lay_dropout_vt, sizeof *D);
+  D = (dl__lay_dropout *)dl__lay_lib_new(m, parent, name, &dl__lay_dropout_vt, sizeof *D);
   if (!D) return NULL;
   D->p = p;
   D->rng = dl_rng_make(m->seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(m->nlayers + 1)));
@@ -1583,7 +1604,7 @@ DL_API dl_layer *dl_embedding_make(dl_model *m, dl_layer *parent, const char *na
   dl__embedding *E;
   if (d->num <= 0 || d->dim <= 0)
     DL_PANIC(m->ctx, "dl_embedding_make", "num %lld and dim %lld must be > 0", (long long)d->num, (long long)d->dim);
-  E = (dl__embedding *)dl_layer_new(m, parent, name, &dl__lay_embedding_vt, sizeof *E);
+  E = (dl__embedding *)dl__lay_lib_new(m, parent, name, &dl__lay_embedding_vt, sizeof *E);
   if (!E) return NULL;
   E->d = *d;
   E->w = dl_layer_param_new(&E->base, "weight", DL_PARAM_WEIGHT, 2, DL__I64S(d->num, d->dim),
@@ -1639,7 +1660,7 @@ DL_API dl_layer *dl__lay_batchnorm_make(dl_model *m, dl_layer *parent, const cha
   if (c <= 0 || d->eps < 0 || d->momentum < 0 || d->momentum > 1)
     DL_PANIC(m->ctx, two_d ? "dl_batchnorm2d_make" : "dl_batchnorm1d_make",
              "features %lld must be > 0, eps %g >= 0, momentum %g in [0, 1]", (long long)c, d->eps, d->momentum);
-  B = (dl__lay_batchnorm *)dl_layer_new(m, parent, name, two_d ? &dl__lay_bn2d_vt : &dl__lay_bn1d_vt, sizeof *B);
+  B = (dl__lay_batchnorm *)dl__lay_lib_new(m, parent, name, two_d ? &dl__lay_bn2d_vt : &dl__lay_bn1d_vt, sizeof *B);
   if (!B) return NULL;
   B->d = *d;
   if (B->d.eps == 0) B->d.eps = 1e-5;
@@ -1716,7 +1737,7 @@ DL_API dl_layer *dl__lay_norm_make(dl_model *m, dl_layer *parent, const char *na
     if (d->shape[k] <= 0)
       DL_PANIC(m->ctx, rms ? "dl_rmsnorm_make" : "dl_layernorm_make", "normalised size %lld must be > 0",
                (long long)d->shape[k]);
-  N = (dl__lay_norm *)dl_layer_new(m, parent, name, rms ? &dl__lay_rmsnorm_vt : &dl__lay_layernorm_vt, sizeof *N);
+  N = (dl__lay_norm *)dl__lay_lib_new(m, parent, name, rms ? &dl__lay_rmsnorm_vt : &dl__lay_layernorm_vt, sizeof *N);
   if (!N) return NULL;
   N->d = *d;
   N->d.ndims = nd;
@@ -1892,7 +1913,7 @@ DL_API dl_layer *dl__lay_rnn_make(dl_model *m, dl_layer *parent, const char *nam
     DL_PANIC(m->ctx, vts[kind]->type, "input %lld and hidden %lld must be > 0, num_layers %d in 1..%d%s%s",
              (long long)d->input, (long long)d->hidden, L, DL_RNN_MAX_LAYERS, d->relu && kind != DL__LAY_RNN ? ", relu is for RNN only" : "",
              d->gru_reset_before_linear ? ", gru_reset_before_linear 0 or 1, GRU only" : "");
-  R = (dl__lay_rnn *)dl_layer_new(m, parent, name, vts[kind], sizeof *R);
+  R = (dl__lay_rnn *)dl__lay_lib_new(m, parent, name, vts[kind], sizeof *R);
   if (!R) return NULL;
   R->d = *d;
   R->d.num_layers = L;
@@ -1970,28 +1991,6 @@ DL_API void dl__lay_mha_describe(const dl_layer *l, char *buf, size_t n) {
   snprintf(buf, n, "%lld, heads=%d%s%s", (long long)A->d.embed, A->d.heads, A->d.no_bias ? ", bias=0" : "",
            A->d.causal ? ", causal" : "");
 }
-/* 1 when l's forward, and its children's, keep no tensor past the call:
- * one of the library's layer types (containers by their children), not a
- * Module's own C function nor a type of the user's (whose forward might keep
- * an output for a later layer). A model built in another translation unit
- * of a static build may have other function addresses: then 0, the safe
- * answer. */
-DL_API int dl__lay_keeps_nothing(const dl_layer *l) {
-  dl_tensor *(*f)(dl_layer *, dl_tape *, dl_tensor *) = l->vt->forward;
-  int i;
-  if (l->fn || !f) return 0;
-  if (f == dl__lay_seq_forward || f == dl__lay_residual_forward) {
-    for (i = 0; i < l->nchild; i++)
-      if (!dl__lay_keeps_nothing(l->child[i])) return 0;
-    return 1;
-  }
-  return f == dl__lay_act_forward || f == dl__lay_linear_forward || f == dl__lay_conv_forward ||
-         f == dl__lay_conv3d_forward || f == dl__lay_maxpool_forward || f == dl__lay_avgpool_forward ||
-         f == dl__lay_maxpool3d_forward || f == dl__lay_avgpool3d_forward || f == dl__lay_gap_forward ||
-         f == dl__lay_flatten_forward || f == dl__lay_dropout_forward || f == dl__lay_embedding_forward ||
-         f == dl__lay_batchnorm_forward || f == dl__lay_norm_forward || f == dl__lay_rnn_forward1 ||
-         f == dl__lay_mha_forward1;
-}
 DL__GLOBAL_LATE(const dl_layer_vt dl__lay_mha_vt, {"MultiheadAttention", dl__lay_mha_forward1, dl__lay_mha_describe, NULL, 0});
 /* Append a MultiheadAttention layer (torch.nn.MultiheadAttention,
  * batch_first; self-attention on its input). NULL on failure. */
@@ -2001,7 +2000,7 @@ DL_API dl_layer *dl_mha_make(dl_model *m, dl_layer *parent, const char *name, co
   const int64_t E = d->embed, E3 = 3 * d->embed;
   if (E <= 0 || d->heads <= 0 || E % d->heads)
     DL_PANIC(m->ctx, "dl_mha_make", "embed %lld must be > 0 and divisible by heads %d", (long long)E, d->heads);
-  A = (dl__lay_mha *)dl_layer_new(m, parent, name, &dl__lay_mha_vt, sizeof *A);
+  A = (dl__lay_mha *)dl__lay_lib_new(m, parent, name, &dl__lay_mha_vt, sizeof *A);
   if (!A) return NULL;
   A->d = *d;
   A->in_w = dl_layer_param_new(&A->base, "in_proj_weight", DL_PARAM_WEIGHT, 2, DL__I64S(E3, E),
