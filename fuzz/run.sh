@@ -15,8 +15,9 @@
 #   FUZZ FAIL NAME: ...            (build error, crash, leak, timeout, UB)
 # and exits non-zero when any target failed; crash inputs are kept as
 # build/fuzz/fuzz_NAME-crash-* (replay: build/fuzz/fuzz_NAME FILE).
-# Environment: FUZZ_CC (default clang), FUZZ_JOBS is not used (one process
-# per target, one after another).
+# Environment: FUZZ_CC (default clang); FUZZ_TIMEOUT (default 10: seconds one
+# input may take; give 60 beside other work, where a starved process turns a
+# slow input into a false timeout). One process per target, one after another.
 set -u
 cd "$(dirname "$0")/.."
 SECS=${1:-20}
@@ -52,7 +53,7 @@ for src in fuzz/fuzz_*.c; do
   rm -f "$B/$t"-crash-* "$B/$t"-leak-* "$B/$t"-timeout-* "$B/$t"-oom-*
   start=$(date +%s)
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
-  "$B/$t" "${dict[@]}" -max_total_time="$SECS" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+  "$B/$t" "${dict[@]}" -max_total_time="$SECS" -print_final_stats=1 -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 \
     -artifact_prefix="$B/$t-" "$corpus" >"$B/$t.log" 2>&1
   rc=$?
   secs=$(( $(date +%s) - start ))
