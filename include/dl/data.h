@@ -920,12 +920,16 @@ DL_API void dl__batch_gather(dl_batcher *b, int64_t slot, int64_t row, int64_t n
     const unsigned char *src = (const unsigned char *)ds->x->data + (size_t)(row * n) * ies;
     unsigned char *dst = (unsigned char *)b->xbuf->data + (size_t)(slot * n) * oes;
     if (b->convert == 1) {
+      /* (restrict: the table is not the output, so the compiler may gather vectors of it) */
+      const unsigned char *DL__RESTRICT s = src;
       if (b->xbuf->dtype == DL_F32) {
-        float *o = (float *)(void *)dst;
-        for (j = 0; j < n; j++) o[j] = b->lut32[src[j]];
+        float *DL__RESTRICT o = (float *)(void *)dst;
+        const float *DL__RESTRICT lut = b->lut32;
+        for (j = 0; j < n; j++) o[j] = lut[s[j]];
       } else {
-        double *o = (double *)(void *)dst;
-        for (j = 0; j < n; j++) o[j] = b->lut64[src[j]];
+        double *DL__RESTRICT o = (double *)(void *)dst;
+        const double *DL__RESTRICT lut = b->lut64;
+        for (j = 0; j < n; j++) o[j] = lut[s[j]];
       }
     } else if (b->convert == 2) {
       if (b->xbuf->dtype == DL_F32) {

@@ -527,7 +527,11 @@ DL_API dl_status dl_model_pack(dl_model *m) {
 
 /* Zero every gradient (the packed buffer in one pass; row-sparse gradients
  * forget their rows). */
-DL_API void dl_model_zero_grad(dl_model *m) {
+DL_API void dl__model_zero_grad(dl_model *m, int dense);
+DL_API void dl_model_zero_grad(dl_model *m) { dl__model_zero_grad(m, 1); }
+/* dl_model_zero_grad; without `dense` the packed buffer is left as it is
+ * (dl__apply_grads: the optimizer step has zeroed it). */
+DL_API void dl__model_zero_grad(dl_model *m, int dense) {
   int i;
 #ifdef DL_USE_CUDA
   if (m->gbuf && m->nparams && m->params[0]->t.device == DL_CUDA)
@@ -536,7 +540,7 @@ DL_API void dl_model_zero_grad(dl_model *m) {
                            (size_t)m->pnumel * dl_dtype_size(m->dtype)));
   else
 #endif
-  if (m->gbuf) memset(m->gbuf, 0, (size_t)m->pnumel * dl_dtype_size(m->dtype));
+  if (m->gbuf && dense) memset(m->gbuf, 0, (size_t)m->pnumel * dl_dtype_size(m->dtype));
   for (i = 0; i < m->nparams; i++) {
     dl_tensor *g = m->params[i]->t.grad;
     m->params[i]->t.flags &= ~(unsigned)DL_TENSOR_DENSE_GRAD;

@@ -390,7 +390,11 @@ DL_API void dl_adagrad_init_state(dl_tensor *sum, const dl_adagrad_cfg *c) {
  * run in the ctx's floating-point mode (flush-to-zero unless
  * keep_denormals), as every other loop of the library: Adam's divisions and
  * square root on denormal moments (tiny gradients late in training) ran 60x
- * slower without it. */
+ * slower without it. A gradient flagged DL_TENSOR__ZERO_ON_READ (by
+ * dl_optim_step inside dl_apply_grads, which zeroes the gradients next) is
+ * zeroed block by block right after the kernel has read it, while the block
+ * is in L1, and the flag cleared; dl_optim_step zeroes what no kernel did.
+ * (A kernel reads its gradient in one pass: the block is its last use.) */
 #define DL__OPTIM_NT 5
 #define DL__OPTIM_BLOCK 8192
 typedef void (*dl__optim_kernel)(void *const *a, int64_t n, const double *k);
@@ -400,6 +404,7 @@ DL_API void dl__optim_run(dl_tensor *const *t, int nt, dl__optim_kernel kern, co
   int64_t i, n = t[0]->numel, idx[DL_MAX_DIMS], off[DL__OPTIM_NT];
   int j, d, contig = 1;
   const size_t es = dl_dtype_size(t[0]->dtype);
+  const int zero = nt > 1 && t[1] && (t[1]->flags & DL_TENSOR__ZERO_ON_READ) && t[1]->data;
   for (j = 0; j < nt; j++) {
     a[j] = t[j] ? t[j]->data : NULL;
     if (t[j] && !dl_tensor_is_contiguous(t[j])) contig = 0;
@@ -411,7 +416,9 @@ DL_API void dl__optim_run(dl_tensor *const *t, int nt, dl__optim_kernel kern, co
       int q;
       for (q = 0; q < nt; q++) ab[q] = a[q] ? (void *)((char *)a[q] + (size_t)lo * es) : NULL;
       kern(ab, len, k);
+      if (zero) memset(ab[1], 0, (size_t)len * es); /* still in L1: no pass of its own over the gradients */
     });
+    if (zero) t[1]->flags &= ~(unsigned)DL_TENSOR__ZERO_ON_READ; /* done: dl_optim_step sees it */
     return;
   }
   {
@@ -1285,9 +1292,16 @@ DL_API dl_tensor dl__row(const dl_tensor *t, int64_t r, int64_t width) {
   return v;
 }
 
-/* Stage 5: update every trainable parameter from its gradient (dense, or
- * the touched rows of a row-sparse one). Does not zero the gradients. */
-DL_API void dl_optim_step(dl_optim *o) {
+/* A parameter's dense host gradient zeroed (dl__optim_step's zero_g). */
+DL_API void dl__optim_zero_g(dl_param *pr) {
+  pr->g.flags &= ~(unsigned)DL_TENSOR__ZERO_ON_READ;
+  if (pr->g.data && pr->g.numel) memset(pr->g.data, 0, (size_t)pr->g.numel * dl_dtype_size(pr->g.dtype));
+}
+/* dl_optim_step; with zero_g (host models only: dl__apply_grads, which
+ * zeroes the gradients next) it also leaves every trainable parameter's
+ * dense gradient zero: the library's kernels zero each block of it as they
+ * finish reading it (dl__optim_run), the rest is zeroed here. */
+DL_API void dl__optim_step(dl_optim *o, int zero_g) {
   dl_model *m = o->model;
   int i, k, nmulti = 0;
   o->nsteps++;
@@ -1301,7 +1315,11 @@ DL_API void dl_optim_step(dl_optim *o) {
   for (i = 0; i < m->nparams; i++) {
     dl_param *pr = m->params[i];
     dl_tensor *st = &o->state[i * DL_OPTIM_MAX_STATE];
-    if (pr->kind == DL_PARAM_BUFFER || pr->frozen || pr->lr_mult == 0) continue;
+    if (pr->kind == DL_PARAM_BUFFER) continue;
+    if (pr->frozen || pr->lr_mult == 0) {
+      if (zero_g) dl__optim_zero_g(pr);
+      continue;
+    }
 #ifdef DL_USE_CUDA
     if (pr->t.device != o->device)
       DL_PANIC(m->ctx, "dl_optim_step", "parameter %s %s is on the %s but the optimizer's state is on the %s: make "
@@ -1338,6 +1356,7 @@ DL_API void dl_optim_step(dl_optim *o) {
     if (dl__param_sparse_now(pr)) {
       const dl_sgrad *s = (const dl_sgrad *)pr->t.sgrad;
       int64_t j, w;
+      if (zero_g) dl__optim_zero_g(pr); /* the dense part (the rows are the sparse gradient's) */
       if (!s || s->nnz == 0) continue;
       w = s->width;
       o->steps[i]++;
@@ -1351,7 +1370,9 @@ DL_API void dl_optim_step(dl_optim *o) {
       continue;
     }
     o->steps[i]++;
+    if (zero_g) pr->g.flags |= DL_TENSOR__ZERO_ON_READ;
     dl__optim_update(o, pr, &pr->t, &pr->g, st, o->steps[i], 0);
+    if (zero_g && (pr->g.flags & DL_TENSOR__ZERO_ON_READ)) dl__optim_zero_g(pr); /* a kernel that did not */
   }
 #ifdef DL_USE_CUDA
   if (nmulti > 0)
@@ -1361,6 +1382,9 @@ DL_API void dl_optim_step(dl_optim *o) {
   (void)nmulti;
 #endif
 }
+/* Stage 5: update every trainable parameter from its gradient (dense, or
+ * the touched rows of a row-sparse one). Does not zero the gradients. */
+DL_API void dl_optim_step(dl_optim *o) { dl__optim_step(o, 0); }
 
 /* >>clipping and regularisation -------------------------------------------- */
 
@@ -1710,8 +1734,13 @@ DL_API void dl_regularize(dl_model *m, const dl_step_desc *d) {
 DL_API double dl__apply_grads(dl_optim *o, const dl_step_desc *d, int want_norm) {
   const double norm = dl__clip_grads(o->model, d, want_norm);
   dl_regularize(o->model, d);
-  dl_optim_step(o);
-  dl_model_zero_grad(o->model);
+  if (o->device == DL_CPU) { /* the kernels zero the gradients as they read them: no pass of its own */
+    dl__optim_step(o, 1);
+    dl__model_zero_grad(o->model, 0);
+  } else {
+    dl_optim_step(o);
+    dl_model_zero_grad(o->model);
+  }
   return norm;
 }
 /* Stages 3-5 and zeroing (see above); returns the gradient norm. */
