@@ -413,7 +413,7 @@ enum { DL__EW_FWD, DL__EW_JVP, DL__EW_BWD };
 typedef void (*dl__ew_kern)(int mode, int64_t n, void *const *a, double p0);
 typedef struct dl__ew_job {
   dl__ew_kern k;
-  int mode, nd, bcast;
+  int mode, nd, bcast, zero; /* zero: bit k-3 for a gradient slot k (3, 4) to zero piece by piece */
   double p0;
   size_t es;
   int64_t shape[DL_MAX_DIMS], st[5][DL_MAX_DIMS];
@@ -424,6 +424,18 @@ DL_API void dl__ew_range(void *arg, int64_t lo, int64_t hi) {
   const dl__ew_job *j = (const dl__ew_job *)arg;
   void *a[5];
   int k;
+  if (j->zero) { /* a gradient not zeroed yet (DL_TENSOR__UNZEROED): each piece just before it is added to */
+    const int64_t piece = 1024;
+    int64_t p;
+    for (p = lo; p < hi; p += piece) {
+      const int64_t e = hi - p < piece ? hi - p : piece;
+      for (k = 0; k < 5; k++) a[k] = j->base[k] ? j->base[k] + (size_t)p * j->es : NULL;
+      if (j->zero & 1) memset(a[3], 0, (size_t)e * j->es);
+      if (j->zero & 2) memset(a[4], 0, (size_t)e * j->es);
+      j->k(j->mode, e, a, j->p0);
+    }
+    return;
+  }
   for (k = 0; k < 5; k++) a[k] = j->base[k] ? j->base[k] + (size_t)lo * j->es : NULL;
   j->k(j->mode, hi - lo, a, j->p0);
 }
@@ -524,6 +536,12 @@ DL_API void dl__ew_run(const char *op, dl__ew_kern k32, dl__ew_kern k64, int mod
                  DL_SHAPESTR(out));
     }
   }
+  for (k = 3; k < 5; k++) /* a tape gradient not zeroed yet (dl__tape_grad_w): zeroed here, once */
+    if (mode == DL__EW_BWD && slot[k] && (slot[k]->flags & DL_TENSOR__UNZEROED)) {
+      ((dl_tensor *)(void *)(size_t)slot[k])->flags &= ~(unsigned)DL_TENSOR__UNZEROED;
+      if (contig && out->numel > 0) j.zero |= 1 << (k - 3);
+      else memset(slot[k]->data, 0, (size_t)slot[k]->numel * j.es);
+    }
   if (out->numel == 0) return;
   if (contig) dl_parallel_for(out->ctx, out->numel, 8192, out->numel, dl__ew_range, &j);
   else if (j.bcast) dl__ew_tiles(&j, 0, out->numel); /* one thread, in element order */

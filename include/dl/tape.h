@@ -572,23 +572,32 @@ typedef struct dl__gfree {
 
 /* A zeroed gradient for the intermediate x: a spent buffer of at least its
  * size (at most twice: the smallest that fits) when there is one, else new
- * in the arena. */
-DL_API dl_tensor *dl__tape_grad_new1(dl_tape *tp, const dl_tensor *x);
-/* A zeroed gradient for x (arena), with a zeroed tangent during dl_hvp. */
-DL_API dl_tensor *dl__tape_grad_new(dl_tape *tp, const dl_tensor *x) {
-  dl_tensor *g = dl__tape_grad_new1(tp, x);
+ * in the arena. With `lazy` (dl_backward's, host), a spent buffer is not
+ * zeroed but flagged DL_TENSOR__UNZEROED: dl_tape_grad zeroes it when the
+ * rule asks for it, dl__tape_grad_w lets the rule's first write do it. */
+DL_API dl_tensor *dl__tape_grad_new1(dl_tape *tp, const dl_tensor *x, int lazy);
+/* A zeroed (or lazy, see above) gradient for x (arena), with a zeroed tangent during dl_hvp. */
+DL_API dl_tensor *dl__tape_grad_new(dl_tape *tp, const dl_tensor *x, int lazy) {
+  dl_tensor *g = dl__tape_grad_new1(tp, x, lazy && !tp->hvp);
   if (tp->hvp && g) g->tangent = dl_tape_zeros(tp, "dl_hvp", x->dtype, x->ndim, x->shape);
   return g;
 }
-DL_API dl_tensor *dl__tape_grad_new1(dl_tape *tp, const dl_tensor *x) {
+DL_API dl_tensor *dl__tape_grad_new1(dl_tape *tp, const dl_tensor *x, int lazy) {
   size_t bytes = (size_t)x->numel * dl_dtype_size(x->dtype);
   dl__gfree **pp, **best = NULL;
   dl_tensor *t;
   for (pp = (dl__gfree **)&tp->gfree; bytes && *pp; pp = &(*pp)->next)
     if ((*pp)->bytes >= bytes && (*pp)->bytes / 2 <= bytes && (!best || (*pp)->bytes < (*best)->bytes)) best = pp;
   if (!best || (!tp->arena.grow && tp->arena.used + sizeof *t + DL_ALIGN > tp->arena.cap) ||
-      !(t = (dl_tensor *)dl_arena_alloc(&tp->arena, sizeof *t)))
-    return dl_tape_zeros(tp, "dl_backward", x->dtype, x->ndim, x->shape); /* (its own out-of-memory path) */
+      !(t = (dl_tensor *)dl_arena_alloc(&tp->arena, sizeof *t))) {
+    if (!lazy || tp->gpu) return dl_tape_zeros(tp, "dl_backward", x->dtype, x->ndim, x->shape); /* (its own out-of-memory path) */
+    t = dl_tape_out(tp, "dl_backward", x->dtype, x->ndim, x->shape); /* new in the arena, zeroed by its first writer */
+    t->flags |= DL_TENSOR__UNZEROED;
+#ifdef DL_TAPE_POISON
+    if (t->data) memset(t->data, 0xff, (size_t)t->numel * dl_dtype_size(t->dtype));
+#endif
+    return t;
+  }
   memset(t, 0, sizeof *t);
   dl__set_shape(t, x->ndim, x->shape);
   t->dtype = x->dtype;
@@ -602,7 +611,14 @@ DL_API dl_tensor *dl__tape_grad_new1(dl_tape *tp, const dl_tensor *x) {
     return t;
   }
 #endif
-  memset(t->data, 0, bytes);
+  if (lazy) {
+    t->flags |= DL_TENSOR__UNZEROED; /* its first writer zeroes it (dl__tape_grad_w) */
+#ifdef DL_TAPE_POISON /* tests: NaN in every element, so that a rule adding to it unzeroed shows */
+    memset(t->data, 0xff, bytes);
+#endif
+  } else {
+    memset(t->data, 0, bytes);
+  }
   return t;
 }
 /* Put g's buffer on the free list. On a caller's fixed buffer without room
@@ -638,12 +654,34 @@ DL_API dl_tensor *dl_tape_grad(dl_tape *tp, dl_tensor *x) {
     }
     return x->grad;
   }
-  if (x->grad) return x->grad;
+  if (x->grad) {
+    if (x->grad->flags & DL_TENSOR__UNZEROED) { /* made by dl_backward for this rule: zeroed when first asked for */
+      x->grad->flags &= ~(unsigned)DL_TENSOR__UNZEROED;
+      memset(x->grad->data, 0, (size_t)x->grad->numel * dl_dtype_size(x->grad->dtype));
+    }
+    return x->grad;
+  }
   if (!x->node)
     DL_NOMEM(tp->ctx, "dl_backward", "the gradient of leaf %s (%zu bytes): %s", DL_SHAPESTR(x),
              (size_t)x->numel * dl_dtype_size(x->dtype), dl_ctx_message(x->ctx));
-  x->grad = dl__tape_grad_new(tp, x);
+  x->grad = dl__tape_grad_new(tp, x, 0);
   return x->grad;
+}
+/* dl_tape_grad for a rule whose writer adds every element of the gradient
+ * in one pass: an intermediate's gradient that dl_backward made for this
+ * node may come back flagged DL_TENSOR__UNZEROED (its buffer holds old
+ * values). The rule then overwrites it (=, not +=) and clears the flag, or
+ * hands it to a function that zeroes it as it goes (dl__ew_run zeroes each
+ * piece just before adding into it, while the piece is in L1): no pass of
+ * its own over the buffer. Whoever clears the flag has zeroed or written
+ * every element; a rule that takes one input's gradient twice (x op x)
+ * passes both to one such function, which handles the flag once. */
+DL_API dl_tensor *dl__tape_grad_w(dl_tape *tp, dl_tensor *x) {
+  if (x && x->node && x->grad && (x->flags & DL_TENSOR_REQUIRES_GRAD)) {
+    x->flags &= ~(unsigned)DL_TENSOR__GRAD_UNASKED;
+    return x->grad;
+  }
+  return dl_tape_grad(tp, x);
 }
 
 /* An empty row-sparse gradient for the 2-d tensor x, attached to it (x's
@@ -885,7 +923,7 @@ DL_API void dl__backward_walk(dl_tape *tp, dl_tensor *loss, const dl_tensor *see
       for (k = 0; k < n->nin; k++) {
         dl_tensor *x = n->in[k];
         if (x && x->node && (x->flags & DL_TENSOR_REQUIRES_GRAD) && !x->grad) {
-          x->grad = dl__tape_grad_new(tp, x);
+          x->grad = dl__tape_grad_new(tp, x, 1);
           x->flags |= DL_TENSOR__GRAD_UNASKED;
         }
       }

@@ -48,7 +48,9 @@ enum {
   DL_TENSOR_DENSE_GRAD = 1u << 4,     /* a leaf's dense .grad was written since its last zeroing (tape.h) */
   DL_TENSOR__GRAD_UNASKED = 1u << 5,  /* dl_backward made .grad before the rule ran; the rule has not asked for it */
   DL_TENSOR_OWNS_TANGENT = 1u << 6,   /* .tangent is a heap tensor freed with this one (a leaf gradient's H v, tape.h) */
-  DL_TENSOR__ZERO_ON_READ = 1u << 7   /* a gradient the optimizer's kernel may zero once it has read it (optim.h) */
+  DL_TENSOR__ZERO_ON_READ = 1u << 7,  /* a gradient the optimizer's kernel may zero once it has read it (optim.h) */
+  DL_TENSOR__UNZEROED = 1u << 8       /* a tape gradient whose buffer is not zeroed yet: its first writer zeroes
+                                         it as it goes, or overwrites it (tape.h, dl__tape_grad_w) */
 };
 
 /* A row-sparse gradient of a 2-d tensor [rows, width] (tape.h; the

@@ -1226,18 +1226,23 @@ DL__POOL_KERNELS(double, f64)
 #undef DL__AVGPOOL_COUNT
 
 enum { DL__MAXPOOL_FWD, DL__MAXPOOL_BWD, DL__MAXPOOL_TAN, DL__AVGPOOL_FWD, DL__AVGPOOL_BWD };
+#define DL__POOL_ZERO 0x100 /* or'ed into a backward kind: zero each plane of the output just before adding to it */
 
 /* Runs kernel `kind` over the N*C planes (volumes in 3-d): in (plane
  * [D, H, W] for the forward kinds, [Do, Ho, Wo] for the backward ones), out
  * likewise the other size, idx [N*C, Do, Ho, Wo] (max pooling). Planes
- * split over a team when large; each plane is written by one thread. */
-DL_API void dl__pool_run(dl_ctx *ctx, const dl__pool_geom *g, int kind, dl_dtype dt,
+ * split over a team when large; each plane is written by one thread.
+ * kind | DL__POOL_ZERO (backward kinds: out is a tape gradient not zeroed
+ * yet) zeroes each plane of out as the thread reaches it, in L1. */
+DL_API void dl__pool_run(dl_ctx *ctx, const dl__pool_geom *g, int kind_, dl_dtype dt,
                          const void *in, void *out, int32_t *idx) {
+  const int kind = kind_ & ~DL__POOL_ZERO, zero = (kind_ & DL__POOL_ZERO) != 0;
   const int64_t planes = g->N * g->C, hw = g->D * g->H * g->W, ohw = g->Do * g->Ho * g->Wo;
   const int fwd = kind == DL__MAXPOOL_FWD || kind == DL__MAXPOOL_TAN || kind == DL__AVGPOOL_FWD;
   const int64_t is = fwd ? hw : ohw, os = fwd ? ohw : hw;
   DL_PARALLEL_FOR(ctx, planes * ohw * g->kd * g->kh * g->kw, planes, pl, {
     int32_t *ip = idx ? idx + pl * ohw : NULL;
+    if (zero) memset((char *)out + (size_t)(pl * os) * dl_dtype_size(dt), 0, (size_t)os * dl_dtype_size(dt));
     if (dt == DL_F32) {
       const float *a = (const float *)in + pl * is;
       float *b = (float *)out + pl * os;
@@ -1448,8 +1453,15 @@ DL_API void dl__pool_bw_gpu(dl_node *n, int max, const dl__pool_geom *g, dl_tens
 }
 #endif
 
+/* gx of a pooling's backward from dl__tape_grad_w: the kind to run, with
+ * DL__POOL_ZERO when gx is not zeroed yet (the flag is then handled). */
+DL_API int dl__pool_bw_kind(dl_tensor *gx, int kind) {
+  if (!gx || !(gx->flags & DL_TENSOR__UNZEROED)) return kind;
+  gx->flags &= ~(unsigned)DL_TENSOR__UNZEROED;
+  return kind | DL__POOL_ZERO;
+}
 DL_API void dl__t_max_pool2d_bw(dl_tape *tp, dl_node *n) {
-  dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
+  dl_tensor *gx = dl__tape_grad_w(tp, n->in[0]);
   const dl__pool_geom g = dl__pool_geom_of(n);
 #ifdef DL_USE_CUDA
   if (gx && gx->device == DL_CUDA) {
@@ -1458,7 +1470,7 @@ DL_API void dl__t_max_pool2d_bw(dl_tape *tp, dl_node *n) {
   }
 #endif
   if (gx)
-    dl__pool_run(tp->ctx, &g, DL__MAXPOOL_BWD, gx->dtype, n->out->grad->data, gx->data,
+    dl__pool_run(tp->ctx, &g, dl__pool_bw_kind(gx, DL__MAXPOOL_BWD), gx->dtype, n->out->grad->data, gx->data,
                  (int32_t *)n->saved[0]->data);
 }
 /* max pooling (2-d or 3-d) after the checks, and its argmax in *ind when
@@ -1515,7 +1527,7 @@ DL_API dl_tensor *dl_t_max_pool2d_with_indices(dl_tape *tp, dl_tensor *x, const 
 }
 
 DL_API void dl__t_avg_pool2d_bw(dl_tape *tp, dl_node *n) {
-  dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
+  dl_tensor *gx = dl__tape_grad_w(tp, n->in[0]);
   const dl__pool_geom g = dl__pool_geom_of(n);
 #ifdef DL_USE_CUDA
   if (gx && gx->device == DL_CUDA) {
@@ -1523,7 +1535,7 @@ DL_API void dl__t_avg_pool2d_bw(dl_tape *tp, dl_node *n) {
     return;
   }
 #endif
-  if (gx) dl__pool_run(tp->ctx, &g, DL__AVGPOOL_BWD, gx->dtype, n->out->grad->data, gx->data, NULL);
+  if (gx) dl__pool_run(tp->ctx, &g, dl__pool_bw_kind(gx, DL__AVGPOOL_BWD), gx->dtype, n->out->grad->data, gx->data, NULL);
 }
 /* average pooling (2-d or 3-d) after the checks. */
 DL_API dl_tensor *dl__t_avg_pool(dl_tape *tp, const char *op, dl_tensor *x, const dl__pool_geom *g) {

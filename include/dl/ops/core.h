@@ -196,21 +196,21 @@ DL_API void dl__hvp_ew(dl_tape *tp, const char *op, dl__d2_fn f, double p0, int 
 }
 
 DL_API void dl__t_map1_bw(dl_tape *tp, dl_node *n) {
-  dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
+  dl_tensor *gx = dl__tape_grad_w(tp, n->in[0]); /* the generated backward zeroes it as it goes (dl__ew_run) */
   if (gx) ((dl__bwd1_fn)n->fn[0])(gx, n->out->grad, n->in[0]);
   if (gx && tp->hvp)
     dl__hvp_ew(tp, n->op, (dl__d2_fn)n->fn[1], 0.0, 1, n->out->grad, n->out->grad->tangent, n->in,
                &n->in[0]->tangent, &gx->tangent);
 }
 DL_API void dl__t_map1p_bw(dl_tape *tp, dl_node *n) {
-  dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
+  dl_tensor *gx = dl__tape_grad_w(tp, n->in[0]);
   if (gx) ((dl__bwd1p_fn)n->fn[0])(gx, n->out->grad, n->in[0], n->p[0]);
   if (gx && tp->hvp)
     dl__hvp_ew(tp, n->op, (dl__d2_fn)n->fn[1], n->p[0], 1, n->out->grad, n->out->grad->tangent, n->in,
                &n->in[0]->tangent, &gx->tangent);
 }
 DL_API void dl__t_map2_bw(dl_tape *tp, dl_node *n) {
-  dl_tensor *ga = dl_tape_grad(tp, n->in[0]), *gb = dl_tape_grad(tp, n->in[1]);
+  dl_tensor *ga = dl__tape_grad_w(tp, n->in[0]), *gb = dl__tape_grad_w(tp, n->in[1]);
   if (ga || gb) ((dl__bwd2_fn)n->fn[0])(ga, gb, n->out->grad, n->in[0], n->in[1]);
   if ((ga || gb) && tp->hvp) {
     dl_tensor *t[2], *tg[2];
@@ -517,7 +517,9 @@ DL_API void dl__linear_grads(dl_tensor *gx, dl_tensor *gw, dl_tensor *gb, const 
   dl_tensor g2 = dl_view_reshape(gy, DL_SHAPE(-1, gy->shape[gy->ndim - 1]));
   if (gx) {
     dl_tensor gx2 = dl_view_reshape(gx, DL_SHAPE(-1, in));
-    dl_matmul_into(&gx2, &g2, w, 1.0, 1.0);
+    const double beta = gx->flags & DL_TENSOR__UNZEROED ? 0.0 : 1.0; /* a tape gradient not zeroed: written */
+    gx->flags &= ~(unsigned)DL_TENSOR__UNZEROED;
+    dl_matmul_into(&gx2, &g2, w, 1.0, beta);
   }
   if (gw) {
     dl_tensor x2 = dl_view_reshape(xc, DL_SHAPE(-1, in));
@@ -528,7 +530,7 @@ DL_API void dl__linear_grads(dl_tensor *gx, dl_tensor *gw, dl_tensor *gb, const 
 }
 DL_API void dl__t_linear_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *x = n->in[0], *w = n->saved[1], *b = n->nin > 2 ? n->in[2] : NULL, *gy = n->out->grad;
-  dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, n->in[1]), *gb = dl_tape_grad(tp, b);
+  dl_tensor *gx = dl__tape_grad_w(tp, x), *gw = dl_tape_grad(tp, n->in[1]), *gb = dl_tape_grad(tp, b);
   dl__linear_grads(gx, gw, gb, gy, n->saved[0], w); /* saved[0]: x, or the contiguous copy the forward made */
   if (tp->hvp) { /* d(gx) = d(gy) w + gy tw, d(gw) = d(gy)^T x + gy^T tx, d(gb) = sums of d(gy) */
     dl__linear_grads(gx ? gx->tangent : NULL, gw ? gw->tangent : NULL, gb ? gb->tangent : NULL, gy->tangent,

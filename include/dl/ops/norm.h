@@ -200,7 +200,7 @@ DL_API void dl__norm_hvp(const dl_node *n, const dl__norm_hvp_geom *q, const dou
 enum { DL__BNP_SUMX, DL__BNP_SUMD, DL__BNP_SUMV, DL__BNP_MAP };
 
 typedef struct dl__bn_args {
-  int mode, batch, phase;
+  int mode, batch, phase, assign; /* assign: BWD writes gx (=) instead of adding to it */
   dl_dtype dt;
   int64_t N, C, S, rpt;  /* sizes; samples per tile (row form) */
   const void *x;         /* [N, C, S] contiguous */
@@ -302,7 +302,7 @@ DL_API void dl__bn_consts(const dl__bn_args *A, int64_t c0, int64_t nc, const do
     for (n = 0; n < N; n++) {                                                         \
       const T *xr = x + (n * C + c) * S, *vr = v + (n * C + c) * S;                   \
       T *o = out + (n * C + c) * S;                                                   \
-      if (A->mode == DL__NM_BWD) {                                                    \
+      if (A->mode == DL__NM_BWD && !A->assign) {                                      \
         DL__RSIMD                                                                     \
         for (s = 0; s < S; s++) o[s] += (T)(k1 * (double)vr[s] + ((double)xr[s] - mu) * k2 + k3); \
       } else {                                                                        \
@@ -327,7 +327,7 @@ DL__BN_PLANE_KERNEL(double, f64)
     const int64_t n1 = A->N - n0 < A->rpt ? A->N : n0 + A->rpt;                       \
     const double *mu = A->mean, *k1 = A->k, *k2 = A->k + C, *k3 = A->k + 2 * C;       \
     double *p0 = A->part ? A->part + tile * 2 * C : NULL, *p1 = p0 ? p0 + C : NULL;   \
-    const int ph = A->phase, acc = A->mode == DL__NM_BWD;                             \
+    const int ph = A->phase, acc = A->mode == DL__NM_BWD && !A->assign;               \
     int64_t n, c, s;                                                                  \
     for (n = n0; n < n1; n++) {                                                       \
       const T *xr = x + n * L, *vr = v + n * L;                                       \
@@ -486,7 +486,7 @@ DL_API void dl__t_batch_norm_bw_gpu(dl_node *n, dl_tensor *gx, dl_tensor *gw, dl
 
 DL_API void dl__t_batch_norm_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *x = n->in[0], *w = n->nin > 1 ? n->in[1] : NULL, *b = n->nin > 2 ? n->in[2] : NULL;
-  dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, w), *gb = dl_tape_grad(tp, b);
+  dl_tensor *gx = dl__tape_grad_w(tp, x), *gw = dl_tape_grad(tp, w), *gb = dl_tape_grad(tp, b);
   dl_tensor *st = n->saved[1];
   dl__bn_args A;
   if (!gx && !gw && !gb) return;
@@ -504,6 +504,10 @@ DL_API void dl__t_batch_norm_bw(dl_tape *tp, dl_node *n) {
   A.x = n->saved[0]->data;
   A.v = n->out->grad->data;
   A.out = gx ? gx->data : NULL;
+  if (gx && (gx->flags & DL_TENSOR__UNZEROED)) { /* every element is written: = instead of += on a zeroed buffer */
+    gx->flags &= ~(unsigned)DL_TENSOR__UNZEROED;
+    A.assign = 1;
+  }
   A.w = (const double *)n->saved[2]->data;
   A.mean = (double *)st->data;
   A.istd = A.mean + A.C;
