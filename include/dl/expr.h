@@ -400,11 +400,13 @@ DL_API void dl__unused(int n, ...) { (void)n; }
  *   DL__EW_BWD  a[3][i] += a[0][i] * df/dx0,  a[4][i] += a[0][i] * df/dx1
  *               (a NULL slot is skipped)
  * The driver checks dtypes and shapes (naming the op), and runs contiguous
- * same-shape tensors straight through dl_parallel_for; anything else
- * (broadcast operands, strided views) goes through tiles gathered into stack
- * buffers. A gradient whose input was broadcast receives its contributions
- * serially, in element order, so the sums do not depend on the thread
- * count. One op thus compiles to six short loops, whatever the layouts. */
+ * same-shape tensors straight through dl_parallel_for; contiguous operands
+ * that broadcast along leading dimensions only (a bias, positions) by whole
+ * rows (dl__ew_rows_plan); anything else (other broadcasts, strided views)
+ * goes through tiles gathered into stack buffers. A gradient whose input was
+ * broadcast receives its contributions in element order (rows: each column
+ * down the rows in order, the columns over the team; tiles: serially), so
+ * the sums do not depend on the thread count. One op thus compiles to six short loops, whatever the layouts. */
 enum { DL__EW_FWD, DL__EW_JVP, DL__EW_BWD };
 /* p0 of an op's optional parameter list: DL__PV(0.0) is 0.0, DL__PV(0.0, p0) is p0. */
 #define DL__PV(...) DL__PV_(__VA_ARGS__, 0.0, 0.0)
@@ -418,6 +420,7 @@ typedef struct dl__ew_job {
   size_t es;
   int64_t shape[DL_MAX_DIMS], st[5][DL_MAX_DIMS];
   char *base[5];
+  int64_t inner, rows, rc[5]; /* row form (dl__ew_rows_plan): rows of `inner` elements; slot k repeats every rc[k] rows */
 } dl__ew_job;
 /* Contiguous: [lo, hi) of every slot. */
 DL_API void dl__ew_range(void *arg, int64_t lo, int64_t hi) {
@@ -438,6 +441,58 @@ DL_API void dl__ew_range(void *arg, int64_t lo, int64_t hi) {
   }
   for (k = 0; k < 5; k++) a[k] = j->base[k] ? j->base[k] + (size_t)lo * j->es : NULL;
   j->k(j->mode, hi - lo, a, j->p0);
+}
+/* Row form: every slot contiguous and, padded with leading 1s, of shape
+ * [1, ..., 1, out.shape[s:]] for some s (a bias [C] or positions [T, C]
+ * added to [B, T, C]). The output is cut into rows of inner = the product
+ * of out.shape[D:] (D the largest s), and row r of slot k is its row
+ * r % rc[k]: the kernel runs on whole rows, no gathering. Returns 0 where
+ * the slots are not of that form or the rows are short (the tiles then). */
+DL_API int dl__ew_rows_plan(dl__ew_job *j, const dl_tensor *const *slot, const dl_tensor *out) {
+  int k, d, D = 0;
+  int64_t inner = 1;
+  for (k = 0; k < 5; k++) {
+    const dl_tensor *t = slot[k];
+    int off, s;
+    if (!t) continue;
+    if (!dl_tensor_is_contiguous(t)) return 0;
+    off = out->ndim - t->ndim;
+    for (s = out->ndim; s > 0 && (s - 1 < off ? 1 : t->shape[s - 1 - off]) == out->shape[s - 1]; s--) {}
+    for (d = 0; d < s; d++)
+      if ((d < off ? 1 : t->shape[d - off]) != 1) return 0;
+    if (s > D) D = s;
+  }
+  for (d = D; d < out->ndim; d++) inner *= out->shape[d];
+  if (inner < 64 || out->numel == 0) return 0;
+  j->inner = inner;
+  j->rows = out->numel / inner;
+  for (k = 0; k < 5; k++) j->rc[k] = slot[k] ? slot[k]->numel / inner : 1;
+  return 1;
+}
+/* Row form: rows [lo, hi), each whole. */
+DL_API void dl__ew_rows(void *arg, int64_t lo, int64_t hi) {
+  const dl__ew_job *j = (const dl__ew_job *)arg;
+  void *a[5];
+  int64_t r;
+  int k;
+  for (r = lo; r < hi; r++) {
+    for (k = 0; k < 5; k++) a[k] = j->base[k] ? j->base[k] + (size_t)(r % j->rc[k] * j->inner) * j->es : NULL;
+    j->k(j->mode, j->inner, a, j->p0);
+  }
+}
+/* Row form with a broadcast gradient: columns [lo, hi) of every row, the
+ * rows in order, so a repeated gradient row gets its sums in element order
+ * (the bits of the serial tiles) while the columns split over the team. */
+DL_API void dl__ew_cols(void *arg, int64_t lo, int64_t hi) {
+  const dl__ew_job *j = (const dl__ew_job *)arg;
+  void *a[5];
+  int64_t r;
+  int k;
+  for (r = 0; r < j->rows; r++) {
+    for (k = 0; k < 5; k++)
+      a[k] = j->base[k] ? j->base[k] + (size_t)(r % j->rc[k] * j->inner + lo) * j->es : NULL;
+    j->k(j->mode, hi - lo, a, j->p0);
+  }
 }
 /* General: elements [lo, hi) of the output's row-major order, through tiles. */
 DL_API void dl__ew_tiles(void *arg, int64_t lo, int64_t hi) {
@@ -544,7 +599,10 @@ DL_API void dl__ew_run(const char *op, dl__ew_kern k32, dl__ew_kern k64, int mod
     }
   if (out->numel == 0) return;
   if (contig) dl_parallel_for(out->ctx, out->numel, 8192, out->numel, dl__ew_range, &j);
-  else if (j.bcast) dl__ew_tiles(&j, 0, out->numel); /* one thread, in element order */
+  else if (dl__ew_rows_plan(&j, slot, out)) {
+    if (j.bcast) dl_parallel_for(out->ctx, j.inner, 256, out->numel, dl__ew_cols, &j);
+    else dl_parallel_for(out->ctx, j.rows, (8192 + j.inner - 1) / j.inner, out->numel, dl__ew_rows, &j);
+  } else if (j.bcast) dl__ew_tiles(&j, 0, out->numel); /* one thread, in element order */
   else dl_parallel_for(out->ctx, out->numel, 8192, out->numel, dl__ew_tiles, &j);
 }
 
