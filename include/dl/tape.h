@@ -676,6 +676,15 @@ DL_API dl_tensor *dl_tape_grad(dl_tape *tp, dl_tensor *x) {
  * its own over the buffer. Whoever clears the flag has zeroed or written
  * every element; a rule that takes one input's gradient twice (x op x)
  * passes both to one such function, which handles the flag once. */
+DL_API dl_tensor *dl__tape_grad_w(dl_tape *tp, dl_tensor *x);
+/* For a writer that covers every element of g (from dl__tape_grad_w): 1 when
+ * g is not zeroed yet, so that the writer overwrites it (the flag is then
+ * cleared), 0 when it adds to it. */
+DL_API int dl__grad_take(dl_tensor *g) {
+  if (!g || !(g->flags & DL_TENSOR__UNZEROED)) return 0;
+  g->flags &= ~(unsigned)DL_TENSOR__UNZEROED;
+  return 1;
+}
 DL_API dl_tensor *dl__tape_grad_w(dl_tape *tp, dl_tensor *x) {
   if (x && x->node && x->grad && (x->flags & DL_TENSOR_REQUIRES_GRAD)) {
     x->flags &= ~(unsigned)DL_TENSOR__GRAD_UNASKED;

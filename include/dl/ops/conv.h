@@ -1455,11 +1455,7 @@ DL_API void dl__pool_bw_gpu(dl_node *n, int max, const dl__pool_geom *g, dl_tens
 
 /* gx of a pooling's backward from dl__tape_grad_w: the kind to run, with
  * DL__POOL_ZERO when gx is not zeroed yet (the flag is then handled). */
-DL_API int dl__pool_bw_kind(dl_tensor *gx, int kind) {
-  if (!gx || !(gx->flags & DL_TENSOR__UNZEROED)) return kind;
-  gx->flags &= ~(unsigned)DL_TENSOR__UNZEROED;
-  return kind | DL__POOL_ZERO;
-}
+DL_API int dl__pool_bw_kind(dl_tensor *gx, int kind) { return dl__grad_take(gx) ? kind | DL__POOL_ZERO : kind; }
 DL_API void dl__t_max_pool2d_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *gx = dl__tape_grad_w(tp, n->in[0]);
   const dl__pool_geom g = dl__pool_geom_of(n);

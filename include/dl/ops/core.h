@@ -517,9 +517,7 @@ DL_API void dl__linear_grads(dl_tensor *gx, dl_tensor *gw, dl_tensor *gb, const 
   dl_tensor g2 = dl_view_reshape(gy, DL_SHAPE(-1, gy->shape[gy->ndim - 1]));
   if (gx) {
     dl_tensor gx2 = dl_view_reshape(gx, DL_SHAPE(-1, in));
-    const double beta = gx->flags & DL_TENSOR__UNZEROED ? 0.0 : 1.0; /* a tape gradient not zeroed: written */
-    gx->flags &= ~(unsigned)DL_TENSOR__UNZEROED;
-    dl_matmul_into(&gx2, &g2, w, 1.0, beta);
+    dl_matmul_into(&gx2, &g2, w, 1.0, dl__grad_take(gx) ? 0.0 : 1.0); /* a tape gradient not zeroed: written */
   }
   if (gw) {
     dl_tensor x2 = dl_view_reshape(xc, DL_SHAPE(-1, in));

@@ -504,10 +504,7 @@ DL_API void dl__t_batch_norm_bw(dl_tape *tp, dl_node *n) {
   A.x = n->saved[0]->data;
   A.v = n->out->grad->data;
   A.out = gx ? gx->data : NULL;
-  if (gx && (gx->flags & DL_TENSOR__UNZEROED)) { /* every element is written: = instead of += on a zeroed buffer */
-    gx->flags &= ~(unsigned)DL_TENSOR__UNZEROED;
-    A.assign = 1;
-  }
+  A.assign = dl__grad_take(gx); /* every element is written: = instead of += on a zeroed buffer */
   A.w = (const double *)n->saved[2]->data;
   A.mean = (double *)st->data;
   A.istd = A.mean + A.C;

@@ -261,10 +261,10 @@ DL_API dl_tensor dl__shape_as(const dl_tensor *g, int ndim, const int64_t *shape
 /* >>transpose, permute ----------------------------------------------------- */
 
 DL_API void dl__t_transpose_bw(dl_tape *tp, dl_node *n) {
-  dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
+  dl_tensor *gx = dl__tape_grad_w(tp, n->in[0]); /* v covers gx: written, or added to */
   if (gx) {
     dl_tensor v = dl_view_transpose(gx, (int)n->i[0], (int)n->i[1]);
-    dl__shape_move(&v, n->out->grad, 1);
+    dl__shape_move(&v, n->out->grad, !dl__grad_take(gx));
   }
 }
 /* x with dimensions d0 and d1 swapped: a VIEW of x's data (no copy), in the
@@ -286,13 +286,13 @@ DL_API dl_tensor *dl_t_transpose(dl_tape *tp, dl_tensor *x, int d0, int d1) {
 }
 
 DL_API void dl__t_permute_bw(dl_tape *tp, dl_node *n) {
-  dl_tensor *gx = dl_tape_grad(tp, n->in[0]);
+  dl_tensor *gx = dl__tape_grad_w(tp, n->in[0]); /* v covers gx: written, or added to */
   int perm[DL_MAX_DIMS], d;
   if (!gx) return;
   for (d = 0; d < gx->ndim; d++) perm[d] = (int)n->i[d];
   {
     dl_tensor v = dl_view_permute(gx, perm);
-    dl__shape_move(&v, n->out->grad, 1);
+    dl__shape_move(&v, n->out->grad, !dl__grad_take(gx));
   }
 }
 /* x's dimensions reordered: output dimension d is x's dimension perm[d]
@@ -326,10 +326,10 @@ DL_API dl_tensor *dl_t_permute(dl_tape *tp, dl_tensor *x, const int *perm) {
 /* >>reshape, flatten, contiguous ------------------------------------------- */
 
 DL_API void dl__t_reshape_bw(dl_tape *tp, dl_node *n) {
-  dl_tensor *gx = dl_tape_grad(tp, n->in[0]), *gy = n->out->grad;
+  dl_tensor *gx = dl__tape_grad_w(tp, n->in[0]), *gy = n->out->grad; /* v covers gx: written, or added to */
   if (gx) {
     dl_tensor v = dl__shape_as(gx, gy->ndim, gy->shape);
-    dl__shape_move(&v, gy, 1);
+    dl__shape_move(&v, gy, !dl__grad_take(gx));
   }
 }
 /* x's elements in row-major order with shape (ndim, sh) (already checked):
