@@ -1105,6 +1105,45 @@ static void test_inside_caller_region(void) {
 
 /* ---- empty inputs ----------------------------------------------------------------- */
 
+/* The input's gradient when the input is an intermediate (x + x): dl_backward
+ * hands the convolution a gradient buffer it has not zeroed (DL_TAPE_POISON:
+ * NaN), which the rule must write, image by image (1x1: the GEMM with beta
+ * 0; otherwise zeroed before col2im), not add to. It must be twice the
+ * gradient a leaf input gets, on one thread and two, for a direct 1x1
+ * convolution, a grouped one and a padded 3x3. */
+static void test_intermediate_input_grad(void) {
+  static const struct { int64_t O, kh; dl_conv2d_args a; } cs[] = {
+      {6, 1, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}}, {6, 1, {0, 0, 0, 0, 0, 0, 2, 0, 0, 0}}, {5, 3, {0, 0, 1, 1, 0, 0, 0, 0, 0, 0}}};
+  int c, th;
+  for (th = 0; th < 2; th++)
+    for (c = 0; c < 3; c++) {
+      dl_ctx *ctx = th ? &parctx : &serctx;
+      dl_tensor *x = mk(DL_F64, DL_SHAPE(3, 4, 5, 5), 81), *xl = mk(DL_F64, DL_SHAPE(3, 4, 5, 5), 81);
+      dl_tensor *w = mk(DL_F64, DL_SHAPE(cs[c].O, 4 / (cs[c].a.groups ? cs[c].a.groups : 1), cs[c].kh, cs[c].kh), 82);
+      dl_tensor *y, *gy;
+      dl_tape tp;
+      int64_t i;
+      int same = 1;
+      x->ctx = xl->ctx = w->ctx = ctx;
+      dl_tape_init(&tp, ctx, 0);
+      dl_requires_grad(x);
+      dl_requires_grad(xl);
+      y = dl_t_conv2d(&tp, dl_t_add(&tp, x, x), w, NULL, &cs[c].a);
+      gy = mk(DL_F64, y->ndim, y->shape, 83);
+      dl_backward(&tp, y, gy);
+      dl_tape_rewind(&tp);
+      y = dl_t_conv2d(&tp, xl, w, NULL, &cs[c].a);
+      dl_backward(&tp, y, gy);
+      for (i = 0; i < x->numel; i++) same &= dl_f64(x->grad)[i] == 2 * dl_f64(xl->grad)[i];
+      CHECK_MSG(same, "conv case %d, %d thread(s): the intermediate input's gradient is not twice the leaf's", c, th + 1);
+      dl_tape_free(&tp);
+      dl_tensor_free(x);
+      dl_tensor_free(xl);
+      dl_tensor_free(w);
+      dl_tensor_free(gy);
+    }
+}
+
 static void test_empty(void) {
   dl_tape tp;
   dl_tensor *x = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(2, 0, 4, 4)), *w = dl_tensor_make(&pctx, DL_F64, DL_SHAPE(3, 0, 3, 3));
@@ -1306,6 +1345,7 @@ int main(void) {
   RUN(test_indices_unpool);
   RUN(test_no_grad_and_steady_state);
   RUN(test_empty);
+  RUN(test_intermediate_input_grad);
   RUN(test_inside_caller_region);
   RUN(test_panics);
   printf("conv: worst gradcheck error %.3g; PyTorch fixtures (%d cases, serial and 2 threads): "

@@ -394,7 +394,7 @@ DL_API void dl__conv_range(int64_t off, int64_t s, int64_t n, int64_t outn, int6
   }                                                                                                \
   DL_API void dl__conv_bwd_img_##sfx(dl_ctx *ctx, const dl__conv_geom *g, const void *xv,          \
                                      const void *wv, const void *gyv, void *gxv, void *gwv,        \
-                                     void *colv) {                                                 \
+                                     void *colv, int gx0) {                                        \
     const T *x = (const T *)xv, *w = (const T *)wv, *gy = (const T *)gyv;                          \
     T *gx = (T *)gxv, *gw = (T *)gwv, *col = (T *)colv;                                            \
     int64_t gi;                                                                                    \
@@ -412,12 +412,13 @@ DL_API void dl__conv_range(int64_t off, int64_t s, int64_t n, int64_t outn, int6
       }                                                                                            \
       if (gx) {                                                                                    \
         T *gxg = gx + gi * g->Cg * g->D * g->H * g->W;                                             \
-        if (g->direct) {                                                                           \
+        if (g->direct) { /* gx0: gx not zeroed yet (written, not added to) */                      \
           dl_gemm_##sfx(ctx, DL_TRANS, DL_NOTRANS, g->K, g->P, g->Og, (T)1, wg, g->K, gyg, g->P,   \
-                        (T)1, gxg, g->P);                                                          \
+                        gx0 ? (T)0 : (T)1, gxg, g->P);                                             \
         } else {                                                                                   \
           dl_gemm_##sfx(ctx, DL_TRANS, DL_NOTRANS, g->K, g->P, g->Og, (T)1, wg, g->K, gyg, g->P,   \
                         (T)0, col, g->P);                                                          \
+          if (gx0) memset(gxg, 0, sizeof(T) * (size_t)(g->Cg * g->D * g->H * g->W));               \
           dl__col2im_##sfx(g, col, gxg);                                                           \
         }                                                                                          \
       }                                                                                            \
@@ -430,7 +431,7 @@ DL__CONV_KERNELS(double, f64)
 typedef void (*dl__conv_fwd_fn)(dl_ctx *, const dl__conv_geom *, const void *, const void *,
                                 const void *, void *, int, void *);
 typedef void (*dl__conv_bwd_fn)(dl_ctx *, const dl__conv_geom *, const void *, const void *,
-                                const void *, void *, void *, void *);
+                                const void *, void *, void *, void *, int);
 
 /* Bytes of one thread's col buffer (a multiple of 64: no false sharing). */
 DL_API size_t dl__conv_col_bytes(const dl__conv_geom *g, size_t es) {
@@ -492,7 +493,7 @@ DL_API void dl__conv_bias_grad(const dl__conv_geom *g, dl_dtype dt, const void *
  * in a fixed order (as serially). */
 DL_API void dl__conv_backward(dl_tape *tp, const char *op, const dl__conv_geom *g, dl_dtype dt,
                               const void *x, const void *w, const void *gy, void *gx, void *gw,
-                              void *gb) {
+                              void *gb, int gx0) {
   dl_ctx *ctx = tp->ctx;
   const size_t es = dl_dtype_size(dt), colb = dl__conv_col_bytes(g, es);
   const size_t xs = (size_t)(g->C * g->D * g->H * g->W) * es, ys = (size_t)(g->O * g->P) * es;
@@ -510,7 +511,7 @@ DL_API void dl__conv_backward(dl_tape *tp, const char *op, const dl__conv_geom *
     col = colb ? (unsigned char *)dl_tape_scratch(tp, op, colb) : NULL;
     for (n = 0; n < g->N; n++)
       f(ctx, g, xb + (size_t)n * xs, w, gyb + (size_t)n * ys, gx ? gxb + (size_t)n * xs : NULL, gw,
-        col);
+        col, gx0);
     return;
   }
   nch = gx || gw ? nt : 0;
@@ -524,7 +525,7 @@ DL_API void dl__conv_backward(dl_tape *tp, const char *op, const dl__conv_geom *
     int64_t i;
     if (mygw && k > 0) memset(mygw, 0, wn * es);
     for (i = g->N * k / nch; i < g->N * (k + 1) / nch; i++)
-      f(ctx, g, xb + (size_t)i * xs, w, gyb + (size_t)i * ys, gx ? gxb + (size_t)i * xs : NULL, mygw, mine);
+      f(ctx, g, xb + (size_t)i * xs, w, gyb + (size_t)i * ys, gx ? gxb + (size_t)i * xs : NULL, mygw, mine, gx0);
   });
   if (parts) { /* gw += the copies in chunk order, each element by one block */
     const int64_t nblk = (int64_t)((wn + 1023) / 1024);
@@ -688,7 +689,7 @@ DL_API dl__conv_geom dl__conv_geom_of(const dl_tensor *x, const dl_tensor *w, co
 
 DL_API void dl__t_conv_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *x = n->in[0], *w = n->in[1], *b = n->nin > 2 ? n->in[2] : NULL;
-  dl_tensor *gx = dl_tape_grad(tp, x), *gw = dl_tape_grad(tp, w), *gb = dl_tape_grad(tp, b);
+  dl_tensor *gx = dl__tape_grad_w(tp, x), *gw = dl_tape_grad(tp, w), *gb = dl_tape_grad(tp, b);
   const dl__conv_geom g = dl__conv_geom_of(x, w, n->i);
 #ifdef DL_USE_CUDA
   if (n->out->grad->device == DL_CUDA) {
@@ -702,17 +703,17 @@ DL_API void dl__t_conv_bw(dl_tape *tp, dl_node *n) {
 #endif
   dl__conv_backward(tp, n->op, &g, x->dtype, n->saved[0]->data, n->saved[1]->data,
                     n->out->grad->data, gx ? gx->data : NULL, gw ? gw->data : NULL,
-                    gb ? gb->data : NULL);
+                    gb ? gb->data : NULL, dl__grad_take(gx)); /* gx not zeroed yet: each image's written */
   if (tp->hvp) { /* bilinear in (x, w): d(gx) = rule(d(gy); w) + rule(gy; tw), d(gw) = rule(d(gy); x) + rule(gy; tx) */
     const dl_tensor *gy = n->out->grad;
     dl__conv_backward(tp, n->op, &g, x->dtype, n->saved[0]->data, n->saved[1]->data, gy->tangent->data,
-                      gx ? gx->tangent->data : NULL, gw ? gw->tangent->data : NULL, gb ? gb->tangent->data : NULL);
+                      gx ? gx->tangent->data : NULL, gw ? gw->tangent->data : NULL, gb ? gb->tangent->data : NULL, 0);
     if (gx && w->tangent)
       dl__conv_backward(tp, n->op, &g, x->dtype, n->saved[0]->data, dl__t_contig(tp, n->op, w->tangent)->data,
-                        gy->data, gx->tangent->data, NULL, NULL);
+                        gy->data, gx->tangent->data, NULL, NULL, 0);
     if (gw && x->tangent)
       dl__conv_backward(tp, n->op, &g, x->dtype, dl__t_contig(tp, n->op, x->tangent)->data, n->saved[1]->data,
-                        gy->data, NULL, gw->tangent->data, NULL);
+                        gy->data, NULL, gw->tangent->data, NULL, 0);
   }
 }
 
