@@ -134,7 +134,8 @@ one() { # MODEL WHO
   if [ "$model" = mlp ]; then prog=$B/fashion_mlp subset=$MLP_SUBSET data=$DATA
   else prog=$B/fashion_cnn subset=$CNN_SUBSET data=$T/cnn_data; fi
   if [[ $who == torch* ]]; then
-    env "${TORCH_ENV[@]}" OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th peak "$T/rss" "$PY" bench/torch_train.py "$model" "$subset" "$th" 1 64 "$data" cpu $loop > "$out" 2>&1
+    # (peak is a shell function: env runs inside it, exec'ing PyTorch in the process it measures)
+    peak "$T/rss" env "${TORCH_ENV[@]}" OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th "$PY" bench/torch_train.py "$model" "$subset" "$th" 1 64 "$data" cpu $loop > "$out" 2>&1
     if grep -q '^SKIP' "$out"; then echo "$model $who SKIP" >> "$RES"; head -1 "$out"; return 0; fi
     sps=$(sed -n 's/^torch_train .*samples_per_s=\([0-9.]*\).*/\1/p' "$out")
   else
