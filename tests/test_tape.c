@@ -798,6 +798,30 @@ static void test_jvp_dot_product_convnet(void) {
   jvp_identity("conv net", 5, nd, shapes, 80, conv_net);
 }
 
+/* Empty intermediates: their gradients have no data, and the lazy zeroing
+ * (DL_TENSOR__UNZEROED: zeroed on ask, or by the first writer) must not pass
+ * a NULL pointer to memset (the sanitizer build checks) while a shape with a
+ * zero still gives an empty gradient of the leaf's shape. */
+static void test_empty_intermediates(void) {
+  dl_tape tp;
+  dl_tensor *x = dl_tensor_make(&pctx, DL_F32, DL_SHAPE(0, 4)), *b = dl_tensor_make(&pctx, DL_F32, DL_SHAPE(4));
+  dl_tensor *h, *loss;
+  dl_tensor_fill(b, 0.5);
+  dl_requires_grad(x);
+  dl_requires_grad(b);
+  dl_tape_init(&tp, &pctx, 0);
+  h = dl_t_relu(&tp, dl_t_add(&tp, dl_t_relu(&tp, x), b)); /* [0, 4] + [4] broadcast, then element-wise */
+  h = dl_t_reshape(&tp, dl_t_transpose(&tp, h, 0, 1), 2, DL__I64S(0, 4));
+  loss = dl_t_sum_all(&tp, dl_t_mul(&tp, h, h));
+  dl_backward(&tp, loss, NULL);
+  CHECK(dl__get_at(loss, 0) == 0.0);
+  CHECK(x->grad && x->grad->numel == 0 && x->grad->shape[0] == 0 && x->grad->shape[1] == 4);
+  CHECK(b->grad && dl__get_at(b->grad, 0) == 0.0 && dl__get_at(b->grad, 3) == 0.0);
+  dl_tape_free(&tp);
+  dl_tensor_free(x);
+  dl_tensor_free(b);
+}
+
 int main(void) {
   dl_ctx_desc d;
   memset(&d, 0, sizeof d);
@@ -818,5 +842,6 @@ int main(void) {
   RUN(test_steady_state_no_malloc);
   RUN(test_jvp_dot_product_mlp);
   RUN(test_jvp_dot_product_convnet);
+  RUN(test_empty_intermediates);
   return harness_finish();
 }

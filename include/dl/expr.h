@@ -142,7 +142,7 @@ DL_API void dl__span(const dl_tensor *t, const char **lo, const char **hi) {
   int d;
   for (d = 0; d < t->ndim; d++) last += (t->shape[d] - 1) * t->strides[d];
   *lo = (const char *)t->data;
-  *hi = (const char *)t->data + (size_t)(last + 1) * dl_dtype_size(t->dtype);
+  *hi = t->data && t->numel > 0 ? (const char *)t->data + (size_t)(last + 1) * dl_dtype_size(t->dtype) : *lo; /* empty: no span */
 }
 
 DL_API void dl__plan_make(dl__plan *pl, const dl__probe *p) {
@@ -595,7 +595,7 @@ DL_API void dl__ew_run(const char *op, dl__ew_kern k32, dl__ew_kern k64, int mod
     if (mode == DL__EW_BWD && slot[k] && (slot[k]->flags & DL_TENSOR__UNZEROED)) {
       ((dl_tensor *)(void *)(size_t)slot[k])->flags &= ~(unsigned)DL_TENSOR__UNZEROED;
       if (contig && out->numel > 0) j.zero |= 1 << (k - 3);
-      else memset(slot[k]->data, 0, (size_t)slot[k]->numel * j.es);
+      else if (slot[k]->data) memset(slot[k]->data, 0, (size_t)slot[k]->numel * j.es);
     }
   if (out->numel == 0) return;
   if (contig) dl_parallel_for(out->ctx, out->numel, 8192, out->numel, dl__ew_range, &j);

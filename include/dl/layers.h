@@ -525,9 +525,9 @@ DL_API dl_status dl_model_pack(dl_model *m) {
   return DL_OK;
 }
 
+DL_API void dl__model_zero_grad(dl_model *m, int dense);
 /* Zero every gradient (the packed buffer in one pass; row-sparse gradients
  * forget their rows). */
-DL_API void dl__model_zero_grad(dl_model *m, int dense);
 DL_API void dl_model_zero_grad(dl_model *m) { dl__model_zero_grad(m, 1); }
 /* dl_model_zero_grad; without `dense` the packed buffer is left as it is
  * (dl__apply_grads: the optimizer step has zeroed it). */

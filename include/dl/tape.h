@@ -657,7 +657,7 @@ DL_API dl_tensor *dl_tape_grad(dl_tape *tp, dl_tensor *x) {
   if (x->grad) {
     if (x->grad->flags & DL_TENSOR__UNZEROED) { /* made by dl_backward for this rule: zeroed when first asked for */
       x->grad->flags &= ~(unsigned)DL_TENSOR__UNZEROED;
-      memset(x->grad->data, 0, (size_t)x->grad->numel * dl_dtype_size(x->grad->dtype));
+      if (x->grad->data) memset(x->grad->data, 0, (size_t)x->grad->numel * dl_dtype_size(x->grad->dtype));
     }
     return x->grad;
   }

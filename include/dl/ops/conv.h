@@ -1243,7 +1243,7 @@ DL_API void dl__pool_run(dl_ctx *ctx, const dl__pool_geom *g, int kind_, dl_dtyp
   const int64_t is = fwd ? hw : ohw, os = fwd ? ohw : hw;
   DL_PARALLEL_FOR(ctx, planes * ohw * g->kd * g->kh * g->kw, planes, pl, {
     int32_t *ip = idx ? idx + pl * ohw : NULL;
-    if (zero) memset((char *)out + (size_t)(pl * os) * dl_dtype_size(dt), 0, (size_t)os * dl_dtype_size(dt));
+    if (zero && os) memset((char *)out + (size_t)(pl * os) * dl_dtype_size(dt), 0, (size_t)os * dl_dtype_size(dt));
     if (dt == DL_F32) {
       const float *a = (const float *)in + pl * is;
       float *b = (float *)out + pl * os;
