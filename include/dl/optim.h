@@ -1734,13 +1734,8 @@ DL_API void dl_regularize(dl_model *m, const dl_step_desc *d) {
 DL_API double dl__apply_grads(dl_optim *o, const dl_step_desc *d, int want_norm) {
   const double norm = dl__clip_grads(o->model, d, want_norm);
   dl_regularize(o->model, d);
-  if (o->device == DL_CPU) { /* the kernels zero the gradients as they read them: no pass of its own */
-    dl__optim_step(o, 1);
-    dl__model_zero_grad(o->model, 0);
-  } else {
-    dl_optim_step(o);
-    dl_model_zero_grad(o->model);
-  }
+  dl__optim_step(o, o->device == DL_CPU); /* on the host the kernels zero the gradients as they read them */
+  dl__model_zero_grad(o->model, o->device != DL_CPU); /* so no pass of its own there */
   return norm;
 }
 /* Stages 3-5 and zeroing (see above); returns the gradient norm. */
