@@ -240,15 +240,18 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
   return lim < nk ? lim : nk;
 }
 
-#define DL__SDPA_KERNEL(T, SFX, EXP, W)                                               \
-  /* Y[a][0..w) += sum_b C[a*cr + b*cc] * X[b][0..w) for a < ny, b < nx: four rows \
-   * of Y by W columns stay in registers while b runs (the tile products). */      \
-  DL_API void dl__sdpa_mm_##SFX(T *Y, int64_t ys, const T *C, int64_t cr, int64_t cc, \
-                                const T *X, int64_t xs, int64_t ny, int64_t nx, int64_t w) { \
-    int64_t a, b, d, e;                                                               \
+#define DL__SDPA_S(c) ((double)s[c])
+#define DL__SDPA_KERNEL(T, SFX, EXP, W, VT)                                               \
+  /* Y[a][0..w) += sum_b C[a*cr + b*cc] * X[b][0..w) for a < ny, b < nx (the \
+   * tile products), each sum in the order of b. */                               \
+  DL_API DL__GEMM_CONTRACT void dl__sdpa_mm_##SFX(T *Y, int64_t ys, const T *C, int64_t cr, int64_t cc, \
+                                                  const T *X, int64_t xs, int64_t ny, int64_t nx, int64_t w) { \
+    int64_t a, b, d = 0, e;                                                           \
     for (a = 0; a + 4 <= ny; a += 4) {                                                \
       const T *c = C + a * cr;                                                        \
-      for (d = 0; d + W <= w; d += W) {                                               \
+      d = 0;                                                                          \
+      DL__SDPA_MM_VEC(T, VT)                                                          \
+      for (; d + W <= w; d += W) { /* four rows by W columns in registers */          \
         T y0[W], y1[W], y2[W], y3[W];                                                 \
         T *Y0 = Y + a * ys + d, *Y1 = Y0 + ys, *Y2 = Y1 + ys, *Y3 = Y2 + ys;          \
         for (e = 0; e < W; e++) {                                                     \
@@ -281,6 +284,23 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
         DL__RSIMD                                                                     \
         for (e = 0; e < w; e++) y[e] += c0 * x[e];                                    \
       }                                                                               \
+  }                                                                                   \
+  /* Xt[d][c] = X[c][d] for c < nk, d < D (row stride of Xt DL__SDPA_BK): \
+   * 4 x 4 blocks through the GEMM's packing transpose where it has one. */      \
+  DL_API void dl__sdpa_tr_##SFX(const T *X, int64_t D, int64_t nk, T *Xt) {          \
+    int64_t c = 0, d;                                                                 \
+    if (DL__GEMM_TR4 && sizeof(T) == 4)                                               \
+      for (; c + 4 <= nk; c += 4) {                                                   \
+        for (d = 0; d + 4 <= D; d += 4) DL__GEMM_TR4_CALL(X + c * D + d, D, Xt + d * DL__SDPA_BK + c, DL__SDPA_BK); \
+        for (; d < D; d++) {                                                          \
+          Xt[d * DL__SDPA_BK + c] = X[c * D + d];                                     \
+          Xt[d * DL__SDPA_BK + c + 1] = X[(c + 1) * D + d];                           \
+          Xt[d * DL__SDPA_BK + c + 2] = X[(c + 2) * D + d];                           \
+          Xt[d * DL__SDPA_BK + c + 3] = X[(c + 3) * D + d];                           \
+        }                                                                             \
+      }                                                                               \
+    for (; c < nk; c++)                                                               \
+      for (d = 0; d < D; d++) Xt[d * DL__SDPA_BK + c] = X[c * D + d];                 \
   }                                                                                   \
   DL_API T dl__sdpa_dot_##SFX(const T *a, const T *b, int64_t n) {                    \
     T s = 0;                                                                          \
@@ -324,11 +344,9 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
                                             O + (i0 + r) * Dv, Dv);                   \
       for (j0 = 0; j0 < jend; j0 += DL__SDPA_BK) {                                    \
         const int64_t nk = jend - j0 < DL__SDPA_BK ? jend - j0 : DL__SDPA_BK;         \
-        for (c = 0; c < nk; c++) /* K (and for BWD V) of the tile as [D, nk]: rows vectorise over keys */ \
-          for (d = 0; d < D; d++) Kt[d * DL__SDPA_BK + c] = K[(j0 + c) * D + d];      \
-        if (A->mode == DL__SDPA_BWD)                                                  \
-          for (c = 0; c < nk; c++)                                                    \
-            for (d = 0; d < Dv; d++) Vt[d * DL__SDPA_BK + c] = V[(j0 + c) * Dv + d];  \
+        /* K (and for BWD V) of the tile as [D, nk]: rows vectorise over keys */     \
+        dl__sdpa_tr_##SFX(K + j0 * D, D, nk, Kt);                                     \
+        if (A->mode == DL__SDPA_BWD) dl__sdpa_tr_##SFX(V + j0 * Dv, Dv, nk, Vt);       \
         /* the block's scores S = Q K^T (and for BWD dP = dO V^T in acc), every   \
          * row against the tile's nk keys; the rows use their first lim */          \
         for (r = 0; r < nq * DL__SDPA_BK; r++) S[r] = 0;                              \
@@ -350,9 +368,19 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
           for (c = 0; c < lim; c++) s[c] *= sc;                                       \
           if (A->mode == DL__SDPA_FWD) { /* online softmax over the tiles */          \
             double mt = m[r], alpha, sum = 0;                                         \
-            T mn;                                                                     \
-            for (c = 0; c < lim; c++)                                                 \
-              if ((double)s[c] > mt) mt = (double)s[c];                               \
+            T mn, mx[16], mxr;                                                        \
+            int64_t e;                                                                \
+            /* the row's largest score in 16 lanes (vectorises; a NaN score makes \
+             * a NaN output either way, through exp) */                              \
+            for (e = 0; e < 16; e++) mx[e] = s[0];                                    \
+            for (c = 0; c + 16 <= lim; c += 16) {                                     \
+              DL__RSIMD                                                               \
+              for (e = 0; e < 16; e++) mx[e] = s[c + e] > mx[e] ? s[c + e] : mx[e];   \
+            }                                                                         \
+            mxr = mx[0];                                                              \
+            for (e = 1; e < 16; e++) mxr = mx[e] > mxr ? mx[e] : mxr;                 \
+            for (; c < lim; c++) mxr = s[c] > mxr ? s[c] : mxr;                       \
+            if ((double)mxr > mt) mt = (double)mxr;                                   \
             alpha = exp(m[r] - mt);                                                   \
             if (alpha != 1.0) {                                                       \
               l[r] *= alpha;                                                          \
@@ -361,7 +389,7 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
             mn = (T)mt;                                                               \
             DL__RSIMD                                                                 \
             for (c = 0; c < lim; c++) s[c] = EXP(s[c] - mn);                          \
-            for (c = 0; c < lim; c++) sum += (double)s[c];                            \
+            DL__RED_LANES(sum, c, lim, DL__SDPA_S);                                   \
             for (c = lim; c < nk; c++) s[c] = 0; /* acc += S V after the rows */      \
             l[r] += sum;                                                              \
             m[r] = mt;                                                                \
@@ -421,8 +449,52 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
       }                                                                               \
     }                                                                                 \
   }
-DL__SDPA_KERNEL(float, f32, dl_vexp_f32, 16)
-DL__SDPA_KERNEL(double, f64, dl_vexp_f64, 16)
+/* With the GEMM's vector type (GNU C vector extensions, dl/blas.h), the
+ * tile products keep four rows by two vectors of Y in registers: eight
+ * independent FMA chains, enough to hide the FMA's latency (four chains of
+ * plain scalar code, which gcc does not contract under -std=c11, ran at a
+ * quarter of the peak). Where the columns do not fill two vectors, and
+ * without the extensions, four rows by W columns of plain code. */
+#if DL__GEMM_VEC
+#define DL__SDPA_MM_VEC(T, VT)                                                        \
+  {                                                                                   \
+    enum { L = DL__GEMM_VBYTES / sizeof(T) };                                         \
+    const VT zero = {0};                                                              \
+    for (; d + 2 * L <= w; d += 2 * L) {                                              \
+      VT y[4][2];                                                                     \
+      T *Yd = Y + a * ys + d;                                                         \
+      DL__GEMM_UNROLL                                                                 \
+      for (e = 0; e < 4; e++) {                                                       \
+        memcpy(&y[e][0], Yd + e * ys, sizeof(VT));                                    \
+        memcpy(&y[e][1], Yd + e * ys + L, sizeof(VT));                                \
+      }                                                                               \
+      for (b = 0; b < nx; b++) {                                                      \
+        const T *x = X + b * xs + d;                                                  \
+        VT x0, x1;                                                                    \
+        memcpy(&x0, x, sizeof x0);                                                    \
+        memcpy(&x1, x + L, sizeof x1);                                                \
+        DL__GEMM_UNROLL                                                               \
+        for (e = 0; e < 4; e++) {                                                     \
+          const VT ce = c[e * cr + b * cc] - zero; /* broadcast */                    \
+          y[e][0] += ce * x0;                                                         \
+          y[e][1] += ce * x1;                                                         \
+        }                                                                             \
+      }                                                                               \
+      DL__GEMM_UNROLL                                                                 \
+      for (e = 0; e < 4; e++) {                                                       \
+        memcpy(Yd + e * ys, &y[e][0], sizeof(VT));                                    \
+        memcpy(Yd + e * ys + L, &y[e][1], sizeof(VT));                                \
+      }                                                                               \
+    }                                                                                 \
+  }
+DL__SDPA_KERNEL(float, f32, dl_vexp_f32, 16, dl__gemm_vf32)
+DL__SDPA_KERNEL(double, f64, dl_vexp_f64, 8, dl__gemm_vf64)
+#else
+#define DL__SDPA_MM_VEC(T, VT)
+DL__SDPA_KERNEL(float, f32, dl_vexp_f32, 16, float)
+DL__SDPA_KERNEL(double, f64, dl_vexp_f64, 8, double)
+#endif
+#undef DL__SDPA_MM_VEC
 
 DL_API void dl__sdpa_run(dl_tape *tp, const char *op, dl__sdpa_args *A, dl_dtype dt) {
   const size_t es = dl_dtype_size(dt);
