@@ -401,6 +401,132 @@ static void test_panics(void) {
   dl_tensor_free(x7);
 }
 
+/* ---- dl_t_attention_qkv: heads read in place from [B, T, 3C] ------------- */
+
+/* The composition it replaces: split qkv into [B, H, T, hd] heads (copies),
+ * fused attention, heads merged back into [B, T, C]. */
+static dl_tensor *qkv_composed(dl_tape *tp, dl_tensor *qkv, int64_t H, int causal) {
+  static const int back[4] = {0, 2, 1, 3};
+  const int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3;
+  dl_tensor *h[3];
+  dl__mha_split(tp, qkv, 3, H, C / H, h);
+  return dl_t_reshape(tp, dl_t_permute(tp, dl_t_scaled_dot_product_attention(tp, h[0], h[1], h[2], causal, 0), back),
+                      DL_SHAPE(B, T, C));
+}
+static dl_tensor *gc_qkv(dl_tape *tp, dl_tensor **in, void *user) {
+  const gcu *u = (const gcu *)user;
+  return dl_t_attention_qkv(tp, in[0], u->pos0, u->causal);
+}
+
+/* Output and gradient of qkv equal the composition's (to rounding: the
+ * same sums, other copies), on 1 and 2 threads bit for bit the same; f64
+ * gradcheck; dl_hvp through it (its rule is linear in the output's
+ * gradient); the tangent path; panics. */
+static void test_attention_qkv(void) {
+  struct { int64_t B, T, C, H; int causal; } cs[] = {{2, 70, 12, 3, 1}, {1, 5, 8, 2, 0}, {1, 130, 128, 2, 1},
+                                                     {2, 64, 64, 1, 0}, {1, 1, 6, 3, 1}};
+  size_t c;
+  int t;
+  for (t = 0; t < 2; t++) {
+    const dl_dtype dt = t ? DL_F32 : DL_F64;
+    const double tol = t ? 2e-5 : 1e-12;
+    for (c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+      const int64_t B = cs[c].B, T = cs[c].T, C = cs[c].C, H = cs[c].H;
+      dl_rng r = dl_rng_make(40 + c);
+      dl_tensor *x = mk(&ctx, dt, DL_SHAPE(B, T, 3 * C), &r, 1.0), *gy = mk(&ctx, dt, DL_SHAPE(B, T, C), &r, 1.0);
+      dl_tensor *y[3], *g[3];
+      dl_ctx *cx[3] = {&ctx1, &ctx1, &ctx2};
+      int w;
+      for (w = 0; w < 3; w++) { /* fused on 1 thread, composed, fused on 2 threads */
+        dl_tape tp;
+        dl_tensor *xi = dl_tensor_make(cx[w], dt, 3, x->shape);
+        dl_tensor_copy(xi, x);
+        dl_requires_grad(xi);
+        dl_tape_init(&tp, cx[w], 0);
+        y[w] = w == 1 ? qkv_composed(&tp, xi, H, cs[c].causal) : dl_t_attention_qkv(&tp, xi, H, cs[c].causal);
+        CHECK(y[w]->ndim == 3 && y[w]->shape[0] == B && y[w]->shape[1] == T && y[w]->shape[2] == C);
+        dl_backward(&tp, y[w], gy);
+        y[w] = copy_of(y[w]);
+        g[w] = copy_of(xi->grad);
+        dl_tape_free(&tp);
+        dl_tensor_free(xi);
+      }
+      CHECK_MSG(rel_diff(y[0], y[1]) <= tol, "%s case %zu: output differs by %g", dl_dtype_name(dt), c,
+                rel_diff(y[0], y[1]));
+      CHECK_MSG(rel_diff(g[0], g[1]) <= tol, "%s case %zu: grad of qkv differs by %g", dl_dtype_name(dt), c,
+                rel_diff(g[0], g[1]));
+      CHECK_MSG(same_bits(y[0], y[2]) && same_bits(g[0], g[2]), "%s case %zu: 1 and 2 threads differ",
+                dl_dtype_name(dt), c);
+      CHECK(max_abs(g[0]) > 0);
+      for (w = 0; w < 3; w++) {
+        dl_tensor_free(y[w]);
+        dl_tensor_free(g[w]);
+      }
+      dl_tensor_free(x);
+      dl_tensor_free(gy);
+    }
+  }
+  { /* gradcheck in f64 (its jvp part goes through the composition: qkv then has a tangent) */
+    dl_rng r = dl_rng_make(50);
+    dl_tensor *in[1];
+    dl_gradcheck_result res;
+    gcu u = {1, 0, 2}; /* causal, 2 heads */
+    in[0] = mk(&ctx, DL_F64, DL_SHAPE(2, 5, 12), &r, 1.0);
+    dl_requires_grad(in[0]);
+    CHECK_MSG(dl_gradcheck(&ctx, gc_qkv, &u, 1, in, 1e-6, 1e-6, &res) && res.checked > 0, "gradcheck: max_err %g",
+              res.max_err);
+    u.causal = 0;
+    CHECK_MSG(dl_gradcheck(&ctx, gc_qkv, &u, 1, in, 1e-6, 1e-6, &res) && res.checked > 0, "gradcheck: max_err %g",
+              res.max_err);
+    dl_tensor_free(in[0]);
+  }
+  { /* dl_hvp: loss = sum((attn(x) w)^2), the direction on w only, so x has no
+     * tangent and the fused op is recorded; H v for x and w equal the
+     * composition's */
+    dl_rng r = dl_rng_make(51);
+    dl_tensor *x = mk(&ctx, DL_F64, DL_SHAPE(2, 9, 24), &r, 1.0), *w = mk(&ctx, DL_F64, DL_SHAPE(8, 3), &r, 1.0);
+    dl_tensor *v = mk(&ctx, DL_F64, DL_SHAPE(8, 3), &r, 1.0), *hx[2], *hw[2];
+    int k;
+    for (k = 0; k < 2; k++) {
+      dl_tape tp;
+      dl_tensor *a, *o;
+      dl_requires_grad(x);
+      dl_requires_grad(w);
+      dl_zero_grad(x);
+      dl_zero_grad(w);
+      dl_set_tangent(w, v);
+      dl_tape_init(&tp, &ctx, 0);
+      a = k ? qkv_composed(&tp, x, 2, 1) : dl_t_attention_qkv(&tp, x, 2, 1);
+      o = dl_t_matmul(&tp, a, w);
+      dl_hvp(&tp, dl_t_sum_all(&tp, dl_t_mul(&tp, o, o)), NULL);
+      hx[k] = copy_of(x->grad->tangent);
+      hw[k] = copy_of(w->grad->tangent);
+      dl_tape_free(&tp);
+      dl_set_tangent(w, NULL);
+    }
+    CHECK_MSG(max_abs(hx[1]) > 0 && rel_diff(hx[0], hx[1]) <= 1e-12, "H v for x differs by %g", rel_diff(hx[0], hx[1]));
+    CHECK_MSG(rel_diff(hw[0], hw[1]) <= 1e-12, "H v for w differs by %g", rel_diff(hw[0], hw[1]));
+    for (k = 0; k < 2; k++) {
+      dl_tensor_free(hx[k]);
+      dl_tensor_free(hw[k]);
+    }
+    dl_tensor_free(x);
+    dl_tensor_free(w);
+    dl_tensor_free(v);
+  }
+  { /* panics name the op and the shape */
+    dl_tape tp;
+    dl_tensor *a = mk(&ctx, DL_F32, DL_SHAPE(2, 5, 10), NULL, 0), *b = mk(&ctx, DL_F32, DL_SHAPE(2, 5, 12), NULL, 0);
+    dl_tape_init(&tp, &ctx, 0);
+    EXPECT_PANIC(dl_t_attention_qkv(&tp, a, 1, 1), "dl_t_attention_qkv", "f32[2, 5, 10]", "3C");
+    EXPECT_PANIC(dl_t_attention_qkv(&tp, b, 3, 1), "dl_t_attention_qkv", "f32[2, 5, 12]", "3 heads");
+    EXPECT_PANIC(dl_t_attention_qkv(&tp, b, 0, 1), "dl_t_attention_qkv", "0 heads");
+    dl_tape_free(&tp);
+    dl_tensor_free(a);
+    dl_tensor_free(b);
+  }
+}
+
 int main(void) {
   dl_ctx_desc d = {0};
   d.panic = harness_panic;
@@ -416,6 +542,7 @@ int main(void) {
   RUN(test_rope_relative);
   RUN(test_memory_linear);
   RUN(test_threads);
+  RUN(test_attention_qkv);
   RUN(test_edges);
   RUN(test_panics);
   return harness_finish();

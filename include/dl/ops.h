@@ -37,7 +37,9 @@
  *                    max_pool3d (dilation, ceil_mode), avg_pool3d
  *   ops/sparse.h     embedding (row-sparse weight gradient), dropout
  *   ops/rnn.h        rnn (tanh / relu), lstm, gru: one layer, batch-first
- *   ops/attention.h  multi_head_attention (PyTorch layout, masks, causal)
+ *   ops/attention.h  multi_head_attention (PyTorch layout, masks, causal),
+ *                    scaled_dot_product_attention (fused, linear memory),
+ *                    attention_qkv (heads read in place from [B, T, 3C]), rope
  *   ops/norm.h       batch_norm (running statistics), layer_norm, rms_norm
  *
  * On the GPU (DL_USE_CUDA, dl/gpu.h): each op branches to its GPU path

@@ -44,6 +44,7 @@ DL__INL dl_layer *dl__site_l(dl_layer *l) {
 
 /* the ops with their own definitions */
 #define dl_t_act(...) DL__AT_T(dl_t_act, __VA_ARGS__)
+#define dl_t_attention_qkv(...) DL__AT_T(dl_t_attention_qkv, __VA_ARGS__)
 #define dl_t_avg_pool2d(...) DL__AT_T(dl_t_avg_pool2d, __VA_ARGS__)
 #define dl_t_avg_pool3d(...) DL__AT_T(dl_t_avg_pool3d, __VA_ARGS__)
 #define dl_t_batch_norm(...) DL__AT_T(dl_t_batch_norm, __VA_ARGS__)

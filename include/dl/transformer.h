@@ -28,8 +28,9 @@
  * A block (pre-norm, as GPT-2):
  *   x = x + drop(c_proj(attn(rope(q), rope(k), v)))  with q, k, v = split(c_attn(ln_1(x)))
  *   x = x + drop(mlp(ln_2(x))),  mlp = c_proj(gelu(c_fc(h))) or c_proj(silu(gate) * up)
- * attention is dl_t_scaled_dot_product_attention (never stores the T x T
- * scores). Dropout is on the two residual branches and on the embeddings
+ * attention is dl_t_attention_qkv on c_attn's output (each head read in
+ * place; never stores the T x T scores), or with rotary embeddings or a KV
+ * cache the split heads through dl_t_scaled_dot_product_attention. Dropout is on the two residual branches and on the embeddings
  * (not on the attention probabilities).
  *
  * Tied embeddings: the logits are ln_f(x) wte^T, so wte's gradient is the
@@ -118,43 +119,47 @@ DL_API dl_tensor *dl_block_forward(dl_layer *l, dl_tape *tp, dl_tensor *x, dl_kv
   hd = C / H;
   /* attention */
   h = dl__tf_norm(tp, &b->d, x, b->ln1_w, b->ln1_b);
-  dl__mha_split(tp, dl_t_linear(tp, h, b->attn_w, b->attn_b), 3, H, hd, qkv); /* [B, H, T, hd] each */
-  if (b->d.rope) {
-    qkv[0] = dl_t_rope(tp, qkv[0], pos0, b->d.rope_base);
-    qkv[1] = dl_t_rope(tp, qkv[1], pos0, b->d.rope_base);
+  if (!b->d.rope && !cache) { /* each head read in place from the projection: no split or merge copies */
+    a = dl_t_attention_qkv(tp, dl_t_linear(tp, h, b->attn_w, b->attn_b), H, b->d.causal);
+  } else {
+    dl__mha_split(tp, dl_t_linear(tp, h, b->attn_w, b->attn_b), 3, H, hd, qkv); /* [B, H, T, hd] each */
+    if (b->d.rope) {
+      qkv[0] = dl_t_rope(tp, qkv[0], pos0, b->d.rope_base);
+      qkv[1] = dl_t_rope(tp, qkv[1], pos0, b->d.rope_base);
+    }
+    if (cache && dl_grad_enabled(tp) && dl_requires_grad_p(b->attn_w))
+      DL_PANIC(tp->ctx, op, "'%s': a KV cache is for inference: run it under dl_no_grad_begin (the cached keys and "
+               "values carry no gradient, and later calls overwrite them)", l->name);
+    if (cache) {
+      dl_tensor *ck, *cv, kv;
+      int64_t n, t;
+      const size_t row = (size_t)hd * dl_dtype_size(x->dtype);
+      if (b->index >= cache->layers || cache->batch != B || cache->heads != H || cache->head_dim != hd ||
+          cache->k[0]->dtype != x->dtype)
+        DL_PANIC(tp->ctx, op, "'%s': the KV cache [%d blocks, batch %lld, %lld heads of %lld, %s] does not fit x %s",
+                 l->name, cache->layers, (long long)cache->batch, (long long)cache->heads, (long long)cache->head_dim,
+                 dl_dtype_name(cache->k[0]->dtype), DL_SHAPESTR(x));
+      if (pos0 + T > cache->cap)
+        DL_PANIC(tp->ctx, op, "'%s': the KV cache holds %lld positions, %lld + %lld asked", l->name,
+                 (long long)cache->cap, (long long)pos0, (long long)T);
+      if (x->device != DL_CPU) DL_PANIC(tp->ctx, op, "'%s': the KV cache is host memory, x %s is on the GPU", l->name, DL_SHAPESTR(x));
+      ck = cache->k[b->index];
+      cv = cache->v[b->index];
+      for (n = 0; n < B * H; n++) /* copy the new rows in */
+        for (t = 0; t < T; t++) {
+          memcpy((char *)ck->data + ((size_t)(n * cache->cap + pos0 + t)) * row,
+                 (const char *)qkv[1]->data + (size_t)(n * T + t) * row, row);
+          memcpy((char *)cv->data + ((size_t)(n * cache->cap + pos0 + t)) * row,
+                 (const char *)qkv[2]->data + (size_t)(n * T + t) * row, row);
+        }
+      kv = dl_view_slice(ck, 2, 0, pos0 + T, 1);
+      qkv[1] = dl__tape_view(tp, op, &kv);
+      kv = dl_view_slice(cv, 2, 0, pos0 + T, 1);
+      qkv[2] = dl__tape_view(tp, op, &kv);
+    }
+    a = dl_t_scaled_dot_product_attention(tp, qkv[0], qkv[1], qkv[2], b->d.causal, 0);
+    a = dl_t_reshape(tp, dl_t_permute(tp, a, back), 3, DL__I64S(B, T, C));
   }
-  if (cache && dl_grad_enabled(tp) && dl_requires_grad_p(b->attn_w))
-    DL_PANIC(tp->ctx, op, "'%s': a KV cache is for inference: run it under dl_no_grad_begin (the cached keys and "
-             "values carry no gradient, and later calls overwrite them)", l->name);
-  if (cache) {
-    dl_tensor *ck, *cv, kv;
-    int64_t n, t;
-    const size_t row = (size_t)hd * dl_dtype_size(x->dtype);
-    if (b->index >= cache->layers || cache->batch != B || cache->heads != H || cache->head_dim != hd ||
-        cache->k[0]->dtype != x->dtype)
-      DL_PANIC(tp->ctx, op, "'%s': the KV cache [%d blocks, batch %lld, %lld heads of %lld, %s] does not fit x %s",
-               l->name, cache->layers, (long long)cache->batch, (long long)cache->heads, (long long)cache->head_dim,
-               dl_dtype_name(cache->k[0]->dtype), DL_SHAPESTR(x));
-    if (pos0 + T > cache->cap)
-      DL_PANIC(tp->ctx, op, "'%s': the KV cache holds %lld positions, %lld + %lld asked", l->name,
-               (long long)cache->cap, (long long)pos0, (long long)T);
-    if (x->device != DL_CPU) DL_PANIC(tp->ctx, op, "'%s': the KV cache is host memory, x %s is on the GPU", l->name, DL_SHAPESTR(x));
-    ck = cache->k[b->index];
-    cv = cache->v[b->index];
-    for (n = 0; n < B * H; n++) /* copy the new rows in */
-      for (t = 0; t < T; t++) {
-        memcpy((char *)ck->data + ((size_t)(n * cache->cap + pos0 + t)) * row,
-               (const char *)qkv[1]->data + (size_t)(n * T + t) * row, row);
-        memcpy((char *)cv->data + ((size_t)(n * cache->cap + pos0 + t)) * row,
-               (const char *)qkv[2]->data + (size_t)(n * T + t) * row, row);
-      }
-    kv = dl_view_slice(ck, 2, 0, pos0 + T, 1);
-    qkv[1] = dl__tape_view(tp, op, &kv);
-    kv = dl_view_slice(cv, 2, 0, pos0 + T, 1);
-    qkv[2] = dl__tape_view(tp, op, &kv);
-  }
-  a = dl_t_scaled_dot_product_attention(tp, qkv[0], qkv[1], qkv[2], b->d.causal, 0);
-  a = dl_t_reshape(tp, dl_t_permute(tp, a, back), 3, DL__I64S(B, T, C));
   a = dl_t_linear(tp, a, b->proj_w, b->proj_b);
   if (b->d.dropout > 0) a = dl_t_dropout(tp, a, b->d.dropout, &b->rng, train);
   x = dl_t_add(tp, x, a);

@@ -213,12 +213,26 @@ DL_API dl_tensor *dl_t_multi_head_attention(dl_tape *tp, dl_tensor *q, dl_tensor
 
 enum { DL__SDPA_FWD, DL__SDPA_TAN, DL__SDPA_BWD };
 
+/* Where row i of unit n = (b, h) = (n / H, n % H) of an array starts:
+ * b * lay.b + h * lay.h + i * lay.r elements from its base (its D or Dv
+ * values contiguous from there). */
+typedef struct dl__sdpa_lay {
+  int64_t b; /* from one batch entry to the next */
+  int64_t h; /* from one head to the next */
+  int64_t r; /* from one row to the next */
+} dl__sdpa_lay;
+#define DL__SDPA_AT(A, lay, n, i) (((n) / (A)->H) * (A)->lay.b + ((n) % (A)->H) * (A)->lay.h + (i) * (A)->lay.r)
+
 /* One call of the fused kernel over units n = 0 .. N-1 (a unit is one
- * (batch, head) pair: q [Tq, D], k [Tk, D], v [Tk, Dv], all contiguous). */
+ * (batch, head) pair: q [Tq, D], k [Tk, D], v [Tk, Dv], each with its
+ * rows at a stride, as the layouts say). */
 typedef struct dl__sdpa_args {
   int mode, causal;
   int64_t N, Tq, Tk, D, Dv, off; /* causal: query i sees keys j <= i + off */
-  int64_t qs, ks, vs;            /* elements from one unit's q, k, v rows to the next unit's */
+  int64_t H;                     /* heads: unit n is (n / H, n % H) */
+  dl__sdpa_lay lq, lk, lv;       /* q, k, v */
+  dl__sdpa_lay lo;               /* o, go and to */
+  dl__sdpa_lay lgq, lgk, lgv;    /* gq and tq, gk and tk, gv and tv */
   double scale;
   const void *q, *k, *v;
   void *o;                 /* FWD writes, TAN and BWD read */
@@ -285,22 +299,23 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
         for (e = 0; e < w; e++) y[e] += c0 * x[e];                                    \
       }                                                                               \
   }                                                                                   \
-  /* Xt[d][c] = X[c][d] for c < nk, d < D (row stride of Xt DL__SDPA_BK): \
-   * 4 x 4 blocks through the GEMM's packing transpose where it has one. */      \
-  DL_API void dl__sdpa_tr_##SFX(const T *X, int64_t D, int64_t nk, T *Xt) {          \
+  /* Xt[d][c] = X[c * xr + d] for c < nk, d < D (row stride of Xt         \
+   * DL__SDPA_BK): 4 x 4 blocks through the GEMM's packing transpose where it \
+   * has one. */                                                                  \
+  DL_API void dl__sdpa_tr_##SFX(const T *X, int64_t xr, int64_t D, int64_t nk, T *Xt) { \
     int64_t c = 0, d;                                                                 \
     if (DL__GEMM_TR4 && sizeof(T) == 4)                                               \
       for (; c + 4 <= nk; c += 4) {                                                   \
-        for (d = 0; d + 4 <= D; d += 4) DL__GEMM_TR4_CALL(X + c * D + d, D, Xt + d * DL__SDPA_BK + c, DL__SDPA_BK); \
+        for (d = 0; d + 4 <= D; d += 4) DL__GEMM_TR4_CALL(X + c * xr + d, xr, Xt + d * DL__SDPA_BK + c, DL__SDPA_BK); \
         for (; d < D; d++) {                                                          \
-          Xt[d * DL__SDPA_BK + c] = X[c * D + d];                                     \
-          Xt[d * DL__SDPA_BK + c + 1] = X[(c + 1) * D + d];                           \
-          Xt[d * DL__SDPA_BK + c + 2] = X[(c + 2) * D + d];                           \
-          Xt[d * DL__SDPA_BK + c + 3] = X[(c + 3) * D + d];                           \
+          Xt[d * DL__SDPA_BK + c] = X[c * xr + d];                                    \
+          Xt[d * DL__SDPA_BK + c + 1] = X[(c + 1) * xr + d];                          \
+          Xt[d * DL__SDPA_BK + c + 2] = X[(c + 2) * xr + d];                          \
+          Xt[d * DL__SDPA_BK + c + 3] = X[(c + 3) * xr + d];                          \
         }                                                                             \
       }                                                                               \
     for (; c < nk; c++)                                                               \
-      for (d = 0; d < D; d++) Xt[d * DL__SDPA_BK + c] = X[c * D + d];                 \
+      for (d = 0; d < D; d++) Xt[d * DL__SDPA_BK + c] = X[c * xr + d];                \
   }                                                                                   \
   DL_API T dl__sdpa_dot_##SFX(const T *a, const T *b, int64_t n) {                    \
     T s = 0;                                                                          \
@@ -317,9 +332,12 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
   DL_API void dl__sdpa_unit_##SFX(const dl__sdpa_args *A, int64_t n) {                \
     const int64_t Tq = A->Tq, Tk = A->Tk, D = A->D, Dv = A->Dv;                       \
     const T sc = (T)A->scale;                                                         \
-    const T *Q = (const T *)A->q + n * A->qs, *K = (const T *)A->k + n * A->ks;       \
-    const T *V = (const T *)A->v + n * A->vs;                                         \
-    T *O = (T *)A->o + n * Tq * Dv;                                                   \
+    const int64_t qr = A->lq.r, kr = A->lk.r, vr = A->lv.r, orr = A->lo.r;            \
+    const T *Q = (const T *)A->q + DL__SDPA_AT(A, lq, n, 0);                          \
+    const T *K = (const T *)A->k + DL__SDPA_AT(A, lk, n, 0);                          \
+    const T *V = (const T *)A->v + DL__SDPA_AT(A, lv, n, 0);                          \
+    T *O = (T *)A->o + DL__SDPA_AT(A, lo, n, 0);                                      \
+    const T *GO = A->go ? (const T *)A->go + DL__SDPA_AT(A, lo, n, 0) : NULL;         \
     double *L = A->lse + n * Tq;                                                      \
     const int slot = A->nw > 1 && dl_worker() < A->nw ? dl_worker() : 0;            \
     double *m = (double *)(void *)(A->scratch + (size_t)slot * A->per);               \
@@ -340,25 +358,23 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
       }                                                                               \
       if (A->mode == DL__SDPA_BWD)                                                    \
         for (r = 0; r < nq; r++) /* l: rowsum(dO * O) */                              \
-          l[r] = (double)dl__sdpa_dot_##SFX((const T *)A->go + (n * Tq + i0 + r) * Dv, \
-                                            O + (i0 + r) * Dv, Dv);                   \
+          l[r] = (double)dl__sdpa_dot_##SFX(GO + (i0 + r) * orr, O + (i0 + r) * orr, Dv); \
       for (j0 = 0; j0 < jend; j0 += DL__SDPA_BK) {                                    \
         const int64_t nk = jend - j0 < DL__SDPA_BK ? jend - j0 : DL__SDPA_BK;         \
         /* K (and for BWD V) of the tile as [D, nk]: rows vectorise over keys */     \
-        dl__sdpa_tr_##SFX(K + j0 * D, D, nk, Kt);                                     \
-        if (A->mode == DL__SDPA_BWD) dl__sdpa_tr_##SFX(V + j0 * Dv, Dv, nk, Vt);       \
+        dl__sdpa_tr_##SFX(K + j0 * kr, kr, D, nk, Kt);                                \
+        if (A->mode == DL__SDPA_BWD) dl__sdpa_tr_##SFX(V + j0 * vr, vr, Dv, nk, Vt);  \
         /* the block's scores S = Q K^T (and for BWD dP = dO V^T in acc), every   \
          * row against the tile's nk keys; the rows use their first lim */          \
         for (r = 0; r < nq * DL__SDPA_BK; r++) S[r] = 0;                              \
-        dl__sdpa_mm_##SFX(S, DL__SDPA_BK, Q + i0 * D, D, 1, Kt, DL__SDPA_BK, nq, D, nk); \
+        dl__sdpa_mm_##SFX(S, DL__SDPA_BK, Q + i0 * qr, qr, 1, Kt, DL__SDPA_BK, nq, D, nk); \
         if (A->mode == DL__SDPA_BWD) {                                                \
           for (r = 0; r < nq * DL__SDPA_BK; r++) acc[r] = 0;                          \
-          dl__sdpa_mm_##SFX(acc, DL__SDPA_BK, (const T *)A->go + (n * Tq + i0) * Dv, Dv, 1, Vt, \
-                            DL__SDPA_BK, nq, Dv, nk);                                 \
+          dl__sdpa_mm_##SFX(acc, DL__SDPA_BK, GO + i0 * orr, orr, 1, Vt, DL__SDPA_BK, nq, Dv, nk); \
         }                                                                             \
         for (r = 0; r < nq; r++) {                                                    \
           const int64_t i = i0 + r, lim = dl__sdpa_lim(A, i, j0, nk);                 \
-          const T *qi = Q + i * D;                                                    \
+          const T *qi = Q + i * qr;                                                   \
           T *s = S + r * DL__SDPA_BK, *ar = acc + r * Dv;                             \
           if (lim <= 0) { /* no key of the tile: a zero row of the tile products */   \
             for (c = 0; c < nk; c++) s[c] = dS[r * DL__SDPA_BK + c] = 0;              \
@@ -395,18 +411,18 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
             m[r] = mt;                                                                \
           } else if (A->mode == DL__SDPA_TAN) {                                       \
             const T li = (T)L[i];                                                     \
-            const T *tqi = A->tq ? (const T *)A->tq + (n * Tq + i) * D : NULL;        \
+            const T *tqi = A->tq ? (const T *)A->tq + DL__SDPA_AT(A, lgq, n, i) : NULL; \
             DL__RSIMD                                                                 \
             for (c = 0; c < lim; c++) s[c] = EXP(s[c] - li);                          \
             for (c = 0; c < lim; c++) {                                               \
               const int64_t j = j0 + c;                                               \
               T ts = 0;                                                               \
-              if (tqi) ts += dl__sdpa_dot_##SFX(tqi, K + j * D, D);                   \
-              if (A->tk) ts += dl__sdpa_dot_##SFX(qi, (const T *)A->tk + (n * Tk + j) * D, D); \
+              if (tqi) ts += dl__sdpa_dot_##SFX(tqi, K + j * kr, D);                  \
+              if (A->tk) ts += dl__sdpa_dot_##SFX(qi, (const T *)A->tk + DL__SDPA_AT(A, lgk, n, j), D); \
               ts *= sc;                                                               \
               m[r] += (double)(s[c] * ts); /* m: mu = sum_j p ts */                   \
-              dl__sdpa_axpy_##SFX(ar, s[c] * ts, V + j * Dv, Dv);                     \
-              if (A->tv) dl__sdpa_axpy_##SFX(ar, s[c], (const T *)A->tv + (n * Tk + j) * Dv, Dv); \
+              dl__sdpa_axpy_##SFX(ar, s[c] * ts, V + j * vr, Dv);                     \
+              if (A->tv) dl__sdpa_axpy_##SFX(ar, s[c], (const T *)A->tv + DL__SDPA_AT(A, lgv, n, j), Dv); \
             }                                                                         \
           } else {                                                                    \
             const T li = (T)L[i], di = (T)l[r];                                       \
@@ -419,31 +435,31 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
           }                                                                           \
         }                                                                             \
         if (A->mode == DL__SDPA_FWD) /* acc += P V */                                 \
-          dl__sdpa_mm_##SFX(acc, Dv, S, DL__SDPA_BK, 1, V + j0 * Dv, Dv, nq, nk, Dv);  \
+          dl__sdpa_mm_##SFX(acc, Dv, S, DL__SDPA_BK, 1, V + j0 * vr, vr, nq, nk, Dv);  \
         if (A->mode == DL__SDPA_BWD) { /* dV += P^T dO, dQ += dS K, dK += dS^T Q */   \
           if (A->gv)                                                                  \
-            dl__sdpa_mm_##SFX((T *)A->gv + (n * Tk + j0) * Dv, Dv, S, 1, DL__SDPA_BK,  \
-                              (const T *)A->go + (n * Tq + i0) * Dv, Dv, nk, nq, Dv); \
+            dl__sdpa_mm_##SFX((T *)A->gv + DL__SDPA_AT(A, lgv, n, j0), A->lgv.r, S, 1, DL__SDPA_BK, \
+                              GO + i0 * orr, orr, nk, nq, Dv);                        \
           if (A->gq)                                                                  \
-            dl__sdpa_mm_##SFX((T *)A->gq + (n * Tq + i0) * D, D, dS, DL__SDPA_BK, 1,   \
-                              K + j0 * D, D, nq, nk, D);                              \
+            dl__sdpa_mm_##SFX((T *)A->gq + DL__SDPA_AT(A, lgq, n, i0), A->lgq.r, dS, DL__SDPA_BK, 1, \
+                              K + j0 * kr, kr, nq, nk, D);                            \
           if (A->gk)                                                                  \
-            dl__sdpa_mm_##SFX((T *)A->gk + (n * Tk + j0) * D, D, dS, 1, DL__SDPA_BK,   \
-                              Q + i0 * D, D, nk, nq, D);                              \
+            dl__sdpa_mm_##SFX((T *)A->gk + DL__SDPA_AT(A, lgk, n, j0), A->lgk.r, dS, 1, DL__SDPA_BK, \
+                              Q + i0 * qr, qr, nk, nq, D);                            \
         }                                                                             \
       }                                                                               \
       if (A->mode == DL__SDPA_FWD) {                                                  \
         for (r = 0; r < nq; r++) {                                                    \
           const T inv = (T)(1.0 / l[r]);                                              \
-          T *oi = O + (i0 + r) * Dv;                                                  \
+          T *oi = O + (i0 + r) * orr;                                                 \
           for (d = 0; d < Dv; d++) oi[d] = acc[r * Dv + d] * inv;                     \
           L[i0 + r] = m[r] + log(l[r]);                                               \
         }                                                                             \
       } else if (A->mode == DL__SDPA_TAN) {                                           \
         for (r = 0; r < nq; r++) {                                                    \
           const T mu = (T)m[r];                                                       \
-          const T *oi = O + (i0 + r) * Dv;                                            \
-          T *ti = (T *)A->to + (n * Tq + i0 + r) * Dv;                                \
+          const T *oi = O + (i0 + r) * orr;                                           \
+          T *ti = (T *)A->to + DL__SDPA_AT(A, lo, n, i0 + r);                         \
           for (d = 0; d < Dv; d++) ti[d] = acc[r * Dv + d] - mu * oi[d];              \
         }                                                                             \
       }                                                                               \
@@ -518,6 +534,23 @@ DL_API void dl__sdpa_run(dl_tape *tp, const char *op, dl__sdpa_args *A, dl_dtype
   }
 }
 
+/* The layouts of dl_t_scaled_dot_product_attention: q, k, v with packed
+ * rows, unit strides qs, ks, vs (dl__sdpa_ustride); o, the gradients and
+ * the tangents contiguous. */
+DL_API void dl__sdpa_packed(dl__sdpa_args *A, int64_t qs, int64_t ks, int64_t vs) {
+  A->H = 1;
+  A->lq.b = qs;
+  A->lk.b = ks;
+  A->lv.b = vs;
+  A->lq.r = A->lk.r = A->lgq.r = A->lgk.r = A->D;
+  A->lv.r = A->lo.r = A->lgv.r = A->Dv;
+  A->lq.h = A->lk.h = A->lv.h = A->lo.h = A->lgq.h = A->lgk.h = A->lgv.h = 0;
+  A->lo.b = A->Tq * A->Dv;
+  A->lgq.b = A->Tq * A->D;
+  A->lgk.b = A->Tk * A->D;
+  A->lgv.b = A->Tk * A->Dv;
+}
+
 /* saved[0..2] q, k, v (rows packed, see dl__sdpa_ustride), saved[3] lse,
  * the output o; i[0] causal, i[1] off, i[2..4] the unit strides of q, k,
  * v; p[0] scale. */
@@ -532,9 +565,7 @@ DL_API void dl__sdpa_fill(dl__sdpa_args *A, const dl_node *nd) {
   A->causal = (int)nd->i[0];
   A->off = nd->i[1];
   A->scale = nd->p[0];
-  A->qs = nd->i[2];
-  A->ks = nd->i[3];
-  A->vs = nd->i[4];
+  dl__sdpa_packed(A, nd->i[2], nd->i[3], nd->i[4]);
   A->q = q->data;
   A->k = k->data;
   A->v = v->data;
@@ -775,9 +806,7 @@ DL_API dl_tensor *dl_t_scaled_dot_product_attention(dl_tape *tp, dl_tensor *q, d
   A.Dv = oshape[q->ndim - 1];
   A.N = A.Tq ? q->numel / (A.Tq * A.D) : 0;
   A.scale = scale;
-  A.qs = dl__sdpa_ustride(qc);
-  A.ks = dl__sdpa_ustride(kc);
-  A.vs = dl__sdpa_ustride(vc);
+  dl__sdpa_packed(&A, dl__sdpa_ustride(qc), dl__sdpa_ustride(kc), dl__sdpa_ustride(vc));
   A.q = qc->data;
   A.k = kc->data;
   A.v = vc->data;
@@ -797,9 +826,9 @@ DL_API dl_tensor *dl_t_scaled_dot_product_attention(dl_tape *tp, dl_tensor *q, d
     nd->flags |= DL_NODE_HVP;
     nd->i[0] = A.causal;
     nd->i[1] = A.off;
-    nd->i[2] = A.qs;
-    nd->i[3] = A.ks;
-    nd->i[4] = A.vs;
+    nd->i[2] = A.lq.b;
+    nd->i[3] = A.lk.b;
+    nd->i[4] = A.lv.b;
     nd->p[0] = scale;
     nd->saved[0] = qc;
     nd->saved[1] = kc;
@@ -807,6 +836,99 @@ DL_API dl_tensor *dl_t_scaled_dot_product_attention(dl_tape *tp, dl_tensor *q, d
     nd->saved[3] = lse;
   }
   return o;
+}
+
+/* >>attention of packed heads ------------------------------------------------- */
+
+/* The layouts of dl_t_attention_qkv: unit n = (b, h) reads head h of q, k
+ * and v in place from qkv [B, T, 3C] (columns [0, C), [C, 2C), [2C, 3C),
+ * head h at h * hd within each) and writes head h of o [B, T, C]; the
+ * gradient of qkv has qkv's layout, o's gradient o's. */
+DL_API void dl__sdpa_qkv_fill(dl__sdpa_args *A, const dl_tensor *qkv, void *o, double *lse, int64_t H, int causal) {
+  const int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, hd = C / H;
+  const size_t es = dl_dtype_size(qkv->dtype);
+  memset(A, 0, sizeof *A);
+  A->causal = causal != 0;
+  A->N = B * H;
+  A->Tq = A->Tk = T;
+  A->D = A->Dv = hd;
+  A->scale = 1.0 / sqrt((double)hd);
+  A->H = H;
+  A->lq.b = T * 3 * C;
+  A->lq.h = hd;
+  A->lq.r = 3 * C;
+  A->lk = A->lv = A->lgq = A->lgk = A->lgv = A->lq;
+  A->lo.b = T * C;
+  A->lo.h = hd;
+  A->lo.r = C;
+  A->q = qkv->data;
+  A->k = (const char *)qkv->data + (size_t)C * es;
+  A->v = (const char *)qkv->data + (size_t)(2 * C) * es;
+  A->o = o;
+  A->lse = lse;
+}
+
+/* saved[0] qkv, saved[1] lse [B, H, T]; i[0] heads, i[1] causal. The rule
+ * is linear in the output's gradient (the op is only recorded when qkv
+ * carries no tangent, so q, k, v are constants along dl_hvp's direction). */
+DL_API void dl__t_attention_qkv_bw(dl_tape *tp, dl_node *n) {
+  dl_tensor *g = dl_tape_grad(tp, n->in[0]);
+  dl__sdpa_args A;
+  if (!g) return;
+  dl__sdpa_qkv_fill(&A, n->saved[0], n->out->data, (double *)n->saved[1]->data, n->i[0], (int)n->i[1]);
+  if (!A.N || !A.Tq || !A.D) return;
+  A.mode = DL__SDPA_BWD;
+  A.go = dl__t_contig(tp, n->op, n->out->grad)->data;
+  A.gq = g->data;
+  A.gk = (char *)g->data + (size_t)(A.lo.r) * dl_dtype_size(g->dtype);
+  A.gv = (char *)g->data + (size_t)(2 * A.lo.r) * dl_dtype_size(g->dtype);
+  dl__sdpa_run(tp, n->op, &A, n->out->dtype);
+}
+
+/* Multi-head self-attention on a fused projection, as a GPT block runs it:
+ * qkv [B, T, 3C] (q, k, v side by side, each C = heads x hd, head h at
+ * columns h*hd of each) -> [B, T, C] with head h's output at columns h*hd:
+ * the same values as splitting qkv into [B, heads, T, hd] q, k, v,
+ * dl_t_scaled_dot_product_attention(q, k, v, causal, 0) and merging the
+ * heads back, without the copies that split and merge (and their
+ * backward) would make: the fused kernel reads each head in place and
+ * writes the gradient of qkv directly. With forward-mode tangents on qkv,
+ * or on a device tape, it is that composition. Output contiguous, in the
+ * tape's arena until the rewind. */
+DL_API dl_tensor *dl_t_attention_qkv(dl_tape *tp, dl_tensor *qkv, int64_t heads, int causal) {
+  const char *const op = "dl_t_attention_qkv";
+  dl_tensor *xc, *y, *lse;
+  dl__sdpa_args A;
+  dl_node *nd;
+  int64_t B, T, C;
+  dl__ops_same_float(op, qkv, NULL);
+  if (qkv->ndim != 3 || heads <= 0 || qkv->shape[2] % 3 || (qkv->shape[2] / 3) % heads || qkv->shape[2] == 0)
+    DL_PANIC(qkv->ctx, op, "qkv %s with %lld heads: expected [B, T, 3C] with C a positive multiple of the heads",
+             DL_SHAPESTR(qkv), (long long)heads);
+  B = qkv->shape[0];
+  T = qkv->shape[1];
+  C = qkv->shape[2] / 3;
+  if (qkv->tangent || tp->gpu || qkv->device != DL_CPU) {
+    static const int back[4] = {0, 2, 1, 3};
+    dl_tensor *h[3], *a;
+    dl__mha_split(tp, qkv, 3, heads, C / heads, h);
+    a = dl_t_scaled_dot_product_attention(tp, h[0], h[1], h[2], causal, 0);
+    return dl_t_reshape(tp, dl_t_permute(tp, a, back), 3, DL__I64S(B, T, C));
+  }
+  xc = dl__t_contig(tp, op, qkv);
+  y = dl_tape_out(tp, op, qkv->dtype, 3, DL__I64S(B, T, C));
+  lse = dl_tape_out(tp, op, DL_F64, 3, DL__I64S(B, heads, T));
+  dl__sdpa_qkv_fill(&A, xc, y->data, (double *)lse->data, heads, causal);
+  A.mode = DL__SDPA_FWD;
+  if (A.N && A.Tq) dl__sdpa_run(tp, op, &A, qkv->dtype);
+  if ((nd = dl_tape_record(tp, op, dl__t_attention_qkv_bw, y, qkv, NULL, NULL)) != NULL) {
+    nd->flags |= DL_NODE_HVP_LINEAR;
+    nd->i[0] = heads;
+    nd->i[1] = causal != 0;
+    nd->saved[0] = xc;
+    nd->saved[1] = lse;
+  }
+  return y;
 }
 
 /* >>rotary position embeddings ------------------------------------------------- */
