@@ -699,7 +699,13 @@ DL_API void dl__gemm_tile(const dl__gemm_kind *k, const dl__gemm_problem *pr,
                           unsigned char *pack, int *flags, unsigned char *own) {
   const size_t esz = k->esz;
   const int64_t k0 = s * pl->ks, kslab = dl__gemm_min(pr->K - k0, pl->ks);
-  const int64_t i0 = (t / pl->gn) * pl->tm, j0 = (t % pl->gn) * pl->tn;
+  /* tiles taken in diagonal order: ti runs fastest and tj shifts with it,
+   * so the tiles the team starts at once share neither a row block (the
+   * same panels of op(A)) nor a column block; tiles started together in
+   * row order packed the same A panels at the same moment, and the thread
+   * that found one being packed packed its own copy */
+  const int64_t ti = t % pl->gm, tj = (t / pl->gm + ti) % pl->gn;
+  const int64_t i0 = ti * pl->tm, j0 = tj * pl->tn;
   const int64_t i1 = dl__gemm_min(i0 + pl->tm, pr->M), j1 = dl__gemm_min(j0 + pl->tn, pr->N);
   const unsigned char *A = pr->A + (size_t)(bi * pr->sa) * esz;
   const unsigned char *B = pr->B + (size_t)(bi * pr->sb) * esz;
