@@ -711,18 +711,29 @@ DL_API void dl__gemm_tile(const dl__gemm_kind *k, const dl__gemm_problem *pr,
   const unsigned char *B = pr->B + (size_t)(bi * pr->sb) * esz;
   unsigned char *C = pr->C + (size_t)(bi * pr->sc) * esz;
   unsigned char *own_a = own, *own_b = own + (size_t)(k->mr * k->kc) * esz;
-  int64_t q, jr, ir;
+  /* where a tile starts among its panels: with one row block (M = 64:
+   * every tile needs every A panel) the team's tiles would still walk the
+   * same panels in step; the k-th of a team's concurrent tiles starts k/T
+   * of the way through them (each C block is still summed once, in the
+   * same order: the same bits) */
+  const int64_t na = dl__gemm_ceil(i1 - i0, k->mr), nb = dl__gemm_ceil(j1 - j0, k->nr);
+  const int64_t ra = na * (tj % pl->threads) / pl->threads, rb = nb * (ti % pl->threads) / pl->threads;
+  int64_t q, jj, ii, jr, ir;
   for (q = 0; q < pl->nkb && q * k->kc < kslab; q++) {
     const int64_t pc = q * k->kc, kc = dl__gemm_min(kslab - pc, k->kc);
     const double beta = k0 + pc == 0 ? pr->beta : 1.0;
-    for (jr = j0; jr < j1; jr += k->nr) {
-      const int64_t c = jr / k->nr;
-      const unsigned char *bp = dl__gemm_panel(
+    for (jj = 0; jj < nb; jj++) {
+      const int64_t c = (j0 / k->nr) + (jj + rb) % nb;
+      const unsigned char *bp;
+      jr = c * k->nr;
+      bp = dl__gemm_panel(
           k, pr, 1, B, c, k0 + pc, kc, pack + pl->apack + (size_t)(jr * kslab + pc * k->nr) * esz,
           own_b, flags + 2 * ((pl->mp + c) * pl->nkb + q));
-      for (ir = i0; ir < i1; ir += k->mr) {
-        const int64_t r = ir / k->mr;
-        const unsigned char *ap = dl__gemm_panel(
+      for (ii = 0; ii < na; ii++) {
+        const int64_t r = (i0 / k->mr) + (ii + ra) % na;
+        const unsigned char *ap;
+        ir = r * k->mr;
+        ap = dl__gemm_panel(
             k, pr, 0, A, r, k0 + pc, kc, pack + (size_t)(ir * kslab + pc * k->mr) * esz, own_a,
             flags + 2 * (r * pl->nkb + q));
         k->kernel(kc, ap, bp, pr->alpha, beta, C + (size_t)(ir * pr->ldc + jr) * esz, pr->ldc,
