@@ -562,8 +562,11 @@ DL_API dl_tensor *dl_t_linear(dl_tape *tp, dl_tensor *x, dl_tensor *w, dl_tensor
 #endif
   if (b && b->device == DL_CPU && y->device == DL_CPU && dl_tensor_is_contiguous(b)) { /* each row a copy of b, for beta = 1 below */
     const size_t row = (size_t)b->numel * dl_dtype_size(b->dtype);
-    int64_t r, rows = b->numel ? y->numel / b->numel : 0;
-    for (r = 0; r < rows; r++) memcpy((char *)y->data + (size_t)r * row, b->data, row);
+    const int64_t rows = b->numel ? y->numel / b->numel : 0, per = 64; /* rows per task */
+    DL_PARALLEL_FOR(tp->ctx, y->numel, (rows + per - 1) / per, dl__t, {
+      int64_t r;
+      for (r = dl__t * per; r < rows && r < (dl__t + 1) * per; r++) memcpy((char *)y->data + (size_t)r * row, b->data, row);
+    });
   } else if (b) {
     dl_mul_scalar_into(y, b, 1.0); /* b broadcast over the rows, exactly */
   }
