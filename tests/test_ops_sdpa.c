@@ -466,6 +466,34 @@ static void test_attention_qkv(void) {
       dl_tensor_free(gy);
     }
   }
+  { /* a strided qkv (a transposed view on the tape): read through a copy, the gradient back through the view */
+    dl_rng r = dl_rng_make(49);
+    dl_tensor *L = mk(&ctx, DL_F64, DL_SHAPE(2, 18, 11), &r, 1.0), *gy = mk(&ctx, DL_F64, DL_SHAPE(2, 11, 6), &r, 1.0);
+    dl_tensor *y[2], *g[2];
+    int w;
+    dl_requires_grad(L);
+    for (w = 0; w < 2; w++) {
+      dl_tape tp;
+      dl_tensor *x;
+      dl_zero_grad(L);
+      dl_tape_init(&tp, &ctx, 0);
+      x = dl_t_transpose(&tp, L, 1, 2); /* [2, 11, 18] */
+      CHECK(!dl_tensor_is_contiguous(x));
+      y[w] = w ? qkv_composed(&tp, x, 3, 1) : dl_t_attention_qkv(&tp, x, 3, 1);
+      dl_backward(&tp, y[w], gy);
+      y[w] = copy_of(y[w]);
+      g[w] = copy_of(L->grad);
+      dl_tape_free(&tp);
+    }
+    CHECK_MSG(rel_diff(y[0], y[1]) <= 1e-12 && rel_diff(g[0], g[1]) <= 1e-12 && max_abs(g[0]) > 0,
+              "strided qkv: output %g, grad %g", rel_diff(y[0], y[1]), rel_diff(g[0], g[1]));
+    for (w = 0; w < 2; w++) {
+      dl_tensor_free(y[w]);
+      dl_tensor_free(g[w]);
+    }
+    dl_tensor_free(L);
+    dl_tensor_free(gy);
+  }
   { /* gradcheck in f64 (its jvp part goes through the composition: qkv then has a tangent) */
     dl_rng r = dl_rng_make(50);
     dl_tensor *in[1];
