@@ -346,7 +346,7 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
     T *Kt = acc + DL__SDPA_BQ * (Dv > DL__SDPA_BK ? Dv : DL__SDPA_BK); /* acc: [BQ, Dv]; BWD: dP [BQ, BK] */ \
     T *Vt = Kt + D * DL__SDPA_BK; /* the tile's K and V, transposed */              \
     T *dS = Vt + Dv * DL__SDPA_BK; /* BWD: the tile's score gradients [BQ, BK] */  \
-    int64_t i0, j0, r, c, d;                                                          \
+    int64_t i0, j0, r, c, d, lv;                                                      \
     for (i0 = 0; i0 < Tq; i0 += DL__SDPA_BQ) {                                        \
       const int64_t nq = Tq - i0 < DL__SDPA_BQ ? Tq - i0 : DL__SDPA_BQ;               \
       int64_t jend = Tk;                                                              \
@@ -380,8 +380,14 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
             for (c = 0; c < nk; c++) s[c] = dS[r * DL__SDPA_BK + c] = 0;              \
             continue;                                                                 \
           }                                                                           \
+          /* FWD and BWD run their loops to lv, lim rounded up to whole vectors  \
+           * of 16: the masked keys in between get -inf, which exp makes 0, so \
+           * no loop ends in a scalar remainder (a causal tile's rows have any \
+           * length; a scalar exp costs about what a vector of 16 does) */         \
+          lv = A->mode == DL__SDPA_TAN || (lim + 15) / 16 * 16 > nk ? lim : (lim + 15) / 16 * 16; \
+          for (c = lim; c < lv; c++) s[c] = (T)-HUGE_VAL;                             \
           DL__RSIMD                                                                   \
-          for (c = 0; c < lim; c++) s[c] *= sc;                                       \
+          for (c = 0; c < lv; c++) s[c] *= sc;                                        \
           if (A->mode == DL__SDPA_FWD) { /* online softmax over the tiles */          \
             double mt = m[r], alpha, sum = 0;                                         \
             T mn, mx[16], mxr;                                                        \
@@ -389,13 +395,13 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
             /* the row's largest score in 16 lanes (vectorises; a NaN score makes \
              * a NaN output either way, through exp) */                              \
             for (e = 0; e < 16; e++) mx[e] = s[0];                                    \
-            for (c = 0; c + 16 <= lim; c += 16) {                                     \
+            for (c = 0; c + 16 <= lv; c += 16) {                                      \
               DL__RSIMD                                                               \
               for (e = 0; e < 16; e++) mx[e] = s[c + e] > mx[e] ? s[c + e] : mx[e];   \
             }                                                                         \
             mxr = mx[0];                                                              \
             for (e = 1; e < 16; e++) mxr = mx[e] > mxr ? mx[e] : mxr;                 \
-            for (; c < lim; c++) mxr = s[c] > mxr ? s[c] : mxr;                       \
+            for (; c < lv; c++) mxr = s[c] > mxr ? s[c] : mxr;                        \
             if ((double)mxr > mt) mt = (double)mxr;                                   \
             alpha = exp(m[r] - mt);                                                   \
             if (alpha != 1.0) {                                                       \
@@ -404,9 +410,9 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
             }                                                                         \
             mn = (T)mt;                                                               \
             DL__RSIMD                                                                 \
-            for (c = 0; c < lim; c++) s[c] = EXP(s[c] - mn);                          \
-            DL__RED_LANES(sum, c, lim, DL__SDPA_S);                                   \
-            for (c = lim; c < nk; c++) s[c] = 0; /* acc += S V after the rows */      \
+            for (c = 0; c < lv; c++) s[c] = EXP(s[c] - mn);                           \
+            DL__RED_LANES(sum, c, lv, DL__SDPA_S);                                    \
+            for (c = lv; c < nk; c++) s[c] = 0; /* acc += S V after the rows */       \
             l[r] += sum;                                                              \
             m[r] = mt;                                                                \
           } else if (A->mode == DL__SDPA_TAN) {                                       \
@@ -429,8 +435,9 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
             const T *dp = acc + r * DL__SDPA_BK; /* dO_i . V_j (acc is free in BWD) */ \
             T *ds = dS + r * DL__SDPA_BK;                                             \
             DL__RSIMD                                                                 \
-            for (c = 0; c < lim; c++) s[c] = EXP(s[c] - li);                          \
-            for (c = 0; c < lim; c++) ds[c] = s[c] * (dp[c] - di) * sc;               \
+            for (c = 0; c < lv; c++) s[c] = EXP(s[c] - li);                           \
+            DL__RSIMD                                                                 \
+            for (c = 0; c < lv; c++) ds[c] = s[c] * (dp[c] - di) * sc;                \
             for (c = lim; c < nk; c++) s[c] = ds[c] = 0;                              \
           }                                                                           \
         }                                                                             \
