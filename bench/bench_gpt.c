@@ -11,6 +11,12 @@
  *       KV cache and once recomputing the window for every token
  *       (dl_gpt_generate's use_cache 1 / 0). Prints
  *       "cache_tokens_per_s=X recompute_tokens_per_s=Y same_tokens=0|1".
+ *   bench_gpt attn THREADS T REPS [B H D]   causal attention alone: q, k, v
+ *       [B, H, T, D] (8, 4, T, 64) f32, dl_t_scaled_dot_product_attention and
+ *       the backward of a fixed gradient, then the same heads packed as
+ *       [B, T, 3C] through dl_t_attention_qkv; medians of REPS after 3
+ *       warm-ups. Prints "attn_fwd_us=X attn_bwd_us=Y qkv_fwd_us=Z
+ *       qkv_bwd_us=W" (bench/torch_gpt.py attn prints PyTorch's first two).
  * Build: gcc -std=c11 -O3 -march=native -fopenmp -DDL_USE_OPENBLAS -Iinclude
  *        bench/bench_gpt.c -o build/bench/bench_gpt -lopenblas -lm
  */
@@ -99,14 +105,75 @@ static int gen(dl_ctx *ctx, int64_t T) {
   return 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return v[n / 2];
+}
+
+static int attn(dl_ctx *ctx, int64_t T, int reps, int64_t B, int64_t H, int64_t D) {
+  dl_rng r = dl_rng_make(5);
+  dl_tensor *q = dl_tensor_make(ctx, DL_F32, DL_SHAPE(B, H, T, D)), *k = dl_tensor_make(ctx, DL_F32, DL_SHAPE(B, H, T, D));
+  dl_tensor *v = dl_tensor_make(ctx, DL_F32, DL_SHAPE(B, H, T, D)), *gy = dl_tensor_make(ctx, DL_F32, DL_SHAPE(B, H, T, D));
+  dl_tensor *x = dl_tensor_make(ctx, DL_F32, DL_SHAPE(B, T, 3 * H * D)), *gx = dl_tensor_make(ctx, DL_F32, DL_SHAPE(B, T, H * D));
+  double *t = (double *)malloc(sizeof(double) * 4 * (size_t)(reps + 3)), m[4];
+  dl_tape tp;
+  int i, w;
+  if (!q || !k || !v || !gy || !x || !gx || !t || dl_tape_init(&tp, ctx, 0) != DL_OK)
+    return fprintf(stderr, "out of memory\n"), 1;
+  dl_tensor_rand_normal(q, &r, 0, 1);
+  dl_tensor_rand_normal(k, &r, 0, 1);
+  dl_tensor_rand_normal(v, &r, 0, 1);
+  dl_tensor_rand_normal(gy, &r, 0, 1);
+  dl_tensor_rand_normal(x, &r, 0, 1);
+  dl_tensor_rand_normal(gx, &r, 0, 1);
+  dl_requires_grad(q);
+  dl_requires_grad(k);
+  dl_requires_grad(v);
+  dl_requires_grad(x);
+  for (w = 0; w < 2; w++)
+    for (i = 0; i < reps + 3; i++) {
+      double t0 = bench_now(), t1;
+      dl_tensor *y = w ? dl_t_attention_qkv(&tp, x, H, 1) : dl_t_scaled_dot_product_attention(&tp, q, k, v, 1, 0);
+      t1 = bench_now();
+      dl_backward(&tp, y, w ? gx : gy);
+      if (i >= 3) {
+        t[(2 * w) * reps + i - 3] = t1 - t0;
+        t[(2 * w + 1) * reps + i - 3] = bench_now() - t1;
+      }
+      dl_tape_rewind(&tp);
+    }
+  for (i = 0; i < 4; i++) m[i] = median(t + i * reps, reps) * 1e6;
+  printf("attn_fwd_us=%.1f attn_bwd_us=%.1f qkv_fwd_us=%.1f qkv_bwd_us=%.1f\n", m[0], m[1], m[2], m[3]);
+  dl_tape_free(&tp);
+  dl_tensor_free(q);
+  dl_tensor_free(k);
+  dl_tensor_free(v);
+  dl_tensor_free(gy);
+  dl_tensor_free(x);
+  dl_tensor_free(gx);
+  free(t);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   dl_ctx ctx;
   int threads;
-  if (argc < 4 || (strcmp(argv[1], "train") != 0 && strcmp(argv[1], "gen") != 0))
-    return fprintf(stderr, "usage: %s train THREADS T STEPS [B] | gen THREADS T\n", argv[0]), 2;
+  if (argc < 4 || (strcmp(argv[1], "train") != 0 && strcmp(argv[1], "gen") != 0 && strcmp(argv[1], "attn") != 0))
+    return fprintf(stderr, "usage: %s train THREADS T STEPS [B] | gen THREADS T | attn THREADS T REPS [B H D]\n",
+                   argv[0]), 2;
   threads = atoi(argv[2]);
   dl_ctx_init(&ctx, &(dl_ctx_desc){.threads = threads});
   if (strcmp(argv[1], "gen") == 0) return gen(&ctx, atoll(argv[3]));
+  if (strcmp(argv[1], "attn") == 0) {
+    const int reps = argc > 4 ? atoi(argv[4]) : 20;
+    if (reps < 1) return 2;
+    return argc > 7 ? attn(&ctx, atoll(argv[3]), reps, atoll(argv[5]), atoll(argv[6]), atoll(argv[7]))
+                    : attn(&ctx, atoll(argv[3]), reps, 8, 4, 64);
+  }
   if (argc < 5) return 2;
   return train(&ctx, atoll(argv[3]), atoi(argv[4]), argc > 5 ? atoll(argv[5]) : 8);
 }

@@ -15,6 +15,11 @@
 #      (parameters, gradients, Adam state) is the same at every T except wpe.
 #   d. generation at T = 512 (1 thread, dl_gpt_generate): tokens/s with the
 #      KV cache vs recomputing the window for every token. Goal: >= 10x.
+#   e. causal attention alone at T = 128 and 512 (B 8, 4 heads of 64, 1
+#      thread): forward and backward microseconds of
+#      dl_t_scaled_dot_product_attention and of dl_t_attention_qkv (the
+#      block's path, heads read in place from [B, T, 3C]) against PyTorch's
+#      softmax(q k^T / sqrt(D) + mask) v, medians of 20.
 # Env: ROUNDS (3), STEPS (20), CC (gcc), PY (/usr/bin/python3).
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -79,4 +84,16 @@ echo "== d: generation at T = 512, 1 thread =="
 out=$(OMP_NUM_THREADS=1 $B/bench_gpt gen 1 512) && echo "$out" &&
   awk -v a="$(echo "$out" | field cache_tokens_per_s)" -v b="$(echo "$out" | field recompute_tokens_per_s)" \
     'BEGIN { printf "KV cache / recompute: %.1fx (goal >= 10x)\n", a / b }'
+echo "== e: causal attention alone, B 8, 4 heads of 64, 1 thread, medians of 20 =="
+for T in 128 512; do
+  out=$(OMP_NUM_THREADS=1 $B/bench_gpt attn 1 "$T" 20) || { echo "T=$T: bench_gpt attn failed"; continue; }
+  echo "T=$T dl.h: $out"
+  if [ $have_torch = 1 ]; then
+    tout=$(env "${TORCH_ENV[@]}" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$PY" bench/torch_gpt.py attn 1 "$T" 20) || continue
+    echo "T=$T PyTorch: $tout"
+    awk -v a="$(echo "$out" | field attn_fwd_us)" -v b="$(echo "$out" | field attn_bwd_us)" \
+        -v c="$(echo "$tout" | field attn_fwd_us)" -v d="$(echo "$tout" | field attn_bwd_us)" \
+        'BEGIN { printf "T=%s forward + backward: dl.h %.0f us, PyTorch %.0f us: %.2fx\n", "'"$T"'", a + b, c + d, (c + d) / (a + b) }'
+  fi
+done
 echo "load average at end: $(load)"

@@ -7,6 +7,12 @@ cross_entropy, zero_grad(set_to_none=True), backward, clip_grad_norm_(1.0),
 AdamW (betas 0.9/0.95, weight decay 0.1 on the 2-d parameters, foreach
 implementation, the default), 3 warm-up steps, STEPS timed, no per-step
 reads of the loss. Prints "tokens_per_s=X max_rss_kb=Y" like bench_gpt.
+
+bench/torch_gpt.py attn THREADS T REPS [B H D] - causal attention alone, as
+the reference model computes it (torch 1.13 has no fused attention on the
+CPU): q, k, v [B, H, T, D] (8, 4, T, 64) f32 that require gradients,
+softmax(q k^T / sqrt(D) + causal mask) v, then backward of a fixed gradient;
+prints "attn_fwd_us=X attn_bwd_us=Y" (medians of REPS after 3 warm-ups).
 """
 import os
 import resource
@@ -20,7 +26,33 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import gpt_reference as R  # noqa: E402
 
 
+def attn(argv):
+    th, T, reps = int(argv[2]), int(argv[3]), int(argv[4])
+    B, H, D = (int(argv[5]), int(argv[6]), int(argv[7])) if len(argv) > 7 else (8, 4, 64)
+    torch.set_num_threads(th)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
+    gy = torch.randn(B, H, T, D)
+    mask = torch.full((T, T), float("-inf")).triu(1)
+    fw, bw = [], []
+    for r in range(reps + 3):
+        t0 = time.perf_counter()
+        y = torch.softmax(q @ k.transpose(-2, -1) / D ** 0.5 + mask, dim=-1) @ v
+        t1 = time.perf_counter()
+        y.backward(gy)
+        t2 = time.perf_counter()
+        q.grad = k.grad = v.grad = None
+        if r >= 3:
+            fw.append(t1 - t0)
+            bw.append(t2 - t1)
+    fw.sort()
+    bw.sort()
+    print("attn_fwd_us=%.1f attn_bwd_us=%.1f" % (fw[len(fw) // 2] * 1e6, bw[len(bw) // 2] * 1e6))
+
+
 def main(argv):
+    if argv[1] == "attn":
+        return attn(argv)
     th, T, steps = int(argv[1]), int(argv[2]), int(argv[3])
     B = int(argv[4]) if len(argv) > 4 else 8
     torch.set_num_threads(th)
