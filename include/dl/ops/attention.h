@@ -390,18 +390,9 @@ DL_API int64_t dl__sdpa_lim(const dl__sdpa_args *A, int64_t i, int64_t j0, int64
           for (c = 0; c < lv; c++) s[c] *= sc;                                        \
           if (A->mode == DL__SDPA_FWD) { /* online softmax over the tiles */          \
             double mt = m[r], alpha, sum = 0;                                         \
-            T mn, mx[16], mxr;                                                        \
+            T mn, mxr;                                                                \
             int64_t e;                                                                \
-            /* the row's largest score in 16 lanes (vectorises; a NaN score makes \
-             * a NaN output either way, through exp) */                              \
-            for (e = 0; e < 16; e++) mx[e] = s[0];                                    \
-            for (c = 0; c + 16 <= lv; c += 16) {                                      \
-              DL__RSIMD                                                               \
-              for (e = 0; e < 16; e++) mx[e] = s[c + e] > mx[e] ? s[c + e] : mx[e];   \
-            }                                                                         \
-            mxr = mx[0];                                                              \
-            for (e = 1; e < 16; e++) mxr = mx[e] > mxr ? mx[e] : mxr;                 \
-            for (; c < lv; c++) mxr = s[c] > mxr ? s[c] : mxr;                        \
+            DL__ROW_MAX16(T, s, lv, mxr, c, e); /* the row's largest score */         \
             if ((double)mxr > mt) mt = (double)mxr;                                   \
             alpha = exp(m[r] - mt);                                                   \
             if (alpha != 1.0) {                                                       \

@@ -70,6 +70,22 @@ DL__HEADER_BEGIN
 #define DL__RSIMD_SUM(v)
 #define DL__RED_OMP_SIMD 0
 #endif
+/* m = the largest of x[0 .. n) (T values, n >= 1), kept in 16 lanes so the
+ * compare vectorises, then the lanes and the remainder; i and l are the
+ * caller's int64_t scratch. A NaN is kept or skipped as the lanes fall (the
+ * callers' exp gives NaN either way). */
+#define DL__ROW_MAX16(T, x, n, m, i, l)                                                 \
+  do {                                                                                  \
+    T dl__mx[16];                                                                       \
+    for (l = 0; l < 16; l++) dl__mx[l] = (x)[0];                                        \
+    for (i = 0; i + 16 <= (n); i += 16) {                                               \
+      DL__RSIMD                                                                         \
+      for (l = 0; l < 16; l++) dl__mx[l] = (x)[i + l] > dl__mx[l] ? (x)[i + l] : dl__mx[l]; \
+    }                                                                                   \
+    m = dl__mx[0];                                                                      \
+    for (l = 1; l < 16; l++) m = dl__mx[l] > m ? dl__mx[l] : m;                         \
+    for (; i < (n); i++) m = (x)[i] > m ? (x)[i] : m;                                   \
+  } while (0)
 /* acc += F(i) summed over i in [0, n), in double (F a function-like macro):
  * one vectorised reduction under gcc + OpenMP, else four independent lanes. */
 #if DL__RED_OMP_SIMD
@@ -948,16 +964,9 @@ DL_API dl_tensor *dl_t_mean_all(dl_tape *tp, dl_tensor *x) {
     for (r = r0; r < r1; r++) {                                                         \
       const T *DL__RESTRICT x = xall + r * K;                                           \
       T *DL__RESTRICT y = yall + r * K;                                                 \
-      T mx[16], m;                                                                      \
+      T m;                                                                              \
       double s = 0;                                                                     \
-      for (l = 0; l < 16; l++) mx[l] = x[0];                                            \
-      for (i = 0; i + 16 <= K; i += 16) {                                               \
-        DL__RSIMD                                                                       \
-        for (l = 0; l < 16; l++) mx[l] = x[i + l] > mx[l] ? x[i + l] : mx[l];           \
-      }                                                                                 \
-      m = mx[0];                                                                        \
-      for (l = 1; l < 16; l++) m = mx[l] > m ? mx[l] : m;                               \
-      for (; i < K; i++) m = x[i] > m ? x[i] : m;                                       \
+      DL__ROW_MAX16(T, x, K, m, i, l);                                                  \
       DL__RSIMD                                                                         \
       for (i = 0; i < K; i++) y[i] = VEXP(x[i] - m);                                    \
       DL__RED_LANES(s, i, K, DL__RT_Y);                                                 \
