@@ -105,15 +105,6 @@ static int gen(dl_ctx *ctx, int64_t T) {
   return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return v[n / 2];
-}
-
 static int attn(dl_ctx *ctx, int64_t T, int reps, int64_t B, int64_t H, int64_t D) {
   dl_rng r = dl_rng_make(5);
   dl_tensor *q = dl_tensor_make(ctx, DL_F32, DL_SHAPE(B, H, T, D)), *k = dl_tensor_make(ctx, DL_F32, DL_SHAPE(B, H, T, D));
@@ -146,7 +137,7 @@ static int attn(dl_ctx *ctx, int64_t T, int reps, int64_t B, int64_t H, int64_t 
       }
       dl_tape_rewind(&tp);
     }
-  for (i = 0; i < 4; i++) m[i] = median(t + i * reps, reps) * 1e6;
+  for (i = 0; i < 4; i++) m[i] = bench_median(t + i * reps, reps) * 1e6;
   printf("attn_fwd_us=%.1f attn_bwd_us=%.1f qkv_fwd_us=%.1f qkv_bwd_us=%.1f\n", m[0], m[1], m[2], m[3]);
   dl_tape_free(&tp);
   dl_tensor_free(q);

@@ -509,6 +509,7 @@ DL__SDPA_KERNEL(float, f32, dl_vexp_f32, 16, float)
 DL__SDPA_KERNEL(double, f64, dl_vexp_f64, 8, double)
 #endif
 #undef DL__SDPA_MM_VEC
+#undef DL__SDPA_S
 
 DL_API void dl__sdpa_run(dl_tape *tp, const char *op, dl__sdpa_args *A, dl_dtype dt) {
   const size_t es = dl_dtype_size(dt);
@@ -877,9 +878,12 @@ DL_API void dl__t_attention_qkv_bw(dl_tape *tp, dl_node *n) {
   if (!A.N || !A.Tq || !A.D) return;
   A.mode = DL__SDPA_BWD;
   A.go = dl__t_contig(tp, n->op, n->out->grad)->data;
-  A.gq = g->data;
-  A.gk = (char *)g->data + (size_t)(A.lo.r) * dl_dtype_size(g->dtype);
-  A.gv = (char *)g->data + (size_t)(2 * A.lo.r) * dl_dtype_size(g->dtype);
+  { /* q, k, v's gradients: the column blocks [0, C), [C, 2C), [2C, 3C) of qkv's */
+    const size_t cb = (size_t)(n->saved[0]->shape[2] / 3) * dl_dtype_size(g->dtype);
+    A.gq = g->data;
+    A.gk = (char *)g->data + cb;
+    A.gv = (char *)g->data + 2 * cb;
+  }
   dl__sdpa_run(tp, n->op, &A, n->out->dtype);
 }
 
