@@ -349,6 +349,71 @@ static void test_backward_strided_views(void) {
   dl_tensor_free(gb); dl_tensor_free(gbig); dl_tensor_free(gb2);
 }
 
+/* Views whose rows are contiguous (the two halves of a SwiGLU projection,
+ * a slice of the last dimension, outer dimensions permuted) run row by row
+ * in place: the same bits as on contiguous copies, at 1 and 2 threads, a
+ * strided destination and strided gradients written only where they lie,
+ * a broadcast bias read along the rows. */
+static void test_strided_rows(void) {
+  const int64_t B = 3, T = 50, F = 64, W = 2 * F + 6; /* rows of W: halves at [3, 3 + F), [3 + F, 3 + 2F) */
+  dl_rng r = dl_rng_make(51);
+  int pass;
+  for (pass = 0; pass < 2; pass++) {
+    dl_ctx *c = pass ? &ctx2 : &ctx1;
+    dl_tensor *m = dl_tensor_make(c, DL_F32, DL_SHAPE(B, T, W)), *bias = dl_tensor_make(c, DL_F32, DL_SHAPE(F));
+    dl_tensor *a = dl_tensor_make(c, DL_F32, DL_SHAPE(B, T, F)), *b = dl_tensor_make(c, DL_F32, DL_SHAPE(B, T, F));
+    dl_tensor *y = dl_tensor_make(c, DL_F32, DL_SHAPE(B, T, F)), *yr = dl_tensor_make(c, DL_F32, DL_SHAPE(B, T, F));
+    dl_tensor *gy = dl_tensor_make(c, DL_F32, DL_SHAPE(B, T, F)), *ga = dl_tensor_make(c, DL_F32, DL_SHAPE(B, T, F));
+    dl_tensor *gb = dl_tensor_make(c, DL_F32, DL_SHAPE(B, T, F)), *gm = dl_tensor_make(c, DL_F32, DL_SHAPE(B, T, W));
+    dl_tensor *big = dl_tensor_make(c, DL_F32, DL_SHAPE(T, B, W));
+    dl_tensor s1 = dl_view_slice(m, 2, 3, 3 + F, 1), s2 = dl_view_slice(m, 2, 3 + F, 3 + 2 * F, 1);
+    dl_tensor g1 = dl_view_slice(gm, 2, 3, 3 + F, 1), g2 = dl_view_slice(gm, 2, 3 + F, 3 + 2 * F, 1);
+    dl_tensor dv = dl_view_slice(big, 2, 5, 5 + F, 1), perm;
+    int64_t i, t, k, j;
+    int same = 1, kept = 1;
+    dl_tensor_rand_normal(m, &r, 0, 2);
+    dl_tensor_rand_normal(gy, &r, 0, 1);
+    dl_tensor_rand_normal(bias, &r, 0, 1);
+    dl_tensor_copy(a, &s1);
+    dl_tensor_copy(b, &s2);
+    DL_ASSIGN(yr, dl_mul(dl_silu(a), dl_add(b, bias)));
+    DL_ASSIGN(y, dl_mul(dl_silu(&s1), dl_add(&s2, bias)));
+    for (i = 0; i < y->numel; i++) same &= dl_f32(y)[i] == dl_f32(yr)[i];
+    CHECK(same);
+    dl_tensor_fill(big, 7);
+    perm = dl_view_transpose(&dv, 0, 1); /* [B, T, F] over big [T, B, W]: outer dims permuted */
+    DL_ASSIGN(&perm, dl_mul(dl_silu(&s1), &s2));
+    DL_ASSIGN(yr, dl_mul(dl_silu(a), b));
+    for (t = 0, same = 1; t < T; t++)
+      for (k = 0; k < B; k++)
+        for (j = 0; j < W; j++) {
+          const float v = dl_f32(big)[(t * B + k) * W + j];
+          if (j < 5 || j >= 5 + F) kept &= v == 7.0f;
+          else same &= v == dl_f32(yr)[(k * T + t) * F + j - 5];
+        }
+    CHECK(same);
+    CHECK(kept);
+    /* backward: into the two halves of one gradient buffer, added to what is there */
+    dl_tensor_fill(gm, 0.5);
+    dl_tensor_fill(ga, 0.5);
+    dl_tensor_fill(gb, 0.5);
+    dl_mul_backward(ga, gb, gy, a, b);
+    dl_mul_backward(&g1, &g2, gy, &s1, &s2);
+    for (k = 0, same = 1, kept = 1; k < B * T; k++)
+      for (j = 0; j < W; j++) {
+        const float v = dl_f32(gm)[k * W + j];
+        if (j < 3 || j >= 3 + 2 * F) kept &= v == 0.5f;
+        else if (j < 3 + F) same &= v == dl_f32(ga)[k * F + j - 3];
+        else same &= v == dl_f32(gb)[k * F + j - 3 - F];
+      }
+    CHECK(same);
+    CHECK(kept);
+    dl_tensor_free(m); dl_tensor_free(bias); dl_tensor_free(a); dl_tensor_free(b); dl_tensor_free(y);
+    dl_tensor_free(yr); dl_tensor_free(gy); dl_tensor_free(ga); dl_tensor_free(gb); dl_tensor_free(gm);
+    dl_tensor_free(big);
+  }
+}
+
 /* binary backward above the parallel threshold (the team path) */
 static void test_backward_parallel(void) {
   int64_t n = 3 * DL_PARALLEL_THRESHOLD + 7, i;
@@ -393,6 +458,7 @@ int main(void) {
   RUN(test_contiguous_f32_f64);
   RUN(test_broadcast);
   RUN(test_strided);
+  RUN(test_strided_rows);
   RUN(test_in_place_sgd);
   RUN(test_threads_bit_identical);
   RUN(test_errors_name_expression);

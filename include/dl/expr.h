@@ -402,8 +402,10 @@ DL_API void dl__unused(int n, ...) { (void)n; }
  * The driver checks dtypes and shapes (naming the op), and runs contiguous
  * same-shape tensors straight through dl_parallel_for; contiguous operands
  * that broadcast along leading dimensions only (a bias, positions) by whole
- * rows (dl__ew_rows_plan); anything else (other broadcasts, strided views)
- * goes through tiles gathered into stack buffers. A gradient whose input was
+ * rows (dl__ew_rows_plan); views whose rows are contiguous (a slice of the
+ * last dimension) row by row in place (dl__ew_srows); anything else (other
+ * broadcasts, other strided views) goes through tiles gathered into stack
+ * buffers. A gradient whose input was
  * broadcast receives its contributions in element order (rows: each column
  * down the rows in order, the columns over the team; tiles: serially), so
  * the sums do not depend on the thread count. One op thus compiles to six short loops, whatever the layouts. */
@@ -493,6 +495,37 @@ DL_API void dl__ew_cols(void *arg, int64_t lo, int64_t hi) {
       a[k] = j->base[k] ? j->base[k] + (size_t)(r % j->rc[k] * j->inner + lo) * j->es : NULL;
     j->k(j->mode, hi - lo, a, j->p0);
   }
+}
+/* Strided rows: every slot has unit stride along the last dimension and
+ * none broadcasts there (a slice of the last dimension, as SwiGLU's two
+ * halves; a view that permutes only the outer dimensions): rows [lo, hi)
+ * of the output, each run by the kernel in place, nothing gathered. */
+DL_API void dl__ew_srows(void *arg, int64_t lo, int64_t hi) {
+  const dl__ew_job *j = (const dl__ew_job *)arg;
+  const int64_t n = j->shape[j->nd - 1];
+  int64_t r;
+  for (r = lo; r < hi; r++) {
+    int64_t q = r, off[5] = {0, 0, 0, 0, 0};
+    void *a[5];
+    int k, d;
+    for (d = j->nd - 2; d >= 0; d--) {
+      const int64_t i = q % j->shape[d];
+      q /= j->shape[d];
+      for (k = 0; k < 5; k++) off[k] += i * j->st[k][d];
+    }
+    for (k = 0; k < 5; k++) a[k] = j->base[k] ? j->base[k] + (size_t)off[k] * j->es : NULL;
+    j->k(j->mode, n, a, j->p0);
+  }
+}
+/* Whether dl__ew_srows fits the job: rows of at least 16 elements, unit
+ * stride along them in every slot, no broadcast gradient (those take
+ * their sums serially, in element order). */
+DL_API int dl__ew_srows_fit(const dl__ew_job *j) {
+  int k;
+  if (j->bcast || j->nd < 2 || j->shape[j->nd - 1] < 16) return 0;
+  for (k = 0; k < 5; k++)
+    if (j->base[k] && j->st[k][j->nd - 1] != 1) return 0;
+  return 1;
 }
 /* General: elements [lo, hi) of the output's row-major order, through tiles. */
 DL_API void dl__ew_tiles(void *arg, int64_t lo, int64_t hi) {
@@ -602,6 +635,9 @@ DL_API void dl__ew_run(const char *op, dl__ew_kern k32, dl__ew_kern k64, int mod
   else if (dl__ew_rows_plan(&j, slot, out)) {
     if (j.bcast) dl_parallel_for(out->ctx, j.inner, 256, out->numel, dl__ew_cols, &j);
     else dl_parallel_for(out->ctx, j.rows, (8192 + j.inner - 1) / j.inner, out->numel, dl__ew_rows, &j);
+  } else if (dl__ew_srows_fit(&j)) {
+    const int64_t inner = j.shape[j.nd - 1];
+    dl_parallel_for(out->ctx, out->numel / inner, (8192 + inner - 1) / inner, out->numel, dl__ew_srows, &j);
   } else if (j.bcast) dl__ew_tiles(&j, 0, out->numel); /* one thread, in element order */
   else dl_parallel_for(out->ctx, out->numel, 8192, out->numel, dl__ew_tiles, &j);
 }
