@@ -167,7 +167,10 @@ static int run_case(const char *label, int f64, int entry, const gemm_case *c) {
 static const int64_t shapes[][3] = {
     {1, 1, 1},   {3, 7, 17},  {7, 3, 1},   {17, 33, 65}, {33, 17, 129}, {65, 129, 7},
     {129, 65, 33}, {1, 129, 3}, {5, 9, 600}, {3, 600, 5}, {200, 7, 3},  {13, 1, 300},
-    {2, 2100, 3}, {3, 2, 1100}};
+    {2, 2100, 3}, {3, 2, 1100},
+    /* A B^T by dot products where the build has them (blas.h's gemm-dot):
+     * row blocks of 8, 4, 1, columns in threes and ones, K's tail */
+    {64, 10, 128}, {21, 50, 784}, {70, 5, 47}, {9, 31, 390}};
 static const double alphabeta[][3] = {/* alpha, beta, NaN in C */
                                       {1.0, 0.0, 1}, {0.5, -1.5, 0}, {-2.0, 1.0, 0}};
 
@@ -463,6 +466,22 @@ static void test_thread_count_invariance(void) {
   dl_gemm_builtin_f32(&two, DL_NOTRANS, DL_TRANS, M, N, K, 1.0f, A, K, B, K, 0.0f, C2, N);
   CHECK(2.0 * (double)(M * N * K) > (double)DL_GEMM_SPLIT_FLOPS && 2.0 * (double)(M * (N / 2) * K) <= (double)DL_GEMM_SPLIT_FLOPS);
   CHECK(memcmp(C1, C2, sizeof(float) * (size_t)(M * N)) == 0);
+  /* 64 rows of A B^T: the dot kernel where the build has one (the team
+   * splits C's columns), the same bits at 1 and 2 threads */
+  {
+    const dl__gemm_kind k = dl__gemm_kind_f32();
+    const dl__gemm_problem pr = dl__gemm_problem_make(DL_NOTRANS, DL_TRANS, 64, N, K, 1.0, A, K, 0, B, K, 0, 0.0,
+                                                      C1, N, 0, 1);
+    CHECK(dl__gemm_dot_fits(&k, &pr) == DL__GEMM_DOT);
+    dl_gemm_builtin_f32(&one, DL_NOTRANS, DL_TRANS, 64, N, K, 1.0f, A, K, B, K, 0.0f, C1, N);
+    dl_gemm_builtin_f32(&two, DL_NOTRANS, DL_TRANS, 64, N, K, 1.0f, A, K, B, K, 0.0f, C2, N);
+    CHECK(memcmp(C1, C2, sizeof(float) * (size_t)(64 * N)) == 0);
+    dl_gemm_batched_f32(&one, DL_NOTRANS, DL_TRANS, 20, N / 3, K, 1.0f, A, K, 20 * K, B, K, 0, 0.0f, C1, N / 3,
+                        20 * (N / 3), 3);
+    dl_gemm_batched_f32(&two, DL_NOTRANS, DL_TRANS, 20, N / 3, K, 1.0f, A, K, 20 * K, B, K, 0, 0.0f, C2, N / 3,
+                        20 * (N / 3), 3);
+    CHECK(memcmp(C1, C2, sizeof(float) * (size_t)(60 * (N / 3))) == 0);
+  }
   free(A);
   free(B);
   free(C1);

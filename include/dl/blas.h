@@ -249,6 +249,10 @@ typedef struct dl__gemm_kind {
   dl__gemm_pack_a_fn pack_a;
   dl__gemm_pack_b_fn pack_b;
   dl__gemm_kernel_fn kernel;
+  /* C columns [j0, j1) of batch item bi, every row, without packing, for
+   * op(A) = A (M,K) and op(B) = B^T with B (N,K): Linear's forward X W^T
+   * (dl__gemm_dot_fits says when); NULL where the build has none */
+  void (*dot)(const struct dl__gemm_problem *pr, int64_t bi, int64_t j0, int64_t j1);
 } dl__gemm_kind;
 
 /* Transposing a 4x4 block of floats in registers, for the packs that read
@@ -528,11 +532,148 @@ DL__INL void dl__gemm_tr4_f32(const float *src, int64_t lds, float *dst, int64_t
     k.pack_a = dl__gemm_pack_a_##sfx;                                                              \
     k.pack_b = dl__gemm_pack_b_##sfx;                                                              \
     k.kernel = dl__gemm_kernel_##sfx;                                                              \
+    k.dot = DL__GEMM_DOT_##sfx; /* NULL where the build has no dot kernel for T */                 \
     return k;                                                                                      \
   }
 
+/* >>gemm-dot ----------------------------------------------------------------- */
+
+/* C = alpha A B^T + beta C with A (M,K) and B (N,K) both read along K in
+ * place: Linear's forward X W^T at a small batch. The packed kernel above
+ * must first transpose B (the weight) into NR-wide panels, all of it, for
+ * only M rows of work; at M = 64 that pack of W (read from L3 after the
+ * optimizer's update) took as long as a third of the product. Here each
+ * output is a dot product: an 8 x 3 block of C holds 24 vector accumulators
+ * over K (8 rows of A stay in L1, 3 rows of B stream from L2), and each
+ * column of 8 is summed across its lanes at the end by a shuffle tree.
+ * The sums run in another order than the packed kernel's (16 lanes of K,
+ * then the tree): other bits than there, the same at any thread count (a
+ * team splits the columns, each output is one thread's). AVX-512 f32 only
+ * (where the tree has its shuffles); elsewhere dot stays NULL. */
+#if DL__GEMM_VEC && DL__GEMM_TR4 && DL__GEMM_VBYTES == 64
+#define DL__GEMM_DOT 1
+/* Lane r (< 8) of the result: the sum of the 16 lanes of a[r]. */
+DL__INL dl__gemm_vf32 dl__gemm_hsum8_f32(const dl__gemm_vf32 *a) {
+  dl__gemm_vf32 v[4], w[2], x;
+  int r;
+  for (r = 0; r < 4; r++) /* [a(2r) 8 | a(2r+1) 8] */
+    v[r] = __builtin_shufflevector(a[2 * r], a[2 * r + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+           __builtin_shufflevector(a[2 * r], a[2 * r + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  for (r = 0; r < 2; r++) /* [a(4r) 4 | .. | a(4r+3) 4] */
+    w[r] = __builtin_shufflevector(v[2 * r], v[2 * r + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+           __builtin_shufflevector(v[2 * r], v[2 * r + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  /* [a0 2 | a1 2 | .. | a7 2] */
+  x = __builtin_shufflevector(w[0], w[1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+      __builtin_shufflevector(w[0], w[1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+  return __builtin_shufflevector(x, x, 0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14) +
+         __builtin_shufflevector(x, x, 1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15);
+}
+/* dl__gemm_dot_<RM>x<NB>: the RM x NB block of C at C (RM <= 8 rows of A
+ * at a, NB rows of B at b); rows past RM are zero in the tree. K's last
+ * K % 16 values go through zero-padded copies. */
+#define DL__GEMM_DOT_BLOCK(RM, NB)                                                                  \
+  DL_API DL__GEMM_CONTRACT void dl__gemm_dot_##RM##x##NB(int64_t K, const float *a, int64_t lda,    \
+                                                          const float *b, int64_t ldb, float alpha, \
+                                                          float beta, float *C, int64_t ldc) {     \
+    const dl__gemm_vf32 zero = {0};                                                                 \
+    dl__gemm_vf32 acc[NB][8], av, bv[NB];                                                           \
+    int64_t p;                                                                                      \
+    int r, c;                                                                                       \
+    DL__GEMM_UNROLL                                                                                 \
+    for (c = 0; c < NB; c++) {                                                                      \
+      DL__GEMM_UNROLL                                                                               \
+      for (r = 0; r < 8; r++) acc[c][r] = zero;                                                     \
+    }                                                                                               \
+    for (p = 0; p + 16 <= K; p += 16) {                                                             \
+      DL__GEMM_UNROLL                                                                               \
+      for (c = 0; c < NB; c++) memcpy(&bv[c], b + c * ldb + p, sizeof bv[c]);                      \
+      DL__GEMM_UNROLL                                                                               \
+      for (r = 0; r < RM; r++) {                                                                    \
+        memcpy(&av, a + r * lda + p, sizeof av);                                                    \
+        __asm__("" : "+v"(av)); /* one load of the row for its NB products, not NB folded loads */ \
+        DL__GEMM_UNROLL                                                                             \
+        for (c = 0; c < NB; c++) acc[c][r] += av * bv[c];                                           \
+      }                                                                                             \
+    }                                                                                               \
+    if (p < K) {                                                                                    \
+      float t[16];                                                                                  \
+      for (c = 0; c < NB; c++) {                                                                    \
+        memset(t, 0, sizeof t);                                                                     \
+        memcpy(t, b + c * ldb + p, sizeof(float) * (size_t)(K - p));                                \
+        memcpy(&bv[c], t, sizeof bv[c]);                                                            \
+      }                                                                                             \
+      for (r = 0; r < RM; r++) {                                                                    \
+        memset(t, 0, sizeof t);                                                                     \
+        memcpy(t, a + r * lda + p, sizeof(float) * (size_t)(K - p));                                \
+        memcpy(&av, t, sizeof av);                                                                  \
+        for (c = 0; c < NB; c++) acc[c][r] += av * bv[c];                                           \
+      }                                                                                             \
+    }                                                                                               \
+    for (c = 0; c < NB; c++) {                                                                      \
+      const dl__gemm_vf32 s = dl__gemm_hsum8_f32(acc[c]);                                           \
+      float o[16];                                                                                  \
+      memcpy(o, &s, sizeof o);                                                                      \
+      for (r = 0; r < RM; r++) {                                                                    \
+        float *y = C + r * ldc + c;                                                                 \
+        *y = beta == 0.0f ? alpha * o[r] : alpha * o[r] + beta * *y;                                \
+      }                                                                                             \
+    }                                                                                               \
+  }
+DL__GEMM_DOT_BLOCK(8, 3)
+DL__GEMM_DOT_BLOCK(8, 1)
+DL__GEMM_DOT_BLOCK(4, 3)
+DL__GEMM_DOT_BLOCK(4, 1)
+DL__GEMM_DOT_BLOCK(1, 3)
+DL__GEMM_DOT_BLOCK(1, 1)
+#undef DL__GEMM_DOT_BLOCK
+/* dl__gemm_kind.dot for f32: rows of A in blocks of 8 (then 4, then 1),
+ * for each the columns [j0, j1) in threes (then ones). */
+DL_API void dl__gemm_dot_f32(const dl__gemm_problem *pr, int64_t bi, int64_t j0, int64_t j1) {
+  const float *A = (const float *)(const void *)pr->A + bi * pr->sa;
+  const float *B = (const float *)(const void *)pr->B + bi * pr->sb;
+  float *C = (float *)(void *)pr->C + bi * pr->sc;
+  const float alpha = (float)pr->alpha, beta = (float)pr->beta;
+  const int64_t K = pr->K, lda = pr->lda, ldb = pr->ldb, ldc = pr->ldc;
+  int64_t i = 0, j;
+  while (i < pr->M) {
+    const int64_t rm = pr->M - i >= 8 ? 8 : pr->M - i >= 4 ? 4 : 1;
+    const float *a = A + i * lda;
+    float *c = C + i * ldc;
+    for (j = j0; j + 3 <= j1; j += 3) {
+      if (rm == 8) dl__gemm_dot_8x3(K, a, lda, B + j * ldb, ldb, alpha, beta, c + j, ldc);
+      else if (rm == 4) dl__gemm_dot_4x3(K, a, lda, B + j * ldb, ldb, alpha, beta, c + j, ldc);
+      else dl__gemm_dot_1x3(K, a, lda, B + j * ldb, ldb, alpha, beta, c + j, ldc);
+    }
+    for (; j < j1; j++) {
+      if (rm == 8) dl__gemm_dot_8x1(K, a, lda, B + j * ldb, ldb, alpha, beta, c + j, ldc);
+      else if (rm == 4) dl__gemm_dot_4x1(K, a, lda, B + j * ldb, ldb, alpha, beta, c + j, ldc);
+      else dl__gemm_dot_1x1(K, a, lda, B + j * ldb, ldb, alpha, beta, c + j, ldc);
+    }
+    i += rm;
+  }
+}
+#define DL__GEMM_DOT_f32 dl__gemm_dot_f32
+#else
+#define DL__GEMM_DOT 0
+#define DL__GEMM_DOT_f32 NULL
+#endif
+#define DL__GEMM_DOT_f64 NULL
+
+
 DL__GEMM_DEFINE(float, f32, DL__GEMM_NR_F32, DL__GEMM_MC_F32, DL__GEMM_NC_F32, dl__gemm_vf32)
 DL__GEMM_DEFINE(double, f64, DL__GEMM_NR_F64, DL__GEMM_MC_F64, DL__GEMM_NC_F64, dl__gemm_vf64)
+/* Whether problem pr takes kind k's dot kernel: where it beat the packed
+ * kernel on this 2-core AVX-512 machine (bench/bench_gemm.c's shapes and
+ * others, 1 thread): K of 384 to 1024 with M <= 64 (the MLP's 64 x 784 x
+ * 256: 180 us against 215) or M <= 128 from K = 512, and any K from 32 for a
+ * thin C (N <= 16: a classifier's last layer, 2.0 us against 5.6; or M <=
+ * 8). Below K = 384 at M = 64 the sum across lanes costs more than the pack
+ * it saves (K = 64: 2x slower); past K = 1024 the 8 rows of A leave L1. */
+DL_API int dl__gemm_dot_fits(const dl__gemm_kind *k, const dl__gemm_problem *pr) {
+  const int64_t M = pr->M, N = pr->N, K = pr->K;
+  if (!k->dot || pr->ta != DL_NOTRANS || pr->tb != DL_TRANS || K > 1024 || K < 32) return 0;
+  return (M <= 64 && K >= 384) || (M <= 128 && K >= 512) || N <= 16 || M <= 8;
+}
 
 /* >>gemm-driver ------------------------------------------------------------ */
 
@@ -838,6 +979,17 @@ DL_API void dl__gemm_run(dl_ctx *ctx, const char *op, const dl__gemm_kind *k,
     return;
   }
   pl = dl__gemm_make_plan(ctx, k, pr, 0);
+  if (dl__gemm_dot_fits(k, pr)) { /* no packing: the team splits C's columns, about two pieces each */
+    const int64_t chunk = 3 * dl__gemm_ceil(pr->N, 3 * 2 * (int64_t)pl.threads);
+    const int64_t nch = dl__gemm_ceil(pr->N, chunk);
+    dl__team_begin(&tm, ctx, pl.threads > 1);
+    DL__PARALLEL_FOR_AS(&tm, ctx, pr->batch * nch, dl__u, {
+      const int64_t j0 = dl__u % nch * chunk;
+      k->dot(pr, dl__u / nch, j0, dl__gemm_min(j0 + chunk, pr->N));
+    });
+    dl__team_end(&tm, ctx);
+    return;
+  }
   /* The team guard (core.h) decides first: while teams stall (another
    * process holds a core) the plan, and its scratch layout, is the
    * single-thread one. Its state lives in the caller's ctx. */
