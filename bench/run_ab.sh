@@ -15,6 +15,8 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 BASE=${1:?usage: bench/run_ab.sh BASE_COMMIT [ROUNDS]}
 ROUNDS=${2:-3}
+# the examples refuse --chart without libstb-dev (make bench installs it)
+CHART=""; [ -r /usr/include/stb/stb_image_write.h ] && CHART=1
 W=$(mktemp -d "${TMPDIR:-/tmp}/dl_ab.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 mkdir -p "$W/A" "$W/B"
@@ -33,11 +35,11 @@ sps() { sed -n 's/.*train_samples_per_s=\([0-9.]*\).*/\1/p' | tail -n 1; }
 run_one() { # variant key
   local v=$1 key=$2 d="$W/$v" out
   case $key in
-    mlp2) out=$("$d/mlp" --epochs 1 --subset 20000 --threads 2 --save "$d/w.st" --csv "$d/l.csv" --chart "$d/c.png" --quiet 2>&1 | sps) ;;
-    mlp1) out=$("$d/mlp" --epochs 1 --subset 20000 --threads 1 --save "$d/w.st" --csv "$d/l.csv" --chart "$d/c.png" --quiet 2>&1 | sps) ;;
-    mlpo2) out=$("$d/mlp_o2" --epochs 1 --subset 10000 --threads 1 --save "$d/w.st" --csv "$d/l.csv" --chart "$d/c.png" --quiet 2>&1 | sps) ;;
-    cnn2) out=$("$d/cnn" --epochs 1 --subset 2048 --test-subset 512 --threads 2 --save "$d/w.st" --csv "$d/l.csv" --chart "$d/c.png" --quiet 2>&1 | sps) ;;
-    cnn1) out=$("$d/cnn" --epochs 1 --subset 2048 --test-subset 512 --threads 1 --save "$d/w.st" --csv "$d/l.csv" --chart "$d/c.png" --quiet 2>&1 | sps) ;;
+    mlp2) out=$("$d/mlp" --epochs 1 --subset 20000 --threads 2 --save "$d/w.st" --csv "$d/l.csv" ${CHART:+--chart "$d/c.png"} --quiet 2>&1 | sps) ;;
+    mlp1) out=$("$d/mlp" --epochs 1 --subset 20000 --threads 1 --save "$d/w.st" --csv "$d/l.csv" ${CHART:+--chart "$d/c.png"} --quiet 2>&1 | sps) ;;
+    mlpo2) out=$("$d/mlp_o2" --epochs 1 --subset 10000 --threads 1 --save "$d/w.st" --csv "$d/l.csv" ${CHART:+--chart "$d/c.png"} --quiet 2>&1 | sps) ;;
+    cnn2) out=$("$d/cnn" --epochs 1 --subset 2048 --test-subset 512 --threads 2 --save "$d/w.st" --csv "$d/l.csv" ${CHART:+--chart "$d/c.png"} --quiet 2>&1 | sps) ;;
+    cnn1) out=$("$d/cnn" --epochs 1 --subset 2048 --test-subset 512 --threads 1 --save "$d/w.st" --csv "$d/l.csv" ${CHART:+--chart "$d/c.png"} --quiet 2>&1 | sps) ;;
     fused) out=$(OMP_NUM_THREADS=2 "$d/fused" 24 7 2 | sed -n 's/^fused_gbs=\([0-9.]*\) .*/\1/p') ;;
     fma) out=$(OMP_NUM_THREADS=2 "$d/fused" 24 7 2 | sed -n 's/.*fused_fma_gbs=\([0-9.]*\).*/\1/p') ;;
   esac

@@ -75,6 +75,15 @@ echo "load average at start: $(load) ($(nproc 2>/dev/null || echo ?) cores)"
 for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
   [ -r "$DATA/$f" ] || { echo "run_train: $DATA/$f is missing (apt-get install dataset-fashion-mnist)"; exit 1; }
 done
+# The examples draw their PNG chart only where libstb-dev is installed
+# (`make bench` installs it: tools/deps.sh bench); without it they refuse
+# --chart, so the runs go without one (the allocation counts then leave out
+# the chart's encoder).
+CHART=(--chart "$T/chart.png")
+if [ ! -r /usr/include/stb/stb_image_write.h ]; then
+  CHART=()
+  echo "run_train: NOTE no stb_image_write.h (apt-get install libstb-dev): the runs draw no chart"
+fi
 
 # Build: the two examples the fast way, the allocation counter.
 for ex in fashion_mlp fashion_cnn; do
@@ -140,7 +149,7 @@ one() { # MODEL WHO
     sps=$(sed -n 's/^torch_train .*samples_per_s=\([0-9.]*\).*/\1/p' "$out")
   else
     OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th peak "$T/rss" "$prog" --epochs 1 --subset "$subset" --threads "$th" --quiet \
-      --data "$data" --save "$T/w.safetensors" --csv "$T/log.csv" --chart "$T/chart.png" > "$out" 2>&1
+      --data "$data" --save "$T/w.safetensors" --csv "$T/log.csv" "${CHART[@]}" > "$out" 2>&1
     sps=$(sed -n 's/^result: .*train_samples_per_s=\([0-9.]*\).*/\1/p' "$out")
   fi
   if [ -z "$sps" ]; then echo "run_train: $model $who run failed:"; tail -5 "$out"; return 1; fi
@@ -183,7 +192,7 @@ allocs() { # MODEL N1 N2 DATA
     rm -f "$T/count"
     OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS LD_PRELOAD="$PWD/$B/malloc_count.so" DL_MALLOC_COUNT_OUT="$T/count" \
       $B/fashion_$model --epochs "$e" --subset "$n" --threads "$THREADS" --quiet --data "$data" \
-      --save "$T/w.safetensors" --csv "$T/log.csv" --chart "$T/chart.png" > "$T/out.txt" 2>&1 ||
+      --save "$T/w.safetensors" --csv "$T/log.csv" "${CHART[@]}" > "$T/out.txt" 2>&1 ||
       { echo "run_train: $model allocation run failed:"; tail -5 "$T/out.txt"; return 1; }
     c=$(cat "$T/count" 2>/dev/null)
     [ -n "$c" ] || { echo "run_train: malloc_count.so wrote nothing"; return 1; }
