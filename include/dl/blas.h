@@ -634,22 +634,18 @@ DL_API void dl__gemm_dot_f32(const dl__gemm_problem *pr, int64_t bi, int64_t j0,
   float *C = (float *)(void *)pr->C + bi * pr->sc;
   const float alpha = (float)pr->alpha, beta = (float)pr->beta;
   const int64_t K = pr->K, lda = pr->lda, ldb = pr->ldb, ldc = pr->ldc;
+  typedef void (*blk_fn)(int64_t, const float *, int64_t, const float *, int64_t, float, float, float *, int64_t);
+  static const blk_fn blk[3][2] = {{dl__gemm_dot_8x3, dl__gemm_dot_8x1},
+                                   {dl__gemm_dot_4x3, dl__gemm_dot_4x1},
+                                   {dl__gemm_dot_1x3, dl__gemm_dot_1x1}};
   int64_t i = 0, j;
   while (i < pr->M) {
-    const int64_t rm = pr->M - i >= 8 ? 8 : pr->M - i >= 4 ? 4 : 1;
+    const int r = pr->M - i >= 8 ? 0 : pr->M - i >= 4 ? 1 : 2; /* 8, 4 or 1 rows */
     const float *a = A + i * lda;
     float *c = C + i * ldc;
-    for (j = j0; j + 3 <= j1; j += 3) {
-      if (rm == 8) dl__gemm_dot_8x3(K, a, lda, B + j * ldb, ldb, alpha, beta, c + j, ldc);
-      else if (rm == 4) dl__gemm_dot_4x3(K, a, lda, B + j * ldb, ldb, alpha, beta, c + j, ldc);
-      else dl__gemm_dot_1x3(K, a, lda, B + j * ldb, ldb, alpha, beta, c + j, ldc);
-    }
-    for (; j < j1; j++) {
-      if (rm == 8) dl__gemm_dot_8x1(K, a, lda, B + j * ldb, ldb, alpha, beta, c + j, ldc);
-      else if (rm == 4) dl__gemm_dot_4x1(K, a, lda, B + j * ldb, ldb, alpha, beta, c + j, ldc);
-      else dl__gemm_dot_1x1(K, a, lda, B + j * ldb, ldb, alpha, beta, c + j, ldc);
-    }
-    i += rm;
+    for (j = j0; j < j1; j += j + 3 <= j1 ? 3 : 1)
+      blk[r][j + 3 > j1](K, a, lda, B + j * ldb, ldb, alpha, beta, c + j, ldc);
+    i += r == 0 ? 8 : r == 1 ? 4 : 1;
   }
 }
 #define DL__GEMM_DOT_f32 dl__gemm_dot_f32
