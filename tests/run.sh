@@ -134,8 +134,9 @@ for t in tests/test_*.c; do
   fi
   # the widest vector bodies (AVX-512 or AVX where this CPU has it), under gcc and clang: the
   # optimizers', the batcher's table gather, the fused attention's tile products, the GEMM's
-  # dot-product kernel (AVX-512 only)
-  if [ "$n" = test_optim ] || [ "$n" = test_data ] || [ "$n" = test_ops_sdpa ] || [ "$n" = test_blas ]; then
+  # dot-product kernel and the 2x2 max pool (AVX-512 only)
+  if [ "$n" = test_optim ] || [ "$n" = test_data ] || [ "$n" = test_ops_sdpa ] || [ "$n" = test_blas ] ||
+     [ "$n" = test_ops_conv ]; then
     for nc in gcc clang; do
       command -v $nc >/dev/null || continue
       if $nc $WARN -O2 -march=native -fopenmp -Iinclude -Itests "$t" -o "$B/${n}_native_$nc" $(test_flags "$t") -lm 2>"$B/$n.log"; then

@@ -882,10 +882,12 @@ static void test_pool_ties_nan(void) {
  * first maximum in row-major order, a NaN winning, the last NaN of a
  * window), values and indices, f32 and f64, on values full of ties, NaNs
  * and infinities; odd sizes (the last row or column unused), planes of
- * several blocks, rows longer than a block (the general kernel), N*C > 1. */
+ * several blocks, rows longer than a block (the general kernel), N*C > 1;
+ * built with -march=native (tests/run.sh), rows of 16, 17, 33 and 31
+ * outputs for the AVX-512 form's full and masked vectors. */
 static void test_pool_2x2_kernel(void) {
   static const double vals[] = {-INFINITY, -1.0, 0.0, 1.0, 2.0, NAN, INFINITY, -0.0};
-  static const int64_t sizes[][2] = {{4, 4}, {5, 7}, {28, 28}, {14, 14}, {7, 9}, {64, 40}, {3, 600}, {2, 2}, {2, 5}, {3, 2}};
+  static const int64_t sizes[][2] = {{4, 4}, {5, 7}, {28, 28}, {14, 14}, {7, 9}, {64, 40}, {3, 600}, {2, 2}, {2, 5}, {3, 2}, {4, 32}, {5, 34}, {2, 66}, {6, 63}};
   dl_tape tp;
   size_t si;
   int dt;

@@ -1002,6 +1002,60 @@ typedef struct dl__pool_geom {
   int64_t D, kd, sd, pd, pde, dd, Do;
 } dl__pool_geom;
 
+/* 2x2, stride-2 max pooling of one f32 plane with every window inside (the
+ * pool after a convolution in a small CNN), on AVX-512: per output row and
+ * per 16 outputs, two masked loads of each of the two input rows, the even
+ * and odd columns split by a permute, and the same scan as the kernel
+ * below (first maximum in scan order, NaN wins), as mask blends. The
+ * block form below (a gather per tap) took 2.2-2.6x as long, with indices,
+ * on f32 [64, 32, 28, 28] (1490-1560 us against 570-690) and [64, 64, 14,
+ * 14] (880-980 against 370-430), one core, same run. */
+#if defined(__AVX512F__) && !defined(__CUDACC__)
+#include <immintrin.h>
+DL_API void dl__maxpool2_f32(const float *x, float *y, int32_t *idx, int32_t W, int32_t Ho, int32_t Wo) {
+  const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+  const __m512i one = _mm512_set1_epi32(1), wv = _mm512_set1_epi32(W), w1 = _mm512_set1_epi32(W + 1);
+  int32_t oh, o0;
+  for (oh = 0; oh < Ho; oh++) {
+    const float *r0 = x + (int64_t)2 * oh * W, *r1 = r0 + W;
+    for (o0 = 0; o0 < Wo; o0 += 16) {
+      const int32_t n = Wo - o0 < 16 ? Wo - o0 : 16, in = 2 * n;
+      const __mmask16 mo = (__mmask16)((1u << n) - 1u);
+      const __mmask16 ml = (__mmask16)(in >= 16 ? 0xFFFFu : (1u << in) - 1u);
+      const __mmask16 mh = (__mmask16)(in > 16 ? (1u << (in - 16)) - 1u : 0u);
+      const __m512 al = _mm512_maskz_loadu_ps(ml, r0 + 2 * o0), ah = _mm512_maskz_loadu_ps(mh, r0 + 2 * o0 + 16);
+      const __m512 bl = _mm512_maskz_loadu_ps(ml, r1 + 2 * o0), bh = _mm512_maskz_loadu_ps(mh, r1 + 2 * o0 + 16);
+      const __m512 v1 = _mm512_permutex2var_ps(al, od, ah), v2 = _mm512_permutex2var_ps(bl, ev, bh);
+      const __m512 v3 = _mm512_permutex2var_ps(bl, od, bh);
+      const __m512i a0 = _mm512_add_epi32(_mm512_set1_epi32(2 * oh * W + 2 * o0), ev);
+      __m512 m = _mm512_permutex2var_ps(al, ev, ah);
+      __m512i at = a0;
+      __mmask16 c;
+      c = _mm512_cmp_ps_mask(v1, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q);
+      m = _mm512_mask_mov_ps(m, c, v1);
+      at = _mm512_mask_add_epi32(at, c, a0, one);
+      c = _mm512_cmp_ps_mask(v2, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v2, v2, _CMP_UNORD_Q);
+      m = _mm512_mask_mov_ps(m, c, v2);
+      at = _mm512_mask_add_epi32(at, c, a0, wv);
+      c = _mm512_cmp_ps_mask(v3, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v3, v3, _CMP_UNORD_Q);
+      m = _mm512_mask_mov_ps(m, c, v3);
+      at = _mm512_mask_add_epi32(at, c, a0, w1);
+      _mm512_mask_storeu_ps(y + (int64_t)oh * Wo + o0, mo, m);
+      if (idx) _mm512_mask_storeu_epi32(idx + (int64_t)oh * Wo + o0, mo, at);
+    }
+  }
+}
+/* 1 when the plane went through dl__maxpool2_f32 (T is float) */
+#define DL__POOL2_FAST(T, g, x, y, idx)                                                             \
+  (sizeof(T) == 4 ? (dl__maxpool2_f32((const float *)(const void *)(x), (float *)(void *)(y), (idx), \
+                                      (int32_t)(g)->W, (int32_t)(g)->Ho, (int32_t)(g)->Wo),         \
+                     1)                                                                             \
+                  : 0)
+#else
+#define DL__POOL2_FAST(T, g, x, y, idx) 0
+#endif
+
 /* The pooling kernels, per volume ([D, H, W] in, [Do, Ho, Wo] out; D = Do =
  * 1 in 2-d), for T (sfx):
  *   dl__maxpool_fwd_<sfx>(g, x, y, idx)   y = window max, idx (may be NULL)
@@ -1036,6 +1090,7 @@ typedef struct dl__pool_geom {
        * per row would run its vector part rarely, so a block of rows is one \
        * loop over its outputs, each window found from a table of offsets. */ \
       enum { ROWS = 256 }; /* outputs per block, at least one row (Wo <= 256) */                   \
+      if (DL__POOL2_FAST(T, g, x, y, idx)) return;                                                 \
       const int32_t W = (int32_t)g->W, Wo = (int32_t)g->Wo, Ho = (int32_t)g->Ho;                   \
       const int32_t rb = ROWS / Wo; /* output rows per block */                                    \
       int32_t tab[ROWS], h0, k, n;                                                                 \
