@@ -716,6 +716,143 @@ static void test_no_grad_eval(void) {
   dl_tensor_free(rm0); dl_tensor_free(rv0); dl_tensor_free(tx);
 }
 
+/* >>batch norm + ReLU as one op ------------------------------------------------ */
+
+/* The largest |a - b| over max |b| (0 when both are all zero). */
+static double rel_diff(const dl_tensor *a, const dl_tensor *b) {
+  double d = 0, m = 0;
+  int64_t e;
+  for (e = 0; e < b->numel; e++) {
+    d = fmax(d, fabs(dl__get_at(a, e) - dl__get_at(b, e)));
+    m = fmax(m, fabs(dl__get_at(b, e)));
+  }
+  return m > 0 ? d / m : d;
+}
+/* dl__t_batch_norm_relu (a Sequential's BatchNorm then ReLU) against
+ * dl_t_relu(dl_t_batch_norm(...)): the output and the running statistics
+ * bit for bit; the gradients of x, weight and bias (loss sum(y r), r of
+ * both signs, so the mask matters) to 1e-12 of their largest (f64) or
+ * 1e-6 (f32): the double sums of the masked loop may vectorise otherwise
+ * than the plain one (the same bits where they vectorise alike); in the
+ * row form ([16, 3, 5, 5]), the plane form (a batch of 2 of 9 x 9 maps)
+ * and over [N, C] (BatchNorm1d), f32 and f64, training and evaluation;
+ * H v (dl_hvp, a tangent only on a factor after the op) likewise; and a
+ * Sequential of BatchNorm2d, ReLU records the one fused node. */
+static void test_bn_relu_fused(void) {
+  static const int64_t shapes[3][4] = {{16, 3, 5, 5}, {2, 4, 9, 9}, {20, 6, 0, 0}};
+  static const int nds[3] = {4, 4, 2};
+  int si, dt, tr, hv;
+  dl_tape tp;
+  dl_tape_init(&tp, &ctx, 0);
+  for (si = 0; si < 3; si++)
+    for (dt = 0; dt < 2; dt++)
+      for (tr = 0; tr < 2; tr++)
+        for (hv = 0; hv < 2; hv++) {
+          const dl_dtype T = dt ? DL_F64 : DL_F32;
+          const int64_t C = shapes[si][1];
+          dl_rng rng = dl_rng_make(40 + (uint64_t)(si * 8 + dt * 4 + tr * 2 + hv));
+          dl_tensor *x[2], *w[2], *b[2], *rm[2], *rv[2], *y[2], *u[2], *r = NULL, *uv = NULL;
+          int k;
+          x[0] = dl_tensor_make(&ctx, T, nds[si], shapes[si]);
+          w[0] = dl_tensor_make(&ctx, T, DL_SHAPE(C));
+          b[0] = dl_tensor_make(&ctx, T, DL_SHAPE(C));
+          rm[0] = dl_tensor_make(&ctx, T, DL_SHAPE(C));
+          rv[0] = dl_tensor_make(&ctx, T, DL_SHAPE(C));
+          dl_tensor_rand_normal(x[0], &rng, 0.3, 1.5);
+          dl_tensor_rand_normal(w[0], &rng, 1, 0.5);
+          dl_tensor_rand_normal(b[0], &rng, 0, 0.5);
+          dl_tensor_rand_normal(rm[0], &rng, 0.2, 0.3);
+          dl_tensor_fill(rv[0], 1.7);
+          r = dl_tensor_make(&ctx, T, nds[si], shapes[si]);
+          dl_tensor_rand_normal(r, &rng, 0, 1);
+          u[0] = clone(r);
+          uv = clone(r);
+          dl_tensor_rand_normal(uv, &rng, 0, 1);
+          x[1] = clone(x[0]); w[1] = clone(w[0]); b[1] = clone(b[0]); rm[1] = clone(rm[0]); rv[1] = clone(rv[0]);
+          u[1] = clone(u[0]);
+          for (k = 0; k < 2; k++) {
+            dl_tensor *loss;
+            dl_requires_grad(x[k]);
+            dl_requires_grad(w[k]);
+            dl_requires_grad(b[k]);
+            if (hv) {
+              dl_requires_grad(u[k]);
+              dl_set_tangent(u[k], uv);
+            }
+            CHECK(dl__bn_relu_fits(&tp, x[k], w[k], b[k]));
+            y[k] = k ? dl_t_relu(&tp, dl_t_batch_norm(&tp, x[k], w[k], b[k], rm[k], rv[k], tr, 0.1, 1e-5))
+                     : dl__t_batch_norm_relu(&tp, x[k], w[k], b[k], rm[k], rv[k], tr, 0.1, 1e-5);
+            if (k == 0) CHECK(tp.last && strcmp(tp.last->op, "dl_t_batch_norm + relu") == 0);
+            loss = dl_t_sum_all(&tp, hv ? dl_t_square(&tp, dl_t_mul(&tp, y[k], u[k])) : dl_t_mul(&tp, y[k], u[k]));
+            if (hv) dl_hvp(&tp, loss, NULL);
+            else dl_backward(&tp, loss, NULL);
+            if (k == 0) y[0] = clone(y[0]); /* (the tape is rewound before the second) */
+            else y[1] = clone(y[1]);
+            dl_tape_rewind(&tp);
+          }
+          {
+            const double tol = dt ? 1e-12 : 1e-6;
+            CHECK_MSG(same_bits(y[0], y[1]) && same_bits(rm[0], rm[1]) && same_bits(rv[0], rv[1]),
+                      "case %d %s training %d hvp %d: fused and unfused outputs differ", si, dt ? "f64" : "f32", tr, hv);
+            CHECK_MSG(rel_diff(x[0]->grad, x[1]->grad) <= tol && rel_diff(w[0]->grad, w[1]->grad) <= tol &&
+                      rel_diff(b[0]->grad, b[1]->grad) <= tol,
+                      "case %d %s training %d hvp %d: gradients differ by %.3g, %.3g, %.3g", si, dt ? "f64" : "f32",
+                      tr, hv, rel_diff(x[0]->grad, x[1]->grad), rel_diff(w[0]->grad, w[1]->grad),
+                      rel_diff(b[0]->grad, b[1]->grad));
+            if (hv)
+              CHECK_MSG(x[0]->grad->tangent && rel_diff(x[0]->grad->tangent, x[1]->grad->tangent) <= tol &&
+                        rel_diff(w[0]->grad->tangent, w[1]->grad->tangent) <= tol &&
+                        rel_diff(b[0]->grad->tangent, b[1]->grad->tangent) <= tol &&
+                        rel_diff(u[0]->grad->tangent, u[1]->grad->tangent) <= tol,
+                        "case %d %s training %d: H v of the fused op differs", si, dt ? "f64" : "f32", tr);
+          }
+          {
+            double nz = 0;
+            int64_t e;
+            for (e = 0; e < x[0]->numel; e++) nz += dl__get_at(x[0]->grad, e) != 0;
+            CHECK(nz > 0); /* a gradient flowed */
+          }
+          for (k = 0; k < 2; k++) {
+            dl_set_tangent(u[k], NULL);
+            dl_tensor_free(x[k]); dl_tensor_free(w[k]); dl_tensor_free(b[k]); dl_tensor_free(rm[k]);
+            dl_tensor_free(rv[k]); dl_tensor_free(y[k]); dl_tensor_free(u[k]);
+          }
+          dl_tensor_free(r);
+          dl_tensor_free(uv);
+        }
+  { /* a Sequential fuses BatchNorm2d then ReLU into one node; its output is dl_t_relu(dl_t_batch_norm) */
+    dl_model_desc md = {DL_F32, 5};
+    dl_batchnorm_desc bd;
+    dl_model *m = dl_model_make(&ctx, &md);
+    dl_tensor *x = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(8, 3, 4, 4)), *y, *y1, *g0;
+    dl_rng rng = dl_rng_make(9);
+    memset(&bd, 0, sizeof bd);
+    bd.features = 3;
+    dl_batchnorm2d_make(m, NULL, NULL, &bd);
+    dl_act_make(m, NULL, NULL, DL_ACT_RELU, 0);
+    CHECK(dl_model_pack(m) == DL_OK);
+    dl_tensor_rand_normal(x, &rng, 0, 1);
+    dl_requires_grad(x);
+    y = dl_model_forward(m, &tp, x);
+    CHECK(tp.nodes == 1 && strcmp(tp.last->op, "dl_t_batch_norm + relu") == 0);
+    dl_backward(&tp, dl_t_sum_all(&tp, y), NULL);
+    y = clone(y);
+    g0 = clone(x->grad);
+    dl_tape_rewind(&tp);
+    dl_zero_grad(x);
+    dl_model_zero_grad(m);
+    y1 = dl_t_relu(&tp, dl_t_batch_norm(&tp, x, &m->params[0]->t, &m->params[1]->t, NULL, NULL, 1, 0.1, 1e-5));
+    dl_backward(&tp, dl_t_sum_all(&tp, y1), NULL);
+    CHECK(same_bits(y, y1) && rel_diff(g0, x->grad) <= 1e-6);
+    dl_tape_rewind(&tp);
+    dl_tensor_free(y);
+    dl_tensor_free(g0);
+    dl_tensor_free(x);
+    dl_model_free(m);
+  }
+  dl_tape_free(&tp);
+}
+
 /* >>panics ----------------------------------------------------------------- */
 
 static void test_panics(void) {
@@ -798,6 +935,7 @@ int main(void) {
   RUN(test_threads_and_naive);
   RUN(test_tangent_f32);
   RUN(test_no_grad_eval);
+  RUN(test_bn_relu_fused);
   RUN(test_panics);
   return harness_finish();
 }

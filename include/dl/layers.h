@@ -307,6 +307,8 @@ struct dl_layer {
   int64_t out_shape[DL_MAX_DIMS]; /* the output shape seen by dl_model_summary */
   int out_ndim;             /* -1: not traced */
   int keeps_nothing;        /* 1: a library layer type, whose forward keeps no tensor past its call (dl__lay_keeps_nothing) */
+  dl_forward_fn fwd_relu;   /* a library layer's forward and a ReLU after it as one op, or NULL (BatchNorm) */
+  int is_relu;              /* 1: the library's ReLU activation layer (dl__lay_seq_forward fuses it into fwd_relu) */
 };
 
 /* Model options; zero = default. */
@@ -968,7 +970,18 @@ DL_API dl_tensor *dl__lay_seq_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
 #endif
     if (tp->arena.grow) return dl__lay_seq_nograd_host(l, tp, x);
   }
-  for (i = 0; i < l->nchild; i++) x = dl_layer_call(l->child[i], tp, x);
+  for (i = 0; i < l->nchild; i++) {
+    dl_layer *c = l->child[i], *nx = i + 1 < l->nchild ? l->child[i + 1] : NULL;
+    if (nx && c->fwd_relu && nx->is_relu && !c->fn && !nx->fn && !l->model->tracing) {
+      dl_tensor *y = c->fwd_relu(c, tp, x); /* NULL: the pair does not fuse here (a device, tangents) */
+      if (y) {
+        x = y;
+        i++;
+        continue;
+      }
+    }
+    x = dl_layer_call(c, tp, x);
+  }
   return x;
 }
 DL__GLOBAL_LATE(const dl_layer_vt dl__lay_root_vt, {"Model", dl__lay_seq_forward, NULL, NULL, 0});
@@ -1046,7 +1059,11 @@ DL__GLOBAL(const dl_layer_vt dl__lay_act_vt, {"Activation", dl__lay_act_forward,
 DL_API dl_layer *dl_act_make(dl_model *m, dl_layer *parent, const char *name, dl_act act, double alpha) {
   if (!m) return NULL; /* a dl_model_make that failed */
   dl__lay_act_layer *a = (dl__lay_act_layer *)dl__lay_lib_new(m, parent, name, &dl__lay_act_vt, sizeof(dl__lay_act_layer));
-  if (a) { a->act = act; a->alpha = alpha; }
+  if (a) {
+    a->act = act;
+    a->alpha = alpha;
+    a->base.is_relu = act == DL_ACT_RELU;
+  }
   return a ? &a->base : NULL;
 }
 
@@ -1637,17 +1654,27 @@ typedef struct dl__lay_batchnorm {
   int nd_min, nd_max;
   dl_tensor *w, *b, *rm, *rv, *nbt;
 } dl__lay_batchnorm;
-DL_API dl_tensor *dl__lay_batchnorm_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+/* The layer's forward; relu: a ReLU after it in the same op (NULL when
+ * dl__bn_relu_fits says no, before anything is counted). */
+DL_API dl_tensor *dl__lay_batchnorm_run(dl_layer *l, dl_tape *tp, dl_tensor *x, int relu) {
   dl__lay_batchnorm *B = (dl__lay_batchnorm *)l;
   int train = l->model->training || !B->rm;
   dl__check_input(l, x, B->nd_min, B->nd_max, 1, B->d.features);
+  if (relu && !dl__bn_relu_fits(tp, x, B->w, B->b)) return NULL;
 #ifdef DL_USE_CUDA
   if (l->model->training && B->nbt && B->nbt->device == DL_CUDA) /* a model on the GPU (gpu.h) */
     dl__gpu_ok(B->nbt, "BatchNorm", dlg_add_i64(dl__gpu_h(B->nbt, "BatchNorm"), (int64_t *)B->nbt->data, 1));
   else
 #endif
   if (l->model->training && B->nbt) ((int64_t *)B->nbt->data)[0]++;
+  if (relu) return dl__t_batch_norm_relu(tp, x, B->w, B->b, B->rm, B->rv, train, B->d.momentum, B->d.eps);
   return dl_t_batch_norm(tp, x, B->w, B->b, B->rm, B->rv, train, B->d.momentum, B->d.eps);
+}
+DL_API dl_tensor *dl__lay_batchnorm_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  return dl__lay_batchnorm_run(l, tp, x, 0);
+}
+DL_API dl_tensor *dl__lay_batchnorm_relu(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  return dl__lay_batchnorm_run(l, tp, x, 1);
 }
 DL_API void dl__lay_batchnorm_describe(const dl_layer *l, char *buf, size_t n) {
   const dl__lay_batchnorm *B = (const dl__lay_batchnorm *)l;
@@ -1667,6 +1694,7 @@ DL_API dl_layer *dl__lay_batchnorm_make(dl_model *m, dl_layer *parent, const cha
   B = (dl__lay_batchnorm *)dl__lay_lib_new(m, parent, name, two_d ? &dl__lay_bn2d_vt : &dl__lay_bn1d_vt, sizeof *B);
   if (!B) return NULL;
   B->d = *d;
+  B->base.fwd_relu = dl__lay_batchnorm_relu;
   if (B->d.eps == 0) B->d.eps = 1e-5;
   if (B->d.momentum == 0) B->d.momentum = 0.1;
   B->nd_min = two_d ? 4 : 2;

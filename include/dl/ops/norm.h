@@ -201,11 +201,14 @@ enum { DL__BNP_SUMX, DL__BNP_SUMD, DL__BNP_SUMV, DL__BNP_MAP };
 
 typedef struct dl__bn_args {
   int mode, batch, phase, assign; /* assign: BWD writes gx (=) instead of adding to it */
+  int relu;              /* a ReLU after the norm (dl__t_batch_norm_relu): FWD writes max(y, 0) (NaN kept);
+                            BWD takes gy where the output y > 0, 0 elsewhere */
   dl_dtype dt;
   int64_t N, C, S, rpt;  /* sizes; samples per tile (row form) */
   const void *x;         /* [N, C, S] contiguous */
   const void *v;         /* TAN: tx, BWD: gy ([N, C, S] contiguous), or NULL */
   void *out;             /* FWD: y, TAN: ty, BWD: gx (+=) or NULL */
+  const void *y;         /* BWD with relu: the output, [N, C, S] */
   const double *w, *b;   /* [C]: weight (ones when absent), bias (zeros) */
   const double *tw, *tb; /* TAN: tangents of w and b, [C] (zeros when absent) */
   double eps;
@@ -258,11 +261,42 @@ DL_API void dl__bn_consts(const dl__bn_args *A, int64_t c0, int64_t nc, const do
 /* Whether a BWD pass needs the sums (batch statistics, or gw / gb wanted). */
 #define DL__BN_BWD_SUMS(A) ((A)->batch || (A)->gw || (A)->gb)
 
+/* The value a BWD pass reads at s: gy, or with the ReLU (rb) gy where the
+ * output y > 0 and 0 elsewhere (ReLU's rule: no gradient at 0 or NaN; a
+ * select, so an infinite gy where y <= 0 gives 0, as PyTorch's). yr is vr
+ * when rb is 0. */
+#define DL__BN_G(rb, yr, vr, s) ((rb) ? (double)DL__BN_SEL((yr)[s], (vr)[s]) : (double)(vr)[s]) /* rb a constant */
+/* g where y > 0, else +0, as a bit mask: gcc in ISO mode (-std=c11) does
+ * not vectorise a select of the loaded g ("control flow in loop"); the
+ * mask does, and g passes unchanged (an infinite gy where y <= 0 gives 0). */
+#define DL__BN_SEL(y, g) (sizeof(y) == 4 ? (double)dl__bn_sel_f32((float)(y), (float)(g)) : dl__bn_sel_f64((double)(y), (double)(g)))
+DL__INL float dl__bn_sel_f32(float y, float g) {
+  uint32_t b, m = y > 0 ? 0xFFFFFFFFu : 0u;
+  memcpy(&b, &g, sizeof b);
+  b &= m;
+  memcpy(&g, &b, sizeof b);
+  return g;
+}
+DL__INL double dl__bn_sel_f64(double y, double g) {
+  uint64_t b, m = y > 0 ? ~(uint64_t)0 : 0u;
+  memcpy(&b, &g, sizeof b);
+  b &= m;
+  memcpy(&g, &b, sizeof b);
+  return g;
+}
+/* The FWD value d rounded to T, then ReLU'd as dl_relu does (x < 0 ? 0 : x:
+ * NaN and -0 kept), the same bits as dl_t_relu on dl_t_batch_norm's output. */
+#define DL__BN_RELU(T, d) dl__bn_relu_##T((T)(d))
+DL__INL float dl__bn_relu_float(float t) { return t < 0.0f ? 0.0f : t; }
+DL__INL double dl__bn_relu_double(double t) { return t < 0.0 ? 0.0 : t; }
+
 /* Plane form: the whole pass for channel c = tile. */
 #define DL__BN_PLANE_KERNEL(T, SFX)                                                   \
   DL_API void dl__bn_plane_##SFX(const void *args, int64_t c) {                       \
     const dl__bn_args *A = (const dl__bn_args *)args;                                 \
     const T *x = (const T *)A->x, *v = A->v ? (const T *)A->v : x;                    \
+    const int rb = A->relu && A->mode == DL__NM_BWD, rf = A->relu && A->mode == DL__NM_FWD; \
+    const T *yy = rb ? (const T *)A->y : v; /* the mask's values (v itself: no mask) */ \
     T *out = (T *)A->out;                                                             \
     const int64_t N = A->N, C = A->C, S = A->S;                                       \
     const double m = (double)(N * S);                                                 \
@@ -290,10 +324,21 @@ DL_API void dl__bn_consts(const dl__bn_args *A, int64_t c0, int64_t nc, const do
         (A->mode == DL__NM_BWD && DL__BN_BWD_SUMS(A))) {                              \
       for (n = 0; n < N; n++) {                                                       \
         const T *xr = x + (n * C + c) * S, *vr = v + (n * C + c) * S;                 \
-        DL__NSIMD_SUM2(s0, s1)                                                        \
-        for (s = 0; s < S; s++) {                                                     \
-          s0 += (double)vr[s];                                                        \
-          s1 += (double)vr[s] * ((double)xr[s] - mu);                                 \
+        const T *yr = yy + (n * C + c) * S;                                           \
+        if (rb) {                                                                     \
+          DL__NSIMD_SUM2(s0, s1)                                                      \
+          for (s = 0; s < S; s++) {                                                   \
+            const double g = DL__BN_G(1, yr, vr, s);                                  \
+            s0 += g;                                                                  \
+            s1 += g * ((double)xr[s] - mu);                                           \
+          }                                                                           \
+        } else {                                                                      \
+          DL__NSIMD_SUM2(s0, s1)                                                      \
+          for (s = 0; s < S; s++) {                                                   \
+            const double g = DL__BN_G(0, yr, vr, s);                                  \
+            s0 += g;                                                                  \
+            s1 += g * ((double)xr[s] - mu);                                           \
+          }                                                                           \
         }                                                                             \
       }                                                                               \
     }                                                                                 \
@@ -301,13 +346,27 @@ DL_API void dl__bn_consts(const dl__bn_args *A, int64_t c0, int64_t nc, const do
     if (!out) return;                                                                 \
     for (n = 0; n < N; n++) {                                                         \
       const T *xr = x + (n * C + c) * S, *vr = v + (n * C + c) * S;                   \
+      const T *yr = yy + (n * C + c) * S;                                             \
       T *o = out + (n * C + c) * S;                                                   \
       if (A->mode == DL__NM_BWD && !A->assign) {                                      \
+        if (rb) {                                                                     \
+          DL__RSIMD                                                                   \
+          for (s = 0; s < S; s++) o[s] += (T)(k1 * DL__BN_G(1, yr, vr, s) + ((double)xr[s] - mu) * k2 + k3); \
+        } else {                                                                      \
+          DL__RSIMD                                                                   \
+          for (s = 0; s < S; s++) o[s] += (T)(k1 * DL__BN_G(0, yr, vr, s) + ((double)xr[s] - mu) * k2 + k3); \
+        }                                                                             \
+      } else if (rf) {                                                                \
         DL__RSIMD                                                                     \
-        for (s = 0; s < S; s++) o[s] += (T)(k1 * (double)vr[s] + ((double)xr[s] - mu) * k2 + k3); \
+        for (s = 0; s < S; s++) o[s] = DL__BN_RELU(T, k1 * (double)vr[s] + ((double)xr[s] - mu) * k2 + k3); \
       } else {                                                                        \
-        DL__RSIMD                                                                     \
-        for (s = 0; s < S; s++) o[s] = (T)(k1 * (double)vr[s] + ((double)xr[s] - mu) * k2 + k3); \
+        if (rb) {                                                                     \
+          DL__RSIMD                                                                   \
+          for (s = 0; s < S; s++) o[s] = (T)(k1 * DL__BN_G(1, yr, vr, s) + ((double)xr[s] - mu) * k2 + k3); \
+        } else {                                                                      \
+          DL__RSIMD                                                                   \
+          for (s = 0; s < S; s++) o[s] = (T)(k1 * DL__BN_G(0, yr, vr, s) + ((double)xr[s] - mu) * k2 + k3); \
+        }                                                                             \
       }                                                                               \
     }                                                                                 \
   }
@@ -322,6 +381,8 @@ DL__BN_PLANE_KERNEL(double, f64)
   DL_API void dl__bn_rows_##SFX(const void *args, int64_t tile) {                     \
     const dl__bn_args *A = (const dl__bn_args *)args;                                 \
     const T *x = (const T *)A->x, *v = A->v ? (const T *)A->v : x;                    \
+    const int rb = A->relu && A->mode == DL__NM_BWD, rf = A->relu && A->mode == DL__NM_FWD; \
+    const T *yy = rb ? (const T *)A->y : v; /* the mask's values (v itself: no mask) */ \
     T *out = (T *)A->out;                                                             \
     const int64_t C = A->C, S = A->S, L = C * S, n0 = tile * A->rpt;                  \
     const int64_t n1 = A->N - n0 < A->rpt ? A->N : n0 + A->rpt;                       \
@@ -330,7 +391,7 @@ DL__BN_PLANE_KERNEL(double, f64)
     const int ph = A->phase, acc = A->mode == DL__NM_BWD && !A->assign;               \
     int64_t n, c, s;                                                                  \
     for (n = n0; n < n1; n++) {                                                       \
-      const T *xr = x + n * L, *vr = v + n * L;                                       \
+      const T *xr = x + n * L, *vr = v + n * L, *yr = yy + n * L;                     \
       T *o = out ? out + n * L : NULL;                                                \
       if (S == 1) {                                                                   \
         if (ph == DL__BNP_SUMX) {                                                     \
@@ -340,22 +401,45 @@ DL__BN_PLANE_KERNEL(double, f64)
           DL__RSIMD                                                                   \
           for (c = 0; c < C; c++) p0[c] += ((double)xr[c] - mu[c]) * ((double)xr[c] - mu[c]); \
         } else if (ph == DL__BNP_SUMV) {                                              \
-          DL__RSIMD                                                                   \
-          for (c = 0; c < C; c++) {                                                   \
-            p0[c] += (double)vr[c];                                                   \
-            p1[c] += (double)vr[c] * ((double)xr[c] - mu[c]);                         \
+          if (rb) {                                                                   \
+            DL__RSIMD                                                                 \
+            for (c = 0; c < C; c++) {                                                 \
+              const double g = DL__BN_G(1, yr, vr, c);                                \
+              p0[c] += g;                                                             \
+              p1[c] += g * ((double)xr[c] - mu[c]);                                   \
+            }                                                                         \
+          } else {                                                                    \
+            DL__RSIMD                                                                 \
+            for (c = 0; c < C; c++) {                                                 \
+              const double g = DL__BN_G(0, yr, vr, c);                                \
+              p0[c] += g;                                                             \
+              p1[c] += g * ((double)xr[c] - mu[c]);                                   \
+            }                                                                         \
           }                                                                           \
         } else if (acc) {                                                             \
+          if (rb) {                                                                   \
+            DL__RSIMD                                                                 \
+            for (c = 0; c < C; c++) o[c] += (T)(k1[c] * DL__BN_G(1, yr, vr, c) + ((double)xr[c] - mu[c]) * k2[c] + k3[c]); \
+          } else {                                                                    \
+            DL__RSIMD                                                                 \
+            for (c = 0; c < C; c++) o[c] += (T)(k1[c] * DL__BN_G(0, yr, vr, c) + ((double)xr[c] - mu[c]) * k2[c] + k3[c]); \
+          }                                                                           \
+        } else if (rf) {                                                              \
           DL__RSIMD                                                                   \
-          for (c = 0; c < C; c++) o[c] += (T)(k1[c] * (double)vr[c] + ((double)xr[c] - mu[c]) * k2[c] + k3[c]); \
+          for (c = 0; c < C; c++) o[c] = DL__BN_RELU(T, k1[c] * (double)vr[c] + ((double)xr[c] - mu[c]) * k2[c] + k3[c]); \
         } else {                                                                      \
-          DL__RSIMD                                                                   \
-          for (c = 0; c < C; c++) o[c] = (T)(k1[c] * (double)vr[c] + ((double)xr[c] - mu[c]) * k2[c] + k3[c]); \
+          if (rb) {                                                                   \
+            DL__RSIMD                                                                 \
+            for (c = 0; c < C; c++) o[c] = (T)(k1[c] * DL__BN_G(1, yr, vr, c) + ((double)xr[c] - mu[c]) * k2[c] + k3[c]); \
+          } else {                                                                    \
+            DL__RSIMD                                                                 \
+            for (c = 0; c < C; c++) o[c] = (T)(k1[c] * DL__BN_G(0, yr, vr, c) + ((double)xr[c] - mu[c]) * k2[c] + k3[c]); \
+          }                                                                           \
         }                                                                             \
         continue;                                                                     \
       }                                                                               \
       for (c = 0; c < C; c++) {                                                       \
-        const T *xc = xr + c * S, *vc = vr + c * S;                                   \
+        const T *xc = xr + c * S, *vc = vr + c * S, *yc = yr + c * S;                 \
         const double mc = mu[c];                                                      \
         double a0 = 0, a1 = 0;                                                        \
         if (ph == DL__BNP_SUMX) {                                                     \
@@ -365,20 +449,43 @@ DL__BN_PLANE_KERNEL(double, f64)
           DL__RSIMD_SUM(a0)                                                           \
           for (s = 0; s < S; s++) a0 += ((double)xc[s] - mc) * ((double)xc[s] - mc);  \
         } else if (ph == DL__BNP_SUMV) {                                              \
-          DL__NSIMD_SUM2(a0, a1)                                                      \
-          for (s = 0; s < S; s++) {                                                   \
-            a0 += (double)vc[s];                                                      \
-            a1 += (double)vc[s] * ((double)xc[s] - mc);                               \
+          if (rb) {                                                                   \
+            DL__NSIMD_SUM2(a0, a1)                                                    \
+            for (s = 0; s < S; s++) {                                                 \
+              const double g = DL__BN_G(1, yc, vc, s);                                \
+              a0 += g;                                                                \
+              a1 += g * ((double)xc[s] - mc);                                         \
+            }                                                                         \
+          } else {                                                                    \
+            DL__NSIMD_SUM2(a0, a1)                                                    \
+            for (s = 0; s < S; s++) {                                                 \
+              const double g = DL__BN_G(0, yc, vc, s);                                \
+              a0 += g;                                                                \
+              a1 += g * ((double)xc[s] - mc);                                         \
+            }                                                                         \
           }                                                                           \
         } else {                                                                      \
           const double b1 = k1[c], b2 = k2[c], b3 = k3[c];                            \
           T *oc = o + c * S;                                                          \
           if (acc) {                                                                  \
+            if (rb) {                                                                 \
+              DL__RSIMD                                                               \
+              for (s = 0; s < S; s++) oc[s] += (T)(b1 * DL__BN_G(1, yc, vc, s) + ((double)xc[s] - mc) * b2 + b3); \
+            } else {                                                                  \
+              DL__RSIMD                                                               \
+              for (s = 0; s < S; s++) oc[s] += (T)(b1 * DL__BN_G(0, yc, vc, s) + ((double)xc[s] - mc) * b2 + b3); \
+            }                                                                         \
+          } else if (rf) {                                                            \
             DL__RSIMD                                                                 \
-            for (s = 0; s < S; s++) oc[s] += (T)(b1 * (double)vc[s] + ((double)xc[s] - mc) * b2 + b3); \
+            for (s = 0; s < S; s++) oc[s] = DL__BN_RELU(T, b1 * (double)vc[s] + ((double)xc[s] - mc) * b2 + b3); \
           } else {                                                                    \
-            DL__RSIMD                                                                 \
-            for (s = 0; s < S; s++) oc[s] = (T)(b1 * (double)vc[s] + ((double)xc[s] - mc) * b2 + b3); \
+            if (rb) {                                                                 \
+              DL__RSIMD                                                               \
+              for (s = 0; s < S; s++) oc[s] = (T)(b1 * DL__BN_G(1, yc, vc, s) + ((double)xc[s] - mc) * b2 + b3); \
+            } else {                                                                  \
+              DL__RSIMD                                                               \
+              for (s = 0; s < S; s++) oc[s] = (T)(b1 * DL__BN_G(0, yc, vc, s) + ((double)xc[s] - mc) * b2 + b3); \
+            }                                                                         \
           }                                                                           \
           continue;                                                                   \
         }                                                                             \
@@ -510,6 +617,40 @@ DL_API void dl__t_batch_norm_bw(dl_tape *tp, dl_node *n) {
   A.istd = A.mean + A.C;
   A.gw = gw ? gw->data : NULL;
   A.gb = gb ? gb->data : NULL;
+  A.relu = (int)n->i[1];
+  A.y = n->out->data;
+  if (A.relu && tp->hvp) { /* ReLU's rule first, on gy and its tangent; then batch norm's, unmasked */
+    const dl_tensor *gy = n->out->grad;
+    dl_tensor *gm = dl_tape_out(tp, n->op, gy->dtype, gy->ndim, gy->shape);
+    dl_tensor *tm = dl_tape_out(tp, n->op, gy->dtype, gy->ndim, gy->shape);
+    const int64_t cnt = gy->numel;
+    int64_t e;
+    for (e = 0; e < cnt; e++) {
+      const int on = dl__get_at(n->out, e) > 0;
+      dl__set_at(gm, e, on ? dl__get_at(gy, e) : 0.0);
+      dl__set_at(tm, e, on ? dl__get_at(gy->tangent, e) : 0.0);
+    }
+    gm->tangent = tm;
+    A.relu = 0;
+    A.v = gm->data;
+    dl__bn_run(tp, &A);
+    {
+      dl_node nc = *n; /* the node as batch norm's, its output's gradient masked */
+      dl_tensor oc = *n->out;
+      dl__norm_hvp_geom q;
+      oc.grad = gm;
+      nc.out = &oc;
+      memset(&q, 0, sizeof q);
+      q.bn = 1;
+      q.G = q.C = A.C;
+      q.M = A.N * A.S;
+      q.S = A.S;
+      q.center = 1;
+      q.stats = A.batch;
+      dl__norm_hvp(&nc, &q, A.mean, A.istd, gx, gw, gb);
+    }
+    return;
+  }
   dl__bn_run(tp, &A);
   if (tp->hvp) {
     dl__norm_hvp_geom q;
@@ -594,10 +735,39 @@ DL_API dl_tensor *dl__t_batch_norm_gpu(dl_tape *tp, const char *op, dl_tensor *x
  * and the shapes) on a dtype mismatch, x with fewer than 2 dimensions, a
  * parameter or statistic that is not [C], only one running statistic, eps < 0,
  * or batch statistics over m <= 1 elements per channel. */
+DL_API dl_tensor *dl__t_batch_norm_op(dl_tape *tp, dl_tensor *x, dl_tensor *weight, dl_tensor *bias,
+                                      dl_tensor *running_mean, dl_tensor *running_var, int training,
+                                      double momentum, double eps, int relu);
 DL_API dl_tensor *dl_t_batch_norm(dl_tape *tp, dl_tensor *x, dl_tensor *weight, dl_tensor *bias,
                                   dl_tensor *running_mean, dl_tensor *running_var, int training,
                                   double momentum, double eps) {
-  const char *op = "dl_t_batch_norm";
+  return dl__t_batch_norm_op(tp, x, weight, bias, running_mean, running_var, training, momentum, eps, 0);
+}
+/* Whether dl__t_batch_norm_relu applies: x on the host, on a host tape, and
+ * no tangent on x, weight or bias (forward mode has no fused rule). */
+DL_API int dl__bn_relu_fits(const dl_tape *tp, const dl_tensor *x, const dl_tensor *weight, const dl_tensor *bias) {
+  return x->device == DL_CPU && !tp->gpu && !x->tangent && !(weight && weight->tangent) && !(bias && bias->tangent);
+}
+/* dl_t_relu(dl_t_batch_norm(...)) as one op, where dl__bn_relu_fits: the
+ * normalised value is rounded to x's dtype and ReLU'd in the pass that
+ * writes it, and the backward takes ReLU's mask from the output in its
+ * own two passes (a ReLU pass forward, one backward and a gradient buffer
+ * fewer). The output has the two ops' bits; the gradients differ from
+ * theirs at most by the order of the double sums, where the masked loop
+ * vectorises otherwise than the plain one. Used by a Sequential for a
+ * BatchNorm layer followed by a ReLU (dl__lay_seq_forward). Second order
+ * (dl_hvp) applies ReLU's rule, then batch norm's. */
+DL_API dl_tensor *dl__t_batch_norm_relu(dl_tape *tp, dl_tensor *x, dl_tensor *weight, dl_tensor *bias,
+                                        dl_tensor *running_mean, dl_tensor *running_var, int training,
+                                        double momentum, double eps) {
+  if (!dl__bn_relu_fits(tp, x, weight, bias))
+    DL_PANIC(x->ctx, "dl_t_batch_norm", "the fused ReLU is for host tensors without tangents (x %s)", DL_SHAPESTR(x));
+  return dl__t_batch_norm_op(tp, x, weight, bias, running_mean, running_var, training, momentum, eps, 1);
+}
+DL_API dl_tensor *dl__t_batch_norm_op(dl_tape *tp, dl_tensor *x, dl_tensor *weight, dl_tensor *bias,
+                                      dl_tensor *running_mean, dl_tensor *running_var, int training,
+                                      double momentum, double eps, int relu) {
+  const char *op = relu ? "dl_t_batch_norm + relu" : "dl_t_batch_norm";
   dl_tensor *xc, *y, *st, *wd, *par[4];
   dl__bn_args A;
   dl_node *nd;
@@ -641,6 +811,7 @@ DL_API dl_tensor *dl_t_batch_norm(dl_tape *tp, dl_tensor *x, dl_tensor *weight, 
   st = dl_tape_out(tp, op, DL_F64, DL_SHAPE(2, C));
   wd = dl__norm_dvec(tp, op, weight, C, 1.0);
   A.mode = DL__NM_FWD;
+  A.relu = relu;
   A.x = xc->data;
   A.out = y->data;
   A.w = (const double *)wd->data;
@@ -677,6 +848,7 @@ DL_API dl_tensor *dl_t_batch_norm(dl_tape *tp, dl_tensor *x, dl_tensor *weight, 
   if ((nd = dl_tape_record(tp, op, dl__t_batch_norm_bw, y, x, weight, bias)) != NULL) {
     nd->flags |= DL_NODE_HVP;
     nd->i[0] = batch;
+    nd->i[1] = relu;
     nd->saved[0] = xc;
     nd->saved[1] = st;
     nd->saved[2] = wd;
