@@ -40,6 +40,7 @@
 
 #include "core.h"
 #include "shape.h" /* dl_t_pad: uneven padding of a convolution */
+#include "reduce.h" /* DL__RSIMD_SUM: the bias gradient's vectorised sum */
 DL__HEADER_BEGIN
 
 #ifndef DL__SCALAR_ONLY /* the library's code (nvcc sees only the scalar math) */
@@ -463,7 +464,9 @@ DL_API void dl__conv_forward(dl_tape *tp, const char *op, const dl__conv_geom *g
 }
 
 /* gb[o] += gy[:, o, :] summed over the batch and the positions, in double
- * (one channel: the same order whichever thread does it). */
+ * (one channel: the same order whichever thread does it), each row in
+ * vector lanes (the one chain of adds in order took 6% of fashion_cnn's
+ * 1-thread step). */
 DL_API void dl__conv_bias_grad(const dl__conv_geom *g, dl_dtype dt, const void *gy, void *gb,
                                int64_t o) {
   double s = 0;
@@ -471,9 +474,11 @@ DL_API void dl__conv_bias_grad(const dl__conv_geom *g, dl_dtype dt, const void *
   for (n = 0; n < g->N; n++) {
     if (dt == DL_F32) {
       const float *r = (const float *)gy + (n * g->O + o) * g->P;
-      for (p = 0; p < g->P; p++) s += r[p];
+      DL__RSIMD_SUM(s)
+      for (p = 0; p < g->P; p++) s += (double)r[p];
     } else {
       const double *r = (const double *)gy + (n * g->O + o) * g->P;
+      DL__RSIMD_SUM(s)
       for (p = 0; p < g->P; p++) s += r[p];
     }
   }
