@@ -739,12 +739,14 @@ static double rel_diff(const dl_tensor *a, const dl_tensor *b) {
  * H v (dl_hvp, a tangent only on a factor after the op) likewise; and a
  * Sequential of BatchNorm2d, ReLU records the one fused node. */
 static void test_bn_relu_fused(void) {
-  static const int64_t shapes[3][4] = {{16, 3, 5, 5}, {2, 4, 9, 9}, {20, 6, 0, 0}};
-  static const int nds[3] = {4, 4, 2};
-  int si, dt, tr, hv;
+  static const int64_t shapes[4][4] = {{16, 3, 5, 5}, {2, 4, 9, 9}, {20, 6, 0, 0}, {4, 3, 8, 6}};
+  static const int nds[4] = {4, 4, 2, 4};
+  const dl_pool2d_args pa = {2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}; /* kernel 2x2 */
+  int si, dt, tr, hv, pool;
   dl_tape tp;
   dl_tape_init(&tp, &ctx, 0);
-  for (si = 0; si < 3; si++)
+  for (si = 0; si < 4; si++)
+    for (pool = 0; pool < 2; pool++)
     for (dt = 0; dt < 2; dt++)
       for (tr = 0; tr < 2; tr++)
         for (hv = 0; hv < 2; hv++) {
@@ -752,7 +754,11 @@ static void test_bn_relu_fused(void) {
           const int64_t C = shapes[si][1];
           dl_rng rng = dl_rng_make(40 + (uint64_t)(si * 8 + dt * 4 + tr * 2 + hv));
           dl_tensor *x[2], *w[2], *b[2], *rm[2], *rv[2], *y[2], *u[2], *r = NULL, *uv = NULL;
+          int64_t ysh[4];
           int k;
+          if (pool && nds[si] != 4) continue;
+          memcpy(ysh, shapes[si], sizeof ysh);
+          if (pool) ysh[2] /= 2, ysh[3] /= 2;
           x[0] = dl_tensor_make(&ctx, T, nds[si], shapes[si]);
           w[0] = dl_tensor_make(&ctx, T, DL_SHAPE(C));
           b[0] = dl_tensor_make(&ctx, T, DL_SHAPE(C));
@@ -763,7 +769,7 @@ static void test_bn_relu_fused(void) {
           dl_tensor_rand_normal(b[0], &rng, 0, 0.5);
           dl_tensor_rand_normal(rm[0], &rng, 0.2, 0.3);
           dl_tensor_fill(rv[0], 1.7);
-          r = dl_tensor_make(&ctx, T, nds[si], shapes[si]);
+          r = dl_tensor_make(&ctx, T, nds[si], ysh);
           dl_tensor_rand_normal(r, &rng, 0, 1);
           u[0] = clone(r);
           uv = clone(r);
@@ -779,10 +785,13 @@ static void test_bn_relu_fused(void) {
               dl_requires_grad(u[k]);
               dl_set_tangent(u[k], uv);
             }
-            CHECK(dl__bn_relu_fits(&tp, x[k], w[k], b[k]));
-            y[k] = k ? dl_t_relu(&tp, dl_t_batch_norm(&tp, x[k], w[k], b[k], rm[k], rv[k], tr, 0.1, 1e-5))
-                     : dl__t_batch_norm_relu(&tp, x[k], w[k], b[k], rm[k], rv[k], tr, 0.1, 1e-5);
-            if (k == 0) CHECK(tp.last && strcmp(tp.last->op, "dl_t_batch_norm + relu") == 0);
+            CHECK(pool ? dl__bn_relu_pool_fits(&tp, x[k], w[k], b[k]) : dl__bn_relu_fits(&tp, x[k], w[k], b[k]));
+            if (k == 0 && pool) y[k] = dl__t_batch_norm_relu_pool(&tp, x[k], w[k], b[k], rm[k], rv[k], tr, 0.1, 1e-5);
+            else if (k == 0) y[k] = dl__t_batch_norm_relu(&tp, x[k], w[k], b[k], rm[k], rv[k], tr, 0.1, 1e-5);
+            else y[k] = dl_t_relu(&tp, dl_t_batch_norm(&tp, x[k], w[k], b[k], rm[k], rv[k], tr, 0.1, 1e-5));
+            if (k == 1 && pool) y[k] = dl_t_max_pool2d(&tp, y[k], &pa);
+            if (k == 0)
+              CHECK(tp.last && strcmp(tp.last->op, pool ? "dl_t_batch_norm + relu + max_pool2d" : "dl_t_batch_norm + relu") == 0);
             loss = dl_t_sum_all(&tp, hv ? dl_t_square(&tp, dl_t_mul(&tp, y[k], u[k])) : dl_t_mul(&tp, y[k], u[k]));
             if (hv) dl_hvp(&tp, loss, NULL);
             else dl_backward(&tp, loss, NULL);
@@ -793,18 +802,19 @@ static void test_bn_relu_fused(void) {
           {
             const double tol = dt ? 1e-12 : 1e-6;
             CHECK_MSG(same_bits(y[0], y[1]) && same_bits(rm[0], rm[1]) && same_bits(rv[0], rv[1]),
-                      "case %d %s training %d hvp %d: fused and unfused outputs differ", si, dt ? "f64" : "f32", tr, hv);
+                      "case %d pool %d %s training %d hvp %d: fused and unfused outputs differ", si, pool,
+                      dt ? "f64" : "f32", tr, hv);
             CHECK_MSG(rel_diff(x[0]->grad, x[1]->grad) <= tol && rel_diff(w[0]->grad, w[1]->grad) <= tol &&
                       rel_diff(b[0]->grad, b[1]->grad) <= tol,
-                      "case %d %s training %d hvp %d: gradients differ by %.3g, %.3g, %.3g", si, dt ? "f64" : "f32",
-                      tr, hv, rel_diff(x[0]->grad, x[1]->grad), rel_diff(w[0]->grad, w[1]->grad),
+                      "case %d pool %d %s training %d hvp %d: gradients differ by %.3g, %.3g, %.3g", si, pool,
+                      dt ? "f64" : "f32", tr, hv, rel_diff(x[0]->grad, x[1]->grad), rel_diff(w[0]->grad, w[1]->grad),
                       rel_diff(b[0]->grad, b[1]->grad));
             if (hv)
               CHECK_MSG(x[0]->grad->tangent && rel_diff(x[0]->grad->tangent, x[1]->grad->tangent) <= tol &&
                         rel_diff(w[0]->grad->tangent, w[1]->grad->tangent) <= tol &&
                         rel_diff(b[0]->grad->tangent, b[1]->grad->tangent) <= tol &&
                         rel_diff(u[0]->grad->tangent, u[1]->grad->tangent) <= tol,
-                        "case %d %s training %d: H v of the fused op differs", si, dt ? "f64" : "f32", tr);
+                        "case %d pool %d %s training %d: H v of the fused op differs", si, pool, dt ? "f64" : "f32", tr);
           }
           {
             double nz = 0;
@@ -847,6 +857,31 @@ static void test_bn_relu_fused(void) {
     dl_tape_rewind(&tp);
     dl_tensor_free(y);
     dl_tensor_free(g0);
+    { /* then a MaxPool2d(2): the three as one node; a MaxPool2d(3) after instead: BatchNorm and ReLU only */
+      dl_pool2d_desc pd;
+      dl_model *m2 = dl_model_make(&ctx, &md), *m3 = dl_model_make(&ctx, &md);
+      memset(&pd, 0, sizeof pd);
+      pd.kernel = 2;
+      dl_batchnorm2d_make(m2, NULL, NULL, &bd);
+      dl_act_make(m2, NULL, NULL, DL_ACT_RELU, 0);
+      dl_maxpool2d_make(m2, NULL, NULL, &pd);
+      pd.kernel = 3;
+      dl_batchnorm2d_make(m3, NULL, NULL, &bd);
+      dl_act_make(m3, NULL, NULL, DL_ACT_RELU, 0);
+      dl_maxpool2d_make(m3, NULL, NULL, &pd);
+      CHECK(dl_model_pack(m2) == DL_OK && dl_model_pack(m3) == DL_OK);
+      y = dl_model_forward(m2, &tp, x);
+      CHECK(tp.nodes == 1 && strcmp(tp.last->op, "dl_t_batch_norm + relu + max_pool2d") == 0 && y->shape[2] == 2);
+      y1 = dl_t_max_pool2d(&tp, dl_t_relu(&tp, dl_t_batch_norm(&tp, x, &m2->params[0]->t, &m2->params[1]->t, NULL,
+                                                                 NULL, 1, 0.1, 1e-5)), &pa);
+      CHECK(same_bits(y, y1));
+      dl_tape_rewind(&tp);
+      y = dl_model_forward(m3, &tp, x);
+      CHECK(tp.nodes == 2 && strcmp(tp.last->op, "dl_t_max_pool2d") == 0 && y->shape[2] == 1);
+      dl_tape_rewind(&tp);
+      dl_model_free(m2);
+      dl_model_free(m3);
+    }
     dl_tensor_free(x);
     dl_model_free(m);
   }

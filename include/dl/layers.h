@@ -308,7 +308,9 @@ struct dl_layer {
   int out_ndim;             /* -1: not traced */
   int keeps_nothing;        /* 1: a library layer type, whose forward keeps no tensor past its call (dl__lay_keeps_nothing) */
   dl_forward_fn fwd_relu;   /* a library layer's forward and a ReLU after it as one op, or NULL (BatchNorm) */
+  dl_forward_fn fwd_relu_pool; /* likewise with a 2x2 max pool after the ReLU (BatchNorm2d) */
   int is_relu;              /* 1: the library's ReLU activation layer (dl__lay_seq_forward fuses it into fwd_relu) */
+  int is_pool2;             /* 1: the library's MaxPool2d(2): 2x2, stride 2, no padding, dilation, ceil_mode */
 };
 
 /* Model options; zero = default. */
@@ -972,6 +974,15 @@ DL_API dl_tensor *dl__lay_seq_forward(dl_layer *l, dl_tape *tp, dl_tensor *x) {
   }
   for (i = 0; i < l->nchild; i++) {
     dl_layer *c = l->child[i], *nx = i + 1 < l->nchild ? l->child[i + 1] : NULL;
+    dl_layer *n2 = i + 2 < l->nchild ? l->child[i + 2] : NULL;
+    if (n2 && c->fwd_relu_pool && nx->is_relu && n2->is_pool2 && !c->fn && !nx->fn && !n2->fn && !l->model->tracing) {
+      dl_tensor *y = c->fwd_relu_pool(c, tp, x); /* NULL: the three do not fuse here */
+      if (y) {
+        x = y;
+        i += 2;
+        continue;
+      }
+    }
     if (nx && c->fwd_relu && nx->is_relu && !c->fn && !nx->fn && !l->model->tracing) {
       dl_tensor *y = c->fwd_relu(c, tp, x); /* NULL: the pair does not fuse here (a device, tangents) */
       if (y) {
@@ -1427,6 +1438,9 @@ DL_API dl_layer *dl__lay_pool_make(dl_model *m, dl_layer *parent, const char *na
   P->a.pad_mode = d->pad_mode;
   P->a.pad_h_end = d->padding_end;
   P->a.pad_w_end = d->padding_w_end;
+  P->base.is_pool2 = vt == &dl__lay_maxpool_vt && P->a.kernel_h == 2 && P->a.kernel_w == 2 && P->a.stride_h == 2 &&
+                     P->a.stride_w == 2 && P->a.pad_mode == DL_PAD_SYMMETRIC && P->a.pad_h == 0 && P->a.pad_w == 0 &&
+                     P->a.dil_h == 1 && P->a.dil_w == 1 && !P->a.ceil_mode;
   return &P->base;
 }
 /* Append a MaxPool2d layer (torch.nn.MaxPool2d). NULL on failure. */
@@ -1654,19 +1668,22 @@ typedef struct dl__lay_batchnorm {
   int nd_min, nd_max;
   dl_tensor *w, *b, *rm, *rv, *nbt;
 } dl__lay_batchnorm;
-/* The layer's forward; relu: a ReLU after it in the same op (NULL when
- * dl__bn_relu_fits says no, before anything is counted). */
+/* The layer's forward; relu 1: a ReLU after it in the same op, 2: and a
+ * 2x2 max pool (NULL when dl__bn_relu_fits or dl__bn_relu_pool_fits says
+ * no, before anything is counted). */
 DL_API dl_tensor *dl__lay_batchnorm_run(dl_layer *l, dl_tape *tp, dl_tensor *x, int relu) {
   dl__lay_batchnorm *B = (dl__lay_batchnorm *)l;
   int train = l->model->training || !B->rm;
   dl__check_input(l, x, B->nd_min, B->nd_max, 1, B->d.features);
-  if (relu && !dl__bn_relu_fits(tp, x, B->w, B->b)) return NULL;
+  if (relu == 1 && !dl__bn_relu_fits(tp, x, B->w, B->b)) return NULL;
+  if (relu == 2 && !dl__bn_relu_pool_fits(tp, x, B->w, B->b)) return NULL;
 #ifdef DL_USE_CUDA
   if (l->model->training && B->nbt && B->nbt->device == DL_CUDA) /* a model on the GPU (gpu.h) */
     dl__gpu_ok(B->nbt, "BatchNorm", dlg_add_i64(dl__gpu_h(B->nbt, "BatchNorm"), (int64_t *)B->nbt->data, 1));
   else
 #endif
   if (l->model->training && B->nbt) ((int64_t *)B->nbt->data)[0]++;
+  if (relu == 2) return dl__t_batch_norm_relu_pool(tp, x, B->w, B->b, B->rm, B->rv, train, B->d.momentum, B->d.eps);
   if (relu) return dl__t_batch_norm_relu(tp, x, B->w, B->b, B->rm, B->rv, train, B->d.momentum, B->d.eps);
   return dl_t_batch_norm(tp, x, B->w, B->b, B->rm, B->rv, train, B->d.momentum, B->d.eps);
 }
@@ -1675,6 +1692,9 @@ DL_API dl_tensor *dl__lay_batchnorm_forward(dl_layer *l, dl_tape *tp, dl_tensor 
 }
 DL_API dl_tensor *dl__lay_batchnorm_relu(dl_layer *l, dl_tape *tp, dl_tensor *x) {
   return dl__lay_batchnorm_run(l, tp, x, 1);
+}
+DL_API dl_tensor *dl__lay_batchnorm_relu_pool(dl_layer *l, dl_tape *tp, dl_tensor *x) {
+  return dl__lay_batchnorm_run(l, tp, x, 2);
 }
 DL_API void dl__lay_batchnorm_describe(const dl_layer *l, char *buf, size_t n) {
   const dl__lay_batchnorm *B = (const dl__lay_batchnorm *)l;
@@ -1695,6 +1715,7 @@ DL_API dl_layer *dl__lay_batchnorm_make(dl_model *m, dl_layer *parent, const cha
   if (!B) return NULL;
   B->d = *d;
   B->base.fwd_relu = dl__lay_batchnorm_relu;
+  if (two_d) B->base.fwd_relu_pool = dl__lay_batchnorm_relu_pool;
   if (B->d.eps == 0) B->d.eps = 1e-5;
   if (B->d.momentum == 0) B->d.momentum = 0.1;
   B->nd_min = two_d ? 4 : 2;

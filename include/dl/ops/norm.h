@@ -36,6 +36,7 @@
 
 #include "core.h"
 #include "reduce.h"
+#include "conv.h" /* the 2x2 max pool's plane kernel (batch norm + ReLU + pool as one op) */
 DL__HEADER_BEGIN
 
 #ifndef DL__SCALAR_ONLY /* the library's code (nvcc sees only the scalar math) */
@@ -555,6 +556,116 @@ DL_API void dl__bn_run(dl_tape *tp, dl__bn_args *A) {
   dl__norm_run(tp, A->dt == DL_F32 ? dl__bn_rows_f32 : dl__bn_rows_f64, A, nt, N * C * S);
 }
 
+/* >>batch norm + ReLU + 2x2 max pool --------------------------------------- */
+
+/* Batch norm, ReLU and a 2x2, stride-2 max pool (no padding, floor) as one
+ * op (dl__t_batch_norm_relu_pool): the normalised, ReLU'd values of a plane
+ * go to a stack buffer and the pool's own plane kernel reads them there, so
+ * that only the pooled output and its indices reach memory. The backward
+ * rebuilds a plane's gradient of the ReLU's input from the pooled gradient
+ * (the pool's index, where the pooled value is > 0: ReLU's mask) in a
+ * buffer, then does batch norm's two passes on it. Planes up to
+ * DL__BNP_MAXHW elements. */
+#define DL__BNP_MAXHW 4096
+
+typedef struct dl__bnp_args {
+  dl__pool_geom g;         /* the 2x2 pool over [N, C, H, W] */
+  dl_dtype dt;
+  int assign;              /* BWD: gx is written (=), not added to */
+  const void *x;           /* [N, C, H, W] contiguous */
+  const double *mean, *k;  /* [C]; k1, k2, k3 [3, C] (dl__bn_consts) */
+  void *y;                 /* FWD: [N, C, Ho, Wo]; BWD: the op's output (the mask) */
+  int32_t *idx;            /* [N, C, Ho, Wo]: the pool's indices in the plane */
+  const void *gy;          /* BWD: [N, C, Ho, Wo] */
+  void *gx;                /* BWD: [N, C, H, W] or NULL */
+  double *sums;            /* BWD: [2, C] s0 = sum g, s1 = sum g (x - mu) */
+} dl__bnp_args;
+
+#define DL__BNP_KERNELS(T, SFX)                                                                     \
+  /* FWD of plane pl: pooled relu(bn(x)) and the indices */                                         \
+  DL_API void dl__bnp_fwd_##SFX(const dl__bnp_args *A, int64_t pl) {                               \
+    const int64_t HW = A->g.H * A->g.W, Q = A->g.Ho * A->g.Wo, C = A->g.C, c = pl % C;              \
+    const T *xp = (const T *)A->x + pl * HW;                                                        \
+    const double mu = A->mean[c], k1 = A->k[c], k2 = A->k[C + c], k3 = A->k[2 * C + c];            \
+    T buf[DL__BNP_MAXHW];                                                                           \
+    int64_t s;                                                                                      \
+    DL__RSIMD                                                                                       \
+    for (s = 0; s < HW; s++) buf[s] = DL__BN_RELU(T, k1 * (double)xp[s] + ((double)xp[s] - mu) * k2 + k3); \
+    dl__maxpool_fwd_##SFX(&A->g, buf, (T *)A->y + pl * Q, A->idx + pl * Q);                        \
+  }                                                                                                 \
+  /* plane pl's gradient of the ReLU's input: gy at the index where y > 0 */                        \
+  DL_API void dl__bnp_grad_##SFX(const dl__bnp_args *A, int64_t pl, T *buf) {                      \
+    const int64_t HW = A->g.H * A->g.W, Q = A->g.Ho * A->g.Wo;                                      \
+    const T *gy = (const T *)A->gy + pl * Q, *yp = (const T *)A->y + pl * Q;                        \
+    const int32_t *ip = A->idx + pl * Q;                                                            \
+    int64_t q;                                                                                      \
+    memset(buf, 0, sizeof(T) * (size_t)HW);                                                         \
+    for (q = 0; q < Q; q++) /* (no branch: the mask is random, a branch mispredicts half the time) */ \
+      buf[ip[q]] += (T)DL__BN_SEL(yp[q], gy[q]);                                                    \
+  }                                                                                                 \
+  /* BWD sums of channel c over the batch */                                                        \
+  DL_API void dl__bnp_sum_##SFX(const dl__bnp_args *A, int64_t c) {                                \
+    const int64_t HW = A->g.H * A->g.W, C = A->g.C;                                                 \
+    const double mu = A->mean[c];                                                                   \
+    double s0 = 0, s1 = 0;                                                                          \
+    T buf[DL__BNP_MAXHW];                                                                           \
+    int64_t n, s;                                                                                   \
+    for (n = 0; n < A->g.N; n++) {                                                                  \
+      const T *xp = (const T *)A->x + (n * C + c) * HW;                                             \
+      dl__bnp_grad_##SFX(A, n * C + c, buf);                                                        \
+      DL__NSIMD_SUM2(s0, s1)                                                                        \
+      for (s = 0; s < HW; s++) {                                                                    \
+        s0 += (double)buf[s];                                                                       \
+        s1 += (double)buf[s] * ((double)xp[s] - mu);                                                \
+      }                                                                                             \
+    }                                                                                               \
+    A->sums[c] = s0;                                                                                \
+    A->sums[C + c] = s1;                                                                            \
+  }                                                                                                 \
+  /* BWD map of plane pl: gx (=, +=) k1 g + (x - mu) k2 + k3 */                                     \
+  DL_API void dl__bnp_map_##SFX(const dl__bnp_args *A, int64_t pl) {                               \
+    const int64_t HW = A->g.H * A->g.W, C = A->g.C, c = pl % C;                                     \
+    const T *xp = (const T *)A->x + pl * HW;                                                        \
+    T *o = (T *)A->gx + pl * HW;                                                                    \
+    const double mu = A->mean[c], k1 = A->k[c], k2 = A->k[C + c], k3 = A->k[2 * C + c];            \
+    T buf[DL__BNP_MAXHW];                                                                           \
+    int64_t s;                                                                                      \
+    dl__bnp_grad_##SFX(A, pl, buf);                                                                 \
+    if (A->assign) {                                                                                \
+      DL__RSIMD                                                                                     \
+      for (s = 0; s < HW; s++) o[s] = (T)(k1 * (double)buf[s] + ((double)xp[s] - mu) * k2 + k3);   \
+    } else {                                                                                        \
+      DL__RSIMD                                                                                     \
+      for (s = 0; s < HW; s++) o[s] += (T)(k1 * (double)buf[s] + ((double)xp[s] - mu) * k2 + k3);  \
+    }                                                                                               \
+  }
+DL__BNP_KERNELS(float, f32)
+DL__BNP_KERNELS(double, f64)
+
+/* The pool's geometry over x [N, C, H, W]: 2x2, stride 2, no padding. */
+DL_API dl__pool_geom dl__bnp_geom(const dl_tensor *x) {
+  dl__pool_geom g;
+  memset(&g, 0, sizeof g);
+  g.N = x->shape[0];
+  g.C = x->shape[1];
+  g.H = x->shape[2];
+  g.W = x->shape[3];
+  g.kh = g.kw = g.sh = g.sw = 2;
+  g.dh = g.dw = 1;
+  g.D = g.kd = g.sd = g.dd = g.Do = 1;
+  g.Ho = g.H / 2;
+  g.Wo = g.W / 2;
+  return g;
+}
+/* The pool's forward over every plane (consts k from dl__bn_consts). */
+DL_API void dl__bnp_forward(dl_tape *tp, dl__bnp_args *P) {
+  const int64_t planes = P->g.N * P->g.C, work = planes * P->g.H * P->g.W;
+  DL_PARALLEL_FOR(tp->ctx, work, planes, pl, {
+    if (P->dt == DL_F32) dl__bnp_fwd_f32(P, pl);
+    else dl__bnp_fwd_f64(P, pl);
+  });
+}
+
 /* x [N, C, S] from x's shape. */
 DL_API void dl__bn_sizes(const dl_tensor *x, int64_t *N, int64_t *C, int64_t *S) {
   int d;
@@ -591,6 +702,45 @@ DL_API void dl__t_batch_norm_bw_gpu(dl_node *n, dl_tensor *gx, dl_tensor *gw, dl
 }
 #endif
 
+/* Backward of batch norm + ReLU + 2x2 pool (dl__bnp_args), A set up for
+ * batch norm's BWD pass by dl__t_batch_norm_bw: per channel the two sums
+ * over the batch (a channel per thread), the constants (gw and gb added),
+ * then gx plane by plane. */
+DL_API void dl__bnp_backward(dl_tape *tp, const dl_node *n, dl__bn_args *A) {
+  dl__bnp_args P;
+  const int64_t C = A->C;
+  double *sums = (double *)dl_tape_scratch(tp, n->op, sizeof(double) * 5 * (size_t)C), *kk = sums + 2 * C;
+  int64_t planes, work;
+  memset(&P, 0, sizeof P);
+  P.g = dl__bnp_geom(n->in[0]);
+  planes = P.g.N * C;
+  work = planes * P.g.H * P.g.W;
+  P.dt = A->dt;
+  P.x = A->x;
+  P.mean = A->mean;
+  P.y = n->out->data;
+  P.idx = (int32_t *)n->saved[3]->data;
+  P.gy = n->out->grad->data;
+  P.gx = A->out;
+  P.assign = A->assign;
+  P.sums = sums;
+  memset(sums, 0, sizeof(double) * 2 * (size_t)C);
+  if (DL__BN_BWD_SUMS(A) && P.g.Ho * P.g.Wo > 0) {
+    DL_PARALLEL_FOR(tp->ctx, work, C, c, {
+      if (P.dt == DL_F32) dl__bnp_sum_f32(&P, c);
+      else dl__bnp_sum_f64(&P, c);
+    });
+  }
+  dl__bn_consts(A, 0, C, sums, sums + C, kk, kk + C, kk + 2 * C);
+  P.k = kk;
+  if (P.gx) {
+    DL_PARALLEL_FOR(tp->ctx, work, planes, pl, {
+      if (P.dt == DL_F32) dl__bnp_map_f32(&P, pl);
+      else dl__bnp_map_f64(&P, pl);
+    });
+  }
+}
+
 DL_API void dl__t_batch_norm_bw(dl_tape *tp, dl_node *n) {
   dl_tensor *x = n->in[0], *w = n->nin > 1 ? n->in[1] : NULL, *b = n->nin > 2 ? n->in[2] : NULL;
   dl_tensor *gx = dl__tape_grad_w(tp, x), *gw = dl_tape_grad(tp, w), *gb = dl_tape_grad(tp, b);
@@ -617,18 +767,25 @@ DL_API void dl__t_batch_norm_bw(dl_tape *tp, dl_node *n) {
   A.istd = A.mean + A.C;
   A.gw = gw ? gw->data : NULL;
   A.gb = gb ? gb->data : NULL;
-  A.relu = (int)n->i[1];
+  A.relu = n->i[1] == 1;
   A.y = n->out->data;
-  if (A.relu && tp->hvp) { /* ReLU's rule first, on gy and its tangent; then batch norm's, unmasked */
+  if (n->i[1] == 2 && !tp->hvp) { /* with the 2x2 pool */
+    dl__bnp_backward(tp, n, &A);
+    return;
+  }
+  if (n->i[1] && tp->hvp) { /* ReLU's (and the pool's) rule first, on gy and its tangent; then batch norm's */
     const dl_tensor *gy = n->out->grad;
-    dl_tensor *gm = dl_tape_out(tp, n->op, gy->dtype, gy->ndim, gy->shape);
-    dl_tensor *tm = dl_tape_out(tp, n->op, gy->dtype, gy->ndim, gy->shape);
-    const int64_t cnt = gy->numel;
+    dl_tensor *gm = dl_tape_zeros(tp, n->op, x->dtype, x->ndim, x->shape);
+    dl_tensor *tm = dl_tape_zeros(tp, n->op, x->dtype, x->ndim, x->shape);
+    const int64_t cnt = gy->numel, Q = n->i[1] == 2 ? n->out->shape[2] * n->out->shape[3] : 1;
+    const int64_t HW = n->i[1] == 2 ? x->shape[2] * x->shape[3] : 1;
+    const int32_t *ip = n->i[1] == 2 ? (const int32_t *)n->saved[3]->data : NULL;
     int64_t e;
-    for (e = 0; e < cnt; e++) {
-      const int on = dl__get_at(n->out, e) > 0;
-      dl__set_at(gm, e, on ? dl__get_at(gy, e) : 0.0);
-      dl__set_at(tm, e, on ? dl__get_at(gy->tangent, e) : 0.0);
+    for (e = 0; e < cnt; e++) { /* e: an output; to (its plane's) element ip[e] with the pool */
+      const int64_t to = ip ? e / Q * HW + ip[e] : e;
+      if (!(dl__get_at(n->out, e) > 0)) continue;
+      dl__set_at(gm, to, dl__get_at(gm, to) + dl__get_at(gy, e));
+      dl__set_at(tm, to, dl__get_at(tm, to) + dl__get_at(gy->tangent, e));
     }
     gm->tangent = tm;
     A.relu = 0;
@@ -764,11 +921,32 @@ DL_API dl_tensor *dl__t_batch_norm_relu(dl_tape *tp, dl_tensor *x, dl_tensor *we
     DL_PANIC(x->ctx, "dl_t_batch_norm", "the fused ReLU is for host tensors without tangents (x %s)", DL_SHAPESTR(x));
   return dl__t_batch_norm_op(tp, x, weight, bias, running_mean, running_var, training, momentum, eps, 1);
 }
+/* Whether dl__t_batch_norm_relu_pool applies: dl__bn_relu_fits, x 4-d with
+ * planes of 4 .. DL__BNP_MAXHW elements, H and W >= 2. */
+DL_API int dl__bn_relu_pool_fits(const dl_tape *tp, const dl_tensor *x, const dl_tensor *weight,
+                                 const dl_tensor *bias) {
+  return dl__bn_relu_fits(tp, x, weight, bias) && x->ndim == 4 && x->shape[2] >= 2 && x->shape[3] >= 2 &&
+         x->shape[2] * x->shape[3] <= DL__BNP_MAXHW;
+}
+/* dl_t_max_pool2d(dl_t_relu(dl_t_batch_norm(...)), 2x2) as one op, where
+ * dl__bn_relu_pool_fits: see dl__bnp_args. The output is the three ops'
+ * (the same bits, the same pool indices); the gradients differ from theirs
+ * at most by the order of the double sums. Used by a Sequential for a
+ * BatchNorm2d, ReLU, MaxPool2d(2) run (dl__lay_seq_forward). */
+DL_API dl_tensor *dl__t_batch_norm_relu_pool(dl_tape *tp, dl_tensor *x, dl_tensor *weight, dl_tensor *bias,
+                                             dl_tensor *running_mean, dl_tensor *running_var, int training,
+                                             double momentum, double eps) {
+  if (!dl__bn_relu_pool_fits(tp, x, weight, bias))
+    DL_PANIC(x->ctx, "dl_t_batch_norm", "the fused ReLU and 2x2 pool are for host tensors [N, C, H, W] without "
+             "tangents, planes of at most %d elements (x %s)", DL__BNP_MAXHW, DL_SHAPESTR(x));
+  return dl__t_batch_norm_op(tp, x, weight, bias, running_mean, running_var, training, momentum, eps, 2);
+}
 DL_API dl_tensor *dl__t_batch_norm_op(dl_tape *tp, dl_tensor *x, dl_tensor *weight, dl_tensor *bias,
                                       dl_tensor *running_mean, dl_tensor *running_var, int training,
                                       double momentum, double eps, int relu) {
-  const char *op = relu ? "dl_t_batch_norm + relu" : "dl_t_batch_norm";
-  dl_tensor *xc, *y, *st, *wd, *par[4];
+  const char *op = relu == 2 ? "dl_t_batch_norm + relu + max_pool2d" : relu ? "dl_t_batch_norm + relu" : "dl_t_batch_norm";
+  dl_tensor *xc, *y, *st, *wd, *par[4], *idx = NULL;
+  dl__bnp_args P;
   dl__bn_args A;
   dl_node *nd;
   int64_t C, k;
@@ -807,13 +985,20 @@ DL_API dl_tensor *dl__t_batch_norm_op(dl_tape *tp, dl_tensor *x, dl_tensor *weig
     return dl__t_batch_norm_gpu(tp, op, x, weight, bias, running_mean, running_var, training, momentum, eps, batch);
 #endif
   xc = dl__t_contig(tp, op, x);
-  y = dl_tape_out(tp, op, x->dtype, x->ndim, x->shape);
+  if (relu == 2) { /* the pooled output and the pool's indices; batch norm's pass writes nothing */
+    memset(&P, 0, sizeof P);
+    P.g = dl__bnp_geom(x);
+    y = dl_tape_out(tp, op, x->dtype, DL_SHAPE(P.g.N, C, P.g.Ho, P.g.Wo));
+    idx = dl_tape_out(tp, op, DL_I32, DL_SHAPE(P.g.N, C, P.g.Ho, P.g.Wo));
+  } else {
+    y = dl_tape_out(tp, op, x->dtype, x->ndim, x->shape);
+  }
   st = dl_tape_out(tp, op, DL_F64, DL_SHAPE(2, C));
   wd = dl__norm_dvec(tp, op, weight, C, 1.0);
   A.mode = DL__NM_FWD;
-  A.relu = relu;
+  A.relu = relu == 1;
   A.x = xc->data;
-  A.out = y->data;
+  A.out = relu == 2 ? NULL : y->data;
   A.w = (const double *)wd->data;
   A.b = (const double *)dl__norm_dvec(tp, op, bias, C, 0.0)->data;
   A.mean = (double *)st->data;
@@ -827,6 +1012,17 @@ DL_API dl_tensor *dl__t_batch_norm_op(dl_tape *tp, dl_tensor *x, dl_tensor *weig
     }
   }
   dl__bn_run(tp, &A);
+  if (relu == 2) {
+    double *kk = (double *)dl_tape_scratch(tp, op, sizeof(double) * 3 * (size_t)C);
+    dl__bn_consts(&A, 0, C, NULL, NULL, kk, kk + C, kk + 2 * C);
+    P.dt = x->dtype;
+    P.x = xc->data;
+    P.mean = A.mean;
+    P.k = kk;
+    P.y = y->data;
+    P.idx = (int32_t *)idx->data;
+    if (y->numel) dl__bnp_forward(tp, &P);
+  }
   if (batch && training && running_mean) {
     const double m = (double)(A.N * A.S);
     for (k = 0; k < C; k++) {
@@ -852,6 +1048,7 @@ DL_API dl_tensor *dl__t_batch_norm_op(dl_tape *tp, dl_tensor *x, dl_tensor *weig
     nd->saved[0] = xc;
     nd->saved[1] = st;
     nd->saved[2] = wd;
+    nd->saved[3] = idx;
   }
   return y;
 }
