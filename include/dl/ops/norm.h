@@ -198,7 +198,7 @@ DL_API void dl__norm_hvp(const dl_node *n, const dl__norm_hvp_geom *q, const dou
 #define DL__BN_PLANE 64
 #define DL__BN_MINT 8
 
-enum { DL__BNP_SUMX, DL__BNP_SUMD, DL__BNP_SUMV, DL__BNP_MAP };
+enum { DL__BNP_STAT, DL__BNP_SUMV, DL__BNP_MAP };
 
 typedef struct dl__bn_args {
   int mode, batch, phase, assign; /* assign: BWD writes gx (=) instead of adding to it */
@@ -375,7 +375,7 @@ DL__BN_PLANE_KERNEL(float, f32)
 DL__BN_PLANE_KERNEL(double, f64)
 
 /* Row form, one phase on the samples [n0, n1) of tile `tile`:
- *   SUMX  part0[c] += sum x          SUMD  part0[c] += sum (x - mu)^2
+ *   STAT  part0[c] = the tile's sum of x, part1[c] = its sum of (x - part0[c] / n)^2
  *   SUMV  part0[c] += sum v, part1[c] += sum v (x - mu)
  *   MAP   out = (or +=, BWD) k1 v + (x - mu) k2 + k3 */
 #define DL__BN_ROW_KERNEL(T, SFX)                                                     \
@@ -391,17 +391,47 @@ DL__BN_PLANE_KERNEL(double, f64)
     double *p0 = A->part ? A->part + tile * 2 * C : NULL, *p1 = p0 ? p0 + C : NULL;   \
     const int ph = A->phase, acc = A->mode == DL__NM_BWD && !A->assign;               \
     int64_t n, c, s;                                                                  \
+    if (ph == DL__BNP_STAT) { /* the tile's sums, then the squares about its means */ \
+      const double nt = (double)((n1 - n0) * S);                                      \
+      for (n = n0; n < n1; n++) {                                                     \
+        const T *xr = x + n * L;                                                      \
+        if (S == 1) {                                                                 \
+          DL__RSIMD                                                                   \
+          for (c = 0; c < C; c++) p0[c] += (double)xr[c];                             \
+          continue;                                                                   \
+        }                                                                             \
+        for (c = 0; c < C; c++) {                                                     \
+          const T *xc = xr + c * S;                                                   \
+          double a0 = 0;                                                              \
+          DL__RSIMD_SUM(a0)                                                           \
+          for (s = 0; s < S; s++) a0 += (double)xc[s];                                \
+          p0[c] += a0;                                                                \
+        }                                                                             \
+      }                                                                               \
+      for (n = n0; n < n1; n++) { /* the tile again, from cache */                    \
+        const T *xr = x + n * L;                                                      \
+        if (S == 1) {                                                                 \
+          DL__RSIMD                                                                   \
+          for (c = 0; c < C; c++)                                                     \
+            p1[c] += ((double)xr[c] - p0[c] / nt) * ((double)xr[c] - p0[c] / nt);     \
+          continue;                                                                   \
+        }                                                                             \
+        for (c = 0; c < C; c++) {                                                     \
+          const T *xc = xr + c * S;                                                   \
+          const double mc = p0[c] / nt;                                               \
+          double a0 = 0;                                                              \
+          DL__RSIMD_SUM(a0)                                                           \
+          for (s = 0; s < S; s++) a0 += ((double)xc[s] - mc) * ((double)xc[s] - mc);  \
+          p1[c] += a0;                                                                \
+        }                                                                             \
+      }                                                                               \
+      return;                                                                         \
+    }                                                                                 \
     for (n = n0; n < n1; n++) {                                                       \
       const T *xr = x + n * L, *vr = v + n * L, *yr = yy + n * L;                     \
       T *o = out ? out + n * L : NULL;                                                \
       if (S == 1) {                                                                   \
-        if (ph == DL__BNP_SUMX) {                                                     \
-          DL__RSIMD                                                                   \
-          for (c = 0; c < C; c++) p0[c] += (double)xr[c];                             \
-        } else if (ph == DL__BNP_SUMD) {                                              \
-          DL__RSIMD                                                                   \
-          for (c = 0; c < C; c++) p0[c] += ((double)xr[c] - mu[c]) * ((double)xr[c] - mu[c]); \
-        } else if (ph == DL__BNP_SUMV) {                                              \
+        if (ph == DL__BNP_SUMV) {                                                     \
           if (rb) {                                                                   \
             DL__RSIMD                                                                 \
             for (c = 0; c < C; c++) {                                                 \
@@ -443,13 +473,7 @@ DL__BN_PLANE_KERNEL(double, f64)
         const T *xc = xr + c * S, *vc = vr + c * S, *yc = yr + c * S;                 \
         const double mc = mu[c];                                                      \
         double a0 = 0, a1 = 0;                                                        \
-        if (ph == DL__BNP_SUMX) {                                                     \
-          DL__RSIMD_SUM(a0)                                                           \
-          for (s = 0; s < S; s++) a0 += (double)xc[s];                                \
-        } else if (ph == DL__BNP_SUMD) {                                              \
-          DL__RSIMD_SUM(a0)                                                           \
-          for (s = 0; s < S; s++) a0 += ((double)xc[s] - mc) * ((double)xc[s] - mc);  \
-        } else if (ph == DL__BNP_SUMV) {                                              \
+        if (ph == DL__BNP_SUMV) {                                                     \
           if (rb) {                                                                   \
             DL__NSIMD_SUM2(a0, a1)                                                    \
             for (s = 0; s < S; s++) {                                                 \
@@ -491,7 +515,7 @@ DL__BN_PLANE_KERNEL(double, f64)
           continue;                                                                   \
         }                                                                             \
         p0[c] += a0;                                                                  \
-        if (ph == DL__BNP_SUMV) p1[c] += a1;                                          \
+        p1[c] += a1;                                                                  \
       }                                                                               \
     }                                                                                 \
   }
@@ -517,11 +541,38 @@ DL_API void dl__bn_rows_sum(dl_tape *tp, dl__bn_args *A, int phase, int64_t nt, 
   }
 }
 
+/* Row form, batch statistics: each tile sums its channels and then the
+ * squares about the tile's means (its rows again, from cache), and the
+ * tiles combine in tile order (Chan, Golub and LeVeque's pairwise update):
+ *   m2 = sum_t (m2_t + n_t (mean_t - mean)^2)
+ * as accurate as the two passes over the whole batch that it replaces, and
+ * one pass over memory fewer. Writes mean, var, istd. */
+DL_API void dl__bn_rows_stats(dl_tape *tp, dl__bn_args *A, int64_t nt) {
+  const int64_t C = A->C;
+  const double m = (double)(A->N * A->S);
+  int64_t t, c;
+  memset(A->part, 0, sizeof(double) * 2 * (size_t)C * (size_t)nt);
+  A->phase = DL__BNP_STAT;
+  dl__norm_run(tp, A->dt == DL_F32 ? dl__bn_rows_f32 : dl__bn_rows_f64, A, nt, A->N * C * A->S);
+  for (c = 0; c < C; c++) {
+    double sum = 0, m2 = 0, mean;
+    for (t = 0; t < nt; t++) sum += A->part[t * 2 * C + c];
+    mean = sum / m;
+    for (t = 0; t < nt; t++) {
+      const int64_t rows = A->N - t * A->rpt < A->rpt ? A->N - t * A->rpt : A->rpt;
+      const double n_t = (double)(rows * A->S), d = A->part[t * 2 * C + c] / n_t - mean;
+      m2 += A->part[t * 2 * C + C + c] + n_t * d * d;
+    }
+    A->mean[c] = mean;
+    A->var[c] = m2 / m;
+    A->istd[c] = 1.0 / sqrt(m2 / m + A->eps);
+  }
+}
+
 /* One pass (A->mode) in the form x's shape calls for. */
 DL_API void dl__bn_run(dl_tape *tp, dl__bn_args *A) {
   const int64_t N = A->N, C = A->C, S = A->S, L = C * S > 0 ? C * S : 1;
-  const double m = (double)(N * S);
-  int64_t nt, rpt, c;
+  int64_t nt, rpt;
   double *s0, *s1;
   rpt = (DL__LN_W + L - 1) / L;
   if (rpt < (N + DL__LN_MAXT - 1) / DL__LN_MAXT) rpt = (N + DL__LN_MAXT - 1) / DL__LN_MAXT;
@@ -539,13 +590,7 @@ DL_API void dl__bn_run(dl_tape *tp, dl__bn_args *A) {
   s1 = A->k + 4 * C;
   memset(s0, 0, sizeof(double) * 2 * (size_t)C);
   if (A->mode == DL__NM_FWD && A->batch) {
-    dl__bn_rows_sum(tp, A, DL__BNP_SUMX, nt, s0, NULL);
-    for (c = 0; c < C; c++) A->mean[c] = s0[c] / m;
-    dl__bn_rows_sum(tp, A, DL__BNP_SUMD, nt, s0, NULL);
-    for (c = 0; c < C; c++) {
-      A->var[c] = s0[c] / m;
-      A->istd[c] = 1.0 / sqrt(s0[c] / m + A->eps);
-    }
+    dl__bn_rows_stats(tp, A, nt);
   } else if ((A->mode == DL__NM_TAN && A->batch && A->v) ||
              (A->mode == DL__NM_BWD && DL__BN_BWD_SUMS(A))) {
     dl__bn_rows_sum(tp, A, DL__BNP_SUMV, nt, s0, s1);
