@@ -739,13 +739,13 @@ static double rel_diff(const dl_tensor *a, const dl_tensor *b) {
  * H v (dl_hvp, a tangent only on a factor after the op) likewise; and a
  * Sequential of BatchNorm2d, ReLU records the one fused node. */
 static void test_bn_relu_fused(void) {
-  static const int64_t shapes[4][4] = {{16, 3, 5, 5}, {2, 4, 9, 9}, {20, 6, 0, 0}, {4, 3, 8, 6}};
-  static const int nds[4] = {4, 4, 2, 4};
+  static const int64_t shapes[5][4] = {{16, 3, 5, 5}, {2, 4, 9, 9}, {20, 6, 0, 0}, {4, 3, 8, 6}, {700, 8, 3, 3}};
+  static const int nds[5] = {4, 4, 2, 4, 4}; /* [700, 8, 3, 3]: 3 row tiles of 228 samples and a last of 16 */
   const dl_pool2d_args pa = {2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}; /* kernel 2x2 */
   int si, dt, tr, hv, pool;
   dl_tape tp;
   dl_tape_init(&tp, &ctx, 0);
-  for (si = 0; si < 4; si++)
+  for (si = 0; si < 5; si++)
     for (pool = 0; pool < 2; pool++)
     for (dt = 0; dt < 2; dt++)
       for (tr = 0; tr < 2; tr++)
@@ -830,6 +830,43 @@ static void test_bn_relu_fused(void) {
           dl_tensor_free(r);
           dl_tensor_free(uv);
         }
+  { /* the fused ops on 1 thread and on 2 (parallel from 1 element): the same bits, outputs and gradients */
+    int pool2;
+    for (pool2 = 0; pool2 < 2; pool2++) {
+      dl_tensor *keep[2][4];
+      int k, j;
+      for (k = 0; k < 2; k++) {
+        dl_ctx *c = k ? &parctx : &serctx;
+        dl_tape t2;
+        dl_rng rng = dl_rng_make(77);
+        dl_tensor *x = dl_tensor_make(c, DL_F32, DL_SHAPE(700, 8, 3, 3)), *w = dl_tensor_make(c, DL_F32, DL_SHAPE(8));
+        dl_tensor *b = dl_tensor_make(c, DL_F32, DL_SHAPE(8)), *y;
+        dl_tensor_rand_normal(x, &rng, 0.2, 1);
+        dl_tensor_rand_normal(w, &rng, 1, 0.3);
+        dl_tensor_rand_normal(b, &rng, 0, 0.3);
+        dl_requires_grad(x);
+        dl_requires_grad(w);
+        dl_requires_grad(b);
+        dl_tape_init(&t2, c, 0);
+        y = pool2 ? dl__t_batch_norm_relu_pool(&t2, x, w, b, NULL, NULL, 1, 0.1, 1e-5)
+                  : dl__t_batch_norm_relu(&t2, x, w, b, NULL, NULL, 1, 0.1, 1e-5);
+        dl_backward(&t2, dl_t_sum_all(&t2, dl_t_mul(&t2, y, y)), NULL);
+        keep[k][0] = clone(y);
+        keep[k][1] = clone(x->grad);
+        keep[k][2] = clone(w->grad);
+        keep[k][3] = clone(b->grad);
+        dl_tape_free(&t2);
+        dl_tensor_free(x);
+        dl_tensor_free(w);
+        dl_tensor_free(b);
+      }
+      for (j = 0; j < 4; j++) {
+        CHECK_MSG(same_bits(keep[0][j], keep[1][j]), "pool %d: result %d differs between 1 and 2 threads", pool2, j);
+        dl_tensor_free(keep[0][j]);
+        dl_tensor_free(keep[1][j]);
+      }
+    }
+  }
   { /* a Sequential fuses BatchNorm2d then ReLU into one node; its output is dl_t_relu(dl_t_batch_norm) */
     dl_model_desc md = {DL_F32, 5};
     dl_batchnorm_desc bd;

@@ -1440,6 +1440,7 @@ DL_API dl_layer *dl__lay_pool_make(dl_model *m, dl_layer *parent, const char *na
   P->a.pad_w_end = d->padding_w_end;
   P->base.is_pool2 = vt == &dl__lay_maxpool_vt && P->a.kernel_h == 2 && P->a.kernel_w == 2 && P->a.stride_h == 2 &&
                      P->a.stride_w == 2 && P->a.pad_mode == DL_PAD_SYMMETRIC && P->a.pad_h == 0 && P->a.pad_w == 0 &&
+                     P->a.pad_h_end == 0 && P->a.pad_w_end == 0 &&
                      P->a.dil_h == 1 && P->a.dil_w == 1 && !P->a.ceil_mode;
   return &P->base;
 }

@@ -1088,14 +1088,15 @@ DL_API void dl__maxpool2_f32(const float *x, float *y, int32_t *idx, int32_t W, 
   DL_API void dl__maxpool_fwd_##sfx(const dl__pool_geom *g, const T *x, T *y, int32_t *idx) {      \
     const int64_t HW = g->H * g->W, Q = g->Ho * g->Wo;                                             \
     int64_t od, oh, ow, jd, jh, jw;                                                                \
-    if (g->D == 1 && g->kd == 1 && g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 &&         \
-        g->ph == 0 && g->pw == 0 && g->dh == 1 && g->dw == 1 && 2 * g->Ho <= g->H &&               \
-        2 * g->Wo <= g->W && g->Wo <= 256) { /* 2x2, stride 2, every window inside */              \
+    const int two = g->D == 1 && g->kd == 1 && g->kh == 2 && g->kw == 2 && g->sh == 2 &&           \
+                    g->sw == 2 && g->ph == 0 && g->pw == 0 && g->dh == 1 && g->dw == 1 &&          \
+                    2 * g->Ho <= g->H && 2 * g->Wo <= g->W; /* 2x2, stride 2, every window inside */ \
+    if (two && DL__POOL2_FAST(T, g, x, y, idx)) return;                                            \
+    if (two && g->Wo <= 256) {                                                                     \
       /* The rows of one plane are short (Wo 14 or 7 in a small CNN): a loop \
        * per row would run its vector part rarely, so a block of rows is one \
        * loop over its outputs, each window found from a table of offsets. */ \
       enum { ROWS = 256 }; /* outputs per block, at least one row (Wo <= 256) */                   \
-      if (DL__POOL2_FAST(T, g, x, y, idx)) return;                                                 \
       const int32_t W = (int32_t)g->W, Wo = (int32_t)g->Wo, Ho = (int32_t)g->Ho;                   \
       const int32_t rb = ROWS / Wo; /* output rows per block */                                    \
       int32_t tab[ROWS], h0, k, n;                                                                 \

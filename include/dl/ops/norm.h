@@ -910,6 +910,11 @@ DL_API dl_tensor *dl__t_batch_norm_gpu(dl_tape *tp, const char *op, dl_tensor *x
 }
 #endif
 
+/* The op behind dl_t_batch_norm and the fused forms below (relu 0: batch
+ * norm alone, 1: a ReLU after it, 2: a ReLU and a 2x2 max pool). */
+DL_API dl_tensor *dl__t_batch_norm_op(dl_tape *tp, dl_tensor *x, dl_tensor *weight, dl_tensor *bias,
+                                      dl_tensor *running_mean, dl_tensor *running_var, int training,
+                                      double momentum, double eps, int relu);
 /* Batch normalisation (torch.nn.functional.batch_norm). x [N, C, ...]
  * (ndim >= 2, channels in dimension 1: [N, C], [N, C, L], [N, C, H, W] ...);
  * weight, bias [C] or NULL (affine=False: weight 1, bias 0); running_mean,
@@ -937,9 +942,6 @@ DL_API dl_tensor *dl__t_batch_norm_gpu(dl_tape *tp, const char *op, dl_tensor *x
  * and the shapes) on a dtype mismatch, x with fewer than 2 dimensions, a
  * parameter or statistic that is not [C], only one running statistic, eps < 0,
  * or batch statistics over m <= 1 elements per channel. */
-DL_API dl_tensor *dl__t_batch_norm_op(dl_tape *tp, dl_tensor *x, dl_tensor *weight, dl_tensor *bias,
-                                      dl_tensor *running_mean, dl_tensor *running_var, int training,
-                                      double momentum, double eps, int relu);
 DL_API dl_tensor *dl_t_batch_norm(dl_tape *tp, dl_tensor *x, dl_tensor *weight, dl_tensor *bias,
                                   dl_tensor *running_mean, dl_tensor *running_var, int training,
                                   double momentum, double eps) {
