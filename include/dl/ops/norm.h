@@ -15,7 +15,8 @@
  *
  * Accuracy. Statistics and the sums of the backward and tangent rules are
  * accumulated in double, f32 inputs too, two-pass (the mean, then the squared
- * deviations); every output element is computed in double and rounded once.
+ * deviations; batch norm's row form per tile, the tiles combined by Chan's
+ * pairwise update); every output element is computed in double and rounded once.
  *
  * Threads. Batch norm splits the samples into at most DL__LN_MAXT tiles of
  * whole rows (or, for a small batch of large feature maps, the channels; see
