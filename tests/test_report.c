@@ -25,11 +25,17 @@
  *   corner, tick labels drawn; the PNG decoded with stb_image equals the
  *   rendered buffer; failing saves (missing folder, a folder as target,
  *   a read-only folder) return DL_ERR_IO and leave no temporary file.
+ *   The memory a save takes: a handful of allocations, as many for any
+ *   picture (the encoder's pieces come from chunks), all given back; an
+ *   allocator that fails at each of them in turn gets DL_ERR_NOMEM naming
+ *   the file, loses nothing (the earlier chart stays, no temporary is left)
+ *   and leaks nothing.
  * The test writes a fresh folder dl_report_XXXXXX under $TMPDIR (else /tmp) and
  * removes it.
  */
 /* dl-test-flags: -DDL_USE_STB_IMAGE_WRITE */
 #define _XOPEN_SOURCE 700 /* posix_openpt, mkdtemp */
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -862,6 +868,116 @@ static void test_chart_png(void) {
 #endif
 }
 
+#ifdef DL_USE_STB_IMAGE_WRITE
+/* an allocator that counts and fails its fail_at-th call (from 1; 0: never) */
+typedef struct png_alloc { int calls, live, fail_at; } png_alloc;
+static void *png_alloc_fn(size_t size, void *user) {
+  png_alloc *a = (png_alloc *)user;
+  if (++a->calls == a->fail_at) return NULL;
+  a->live++;
+  return malloc(size);
+}
+static void png_free_fn(void *p, void *user) {
+  ((png_alloc *)user)->live--;
+  free(p);
+}
+/* The whole of a (binary) file, its length in *n; NULL when unreadable. */
+static unsigned char *file_bytes(const char *path, long *n) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *b = NULL;
+  *n = -1;
+  if (!f) return NULL;
+  if (fseek(f, 0, SEEK_END) == 0 && (*n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+      (b = (unsigned char *)malloc((size_t)*n + 1)) != NULL && fread(b, 1, (size_t)*n, f) != (size_t)*n) {
+    free(b);
+    b = NULL;
+  }
+  fclose(f);
+  return b;
+}
+/* Does dir hold a name with ".tmp." in it? */
+static int temporary_left(void) {
+  DIR *dd = opendir(dir);
+  struct dirent *e;
+  int found = 0;
+  if (!dd) return 1;
+  while ((e = readdir(dd)) != NULL) found |= strstr(e->d_name, ".tmp.") != NULL;
+  closedir(dd);
+  return found;
+}
+#endif
+
+/* A save takes a few allocations whatever the chart shows (stb's deflate,
+ * left to itself, took some 500, more or fewer with the picture), and each
+ * of them failing in turn is a clean DL_ERR_NOMEM. */
+static void test_chart_png_memory(void) {
+#ifdef DL_USE_STB_IMAGE_WRITE
+  png_alloc a;
+  dl_ctx_desc cd;
+  dl_ctx mc;
+  dl_chart_desc d, busy;
+  double noisy[4][200], xs[200];
+  char path[320];
+  unsigned char *before, *after;
+  long nb, na;
+  int k, calls, calls_busy, nomem = 0, encoder = 0;
+  memset(&a, 0, sizeof a);
+  memset(&cd, 0, sizeof cd);
+  cd.panic = harness_panic;
+  cd.allocator.alloc = png_alloc_fn;
+  cd.allocator.free = png_free_fn;
+  cd.allocator.user = &a;
+  dl_ctx_init(&mc, &cd);
+  chart_data();
+  d = chart_desc();
+  path_in(path, sizeof path, "memory.png");
+  CHECK(dl_chart_save_png(&mc, path, &d) == DL_OK);
+  calls = a.calls;
+  CHECK_MSG(calls >= 2 && calls <= 8, "a chart save took %d allocations", calls);
+  CHECK(a.live == 0);
+  /* 200 epochs of jagged curves: a larger, less compressible picture, the same count */
+  for (k = 0; k < 200; k++) {
+    uint32_t r = (uint32_t)k * 2654435761u;
+    xs[k] = k + 1;
+    noisy[0][k] = 2.0 / (1 + k) + (double)(r % 97) / 300.0;
+    noisy[1][k] = 2.5 / (1 + k) + (double)(r % 89) / 250.0;
+    noisy[2][k] = 0.5 + 0.4 * k / 200.0 + (double)(r % 83) / 900.0;
+    noisy[3][k] = 0.45 + 0.4 * k / 200.0 + (double)(r % 79) / 800.0;
+  }
+  memset(&busy, 0, sizeof busy);
+  busy.n = 200; busy.x = xs;
+  busy.train_loss = noisy[0]; busy.val_loss = noisy[1]; busy.train_acc = noisy[2]; busy.val_acc = noisy[3];
+  a.calls = 0;
+  CHECK(dl_chart_save_png(&mc, path, &busy) == DL_OK);
+  calls_busy = a.calls;
+  CHECK_MSG(calls_busy == calls, "a busy chart took %d allocations, a plain one %d", calls_busy, calls);
+  CHECK(a.live == 0);
+  CHECK(dl_chart_save_png(&mc, path, &d) == DL_OK);
+  before = file_bytes(path, &nb);
+  CHECK(before && nb > 100);
+  for (k = 1; k <= calls; k++) {
+    dl_status st;
+    a.calls = 0;
+    a.fail_at = k;
+    st = dl_chart_save_png(&mc, path, &busy);
+    CHECK_MSG(st == DL_ERR_NOMEM, "failing allocation %d of %d: %s", k, calls, dl_status_str(st));
+    nomem += st == DL_ERR_NOMEM;
+    CHECK_MSG(strstr(dl_ctx_message(&mc), path) != NULL, "failing allocation %d: %s", k, dl_ctx_message(&mc));
+    encoder += strstr(dl_ctx_message(&mc), "the PNG encoder ran out of memory") != NULL;
+    CHECK_MSG(a.live == 0, "failing allocation %d: %d blocks left", k, a.live);
+    CHECK(!temporary_left());
+    after = file_bytes(path, &na);
+    CHECK_MSG(before && after && na == nb && memcmp(before, after, (size_t)nb) == 0, "failing allocation %d: the chart changed", k);
+    free(after);
+  }
+  CHECK(nomem == calls && encoder >= 1);
+  free(before);
+  a.fail_at = 0;
+  CHECK(dl_chart_save_png(&mc, path, &busy) == DL_OK && a.live == 0);
+  remove(path);
+#endif
+}
+
 int main(void) {
   dl_ctx_desc cd;
   memset(&cd, 0, sizeof cd);
@@ -880,6 +996,7 @@ int main(void) {
   RUN(test_csv);
   RUN(test_chart_render);
   RUN(test_chart_png);
+  RUN(test_chart_png_memory);
   rmdir(dir);
   return harness_finish();
 }

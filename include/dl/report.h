@@ -103,81 +103,126 @@ DL__HEADER_BEGIN
     !defined(DL__MODE_LINK)
 /* stb_image_write asserts (or, with NDEBUG, writes through NULL) when an
  * allocation fails inside its deflate. Its allocations come here instead:
- * during dl_chart_save_png each block is on that call's list (this thread's
- * dl__png_cur) and the ctx's allocator makes it; a failure frees the list and
- * jumps back to dl_chart_save_png, which returns DL_ERR_NOMEM. Outside it
- * (a program calling stb itself) they are DL_MALLOC's, NULL on failure. */
+ * during dl_chart_save_png they are carved from chunks on that call's list
+ * (this thread's dl__png_cur) that the ctx's allocator makes; a failure
+ * frees the list and jumps back to dl_chart_save_png, which returns
+ * DL_ERR_NOMEM. Outside it (a program calling stb itself) they are
+ * DL_MALLOC's, NULL on failure.
+ *
+ * Why chunks: stb's deflate keeps one growing array per hash bucket, so one
+ * chart took some 500 mallocs and reallocs, and how many depended on the
+ * picture; a training run's allocation count then moved with its curves.
+ * A chunk sized for the image (dl__png_encode's hint) holds the whole
+ * encode: one allocation per chart, whatever it shows. Pieces are bumped
+ * off the newest chunk; freeing or growing the newest piece gives back or
+ * takes room in place, other frees wait for the end of the encode (stb's
+ * doubling arrays leave at most about as much behind as they hold). */
 #include <setjmp.h>
-typedef struct dl__png_block { /* before each block: 32 bytes keep it 16-aligned */
-  struct dl__png_block *prev, *next;
-  size_t size;
-  int tracked;
+typedef struct dl__png_block { /* before each chunk and piece: 32 bytes keep them 16-aligned */
+  struct dl__png_block *prev, *next; /* a chunk: the list; a piece: unused */
+  size_t size;                       /* a chunk: its room after the header; a piece: the bytes asked */
+  int tracked;                       /* 0 DL_MALLOC's (outside an encode), 1 a chunk, 2 a piece */
 } dl__png_block;
 typedef struct dl__png_mem {
   jmp_buf jb;
   dl_ctx *ctx;
-  dl__png_block head; /* the list's sentinel */
+  dl__png_block head;  /* the chunks' list (newest first), its sentinel */
+  size_t used;         /* bytes carved from the newest chunk */
+  size_t next_chunk;   /* the room of the next chunk, at least */
   size_t in_use, asked;
 } dl__png_mem;
 static DL__TLS dl__png_mem *dl__png_cur;
 #define DL__PNG_HDR ((sizeof(dl__png_block) + 31) & ~(size_t)31)
+#define DL__PNG_ROUND(n) (((n) + 31) & ~(size_t)31)
 static void dl__png_unlink(dl__png_block *b) {
   b->prev->next = b->next;
   b->next->prev = b->prev;
 }
+/* Give back every chunk of m. */
+static void dl__png_release(dl__png_mem *m) {
+  while (m->head.next != &m->head) {
+    dl__png_block *f = m->head.next;
+    dl__png_unlink(f);
+    dl_raw_free(m->ctx, f);
+  }
+  m->used = 0;
+}
+/* Is the piece b the newest chunk's last? */
+static int dl__png_is_last(const dl__png_mem *m, const dl__png_block *b) {
+  return m->head.next != &m->head &&
+         (const unsigned char *)b + DL__PNG_HDR + DL__PNG_ROUND(b->size) ==
+             (const unsigned char *)m->head.next + DL__PNG_HDR + m->used;
+}
 static void *dl__png_malloc(size_t n) {
   dl__png_mem *m = dl__png_cur;
   dl__png_block *b;
-  if (n > SIZE_MAX - DL__PNG_HDR) return NULL;
+  size_t need;
+  if (n > SIZE_MAX / 4) return NULL;
   if (!m) {
     b = (dl__png_block *)DL_MALLOC(DL__PNG_HDR + n, NULL);
     if (!b) return NULL;
     b->tracked = 0;
-  } else {
-    b = (dl__png_block *)dl_raw_alloc(m->ctx, DL__PNG_HDR + n);
-    if (!b) { /* give back everything this encode holds, then leave it */
+    b->size = n;
+    return (unsigned char *)b + DL__PNG_HDR;
+  }
+  need = DL__PNG_HDR + DL__PNG_ROUND(n);
+  if (m->head.next == &m->head || m->head.next->size - m->used < need) { /* a new chunk */
+    size_t room = m->next_chunk > need ? m->next_chunk : need;
+    dl__png_block *c = (dl__png_block *)dl_raw_alloc(m->ctx, DL__PNG_HDR + room);
+    if (!c) { /* give back everything this encode holds, then leave it */
       m->asked = n;
-      while (m->head.next != &m->head) {
-        dl__png_block *f = m->head.next;
-        dl__png_unlink(f);
-        dl_raw_free(m->ctx, f);
-      }
+      dl__png_release(m);
       longjmp(m->jb, 1);
     }
-    b->tracked = 1;
-    b->next = m->head.next;
-    b->prev = &m->head;
-    m->head.next->prev = b;
-    m->head.next = b;
-    m->in_use += n;
+    c->tracked = 1;
+    c->size = room;
+    c->next = m->head.next;
+    c->prev = &m->head;
+    m->head.next->prev = c;
+    m->head.next = c;
+    m->used = 0;
+    m->next_chunk = room <= SIZE_MAX / 8 ? room * 2 : room;
   }
+  b = (dl__png_block *)((unsigned char *)m->head.next + DL__PNG_HDR + m->used);
+  m->used += need;
+  b->tracked = 2;
   b->size = n;
+  m->in_use += n;
   return (unsigned char *)b + DL__PNG_HDR;
 }
 static void dl__png_free(void *p) {
   dl__png_block *b;
+  dl__png_mem *m = dl__png_cur;
   if (!p) return;
   b = (dl__png_block *)((unsigned char *)p - DL__PNG_HDR);
   if (!b->tracked) {
     DL_FREE(b, NULL);
     return;
   }
-  dl__png_cur->in_use -= b->size;
-  dl__png_unlink(b);
-  dl_raw_free(dl__png_cur->ctx, b);
+  m->in_use -= b->size;
+  if (dl__png_is_last(m, b)) m->used -= DL__PNG_HDR + DL__PNG_ROUND(b->size); /* else: at the encode's end */
 }
 static void *dl__png_realloc(void *p, size_t n) {
+  dl__png_block *b;
+  dl__png_mem *m = dl__png_cur;
   void *q;
   if (!p) return dl__png_malloc(n);
-  if (!((dl__png_block *)((unsigned char *)p - DL__PNG_HDR))->tracked) {
-    dl__png_block *b = (dl__png_block *)DL_REALLOC((unsigned char *)p - DL__PNG_HDR, DL__PNG_HDR + n, NULL);
+  b = (dl__png_block *)((unsigned char *)p - DL__PNG_HDR);
+  if (!b->tracked) {
+    b = (dl__png_block *)DL_REALLOC(b, DL__PNG_HDR + n, NULL);
     if (!b) return NULL;
     b->size = n;
     return (unsigned char *)b + DL__PNG_HDR;
   }
-  q = dl__png_malloc(n); /* jumps on failure with p still on the list */
-  memcpy(q, p, n < ((dl__png_block *)((unsigned char *)p - DL__PNG_HDR))->size
-                   ? n : ((dl__png_block *)((unsigned char *)p - DL__PNG_HDR))->size);
+  if (n <= SIZE_MAX / 4 && dl__png_is_last(m, b) &&
+      m->head.next->size - (m->used - DL__PNG_ROUND(b->size)) >= DL__PNG_ROUND(n)) { /* grows (or shrinks) in place */
+    m->used = m->used - DL__PNG_ROUND(b->size) + DL__PNG_ROUND(n);
+    m->in_use = m->in_use - b->size + n;
+    b->size = n;
+    return p;
+  }
+  q = dl__png_malloc(n); /* jumps on failure, p's chunk still on the list */
+  memcpy(q, p, n < b->size ? n : b->size);
   dl__png_free(p);
   return q;
 }
@@ -1503,13 +1548,17 @@ DL_API void dl__png_write(void *context, void *data, int size) {
 #endif
 
 #ifdef DL__PNG_TRACKED
-/* stb's encoder with every block it takes on mem's list (see the hooks at
- * the top): 1 written, 0 stb failed, -1 out of memory (the list freed). */
+/* stb's encoder with every block it takes carved from chunks on mem's list
+ * (see the hooks at the top), all given back at the end: 1 written, 0 stb
+ * failed, -1 out of memory. The first chunk is sized for a w x h image:
+ * stb's filtered copy of the pixels, its output (at most about the same),
+ * its deflate's hash table and the buckets' arrays. */
 static int dl__png_encode(dl__png_mem *mem, dl_ctx *ctx, dl_atomic_file *f, int w, int h, const unsigned char *rgb) {
   int ok;
   memset(mem, 0, sizeof *mem);
   mem->ctx = ctx;
   mem->head.next = mem->head.prev = &mem->head;
+  mem->next_chunk = 2 * ((size_t)w * 3 + 1) * (size_t)h + ((size_t)3 << 20);
   int (*volatile encode)(stbi_write_func *, void *, int, int, int, const void *, int) = stbi_write_png_to_func;
   dl__png_cur = mem;
   if (setjmp(mem->jb)) {
@@ -1518,6 +1567,7 @@ static int dl__png_encode(dl__png_mem *mem, dl_ctx *ctx, dl_atomic_file *f, int 
   }
   ok = encode(dl__png_write, f, w, h, 3, rgb, w * 3); /* through a pointer: stb is not inlined next to setjmp */
   dl__png_cur = NULL;
+  dl__png_release(mem);
   return ok;
 }
 #endif
