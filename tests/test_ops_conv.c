@@ -30,6 +30,89 @@ static void report(const char *what, int ok, const dl_gradcheck_result *r) {
 }
 static double worst_gradcheck;
 
+/* im2col (dl__im2col_f32 / _f64, whichever path: built with -march=native
+ * by tests/run.sh, f32 in 2-d with sw = dw = 1 takes the AVX-512 form)
+ * against its definition, row (c, a, i, j) column (od, oh, ow) =
+ * x[c, od sd - pd + a dd, oh sh - ph + i dh, ow sw - pw + j dw] or 0, bit
+ * for bit: widths 1 to 37 (rows of one masked vector, of 16, 17, 33),
+ * kernels 1 to 5, strides and dilations 1 and 2, padding 0 to 6 (more than
+ * the kernel: rows and columns all padding), 1 to 3 channels, 2-d and 3-d. */
+static void test_im2col_kernel(void) {
+  static const int64_t sizes[][2] = {{1, 1}, {5, 3}, {14, 14}, {7, 16}, {4, 17}, {9, 33}, {3, 37}};
+  int si, k, dt, cases = 0, bad = 0;
+  for (si = 0; si < 7; si++)
+    for (k = 0; k < 96; k++)
+      for (dt = 0; dt < 2; dt++) {
+        dl__conv_geom g;
+        dl_rng r = dl_rng_make(500 + (uint64_t)(si * 96 + k));
+        const int three = k % 8 == 7;
+        int64_t e, c, a, i, j, od, oh, ow, n;
+        double *xd, *cd;
+        float *xf, *cf;
+        memset(&g, 0, sizeof g);
+        g.N = 1;
+        g.G = 1;
+        g.C = 1 + k % 3;
+        g.H = sizes[si][0];
+        g.W = sizes[si][1];
+        g.kh = 1 + (k / 3) % 3 * 2 - (k % 5 == 0);  /* 1, 3, 5 and 0..4 */
+        if (g.kh < 1) g.kh = 1;
+        g.kw = 1 + (k / 2) % 5;
+        g.sh = 1 + (k / 5) % 2;
+        g.sw = 1 + (k / 11) % 4 / 3;                 /* mostly 1: the fast form */
+        g.dh = 1 + (k / 7) % 2;
+        g.dw = 1 + (k / 13) % 5 / 4;
+        g.ph = (k * 7) % 4 + (k % 17 == 3) * 4;      /* up to 7 */
+        g.pw = (k * 5) % 3 + (k % 19 == 4) * 4;
+        if (three) {
+          g.D = 3;
+          g.kd = 2;
+          g.sd = 1;
+          g.dd = 1;
+          g.pd = 1;
+        }
+        g.O = 1;
+        if ((g.H + 2 * g.ph - g.dh * (g.kh - 1) - 1) < 0 || (g.W + 2 * g.pw - g.dw * (g.kw - 1) - 1) < 0) continue;
+        dl__conv_geom_fill(&g);
+        n = g.C * g.D * g.H * g.W;
+        xd = (double *)malloc(sizeof(double) * (size_t)n);
+        xf = (float *)malloc(sizeof(float) * (size_t)n);
+        cd = (double *)malloc(sizeof(double) * (size_t)(g.K * g.P));
+        cf = (float *)malloc(sizeof(float) * (size_t)(g.K * g.P));
+        for (e = 0; e < n; e++) xf[e] = (float)(xd[e] = 1 + (double)(dl_rng_u64(&r) % 1000));
+        for (e = 0; e < g.K * g.P; e++) cd[e] = cf[e] = -7; /* every element must be written */
+        if (dt) dl__im2col_f64(&g, xd, cd);
+        else dl__im2col_f32(&g, xf, cf);
+        for (c = 0; c < g.C; c++)
+          for (a = 0; a < g.kd; a++)
+            for (i = 0; i < g.kh; i++)
+              for (j = 0; j < g.kw; j++)
+                for (od = 0; od < g.Do; od++)
+                  for (oh = 0; oh < g.Ho; oh++)
+                    for (ow = 0; ow < g.Wo; ow++) {
+                      const int64_t zd = od * g.sd - g.pd + a * g.dd, zh = oh * g.sh - g.ph + i * g.dh;
+                      const int64_t zw = ow * g.sw - g.pw + j * g.dw;
+                      const int64_t row = ((c * g.kd + a) * g.kh + i) * g.kw + j, colm = (od * g.Ho + oh) * g.Wo + ow;
+                      const int in = zd >= 0 && zd < g.D && zh >= 0 && zh < g.H && zw >= 0 && zw < g.W;
+                      const double want = in ? xd[(zd * g.H + zh) * g.W + zw + c * g.D * g.H * g.W] : 0;
+                      const double got = dt ? cd[row * g.P + colm] : (double)cf[row * g.P + colm];
+                      if (got != want && bad++ < 5)
+                        CHECK_MSG(0, "%s C %lld D %lld H %lld W %lld k %lldx%lld s %lldx%lld d %lldx%lld p %lldx%lld: row %lld "
+                                  "column %lld is %g, not %g", dt ? "f64" : "f32", (long long)g.C, (long long)g.D,
+                                  (long long)g.H, (long long)g.W, (long long)g.kh, (long long)g.kw, (long long)g.sh,
+                                  (long long)g.sw, (long long)g.dh, (long long)g.dw, (long long)g.ph, (long long)g.pw,
+                                  (long long)row, (long long)colm, got, want);
+                    }
+        cases++;
+        free(xd);
+        free(xf);
+        free(cd);
+        free(cf);
+      }
+  CHECK(bad == 0);
+  CHECK_MSG(cases > 1000, "only %d geometries", cases);
+}
+
 /* ---- gradcheck ---------------------------------------------------------------- */
 
 typedef struct conv_case {
@@ -1336,6 +1419,7 @@ int main(void) {
   RUN(test_conv_gradcheck_partial);
   RUN(test_pool_gradcheck);
   RUN(test_pool_2x2_kernel);
+  RUN(test_im2col_kernel);
   RUN(test_conv3d_gradcheck);
   RUN(test_pool3d_gradcheck);
   RUN(test_3d_threads_ties);

@@ -649,20 +649,22 @@ typedef struct dl__bnp_args {
     for (q = 0; q < Q; q++) /* (no branch: the mask is random, a branch mispredicts half the time) */ \
       buf[ip[q]] += (T)DL__BN_SEL(yp[q], gy[q]);                                                    \
   }                                                                                                 \
-  /* BWD sums of channel c over the batch */                                                        \
+  /* BWD sums of channel c over the batch: only the pool's chosen elements have a gradient, so   \
+   * the sums run over the outputs and gather x there (a quarter of the work of the plane) */      \
   DL_API void dl__bnp_sum_##SFX(const dl__bnp_args *A, int64_t c) {                                \
-    const int64_t HW = A->g.H * A->g.W, C = A->g.C;                                                 \
+    const int64_t HW = A->g.H * A->g.W, C = A->g.C, Q = A->g.Ho * A->g.Wo;                          \
     const double mu = A->mean[c];                                                                   \
     double s0 = 0, s1 = 0;                                                                          \
-    T buf[DL__BNP_MAXHW];                                                                           \
-    int64_t n, s;                                                                                   \
+    int64_t n, q;                                                                                   \
     for (n = 0; n < A->g.N; n++) {                                                                  \
       const T *xp = (const T *)A->x + (n * C + c) * HW;                                             \
-      dl__bnp_grad_##SFX(A, n * C + c, buf);                                                        \
+      const T *gy = (const T *)A->gy + (n * C + c) * Q, *yp = (const T *)A->y + (n * C + c) * Q;    \
+      const int32_t *ip = A->idx + (n * C + c) * Q;                                                 \
       DL__NSIMD_SUM2(s0, s1)                                                                        \
-      for (s = 0; s < HW; s++) {                                                                    \
-        s0 += (double)buf[s];                                                                       \
-        s1 += (double)buf[s] * ((double)xp[s] - mu);                                                \
+      for (q = 0; q < Q; q++) {                                                                     \
+        const double g = (double)(T)DL__BN_SEL(yp[q], gy[q]);                                       \
+        s0 += g;                                                                                    \
+        s1 += g * ((double)xp[ip[q]] - mu);                                                         \
       }                                                                                             \
     }                                                                                               \
     A->sums[c] = s0;                                                                                \
