@@ -281,6 +281,14 @@ DL_API int dl__im2col2_f32(const dl__conv_geom *g, const float *x, float *col) {
     for (q = 0; q + 4 <= m; q += 4) memcpy(d + q, s + q, 4 * sizeof(T));                           \
     for (; q < m; q++) d[q] = s[q];                                                                \
   }                                                                                                \
+  /* d[0..m) = 0 for a few m: the first two stores written out (a loop alone                      \
+   * becomes a libc memset call, costly for one element) */                                        \
+  DL_API void dl__conv_zero_##sfx(T *d, int64_t m) {                                               \
+    int64_t q;                                                                                     \
+    d[0] = 0;                                                                                      \
+    if (m > 1) d[1] = 0;                                                                           \
+    for (q = 2; q < m; q++) d[q] = 0;                                                              \
+  }                                                                                                \
   DL_API void dl__conv_acc_##sfx(T *d, const T *s, int64_t m) {                                    \
     int64_t q;                                                                                     \
     for (q = 0; q + 4 <= m; q += 4) {                                                              \
@@ -347,7 +355,18 @@ DL_API int dl__im2col2_f32(const dl__conv_geom *g, const float *x, float *col) {
               /* the first inside row, from its first inside column */                             \
               src = xd + c * DHW + (olo * g->sh + hoff) * g->W + (lo * sw + woff);                 \
               dst += olo * Wo;                                                                     \
-              if (sw == 1 && lo == 0 && hi == Wo) {                                                \
+              if (sw == 1 && rs == Wo) {                                                           \
+                /* stride 1 and as wide as the input ("same" padding): the inside rows are          \
+                 * one stretch of x, one copy, then the edge columns (garbage from the next         \
+                 * row, or not written) zeroed, one or two elements each written out so the         \
+                 * compiler makes no memset call of them */                                        \
+                memcpy(dst + lo, src, sizeof(T) * (size_t)((ohi - olo - 1) * Wo + hi - lo));       \
+                if (lo > 0 || hi < Wo)                                                             \
+                  for (oh = olo; oh < ohi; oh++, dst += Wo) {                                      \
+                    if (lo > 0) dl__conv_zero_##sfx(dst, lo);                                      \
+                    if (hi < Wo) dl__conv_zero_##sfx(dst + hi, Wo - hi);                           \
+                  }                                                                                \
+              } else if (sw == 1 && lo == 0 && hi == Wo) {                                         \
                 dl__conv_rows_##sfx(dst, src, ohi - olo, Wo, rs);                                  \
               } else {                                                                             \
                 for (oh = olo; oh < ohi; oh++, dst += Wo, src += rs) {                             \
