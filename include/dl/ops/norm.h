@@ -622,6 +622,7 @@ typedef struct dl__bnp_args {
   const double *mean, *k;  /* [C]; k1, k2, k3 [3, C] (dl__bn_consts) */
   void *y;                 /* FWD: [N, C, Ho, Wo]; BWD: the op's output (the mask) */
   int32_t *idx;            /* [N, C, Ho, Wo]: the pool's indices in the plane */
+  void *xs;                /* [N, C, Ho, Wo]: x at those indices (FWD writes them, BWD's sums read them) */
   const void *gy;          /* BWD: [N, C, Ho, Wo] */
   void *gx;                /* BWD: [N, C, H, W] or NULL */
   double *sums;            /* BWD: [2, C] s0 = sum g, s1 = sum g (x - mu) */
@@ -638,6 +639,12 @@ typedef struct dl__bnp_args {
     DL__RSIMD                                                                                       \
     for (s = 0; s < HW; s++) buf[s] = DL__BN_RELU(T, k1 * (double)xp[s] + ((double)xp[s] - mu) * k2 + k3); \
     dl__maxpool_fwd_##SFX(&A->g, buf, (T *)A->y + pl * Q, A->idx + pl * Q);                        \
+    {                                                                                               \
+      const int32_t *ip = A->idx + pl * Q;                                                          \
+      T *xs = (T *)A->xs + pl * Q;                                                                  \
+      int64_t q;                                                                                    \
+      for (q = 0; q < Q; q++) xs[q] = xp[ip[q]];                                                    \
+    }                                                                                               \
   }                                                                                                 \
   /* plane pl's gradient of the ReLU's input: gy at the index where y > 0 */                        \
   DL_API void dl__bnp_grad_##SFX(const dl__bnp_args *A, int64_t pl, T *buf) {                      \
@@ -650,21 +657,21 @@ typedef struct dl__bnp_args {
       buf[ip[q]] += (T)DL__BN_SEL(yp[q], gy[q]);                                                    \
   }                                                                                                 \
   /* BWD sums of channel c over the batch: only the pool's chosen elements have a gradient, so   \
-   * the sums run over the outputs and gather x there (a quarter of the work of the plane) */      \
+   * the sums run over the outputs, with x there saved by FWD (a quarter of the plane's work,      \
+   * and contiguous: a gather from x was 4-5 ns an element, its planes far apart in memory) */     \
   DL_API void dl__bnp_sum_##SFX(const dl__bnp_args *A, int64_t c) {                                \
-    const int64_t HW = A->g.H * A->g.W, C = A->g.C, Q = A->g.Ho * A->g.Wo;                          \
+    const int64_t C = A->g.C, Q = A->g.Ho * A->g.Wo;                                                \
     const double mu = A->mean[c];                                                                   \
     double s0 = 0, s1 = 0;                                                                          \
     int64_t n, q;                                                                                   \
     for (n = 0; n < A->g.N; n++) {                                                                  \
-      const T *xp = (const T *)A->x + (n * C + c) * HW;                                             \
       const T *gy = (const T *)A->gy + (n * C + c) * Q, *yp = (const T *)A->y + (n * C + c) * Q;    \
-      const int32_t *ip = A->idx + (n * C + c) * Q;                                                 \
+      const T *xs = (const T *)A->xs + (n * C + c) * Q;                                             \
       DL__NSIMD_SUM2(s0, s1)                                                                        \
       for (q = 0; q < Q; q++) {                                                                     \
         const double g = (double)(T)DL__BN_SEL(yp[q], gy[q]);                                       \
         s0 += g;                                                                                    \
-        s1 += g * ((double)xp[ip[q]] - mu);                                                         \
+        s1 += g * ((double)xs[q] - mu);                                                             \
       }                                                                                             \
     }                                                                                               \
     A->sums[c] = s0;                                                                                \
@@ -689,6 +696,10 @@ typedef struct dl__bnp_args {
   }
 DL__BNP_KERNELS(float, f32)
 DL__BNP_KERNELS(double, f64)
+
+/* Where x at the indices starts in the fused op's saved index tensor, in
+ * int32 words after nq indices (even: 8-aligned for f64). */
+DL_API int64_t dl__bnp_xs_at(int64_t nq) { return (nq + 1) & ~(int64_t)1; }
 
 /* The pool's geometry over x [N, C, H, W]: 2x2, stride 2, no padding. */
 DL_API dl__pool_geom dl__bnp_geom(const dl_tensor *x) {
@@ -768,6 +779,7 @@ DL_API void dl__bnp_backward(dl_tape *tp, const dl_node *n, dl__bn_args *A) {
   P.mean = A->mean;
   P.y = n->out->data;
   P.idx = (int32_t *)n->saved[3]->data;
+  P.xs = P.idx + dl__bnp_xs_at(planes * P.g.Ho * P.g.Wo);
   P.gy = n->out->grad->data;
   P.gx = A->out;
   P.assign = A->assign;
@@ -1039,7 +1051,10 @@ DL_API dl_tensor *dl__t_batch_norm_op(dl_tape *tp, dl_tensor *x, dl_tensor *weig
     memset(&P, 0, sizeof P);
     P.g = dl__bnp_geom(x);
     y = dl_tape_out(tp, op, x->dtype, DL_SHAPE(P.g.N, C, P.g.Ho, P.g.Wo));
-    idx = dl_tape_out(tp, op, DL_I32, DL_SHAPE(P.g.N, C, P.g.Ho, P.g.Wo));
+    { /* the indices, then (8-aligned) x at them: one tensor, the node's fourth saved */
+      const int64_t nq = P.g.N * C * P.g.Ho * P.g.Wo;
+      idx = dl_tape_out(tp, op, DL_I32, DL_SHAPE(dl__bnp_xs_at(nq) + nq * (int64_t)dl_dtype_size(x->dtype) / 4));
+    }
   } else {
     y = dl_tape_out(tp, op, x->dtype, x->ndim, x->shape);
   }
@@ -1071,6 +1086,7 @@ DL_API dl_tensor *dl__t_batch_norm_op(dl_tape *tp, dl_tensor *x, dl_tensor *weig
     P.k = kk;
     P.y = y->data;
     P.idx = (int32_t *)idx->data;
+    P.xs = P.idx + dl__bnp_xs_at(y->numel);
     if (y->numel) dl__bnp_forward(tp, &P);
   }
   if (batch && training && running_mean) {
