@@ -210,9 +210,10 @@ static int team_loop(dl_ctx *ctx, double late, double wait, double wall) {
  * or a span of team loops in which the process got less than 0.8 of the CPU
  * time its threads would use, makes the ctx's loops run alone for 200 ms,
  * doubling on the next one (at most 2 s); a clean span forgets it; the
- * ctx's first team loop is not judged; an unbalanced loop on an idle
- * machine is no stall; small or nested loops never start a team; a real
- * 2-thread region runs every index once. */
+ * ctx's first team loop and the loops of the 0.1 s after it are not
+ * judged; an unbalanced loop on an idle machine is no stall; small or
+ * nested loops never start a team; a real 2-thread region runs every index
+ * once. */
 static void test_team_guard(void) {
 #ifdef _OPENMP
   dl_ctx ctx;
@@ -221,6 +222,9 @@ static void test_team_guard(void) {
   dl_ctx_init(&ctx, NULL);
   /* the first team loop starts the threads: a late member is not a stall */
   CHECK(team_loop(&ctx, 0.010, 0, 0.011) && ctx.team.until == 0.0 && ctx.team.started == 1);
+  /* nor are the loops of the next 0.1 s (members still settling) */
+  CHECK(team_loop(&ctx, 0.008, 0, 0.009) && team_loop(&ctx, 0.004, 0, 0.005) && ctx.team.until == 0.0);
+  ctx.team.t_start -= 0.2; /* (faked: the warm-up is over) */
   /* idle: members start within 20 us, 0.2 ms of imbalance in 1 ms loops
    * (no span is judged: each loop starts a new one; spans below) */
   for (k = 0; k < 100; k++) {

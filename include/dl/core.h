@@ -147,6 +147,7 @@ typedef struct dl__team_state {
   long cpu0;     /* the process's clock() at span0 */
   int loops;     /* team loops in the span */
   int started;   /* 1 after the ctx's first team loop (which starts threads) */
+  double t_start; /* omp_get_wtime() at the end of that first loop */
 } dl__team_state;
 
 struct dl_gpu; /* a device (gpu.h) */
@@ -714,7 +715,12 @@ DL_API uint64_t dl_rng_below(dl_rng *r, uint64_t n) { return dl__below_from(dl_r
  *     one sleeps: an unbalanced loop on an idle machine is not a stall.
  * The first back-off lasts 200 ms, each next one in a row twice as long (at
  * most 2 s); a span judged clean forgets them. The ctx's first team loop,
- * which starts the threads, is not judged. On an idle machine neither sign
+ * which starts the threads, and the loops of the DL__TEAM_WARMUP (0.1 s)
+ * after it are not judged: on the idle VM the members came 3-8 ms late to
+ * the second, third and fourth team loops of every run (then 20 us), and
+ * the back-offs that followed (200 + 400 ms) ran the first 0.6 s of each
+ * run on one thread, a third of a short run such as bench/run_train.sh's
+ * CNN rounds. On an idle machine neither sign
  * shows (members start within tens of microseconds), so the team is never
  * stopped there. (An earlier guard estimated each loop's gain from the
  * fastest member's pace: under load it kept teams that cost 13-25% of the
@@ -727,6 +733,7 @@ DL_API uint64_t dl_rng_below(dl_rng *r, uint64_t n) { return dl__below_from(dl_r
 #ifdef _OPENMP
 #define DL__TEAM_MAX 64
 #define DL__TEAM_STALL 0.002
+#define DL__TEAM_WARMUP 0.1
 typedef struct dl__team {
   double t0;                  /* when the loop began */
   double enter[DL__TEAM_MAX]; /* when each member began its share */
@@ -776,6 +783,9 @@ DL_API void dl__team_end(dl__team *tm, dl_ctx *ctx) {
     int back = 0;
     if (!st->started) {
       st->started = 1; /* thread start-up: not judged */
+      st->t_start = now;
+    } else if (now - st->t_start < DL__TEAM_WARMUP) {
+      /* members still settling: not judged either */
     } else if (stall) {
       back = 1;
     } else if (st->span0 == 0) {
