@@ -15,6 +15,9 @@
 # (Z >= 1: dl.h is at least as fast). other_load_cores in dl.h's lines is
 # the CPU the rest of the machine used meanwhile.
 #
+# Then bench/bench_im2col.c (im2col of the Fashion CNN's two layers against
+# a plain loop and memcpy), built with -O2 and with -O2 -march=native.
+#
 # Environment: CC (gcc), REPS (7), STEPS (20), ROUNDS (3), THREADS (2).
 set -u
 cd "$(dirname "$0")/.."
@@ -54,3 +57,13 @@ d=$(median "${DL[@]}")
 t=$(median "${TORCH[@]}")
 awk -v d="$d" -v t="$t" 'BEGIN {
   printf "conv2d 5x5 32->64 12x12 b64 fwd+bwd: dl.h %.2f ms, torch %.2f ms, ratio torch/dl = %.2f\n", d, t, t / d }'
+
+# im2col, the copy the convolutions above multiply, on the CNN's two layers
+# (bench/bench_im2col.c): the library's kernel against a plain loop and
+# against memcpy of as many bytes, one thread, built plain and for this CPU.
+for march in "" "-march=native"; do
+  $CC -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 $march -Iinclude bench/bench_im2col.c -o "$B/bench_im2col" -lm ||
+    { echo "FAILED to build bench_im2col"; exit 1; }
+  echo "# bench_im2col built with -O2 $march"
+  "$B/bench_im2col" || exit 1
+done

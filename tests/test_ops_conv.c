@@ -30,16 +30,16 @@ static void report(const char *what, int ok, const dl_gradcheck_result *r) {
 }
 static double worst_gradcheck;
 
-/* im2col (dl__im2col_f32 / _f64, whichever path: built with -march=native
- * by tests/run.sh, f32 in 2-d with sw = dw = 1 takes the AVX-512 form)
- * against its definition, row (c, a, i, j) column (od, oh, ow) =
- * x[c, od sd - pd + a dd, oh sh - ph + i dh, ow sw - pw + j dw] or 0, bit
- * for bit: widths 1 to 37 (rows of one masked vector, of 16, 17, 33),
- * kernels 1 to 5, strides and dilations 1 and 2, padding 0 to 6 (more than
- * the kernel: rows and columns all padding), 1 to 3 channels, 2-d and 3-d. */
+/* im2col (dl__im2col_f32 / _f64) against its definition, row (c, a, i, j)
+ * column (od, oh, ow) = x[c, od sd - pd + a dd, oh sh - ph + i dh, ow sw -
+ * pw + j dw] or 0, bit for bit: widths 1 to 37, kernels 1 to 5, strides
+ * and dilations 1 and 2, padding 0 to 7 (more than the kernel: rows and
+ * columns all padding), 1 to 3 channels, 2-d and 3-d; among them stride-1
+ * "same" convolutions (output as wide as the input), which copy the inside
+ * rows as one stretch and zero the edge columns afterwards. */
 static void test_im2col_kernel(void) {
   static const int64_t sizes[][2] = {{1, 1}, {5, 3}, {14, 14}, {7, 16}, {4, 17}, {9, 33}, {3, 37}};
-  int si, k, dt, cases = 0, bad = 0;
+  int si, k, dt, cases = 0, bad = 0, same = 0;
   for (si = 0; si < 7; si++)
     for (k = 0; k < 96; k++)
       for (dt = 0; dt < 2; dt++) {
@@ -74,6 +74,7 @@ static void test_im2col_kernel(void) {
         g.O = 1;
         if ((g.H + 2 * g.ph - g.dh * (g.kh - 1) - 1) < 0 || (g.W + 2 * g.pw - g.dw * (g.kw - 1) - 1) < 0) continue;
         dl__conv_geom_fill(&g);
+        same += g.sw == 1 && g.sh == 1 && g.Wo == g.W;
         n = g.C * g.D * g.H * g.W;
         xd = (double *)malloc(sizeof(double) * (size_t)n);
         xf = (float *)malloc(sizeof(float) * (size_t)n);
@@ -110,7 +111,7 @@ static void test_im2col_kernel(void) {
         free(cf);
       }
   CHECK(bad == 0);
-  CHECK_MSG(cases > 1000, "only %d geometries", cases);
+  CHECK_MSG(cases > 1000 && same > 50, "only %d geometries, %d of them stride-1 'same'", cases, same);
 }
 
 /* ---- gradcheck ---------------------------------------------------------------- */

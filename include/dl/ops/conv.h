@@ -215,54 +215,6 @@ DL_API void dl__conv_range(int64_t off, int64_t s, int64_t n, int64_t outn, int6
   *hi = b;
 }
 
-/* im2col of one f32 image in 2-d with unit column stride and dilation (sw =
- * dw = 1, any kernel, row stride, dilation and padding), on AVX-512: each
- * row of each column row is one masked load per 16 outputs, the padding's
- * lanes zero, and one masked store. The general kernel below copied rows of
- * 14 through a libc memcpy (gcc turns its 4-at-a-time loop into one) and a
- * memset for each padded edge: 64 of the CNN's [32, 14, 14] images, 3x3 pad
- * 1, took 11.3-11.8 ms against 0.95-1.03 here, 64 of [1, 28, 28] 0.76-0.79
- * against 0.10-0.11 (medians, one core, same run). Masked-off lanes are not
- * read, so the loads left of a row's start and past its end touch no
- * memory. */
-#if defined(__AVX512F__) && !defined(__CUDACC__)
-#include <immintrin.h>
-DL_API int dl__im2col2_f32(const dl__conv_geom *g, const float *x, float *col) {
-  const int64_t Wo = g->Wo, Ho = g->Ho, W = g->W, H = g->H, HW = g->H * g->W, kw = g->kw;
-  const __m512 zero = _mm512_setzero_ps();
-  int64_t c, i, j, oh, o0;
-  if (g->kd != 1 || g->D != 1 || g->sw != 1 || g->dw != 1) return 0;
-  for (c = 0; c < g->Cg; c++)
-    for (i = 0; i < g->kh; i++) {
-      const int64_t hoff = i * g->dh - g->ph;
-      for (j = 0; j < kw; j++) {
-        const int64_t woff = j - g->pw;
-        float *dst = col + ((c * g->kh + i) * kw + j) * g->P;
-        for (oh = 0; oh < Ho; oh++, dst += Wo) {
-          const int64_t ih = oh * g->sh + hoff;
-          const float *row = x + c * HW + ih * W;
-          for (o0 = 0; o0 < Wo; o0 += 16) {
-            const int64_t n = Wo - o0 < 16 ? Wo - o0 : 16;
-            int64_t lo = -woff - o0, hi = W - woff - o0; /* the lanes whose input column is inside */
-            __mmask16 ml = 0;
-            lo = lo < 0 ? 0 : lo;
-            hi = hi > n ? n : hi;
-            if (ih >= 0 && ih < H && hi > lo)
-              ml = (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-            _mm512_mask_storeu_ps(dst + o0, (__mmask16)((1u << n) - 1u),
-                                  ml ? _mm512_maskz_loadu_ps(ml, row + o0 + woff) : zero);
-          }
-        }
-      }
-    }
-  return 1;
-}
-#define DL__IM2COL_FAST(T, g, x, col) \
-  (sizeof(T) == 4 && dl__im2col2_f32((g), (const float *)(const void *)(x), (float *)(void *)(col)))
-#else
-#define DL__IM2COL_FAST(T, g, x, col) 0
-#endif
-
 /* >>kernels (one image) ---------------------------------------------------- */
 
 /* Per element type T (sfx f32 / f64):
@@ -324,7 +276,6 @@ DL_API int dl__im2col2_f32(const dl__conv_geom *g, const float *x, float *col) {
     const int64_t Q = g->Ho * Wo, DHW = g->D * HW, kk = g->kh * g->kw;                             \
     const int64_t cstep = g->kd * kk * g->P;                                                       \
     int64_t c, a, od, i, j, oh, ow, lo, hi, olo, ohi, dlo, dhi;                                    \
-    if (DL__IM2COL_FAST(T, g, x, col)) return;                                                     \
     for (a = 0; a < g->kd; a++) {                                                                  \
       const int64_t doff = a * g->dd - g->pd;                                                      \
       dl__conv_range(doff, g->sd, g->D, g->Do, &dlo, &dhi);                                        \
