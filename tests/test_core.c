@@ -222,7 +222,9 @@ static void test_team_guard(void) {
   dl_ctx_init(&ctx, NULL);
   /* the first team loop starts the threads: a late member is not a stall */
   CHECK(team_loop(&ctx, 0.010, 0, 0.011) && ctx.team.until == 0.0 && ctx.team.started == 1);
-  /* nor are the loops of the next 0.1 s (members still settling) */
+  /* nor are the loops of the next 0.1 s (members still settling; the start
+   * moved to now, so a slow machine cannot end the warm-up in between) */
+  ctx.team.t_start = omp_get_wtime();
   CHECK(team_loop(&ctx, 0.008, 0, 0.009) && team_loop(&ctx, 0.004, 0, 0.005) && ctx.team.until == 0.0);
   ctx.team.t_start -= 0.2; /* (faked: the warm-up is over) */
   /* idle: members start within 20 us, 0.2 ms of imbalance in 1 ms loops

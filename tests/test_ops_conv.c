@@ -59,7 +59,7 @@ static void test_im2col_kernel(void) {
         if (g.kh < 1) g.kh = 1;
         g.kw = 1 + (k / 2) % 5;
         g.sh = 1 + (k / 5) % 2;
-        g.sw = 1 + (k / 11) % 4 / 3;                 /* mostly 1: the fast form */
+        g.sw = 1 + (k / 11) % 4 / 3;                 /* mostly 1: stretch copies among them */
         g.dh = 1 + (k / 7) % 2;
         g.dw = 1 + (k / 13) % 5 / 4;
         g.ph = (k * 7) % 4 + (k % 17 == 3) * 4;      /* up to 7 */

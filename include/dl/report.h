@@ -110,13 +110,16 @@ DL__HEADER_BEGIN
  * DL_MALLOC's, NULL on failure.
  *
  * Why chunks: stb's deflate keeps one growing array per hash bucket, so one
- * chart took some 500 mallocs and reallocs, and how many depended on the
- * picture; a training run's allocation count then moved with its curves.
- * A chunk sized for the image (dl__png_encode's hint) holds the whole
- * encode: one allocation per chart, whatever it shows. Pieces are bumped
- * off the newest chunk; freeing or growing the newest piece gives back or
- * takes room in place, other frees wait for the end of the encode (stb's
- * doubling arrays leave at most about as much behind as they hold). */
+ * chart took 7,000-13,000 mallocs and reallocs (stb 1.16), and how many
+ * depended on the picture; a training run's allocation count then moved
+ * with its curves. The first chunk is sized for the image (dl__png_encode's
+ * hint) and holds a chart's whole encode: one allocation per chart,
+ * whatever its curves (a noisy photograph, whose deflate output is large,
+ * takes a few more chunks, from 1 MiB doubling). Pieces are bumped off the
+ * newest chunk; freeing or growing the newest piece gives back or takes
+ * room in place, other frees wait for the end of the encode (stb's doubling
+ * arrays leave at most about as much behind as they hold). A request too
+ * large to represent is out of memory like a failed chunk. */
 #include <setjmp.h>
 typedef struct dl__png_block { /* before each chunk and piece: 32 bytes keep them 16-aligned */
   struct dl__png_block *prev, *next; /* a chunk: the list; a piece: unused */
@@ -129,6 +132,7 @@ typedef struct dl__png_mem {
   dl__png_block head;  /* the chunks' list (newest first), its sentinel */
   size_t used;         /* bytes carved from the newest chunk */
   size_t next_chunk;   /* the room of the next chunk, at least */
+  int chunks;          /* chunks taken so far */
   size_t in_use, asked;
 } dl__png_mem;
 static DL__TLS dl__png_mem *dl__png_cur;
@@ -153,11 +157,20 @@ static int dl__png_is_last(const dl__png_mem *m, const dl__png_block *b) {
          (const unsigned char *)b + DL__PNG_HDR + DL__PNG_ROUND(b->size) ==
              (const unsigned char *)m->head.next + DL__PNG_HDR + m->used;
 }
+/* Out of memory inside an encode: give back everything it holds, leave it. */
+static void dl__png_oom(dl__png_mem *m, size_t asked) {
+  m->asked = asked;
+  dl__png_release(m);
+  longjmp(m->jb, 1);
+}
 static void *dl__png_malloc(size_t n) {
   dl__png_mem *m = dl__png_cur;
   dl__png_block *b;
   size_t need;
-  if (n > SIZE_MAX / 4) return NULL;
+  if (n > SIZE_MAX / 4) {
+    if (m) dl__png_oom(m, n);
+    return NULL;
+  }
   if (!m) {
     b = (dl__png_block *)DL_MALLOC(DL__PNG_HDR + n, NULL);
     if (!b) return NULL;
@@ -169,11 +182,7 @@ static void *dl__png_malloc(size_t n) {
   if (m->head.next == &m->head || m->head.next->size - m->used < need) { /* a new chunk */
     size_t room = m->next_chunk > need ? m->next_chunk : need;
     dl__png_block *c = (dl__png_block *)dl_raw_alloc(m->ctx, DL__PNG_HDR + room);
-    if (!c) { /* give back everything this encode holds, then leave it */
-      m->asked = n;
-      dl__png_release(m);
-      longjmp(m->jb, 1);
-    }
+    if (!c) dl__png_oom(m, DL__PNG_HDR + room);
     c->tracked = 1;
     c->size = room;
     c->next = m->head.next;
@@ -181,7 +190,7 @@ static void *dl__png_malloc(size_t n) {
     m->head.next->prev = c;
     m->head.next = c;
     m->used = 0;
-    m->next_chunk = room <= SIZE_MAX / 8 ? room * 2 : room;
+    m->next_chunk = ++m->chunks == 1 ? (size_t)1 << 20 : room <= SIZE_MAX / 8 ? room * 2 : room;
   }
   b = (dl__png_block *)((unsigned char *)m->head.next + DL__PNG_HDR + m->used);
   m->used += need;
@@ -209,6 +218,7 @@ static void *dl__png_realloc(void *p, size_t n) {
   if (!p) return dl__png_malloc(n);
   b = (dl__png_block *)((unsigned char *)p - DL__PNG_HDR);
   if (!b->tracked) {
+    if (n > SIZE_MAX / 4) return NULL;
     b = (dl__png_block *)DL_REALLOC(b, DL__PNG_HDR + n, NULL);
     if (!b) return NULL;
     b->size = n;
@@ -221,7 +231,7 @@ static void *dl__png_realloc(void *p, size_t n) {
     b->size = n;
     return p;
   }
-  q = dl__png_malloc(n); /* jumps on failure, p's chunk still on the list */
+  q = dl__png_malloc(n); /* jumps on failure (never NULL here), p's chunk still on the list */
   memcpy(q, p, n < b->size ? n : b->size);
   dl__png_free(p);
   return q;
@@ -1550,15 +1560,17 @@ DL_API void dl__png_write(void *context, void *data, int size) {
 #ifdef DL__PNG_TRACKED
 /* stb's encoder with every block it takes carved from chunks on mem's list
  * (see the hooks at the top), all given back at the end: 1 written, 0 stb
- * failed, -1 out of memory. The first chunk is sized for a w x h image:
- * stb's filtered copy of the pixels, its output (at most about the same),
- * its deflate's hash table and the buckets' arrays. */
+ * failed, -1 out of memory (mem->asked: the bytes that failed). The first
+ * chunk is sized for a w x h image: stb's filtered copy of the pixels and
+ * its line buffer, its deflate's hash table (128 KiB), the buckets' arrays
+ * and a chart's compressed output (3 MiB for those); a larger output goes
+ * to further chunks. */
 static int dl__png_encode(dl__png_mem *mem, dl_ctx *ctx, dl_atomic_file *f, int w, int h, const unsigned char *rgb) {
   int ok;
   memset(mem, 0, sizeof *mem);
   mem->ctx = ctx;
   mem->head.next = mem->head.prev = &mem->head;
-  mem->next_chunk = 2 * ((size_t)w * 3 + 1) * (size_t)h + ((size_t)3 << 20);
+  mem->next_chunk = ((size_t)w * 3 + 1) * (size_t)h + (size_t)w * 3 + ((size_t)3 << 20);
   int (*volatile encode)(stbi_write_func *, void *, int, int, int, const void *, int) = stbi_write_png_to_func;
   dl__png_cur = mem;
   if (setjmp(mem->jb)) {

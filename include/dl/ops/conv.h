@@ -307,10 +307,10 @@ DL_API void dl__conv_range(int64_t off, int64_t s, int64_t n, int64_t outn, int6
               src = xd + c * DHW + (olo * g->sh + hoff) * g->W + (lo * sw + woff);                 \
               dst += olo * Wo;                                                                     \
               if (sw == 1 && rs == Wo) {                                                           \
-                /* stride 1 and as wide as the input ("same" padding): the inside rows are          \
-                 * one stretch of x, one copy, then the edge columns (garbage from the next         \
-                 * row, or not written) zeroed, one or two elements each written out so the         \
-                 * compiler makes no memset call of them */                                        \
+                /* column stride 1 and a row of x per output row (sh W == Wo: stride 1 and        \
+                 * "same" padding): the inside rows are one stretch of x, one copy, then the        \
+                 * edge columns (garbage from the next row, or not written) zeroed, one or two      \
+                 * elements each written out so the compiler makes no memset call of them */       \
                 memcpy(dst + lo, src, sizeof(T) * (size_t)((ohi - olo - 1) * Wo + hi - lo));       \
                 if (lo > 0 || hi < Wo)                                                             \
                   for (oh = olo; oh < ohi; oh++, dst += Wo) {                                      \

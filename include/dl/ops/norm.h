@@ -607,11 +607,12 @@ DL_API void dl__bn_run(dl_tape *tp, dl__bn_args *A) {
 /* Batch norm, ReLU and a 2x2, stride-2 max pool (no padding, floor) as one
  * op (dl__t_batch_norm_relu_pool): the normalised, ReLU'd values of a plane
  * go to a stack buffer and the pool's own plane kernel reads them there, so
- * that only the pooled output and its indices reach memory. The backward
- * rebuilds a plane's gradient of the ReLU's input from the pooled gradient
- * (the pool's index, where the pooled value is > 0: ReLU's mask) in a
- * buffer, then does batch norm's two passes on it. Planes up to
- * DL__BNP_MAXHW elements. */
+ * that only the pooled output, its indices and x at those indices reach
+ * memory. The backward takes batch norm's two sums over the pooled
+ * outputs (the gradient of the ReLU's input is the pooled gradient at the
+ * pool's index where the pooled value is > 0, ReLU's mask, and 0
+ * elsewhere), then rebuilds each plane's gradient in a buffer for the pass
+ * that writes gx. Planes up to DL__BNP_MAXHW elements. */
 #define DL__BNP_MAXHW 4096
 
 typedef struct dl__bnp_args {
@@ -786,7 +787,7 @@ DL_API void dl__bnp_backward(dl_tape *tp, const dl_node *n, dl__bn_args *A) {
   P.sums = sums;
   memset(sums, 0, sizeof(double) * 2 * (size_t)C);
   if (DL__BN_BWD_SUMS(A) && P.g.Ho * P.g.Wo > 0) {
-    DL_PARALLEL_FOR(tp->ctx, work, C, c, {
+    DL_PARALLEL_FOR(tp->ctx, planes * P.g.Ho * P.g.Wo, C, c, {
       if (P.dt == DL_F32) dl__bnp_sum_f32(&P, c);
       else dl__bnp_sum_f64(&P, c);
     });
@@ -1114,7 +1115,7 @@ DL_API dl_tensor *dl__t_batch_norm_op(dl_tape *tp, dl_tensor *x, dl_tensor *weig
     nd->saved[0] = xc;
     nd->saved[1] = st;
     nd->saved[2] = wd;
-    nd->saved[3] = idx;
+    nd->saved[3] = idx; /* the pool's indices, then x at them (x's bits, not converted: dl__bnp_xs_at) */
   }
   return y;
 }
