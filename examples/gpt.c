@@ -10,7 +10,9 @@
  * embeddings, --layers (4) pre-norm blocks of --heads (4) causal heads,
  * width --embed (256), MLP 4x with exact GELU, final LayerNorm, the head
  * tied to the token embedding; context --ctx (128). --rope: rotary
- * embeddings instead of learned positions; --swiglu, --rmsnorm.
+ * embeddings instead of learned positions; --swiglu, --rmsnorm; --shift:
+ * token shift (each block's normed inputs mix in the previous position's,
+ * dl_block_desc.shift), which learns far more per byte on this text.
  *
  * Training: the training text cut into windows of --ctx + 1 bytes, one
  * every --ctx bytes, each a sample (inputs the first ctx bytes, targets the
@@ -58,7 +60,7 @@
 /* Sizes and the sampling settings (flags beyond the standard ones). */
 typedef struct gpt_opts {
   int64_t embed, layers, heads, ctx, warmup, samples, sample_len, eval_chars, top_k;
-  int64_t rope, swiglu, rmsnorm;
+  int64_t rope, swiglu, rmsnorm, shift;
   double temp, top_p, dropout, wd;
 } gpt_opts;
 
@@ -101,6 +103,7 @@ static dl_model *make_gpt(dl_ctx *ctx, uint64_t seed, const gpt_opts *go, dl_lay
   g.dropout = go->dropout;
   g.block.mlp = go->swiglu ? DL_TF_SWIGLU : DL_TF_GELU;
   g.block.norm = go->rmsnorm ? DL_TF_RMSNORM : DL_TF_LAYERNORM;
+  g.block.shift = (int)go->shift;
   *gpt = dl_gpt_make(m, NULL, "transformer", &g); /* [B, T] -> [B, T, 256] */
   return m;
 }
@@ -329,6 +332,8 @@ int main(int argc, char **argv) {
   fl[nf++] = (dl_flag){"rope", DL_FLAG_SWITCH, &go.rope, 0, 0, "rotary position embeddings instead of learned ones", NULL};
   fl[nf++] = (dl_flag){"swiglu", DL_FLAG_SWITCH, &go.swiglu, 0, 0, "SwiGLU MLP instead of GELU", NULL};
   fl[nf++] = (dl_flag){"rmsnorm", DL_FLAG_SWITCH, &go.rmsnorm, 0, 0, "RMSNorm instead of LayerNorm", NULL};
+  fl[nf++] = (dl_flag){"shift", DL_FLAG_SWITCH, &go.shift, 0, 0,
+                       "token shift: each block's inputs mix in the previous position's", NULL};
   fl[nf++] = (dl_flag){"eval-chars", DL_FLAG_I64, &go.eval_chars, 0, 1e15, "evaluate on the first N test bytes (0: all)", "N"};
   fl[nf++] = (dl_flag){"samples", DL_FLAG_I64, &go.samples, 0, 1000, "fortunes to sample at the end", "N"};
   fl[nf++] = (dl_flag){"sample-len", DL_FLAG_I64, &go.sample_len, 1, 1000000, "longest sample, in bytes", "N"};

@@ -296,8 +296,8 @@ if command -v "$CXX" >/dev/null && make -s gpu-fake CXX="$CXX" >"$B/fake.log" 2>
       else bad "$ex --device cuda on the fake device: the weights differ between CUDA graphs and --no-graphs"; fi
     else bad "$ex against the fake device (build)"; head -30 "$B/fake.log"; fi
   done
-  # the GPT (rotary positions, composed attention on the device): 2 steps, the CPU's bits per byte
-  gx="--subset 16 --ctx 16 --batch 8 --layers 1 --embed 16 --heads 2 --rope --eval-chars 300 --samples 1 --sample-len 20 --threads 1 --quiet"
+  # the GPT (rotary positions, token shift, composed attention on the device): 2 steps, the CPU's bits per byte
+  gx="--subset 16 --ctx 16 --batch 8 --layers 1 --embed 16 --heads 2 --rope --shift --eval-chars 300 --samples 1 --sample-len 20 --threads 1 --quiet"
   if [ -d /usr/share/games/fortunes ] && $CC $WARN -O2 -DDL_USE_CUDA -Iinclude examples/gpt.c -o "$B/gpt_fake" \
       build/libdlgpu_fake.a -lstdc++ -lm 2>"$B/fake.log" && $CC $WARN -O2 -Iinclude examples/gpt.c -o "$B/gpt_host" -lm 2>>"$B/fake.log"; then
     g=$(cd "$B" && timeout 600 ./gpt_fake --device cuda $gx --save gpt_fake.st --csv gpt_fake.csv 2>&1 | grep -o 'test_acc=[0-9.]*\|test_bpb=[0-9.]*' | tr '\n' ' ')

@@ -2,9 +2,11 @@
 /* tests/test_gpt_parity.c - a GPT trained 10 AdamW steps against PyTorch,
  * in the manner of llm.c's test_gpt2 (issue 18).
  *
- * Two small GPTs (vocab 32, context 8, width 16, 2 blocks of 2 heads, batch
- * 4): "gpt2" (learned positions, LayerNorm, exact GELU, tied head) and "llama"
- * (rope, RMSNorm, SwiGLU, untied head, no biases), each in f32 and f64.
+ * Three small GPTs (vocab 32, context 8, width 16, 2 blocks of 2 heads,
+ * batch 4): "gpt2" (learned positions, LayerNorm, exact GELU, tied head),
+ * "llama" (rope, RMSNorm, SwiGLU, untied head, no biases) and "shift" (rope
+ * and token shift, otherwise gpt2: examples/gpt.c --rope --shift), each in
+ * f32 and f64.
  * tests/fixtures/gpt_parity/NAME_DT_init.safetensors holds the initial
  * weights (written by this program's --write-init, from the seed) and the
  * batches (tokens [10, 4, 9]); tools/gpt_reference.py, a GPT written in
@@ -53,6 +55,9 @@ static dl_model *build(const char *name, dl_dtype dt, dl_layer **gpt) {
     g.block.norm = DL_TF_RMSNORM;
     g.block.mlp = DL_TF_SWIGLU;
     g.block.no_bias = 1;
+  } else if (strcmp(name, "shift") == 0) {
+    g.rope = 1;
+    g.block.shift = 1;
   }
   g.block.init_std = 0.1; /* larger than GPT-2's 0.02: gradients well away from zero */
   *gpt = dl_gpt_make(m, NULL, "transformer", &g);
@@ -64,9 +69,9 @@ static void path_of(char *buf, size_t n, const char *dir, const char *name, dl_d
 }
 
 static int write_init(const char *dir) {
-  static const char *const names[2] = {"gpt2", "llama"};
+  static const char *const names[3] = {"gpt2", "llama", "shift"};
   int k, t;
-  for (k = 0; k < 2; k++)
+  for (k = 0; k < 3; k++)
     for (t = 0; t < 2; t++) {
       const dl_dtype dt = t ? DL_F64 : DL_F32;
       dl_layer *gpt;
@@ -199,6 +204,10 @@ static void test_llama(void) {
   parity("llama", DL_F64);
   parity("llama", DL_F32);
 }
+static void test_shift(void) {
+  parity("shift", DL_F64);
+  parity("shift", DL_F32);
+}
 
 int main(int argc, char **argv) {
   dl_ctx_desc d = {0};
@@ -208,5 +217,6 @@ int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--write-init") == 0) return write_init(argv[2]);
   RUN(test_gpt2);
   RUN(test_llama);
+  RUN(test_shift);
   return harness_finish();
 }

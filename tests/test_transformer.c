@@ -4,10 +4,11 @@
  * - dl_gradcheck (f64, reverse and forward mode) of a tiny GPT's loss with
  *   respect to its parameters, for learned positions and rope, LayerNorm and
  *   RMSNorm, GELU, GELU tanh and SwiGLU, tied and untied heads, biases or
- *   none: the tied wte's gradient is the head's plus the lookup's.
+ *   none, token shift or none: the tied wte's gradient is the head's plus
+ *   the lookup's.
  * - Causality: changing token t leaves the logits before t unchanged.
  * - The KV cache: token-by-token logits equal the full pass's (f64, 1e-12),
- *   prompt chunks too; generation with and without the cache draws the same
+ *   prompt chunks too, with and without token shift (the cache's prev); generation with and without the cache draws the same
  *   tokens within the context.
  * - dl_sample: greedy, top-k 1, top-p near 0, the frequencies of a draw
  *   match the softmax (chi-square), seeded draws repeat.
@@ -32,7 +33,8 @@ static dl_tensor *loss_fn(dl_tape *tp, dl_tensor **in, void *user) {
                             c->lab, 0, DL_REDUCE_MEAN);
 }
 
-static dl_model *tiny(dl_dtype dt, int rope, dl_tf_norm norm, dl_tf_mlp mlp, int untied, int no_bias, dl_layer **gpt) {
+static dl_model *tiny(dl_dtype dt, int rope, dl_tf_norm norm, dl_tf_mlp mlp, int untied, int no_bias, int shift,
+                      dl_layer **gpt) {
   dl_model *m = dl_model_make(&ctx, &(dl_model_desc){dt, 42});
   dl_gpt_desc g;
   memset(&g, 0, sizeof g);
@@ -46,13 +48,15 @@ static dl_model *tiny(dl_dtype dt, int rope, dl_tf_norm norm, dl_tf_mlp mlp, int
   g.block.norm = norm;
   g.block.mlp = mlp;
   g.block.no_bias = no_bias;
+  g.block.shift = shift;
   g.block.init_std = 0.5; /* large weights: gradients far from zero */
   *gpt = dl_gpt_make(m, NULL, "transformer", &g);
   return m;
 }
 
 static void test_gradcheck(void) {
-  static const int cfg[][5] = {{0, 0, 0, 0, 0}, {1, 1, 2, 0, 0}, {0, 0, 1, 1, 0}, {1, 0, 2, 1, 1}, {0, 1, 0, 0, 1}};
+  static const int cfg[][6] = {{0, 0, 0, 0, 0, 0}, {1, 1, 2, 0, 0, 0}, {0, 0, 1, 1, 0, 0}, {1, 0, 2, 1, 1, 0},
+                               {0, 1, 0, 0, 1, 0}, {0, 0, 0, 0, 0, 1}, {1, 1, 2, 1, 1, 1}};
   int64_t toks[10] = {1, 5, 2, 2, 6, 0, 3, 4, 1, 6}, labs[10] = {5, 2, 2, 6, 0, 4, 1, 6, 3, 3};
   size_t k;
   for (k = 0; k < sizeof cfg / sizeof cfg[0]; k++) {
@@ -60,12 +64,13 @@ static void test_gradcheck(void) {
     dl_tensor idx, lab, *in[16];
     dl_gradcheck_result r;
     int i, n = 0, ok;
-    c.m = tiny(DL_F64, cfg[k][0], (dl_tf_norm)cfg[k][1], (dl_tf_mlp)cfg[k][2], cfg[k][3], cfg[k][4], &c.gpt);
+    c.m = tiny(DL_F64, cfg[k][0], (dl_tf_norm)cfg[k][1], (dl_tf_mlp)cfg[k][2], cfg[k][3], cfg[k][4], cfg[k][5],
+                 &c.gpt);
     dl_tensor_wrap(&idx, &ctx, DL_I64, 2, (const int64_t[]){2, 5}, toks);
     dl_tensor_wrap(&lab, &ctx, DL_I64, 1, (const int64_t[]){10}, labs);
     c.idx = &idx;
     c.lab = &lab;
-    /* every parameter of the GPT's own and of block 1 (at most 16) */
+    /* the GPT's own parameters and block 1's, at most 16 (dl_gradcheck's limit; token shift's mixes come before the MLP's) */
     for (i = 0; i < c.m->nparams && n < 16; i++) {
       dl_param *p = c.m->params[i];
       if (strstr(p->name, ".h.0.")) continue;
@@ -85,7 +90,7 @@ static void test_gradcheck(void) {
 
 static void test_names(void) {
   dl_layer *gpt;
-  dl_model *m = tiny(DL_F32, 0, DL_TF_LAYERNORM, DL_TF_GELU, 0, 0, &gpt);
+  dl_model *m = tiny(DL_F32, 0, DL_TF_LAYERNORM, DL_TF_GELU, 0, 0, 0, &gpt);
   static const char *const want[] = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight",
                                      "transformer.ln_f.bias", "transformer.h.0.ln_1.weight",
                                      "transformer.h.0.attn.c_attn.weight", "transformer.h.1.mlp.c_proj.bias"};
@@ -94,8 +99,11 @@ static void test_names(void) {
   CHECK(dl_model_tensor(m, "transformer.h.0.attn.c_attn.weight")->shape[0] == 24);
   CHECK(dl_model_tensor(m, "transformer.h.0.mlp.c_fc.weight")->shape[0] == 32);
   CHECK(dl_model_param(m, "transformer.lm_head.weight") == NULL);
+  CHECK(dl_model_param(m, "transformer.h.0.attn.shift") == NULL && dl_model_param(m, "transformer.h.0.mlp.shift") == NULL);
   dl_model_free(m);
-  m = tiny(DL_F32, 1, DL_TF_RMSNORM, DL_TF_SWIGLU, 1, 1, &gpt);
+  m = tiny(DL_F32, 1, DL_TF_RMSNORM, DL_TF_SWIGLU, 1, 1, 1, &gpt);
+  CHECK(dl_model_tensor(m, "transformer.h.1.attn.shift")->shape[0] == 8);
+  CHECK(dl_model_tensor(m, "transformer.h.1.mlp.shift")->ndim == 1 && dl__get_at(dl_model_tensor(m, "transformer.h.0.mlp.shift"), 3) == 0.5);
   CHECK(dl_model_param(m, "transformer.wpe.weight") == NULL && dl_model_param(m, "transformer.lm_head.weight"));
   CHECK(dl_model_param(m, "transformer.ln_f.bias") == NULL && dl_model_param(m, "transformer.h.1.attn.c_attn.bias") == NULL);
   CHECK(dl_model_tensor(m, "transformer.h.0.mlp.c_fc.weight")->shape[0] == 2 * 24); /* 8*8/3 -> 24 */
@@ -105,10 +113,10 @@ static void test_names(void) {
 /* logits of idx [B, T] with the cache fed in chunks vs one full pass (a
  * function per rope setting: EXPECT_PANIC's setjmp must not sit inside a
  * loop whose counter changes after it) */
-static void cache_case(const int rope) {
+static void cache_case(const int rope, const int shift) {
   {
     dl_layer *gpt;
-    dl_model *m = tiny(DL_F64, rope, DL_TF_LAYERNORM, DL_TF_GELU, 0, 0, &gpt);
+    dl_model *m = tiny(DL_F64, rope, DL_TF_LAYERNORM, DL_TF_GELU, 0, 0, shift, &gpt);
     int64_t toks[12] = {1, 5, 2, 2, 6, 0, 3, 4, 1, 6, 0, 2}, t2[12];
     dl_tensor idx, *full, *chg;
     dl_tape tp;
@@ -130,7 +138,7 @@ static void cache_case(const int rope) {
         if (t < 3) before = fmax(before, d);
         else after = fmax(after, d);
       }
-    CHECK_MSG(before == 0 && after > 1e-6, "causality: before %g after %g", before, after);
+    CHECK_MSG(before == 0 && after > 1e-6, "rope %d shift %d: causality: before %g after %g", rope, shift, before, after);
     CHECK(dl_kv_cache_init(&kv, gpt, 2, 0) == DL_OK);
     {
       int64_t at = 0;
@@ -151,7 +159,7 @@ static void cache_case(const int rope) {
       }
       CHECK(kv.len == 6);
     }
-    CHECK_MSG(worst < 1e-12, "rope %d: cache vs full %g", rope, worst);
+    CHECK_MSG(worst < 1e-12, "rope %d shift %d: cache vs full %g", rope, shift, worst);
     {
       int64_t one = 1;
       dl_tensor pi;
@@ -181,10 +189,12 @@ static void cache_refuses_grad(dl_model *m, dl_layer *gpt) {
 }
 static void test_cache_and_causality(void) {
   dl_layer *gpt;
-  dl_model *m = tiny(DL_F32, 0, DL_TF_LAYERNORM, DL_TF_GELU, 0, 0, &gpt);
+  dl_model *m = tiny(DL_F32, 0, DL_TF_LAYERNORM, DL_TF_GELU, 0, 0, 0, &gpt);
   int i;
-  cache_case(0);
-  cache_case(1);
+  cache_case(0, 0);
+  cache_case(1, 0);
+  cache_case(0, 1);
+  cache_case(1, 1);
   for (i = 0; i < m->nparams; i++) dl_requires_grad(&m->params[i]->t);
   cache_refuses_grad(m, gpt);
   for (i = 0; i < m->nparams; i++) { /* dl_requires_grad's gradients are the caller's */
@@ -194,9 +204,9 @@ static void test_cache_and_causality(void) {
   dl_model_free(m);
 }
 
-static void test_generate(void) {
+static void generate_case(int shift) {
   dl_layer *gpt;
-  dl_model *m = tiny(DL_F32, 1, DL_TF_LAYERNORM, DL_TF_GELU, 0, 0, &gpt);
+  dl_model *m = tiny(DL_F32, 1, DL_TF_LAYERNORM, DL_TF_GELU, 0, 0, shift, &gpt);
   int64_t prompt[2] = {3, 1}, a[4], b[4], c[12];
   dl_rng r1 = dl_rng_make(5), r2 = dl_rng_make(5), r3 = dl_rng_make(5);
   const dl_sample_desc s = {1.0, 0, 0};
@@ -207,6 +217,10 @@ static void test_generate(void) {
   CHECK(memcmp(a, c, sizeof a) == 0);
   CHECK(m->training == 1);
   dl_model_free(m);
+}
+static void test_generate(void) {
+  generate_case(0);
+  generate_case(1);
 }
 
 static void test_sample(void) {

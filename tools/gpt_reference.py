@@ -17,6 +17,8 @@ tests/test_gpt_parity.c and of the GPT benchmark.
 The model (config from the file's shapes and NAME):
   x = wte[idx] (+ wpe[pos]);  per block  x += c_proj(attn(ln_1(x)));
   x += mlp(ln_2(x));  logits = ln_f(x) @ W^T, W = wte (tied) or lm_head.
+Token shift (when the file has h.N.attn.shift): each of ln_1's and ln_2's
+outputs h becomes h + shift * (h one position back, zero at 0, - h).
 attention: q, k, v = c_attn(h).split(C), heads of width C/H, rope on q and k
 (rotate-half, base 10000), scores q k^T / sqrt(hd) with the causal -inf
 mask, softmax, @ v. mlp: c_proj(gelu(c_fc(h))) (exact GELU) or SwiGLU
@@ -78,11 +80,21 @@ class Block(nn.Module):
         self.mlp = nn.Module()
         self.mlp.c_fc = nn.Linear(C, 2 * F_ if cfg["swiglu"] else F_, bias=bias, dtype=dt)
         self.mlp.c_proj = nn.Linear(F_, C, bias=bias, dtype=dt)
+        if cfg["shift"]:
+            self.attn.shift = nn.Parameter(torch.full((C,), 0.5, dtype=dt))
+            self.mlp.shift = nn.Parameter(torch.full((C,), 0.5, dtype=dt))
+
+    @staticmethod
+    def token_shift(h, mu):
+        return h + mu * (F.pad(h, (0, 0, 1, 0))[:, :-1] - h)
 
     def forward(self, x):
         B, T, C = x.shape
         H = self.cfg["heads"]
-        q, k, v = self.attn.c_attn(self.ln_1(x)).split(C, dim=2)
+        h = self.ln_1(x)
+        if self.cfg["shift"]:
+            h = self.token_shift(h, self.attn.shift)
+        q, k, v = self.attn.c_attn(h).split(C, dim=2)
         q, k, v = [t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v)]
         if self.cfg["rope"]:
             q, k = rope(q), rope(k)
@@ -91,7 +103,10 @@ class Block(nn.Module):
         att = att.masked_fill(mask, float("-inf")).softmax(-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + self.attn.c_proj(y)
-        h = self.mlp.c_fc(self.ln_2(x))
+        h = self.ln_2(x)
+        if self.cfg["shift"]:
+            h = self.token_shift(h, self.mlp.shift)
+        h = self.mlp.c_fc(h)
         if self.cfg["swiglu"]:
             g, u = h.split(self.cfg["hidden"], dim=2)
             h = F.silu(g) * u
@@ -138,6 +153,7 @@ def config_of(sd, heads):
         "rope": "transformer.wpe.weight" not in sd, "swiglu": fc == 2 * F_,
         "rmsnorm": "transformer.ln_f.bias" not in sd, "untied": "transformer.lm_head.weight" in sd,
         "bias": "transformer.h.0.attn.c_attn.bias" in sd, "dtype": sd["transformer.wte.weight"].dtype,
+        "shift": "transformer.h.0.attn.shift" in sd,
     }
 
 
