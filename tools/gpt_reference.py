@@ -9,10 +9,16 @@ tests/test_gpt_parity.c and of the GPT benchmark.
                             AdamW steps on its tokens, write
                             DIR/NAME_DT_ref.safetensors (losses [10] f64 and
                             the final weights)
-  gpt_reference.py load FILE [--rope] [--swiglu] [--rmsnorm] [--untied] ...
-                            load a checkpoint of examples/gpt.c (strict) and
-                            print the held-out bits per byte's first loss (a
-                            check that the names and layouts match)
+  gpt_reference.py load FILE --heads N --ctx N [TEXT]
+                            load a weights file of examples/gpt.c (--save;
+                            the architecture from its names and shapes, the
+                            heads and context given) with load_state_dict
+                            (strict) and print its parameter count; with
+                            TEXT (a file of bytes) also its bits per byte
+                            and next-byte accuracy on TEXT, scored as gpt.c
+                            scores its test text (every byte after the first
+                            once, from windows of ctx bytes overlapping by
+                            half)
 
 The model (config from the file's shapes and NAME):
   x = wte[idx] (+ wpe[pos]);  per block  x += c_proj(attn(ln_1(x)));
@@ -185,8 +191,62 @@ def train(path, steps=10):
     print("%s: loss %.6f -> %.6f, wrote %s" % (os.path.basename(path), losses[0], losses[-1], ref))
 
 
+def score(model, text, T, vocab, chunk=64):
+    """examples/gpt.c's eval_text: windows k of T bytes starting at k * (T - T/2); window 0 scores its
+    positions 0 .., the others from T/2 on; mean nats per byte and next-byte accuracy."""
+    L, W = len(text), T // 2
+    S = T - W
+    tok = torch.tensor(list(text) + [0] * (T + 1), dtype=torch.int64)  # zeros past the end, as gpt.c
+    wins, k = [], 0
+    while True:
+        s, j0 = k * S, (W if k else 0)
+        if s + j0 + 1 > L - 1:
+            break
+        wins.append((s, j0, min(T, L - 1 - s)))
+        k += 1
+    nats, hits, count = 0.0, 0, 0
+    with torch.no_grad():
+        for c in range(0, len(wins), chunk):
+            part = wins[c:c + chunk]
+            x = torch.stack([tok[s:s + T] for s, _, _ in part])
+            y = torch.stack([tok[s + 1:s + 1 + T] for s, _, _ in part])
+            lp = F.log_softmax(model(x).double(), -1)
+            for b, (s, j0, to) in enumerate(part):
+                nats -= lp[b, torch.arange(j0, to), y[b, j0:to]].sum().item()
+                hits += (lp[b, j0:to].argmax(-1) == y[b, j0:to]).sum().item()
+                count += to - j0
+    return nats / count, hits / count, count
+
+
+def load(argv):
+    import argparse
+    ap = argparse.ArgumentParser(prog="gpt_reference.py load")
+    ap.add_argument("file")
+    ap.add_argument("--heads", type=int, required=True)
+    ap.add_argument("--ctx", type=int, required=True)
+    ap.add_argument("text", nargs="?")
+    a = ap.parse_intermixed_args(argv)
+    tensors, _ = st.read(a.file)
+    cfg = config_of(tensors, heads=a.heads)
+    model = GPT(cfg)
+    model.load_state_dict(tensors, strict=True)
+    model.eval()
+    flags = [f for f in ("rope", "swiglu", "rmsnorm", "untied", "shift") if cfg[f]]
+    print("%s: %d layers of %d, %d heads, %d parameters%s" % (
+        a.file, cfg["layers"], cfg["embed"], a.heads, sum(p.numel() for p in model.parameters()),
+        (", " + ", ".join(flags)) if flags else ""))
+    if a.text:
+        with open(a.text, "rb") as f:
+            text = f.read()
+        nats, acc, n = score(model, text, a.ctx, cfg["vocab"])
+        print("bits per byte %.6f, next-byte accuracy %.6f, %d bytes scored" % (nats / math.log(2), acc, n))
+    return 0
+
+
 def main(argv):
     torch.set_num_threads(1)
+    if len(argv) >= 2 and argv[1] == "load":
+        return load(argv[2:])
     if len(argv) == 2:
         files = sorted(glob.glob(os.path.join(argv[1], "*_init.safetensors")))
         if not files:
