@@ -26,6 +26,10 @@
 #  11. the GPT of examples/gpt.c: training tokens/s and peak RSS vs PyTorch,
 #      attention memory at T = 256 / 1024 / 2048, KV-cache generation
 #      (run_gpt.sh; goals >= 2x, <= 1/2, linear, >= 10x)
+#  12. the language models of examples/ on the fortunes text: held-out bits
+#      per byte and wall time of char_lm.c (LSTM) and a small gpt.c with
+#      token shift, alternating (run_lm.sh; goal: the GPT lower in no more
+#      time)
 #  10. compile cost: -O2 and fast-flag compile time and preprocessed size of
 #      a stdio.h-only file, a dl.h-only file and examples/fashion_mlp.c
 #      (run_compile.sh; goals <= 2 s -O2, <= 3 s fast, <= 3 MB preprocessed)
@@ -70,6 +74,9 @@ bash bench/run_train.sh || status=1
 echo
 echo "== the GPT: training, memory and generation vs PyTorch (run_gpt.sh) =="
 bash bench/run_gpt.sh || status=1
+echo
+echo "== the language models: char_lm vs a small GPT in bits per byte and wall time (run_lm.sh) =="
+bash bench/run_lm.sh || status=1
 echo
 echo "== data-parallel training over MPI (run_dist.sh) =="
 bash bench/run_dist.sh || status=1

@@ -113,10 +113,11 @@ static void test_names(void) {
 /* logits of idx [B, T] with the cache fed in chunks vs one full pass (a
  * function per rope setting: EXPECT_PANIC's setjmp must not sit inside a
  * loop whose counter changes after it) */
-static void cache_case(const int rope, const int shift) {
+static void cache_case(const int rope, const int shift, const int llama) {
   {
     dl_layer *gpt;
-    dl_model *m = tiny(DL_F64, rope, DL_TF_LAYERNORM, DL_TF_GELU, 0, 0, shift, &gpt);
+    dl_model *m = llama ? tiny(DL_F64, rope, DL_TF_RMSNORM, DL_TF_SWIGLU, 1, 1, shift, &gpt)
+                        : tiny(DL_F64, rope, DL_TF_LAYERNORM, DL_TF_GELU, 0, 0, shift, &gpt);
     int64_t toks[12] = {1, 5, 2, 2, 6, 0, 3, 4, 1, 6, 0, 2}, t2[12];
     dl_tensor idx, *full, *chg;
     dl_tape tp;
@@ -126,6 +127,14 @@ static void cache_case(const int rope, const int shift) {
     static const int64_t chunks[3] = {2, 1, 3};
     dl_tape_init(&tp, &ctx, 0);
     dl_model_train(m, 0);
+    if (shift) { /* mixes of every value in [0, 1], not the initial 0.5 */
+      dl_rng r = dl_rng_make(7);
+      int i;
+      int64_t j;
+      for (i = 0; i < m->nparams; i++)
+        if (strstr(m->params[i]->name, ".shift"))
+          for (j = 0; j < m->params[i]->t.numel; j++) dl_f64(&m->params[i]->t)[j] = dl_rng_uniform(&r);
+    }
     dl_tensor_wrap(&idx, &ctx, DL_I64, 2, (const int64_t[]){2, 6}, toks);
     full = dl_model_forward(m, &tp, &idx);
     memcpy(t2, toks, sizeof toks);
@@ -138,7 +147,8 @@ static void cache_case(const int rope, const int shift) {
         if (t < 3) before = fmax(before, d);
         else after = fmax(after, d);
       }
-    CHECK_MSG(before == 0 && after > 1e-6, "rope %d shift %d: causality: before %g after %g", rope, shift, before, after);
+    CHECK_MSG(before == 0 && after > 1e-6, "rope %d shift %d llama %d: causality: before %g after %g", rope, shift, llama,
+              before, after);
     CHECK(dl_kv_cache_init(&kv, gpt, 2, 0) == DL_OK);
     {
       int64_t at = 0;
@@ -159,7 +169,7 @@ static void cache_case(const int rope, const int shift) {
       }
       CHECK(kv.len == 6);
     }
-    CHECK_MSG(worst < 1e-12, "rope %d shift %d: cache vs full %g", rope, shift, worst);
+    CHECK_MSG(worst < 1e-12, "rope %d shift %d llama %d: cache vs full %g", rope, shift, llama, worst);
     {
       int64_t one = 1;
       dl_tensor pi;
@@ -172,6 +182,24 @@ static void cache_case(const int rope, const int shift) {
     dl_tape_free(&tp);
     dl_model_free(m);
   }
+}
+/* a GPT with token shift refuses a cache made for one without */
+static void cache_without_shift(void) {
+  dl_layer *gs, *gn;
+  dl_model *ms = tiny(DL_F32, 1, DL_TF_LAYERNORM, DL_TF_GELU, 0, 0, 1, &gs);
+  dl_model *mn = tiny(DL_F32, 1, DL_TF_LAYERNORM, DL_TF_GELU, 0, 0, 0, &gn);
+  int64_t one2[2] = {1, 2};
+  dl_tensor pi;
+  dl_tape tp;
+  dl_kv_cache kv;
+  dl_tape_init(&tp, &ctx, 0);
+  CHECK(dl_kv_cache_init(&kv, gn, 2, 0) == DL_OK && kv.prev == NULL);
+  dl_tensor_wrap(&pi, &ctx, DL_I64, 2, (const int64_t[]){2, 1}, one2);
+  EXPECT_PANIC(dl_gpt_forward(gs, &tp, &pi, &kv), "TransformerBlock", "token shift", "KV cache", "width 8");
+  dl_kv_cache_free(&kv);
+  dl_tape_free(&tp);
+  dl_model_free(ms);
+  dl_model_free(mn);
 }
 /* with gradients on (the parameters require them), the cache refuses */
 static void cache_refuses_grad(dl_model *m, dl_layer *gpt) {
@@ -191,10 +219,12 @@ static void test_cache_and_causality(void) {
   dl_layer *gpt;
   dl_model *m = tiny(DL_F32, 0, DL_TF_LAYERNORM, DL_TF_GELU, 0, 0, 0, &gpt);
   int i;
-  cache_case(0, 0);
-  cache_case(1, 0);
-  cache_case(0, 1);
-  cache_case(1, 1);
+  cache_case(0, 0, 0);
+  cache_case(1, 0, 0);
+  cache_case(0, 1, 0);
+  cache_case(1, 1, 0);
+  cache_case(1, 1, 1);
+  cache_without_shift();
   for (i = 0; i < m->nparams; i++) dl_requires_grad(&m->params[i]->t);
   cache_refuses_grad(m, gpt);
   for (i = 0; i < m->nparams; i++) { /* dl_requires_grad's gradients are the caller's */

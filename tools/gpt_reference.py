@@ -9,10 +9,11 @@ tests/test_gpt_parity.c and of the GPT benchmark.
                             AdamW steps on its tokens, write
                             DIR/NAME_DT_ref.safetensors (losses [10] f64 and
                             the final weights)
-  gpt_reference.py load FILE --heads N --ctx N [TEXT]
+  gpt_reference.py load FILE --heads N [--ctx N] [TEXT]
                             load a weights file of examples/gpt.c (--save;
                             the architecture from its names and shapes, the
-                            heads and context given) with load_state_dict
+                            heads given, the context too with rope, else
+                            wpe's rows) with load_state_dict
                             (strict) and print its parameter count; with
                             TEXT (a file of bytes) also its bits per byte
                             and next-byte accuracy on TEXT, scored as gpt.c
@@ -191,7 +192,7 @@ def train(path, steps=10):
     print("%s: loss %.6f -> %.6f, wrote %s" % (os.path.basename(path), losses[0], losses[-1], ref))
 
 
-def score(model, text, T, vocab, chunk=64):
+def score(model, text, T, chunk=64):
     """examples/gpt.c's eval_text: windows k of T bytes starting at k * (T - T/2); window 0 scores its
     positions 0 .., the others from T/2 on; mean nats per byte and next-byte accuracy."""
     L, W = len(text), T // 2
@@ -215,6 +216,8 @@ def score(model, text, T, vocab, chunk=64):
                 nats -= lp[b, torch.arange(j0, to), y[b, j0:to]].sum().item()
                 hits += (lp[b, j0:to].argmax(-1) == y[b, j0:to]).sum().item()
                 count += to - j0
+    if not count:  # fewer than 2 bytes: nothing to predict (gpt.c prints nan)
+        return math.nan, math.nan, 0
     return nats / count, hits / count, count
 
 
@@ -223,11 +226,18 @@ def load(argv):
     ap = argparse.ArgumentParser(prog="gpt_reference.py load")
     ap.add_argument("file")
     ap.add_argument("--heads", type=int, required=True)
-    ap.add_argument("--ctx", type=int, required=True)
+    ap.add_argument("--ctx", type=int, help="the context (default: wpe's rows; required with rope)")
     ap.add_argument("text", nargs="?")
     a = ap.parse_intermixed_args(argv)
     tensors, _ = st.read(a.file)
     cfg = config_of(tensors, heads=a.heads)
+    if not cfg["rope"]:
+        if a.ctx is None:
+            a.ctx = cfg["context"]
+        elif a.ctx != cfg["context"]:
+            sys.exit("--ctx %d, but %s has learned positions for a context of %d" % (a.ctx, a.file, cfg["context"]))
+    elif a.ctx is None or a.ctx < 1:
+        sys.exit("%s has rotary positions: give its context with --ctx N (gpt.c's --ctx)" % a.file)
     model = GPT(cfg)
     model.load_state_dict(tensors, strict=True)
     model.eval()
@@ -238,7 +248,7 @@ def load(argv):
     if a.text:
         with open(a.text, "rb") as f:
             text = f.read()
-        nats, acc, n = score(model, text, a.ctx, cfg["vocab"])
+        nats, acc, n = score(model, text, a.ctx)
         print("bits per byte %.6f, next-byte accuracy %.6f, %d bytes scored" % (nats / math.log(2), acc, n))
     return 0
 

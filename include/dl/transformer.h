@@ -93,7 +93,9 @@ typedef struct dl_kv_cache {
   int64_t batch, heads, head_dim, cap, len; /* len positions held (of cap) */
   dl_tensor **k, **v;                       /* [layers] of [batch, heads, cap, head_dim], owned */
   dl_tensor **prev; /* token shift: [layers] of [2, batch, C], each block's normed inputs at position len - 1
-                       (attention's, the MLP's); NULL without shift */
+                       (attention's, the MLP's) between calls of dl_gpt_forward; NULL without shift. A
+                       block's call replaces its own at once: each block runs once per new position, and
+                       len advances after all of them (dl_gpt_forward does both) */
 } dl_kv_cache;
 
 typedef struct dl__tf_block {
@@ -133,7 +135,9 @@ DL_API dl_tensor *dl__tf_shift(dl_tape *tp, dl_tensor *h, dl_tensor *mu, dl_tens
 /* The block on x [B, T, C]; with a cache, the keys and values of x's
  * positions are appended to the block's slot (positions cache->len ..) and
  * attention sees the cached ones before them (the caller advances len once
- * for all blocks: dl_gpt_forward does). */
+ * for all blocks: dl_gpt_forward does). With token shift the call also
+ * replaces the slot's previous inputs (dl_kv_cache.prev) by x's last
+ * position's: a second call at the same len would shift from those. */
 DL_API dl_tensor *dl_block_forward(dl_layer *l, dl_tape *tp, dl_tensor *x, dl_kv_cache *cache) {
   dl__tf_block *b = (dl__tf_block *)l;
   const char *op = "TransformerBlock";
@@ -155,10 +159,13 @@ DL_API dl_tensor *dl_block_forward(dl_layer *l, dl_tape *tp, dl_tensor *x, dl_kv
       DL_PANIC(tp->ctx, op, "'%s': a KV cache is for inference: run it under dl_no_grad_begin (the cached keys and "
                "values carry no gradient, and later calls overwrite them)", l->name);
     if (b->index >= cache->layers || cache->batch != B || cache->heads != H || cache->head_dim != hd ||
-        cache->k[0]->dtype != x->dtype || (b->shift1 && !cache->prev))
-      DL_PANIC(tp->ctx, op, "'%s': the KV cache [%d blocks, batch %lld, %lld heads of %lld, %s%s] does not fit x %s",
+        cache->k[0]->dtype != x->dtype)
+      DL_PANIC(tp->ctx, op, "'%s': the KV cache [%d blocks, batch %lld, %lld heads of %lld, %s] does not fit x %s",
                l->name, cache->layers, (long long)cache->batch, (long long)cache->heads, (long long)cache->head_dim,
-               dl_dtype_name(cache->k[0]->dtype), cache->prev ? ", token shift" : "", DL_SHAPESTR(x));
+               dl_dtype_name(cache->k[0]->dtype), DL_SHAPESTR(x));
+    if (b->shift1 && (!cache->prev || cache->prev[b->index]->shape[2] != C))
+      DL_PANIC(tp->ctx, op, "'%s' has token shift but the KV cache keeps no previous inputs of width %lld for it "
+               "(dl_kv_cache_init it for this block's GPT)", l->name, (long long)C);
     if (pos0 + T > cache->cap)
       DL_PANIC(tp->ctx, op, "'%s': the KV cache holds %lld positions, %lld + %lld asked", l->name,
                (long long)cache->cap, (long long)pos0, (long long)T);
