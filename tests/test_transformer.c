@@ -8,8 +8,10 @@
  *   the lookup's.
  * - Causality: changing token t leaves the logits before t unchanged.
  * - The KV cache: token-by-token logits equal the full pass's (f64, 1e-12),
- *   prompt chunks too, with and without token shift (the cache's prev); generation with and without the cache draws the same
- *   tokens within the context.
+ *   prompt chunks too, with and without token shift (the cache's prev, for
+ *   LayerNorm + GELU and RMSNorm + SwiGLU, mixes drawn in [0, 1]); a shift
+ *   model refuses a cache made without shift; generation with and without
+ *   the cache draws the same tokens within the context.
  * - dl_sample: greedy, top-k 1, top-p near 0, the frequencies of a draw
  *   match the softmax (chi-square), seeded draws repeat.
  * - Names and shapes of the parameters; panics name the layer and shapes.
