@@ -1321,7 +1321,7 @@ DL_API void dl__pool_run(dl_ctx *ctx, const dl__pool_geom *g, int kind_, dl_dtyp
   const int64_t planes = g->N * g->C, hw = g->D * g->H * g->W, ohw = g->Do * g->Ho * g->Wo;
   const int fwd = kind == DL__MAXPOOL_FWD || kind == DL__MAXPOOL_TAN || kind == DL__AVGPOOL_FWD;
   const int64_t is = fwd ? hw : ohw, os = fwd ? ohw : hw;
-  DL_PARALLEL_FOR(ctx, planes * ohw * g->kd * g->kh * g->kw, planes, pl, {
+  DL_PARALLEL_RUNS(ctx, planes * ohw * g->kd * g->kh * g->kw, planes, pl, {
     int32_t *ip = idx ? idx + pl * ohw : NULL;
     if (zero && os) memset((char *)out + (size_t)(pl * os) * dl_dtype_size(dt), 0, (size_t)os * dl_dtype_size(dt));
     if (dt == DL_F32) {
@@ -1790,7 +1790,7 @@ DL__UNPOOL_KERNELS(double, f64)
  * (bwd 1: in gy, out gx) over the planes. */
 DL_API void dl__unpool_run(dl_ctx *ctx, int bwd, dl_dtype dt, int64_t planes, int64_t n, int64_t m,
                            const void *in, const int32_t *idx, void *out, int32_t *own) {
-  DL_PARALLEL_FOR(ctx, planes * (n + m), planes, pl, {
+  DL_PARALLEL_RUNS(ctx, planes * (n + m), planes, pl, {
     const int32_t *ip = idx + pl * n;
     int32_t *op = own ? own + pl * m : NULL;
     if (dt == DL_F32) {

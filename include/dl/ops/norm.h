@@ -720,7 +720,7 @@ DL_API dl__pool_geom dl__bnp_geom(const dl_tensor *x) {
 /* The pool's forward over every plane (consts k from dl__bn_consts). */
 DL_API void dl__bnp_forward(dl_tape *tp, dl__bnp_args *P) {
   const int64_t planes = P->g.N * P->g.C, work = planes * P->g.H * P->g.W;
-  DL_PARALLEL_FOR(tp->ctx, work, planes, pl, {
+  DL_PARALLEL_RUNS(tp->ctx, work, planes, pl, {
     if (P->dt == DL_F32) dl__bnp_fwd_f32(P, pl);
     else dl__bnp_fwd_f64(P, pl);
   });
@@ -795,7 +795,7 @@ DL_API void dl__bnp_backward(dl_tape *tp, const dl_node *n, dl__bn_args *A) {
   dl__bn_consts(A, 0, C, sums, sums + C, kk, kk + C, kk + 2 * C);
   P.k = kk;
   if (P.gx) {
-    DL_PARALLEL_FOR(tp->ctx, work, planes, pl, {
+    DL_PARALLEL_RUNS(tp->ctx, work, planes, pl, {
       if (P.dt == DL_F32) dl__bnp_map_f32(&P, pl);
       else dl__bnp_map_f64(&P, pl);
     });
