@@ -211,7 +211,8 @@ static int team_loop(dl_ctx *ctx, double late, double wait, double wall) {
  * time its threads would use, makes the ctx's loops run alone for 200 ms,
  * doubling on the next one (at most 2 s); a clean span forgets it; the
  * ctx's first team loop and the loops of the 0.1 s after it are not
- * judged; an unbalanced loop on an idle machine is no stall; small or
+ * judged; a span starts again after a gap of over 10 ms between team
+ * loops; an unbalanced loop on an idle machine is no stall; small or
  * nested loops never start a team; a real 2-thread region runs every index
  * once. */
 static void test_team_guard(void) {
@@ -271,6 +272,15 @@ static void test_team_guard(void) {
   ctx.team.cpu0 = (long)clock() - (long)(0.050 * CLOCKS_PER_SEC);
   for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
   CHECK(ctx.team.window == 0.0 && ctx.team.until == 0.0);
+  /* a gap of over 10 ms before a team loop (the caller slept, or read a
+   * file) starts the span again: the same 20 ms without CPU time does not
+   * back off when it holds such a gap */
+  team_loop(&ctx, 20e-6, 0, 0.001);
+  ctx.team.span0 -= 0.020;
+  ctx.team.cpu0 = (long)clock();
+  ctx.team.last -= 0.015;
+  for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
+  CHECK(ctx.team.window == 0.0 && ctx.team.until == 0.0 && omp_get_wtime() - ctx.team.span0 < 0.010);
   /* small work, or inside a team: never a team */
   dl_ctx_init(&ctx, NULL);
   dl__team_begin(&tm, &ctx, 0);

@@ -148,6 +148,7 @@ typedef struct dl__team_state {
   int loops;     /* team loops in the span */
   int started;   /* 1 after the ctx's first team loop (which starts threads) */
   double t_start; /* omp_get_wtime() at the end of that first loop */
+  double last;   /* omp_get_wtime() at the end of the last team loop */
 } dl__team_state;
 
 struct dl_gpu; /* a device (gpu.h) */
@@ -714,9 +715,15 @@ DL_API uint64_t dl_rng_below(dl_rng *r, uint64_t n) { return dl__below_from(dl_r
  *     0.5-0.7). A member's wait for the others is left out because a long
  *     one sleeps: an unbalanced loop on an idle machine is not a stall.
  * The first back-off lasts 200 ms, each next one in a row twice as long (at
- * most 2 s); a span judged clean forgets them. The ctx's first team loop,
- * which starts the threads, and the loops of the DL__TEAM_WARMUP (0.1 s)
- * after it are not judged: on the idle VM the members came 3-8 ms late to
+ * most 2 s); a span judged clean forgets them. A span does not reach over
+ * a gap of more than DL__TEAM_GAP (10 ms) between two team loops: it starts
+ * again after it. A caller that sleeps, waits for a file or does long work
+ * of its own between steps uses no CPU time, or its own only, in the gap,
+ * which read as a short share: a benchmark's 20 ms pause between repeats
+ * backed the idle MLP step off to one thread for 200 ms, then 400 ms (its
+ * loops come every 20-200 us; under load a caller waits for its core a few
+ * ms). The ctx's first team loop, which starts the threads, and the loops
+ * of the DL__TEAM_WARMUP (0.1 s) after it are not judged: on the idle VM the members came 3-8 ms late to
  * the second, third and fourth team loops of every run (then 20 us), and
  * the back-offs that followed (200 + 400 ms) ran the first 0.6 s of each
  * run on one thread, a third of a short run such as bench/run_train.sh's
@@ -734,6 +741,7 @@ DL_API uint64_t dl_rng_below(dl_rng *r, uint64_t n) { return dl__below_from(dl_r
 #define DL__TEAM_MAX 64
 #define DL__TEAM_STALL 0.002
 #define DL__TEAM_WARMUP 0.1
+#define DL__TEAM_GAP 0.01
 typedef struct dl__team {
   double t0;                  /* when the loop began */
   double enter[DL__TEAM_MAX]; /* when each member began its share */
@@ -788,7 +796,7 @@ DL_API void dl__team_end(dl__team *tm, dl_ctx *ctx) {
       /* members still settling: not judged either */
     } else if (stall) {
       back = 1;
-    } else if (st->span0 == 0) {
+    } else if (st->span0 == 0 || tm->t0 - st->last > DL__TEAM_GAP) {
       st->span0 = now;
       st->cpu0 = (long)clock();
       st->extra = 0;
@@ -815,6 +823,7 @@ DL_API void dl__team_end(dl__team *tm, dl_ctx *ctx) {
       st->until = now + st->window;
       st->span0 = 0;
     }
+    st->last = now;
   }
 }
 #endif /* _OPENMP */
