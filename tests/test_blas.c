@@ -170,7 +170,10 @@ static const int64_t shapes[][3] = {
     {2, 2100, 3}, {3, 2, 1100},
     /* A B^T by dot products where the build has them (blas.h's gemm-dot):
      * row blocks of 8, 4, 1, columns in threes and ones, K's tail */
-    {64, 10, 128}, {21, 50, 784}, {70, 5, 47}, {9, 31, 390}};
+    {64, 10, 128}, {21, 50, 784}, {70, 5, 47}, {9, 31, 390},
+    /* a last panel of at most one vector of columns (f32: 196 = 6 x 32 + 4,
+     * 13; f64: 196 = 24 x 8 + 4) under panels of 12, 8 and 4 rows */
+    {64, 196, 40}, {20, 13, 50}, {8, 196, 9}};
 static const double alphabeta[][3] = {/* alpha, beta, NaN in C */
                                       {1.0, 0.0, 1}, {0.5, -1.5, 0}, {-2.0, 1.0, 0}};
 

@@ -354,6 +354,26 @@ DL__INL void dl__gemm_tr4_f32(const float *src, int64_t lds, float *dst, int64_t
     }                                                                                              \
     dl__gemm_store_##sfx(t, alpha, beta, C, ldc, m, n);                                            \
   }
+/* The same with one vector accumulator a row, for a panel of at most L
+ * columns (N's last, N = 196 = 6 x 32 + 4: half the work of its 32
+ * columns). The packed panel of B is NR wide whatever it holds. */
+#define DL__GEMM_KERNEL_BODY1(T, sfx, VT, RM)                                                      \
+  enum { L = DL__GEMM_VBYTES / sizeof(T) };                                                        \
+  const VT zero = {0};                                                                             \
+  VT c0[RM];                                                                                       \
+  DL__GEMM_UNROLL                                                                                  \
+  for (i = 0; i < RM; i++) c0[i] = zero;                                                           \
+  for (p = 0; p < kc; p++, a += MR, b += NR) {                                                     \
+    VT b0;                                                                                         \
+    memcpy(&b0, b, sizeof b0);                                                                     \
+    DL__GEMM_UNROLL                                                                                \
+    for (i = 0; i < RM; i++) c0[i] += (a[i] - zero) * b0;                                          \
+  }                                                                                                \
+  {                                                                                                \
+    T t[MR * NR];                                                                                  \
+    for (i = 0; i < RM; i++) memcpy(t + i * NR, &c0[i], sizeof c0[i]);                             \
+    dl__gemm_store_##sfx(t, alpha, beta, C, ldc, m, n);                                            \
+  }
 #else
 /* A plain-C MR x NR accumulator array (VT and RM are not used). */
 #define DL__GEMM_KERNEL_BODY(T, sfx, VT, RM)                                                       \
@@ -366,6 +386,7 @@ DL__INL void dl__gemm_tr4_f32(const float *src, int64_t lds, float *dst, int64_t
       for (j = 0; j < NR; j++) t[i * NR + j] += ai * b[j];                                         \
     }                                                                                              \
   dl__gemm_store_##sfx(t, alpha, beta, C, ldc, m, n);
+#define DL__GEMM_KERNEL_BODY1(T, sfx, VT, RM) DL__GEMM_KERNEL_BODY(T, sfx, VT, RM) /* (not reached) */
 #endif
 
 /* Everything the driver needs for one element type, written once and
@@ -481,7 +502,15 @@ DL__INL void dl__gemm_tr4_f32(const float *src, int64_t lds, float *dst, int64_t
     const T alpha = (T)alpha_, beta = (T)beta_;                                                    \
     int64_t p;                                                                                     \
     int i;                                                                                         \
-    if (DL__GEMM_VEC && MR > 8 && m <= 4) {                                                       \
+    if (DL__GEMM_VEC && 2 * n <= NR) { /* one vector of columns (NR is two) */                      \
+      if (MR > 8 && m <= 4) {                                                                      \
+        DL__GEMM_KERNEL_BODY1(T, sfx, VT, DL__GEMM_RM4)                                            \
+      } else if (MR > 8 && m <= 8) {                                                               \
+        DL__GEMM_KERNEL_BODY1(T, sfx, VT, DL__GEMM_RM8)                                            \
+      } else {                                                                                     \
+        DL__GEMM_KERNEL_BODY1(T, sfx, VT, MR)                                                      \
+      }                                                                                            \
+    } else if (DL__GEMM_VEC && MR > 8 && m <= 4) {                                                \
       DL__GEMM_KERNEL_BODY(T, sfx, VT, DL__GEMM_RM4)                                               \
     } else if (DL__GEMM_VEC && MR > 8 && m <= 8) {                                                \
       DL__GEMM_KERNEL_BODY(T, sfx, VT, DL__GEMM_RM8)                                               \
