@@ -312,12 +312,24 @@ DL__INL void dl__gemm_tr4_f32(const float *src, int64_t lds, float *dst, int64_t
  * n, p, i and the enum MR, NR) it uses. T is the element type, VT its vector
  * type and sfx the suffix of the store it ends with. */
 #if DL__GEMM_VEC
+/* The m x n corner of C that the kernel will write, asked for (for writing)
+ * before its loop over K, so that the lines arrive while it computes:
+ * a C block not in cache (a weight's gradient, 256 x 784 floats, last
+ * touched by the previous step's optimizer) otherwise cost a miss per row
+ * at the end of every tile, with only 64 steps of K between them. */
+#define DL__GEMM_PREFETCH_C(T)                                                                     \
+  for (i = 0; i < m; i++) {                                                                        \
+    __builtin_prefetch(C + i * ldc, 1, 3);                                                         \
+    if ((size_t)n * sizeof(T) > 64) __builtin_prefetch(C + i * ldc + 64 / sizeof(T), 1, 3);       \
+    __builtin_prefetch(C + i * ldc + n - 1, 1, 3);                                                 \
+  }
 /* RM (<= MR) rows of two vector accumulators (L lanes each) in registers;
  * the packed panel of A is MR tall whatever RM is. */
 #define DL__GEMM_KERNEL_BODY(T, sfx, VT, RM)                                                       \
   enum { L = DL__GEMM_VBYTES / sizeof(T) };                                                        \
   const VT zero = {0};                                                                             \
   VT c0[RM], c1[RM];                                                                               \
+  DL__GEMM_PREFETCH_C(T)                                                                           \
   DL__GEMM_UNROLL                                                                                  \
   for (i = 0; i < RM; i++) c0[i] = c1[i] = zero;                                                   \
   for (p = 0; p < kc; p++, a += MR, b += NR) {                                                     \
@@ -361,6 +373,7 @@ DL__INL void dl__gemm_tr4_f32(const float *src, int64_t lds, float *dst, int64_t
   enum { L = DL__GEMM_VBYTES / sizeof(T) };                                                        \
   const VT zero = {0};                                                                             \
   VT c0[RM];                                                                                       \
+  DL__GEMM_PREFETCH_C(T)                                                                           \
   DL__GEMM_UNROLL                                                                                  \
   for (i = 0; i < RM; i++) c0[i] = zero;                                                           \
   for (p = 0; p < kc; p++, a += MR, b += NR) {                                                     \
