@@ -1001,7 +1001,7 @@ DL_API int dl_batcher_next(dl_batcher *b, dl_batch *out) {
   } else
 #endif
   {
-    DL_PARALLEL_FOR(b->ctx, count * b->x_elems * (int64_t)dl_dtype_size(b->xbuf->dtype), count, r, {
+    DL_PARALLEL_RUNS(b->ctx, count * b->x_elems * (int64_t)dl_dtype_size(b->xbuf->dtype), count, r, {
       dl__batch_gather(b, r, b->idx[r], r + 1 < count ? b->idx[r + 1] : -1, epoch);
     });
     b->xv = dl__view_base(b->xbuf);
