@@ -542,7 +542,7 @@ DL_API void dl__conv_backward(dl_tape *tp, const char *op, const dl__conv_geom *
   col = colb && nch ? (unsigned char *)dl_tape_scratch(tp, op, colb * (size_t)dl_ctx_threads(ctx)) : NULL;
   if (gw && nch > 1) parts = (unsigned char *)dl_tape_scratch(tp, op, wb * (size_t)(nch - 1));
   dl__conv_blas_single();
-  if (gb) DL_PARALLEL_FOR(ctx, g->N * g->O * g->P, g->O, k, { dl__conv_bias_grad(g, dt, gy, gb, k); });
+  if (gb) DL_PARALLEL_RUNS(ctx, g->N * g->O * g->P, g->O, k, { dl__conv_bias_grad(g, dt, gy, gb, k); });
   DL_PARALLEL_FOR(ctx, g->N * g->G * g->K * g->P, nch, k, {
     unsigned char *mine = col ? col + (size_t)dl_worker() * colb : NULL;
     void *mygw = !gw ? NULL : k == 0 ? gw : (void *)(parts + (size_t)(k - 1) * wb);

@@ -787,7 +787,7 @@ DL_API void dl__bnp_backward(dl_tape *tp, const dl_node *n, dl__bn_args *A) {
   P.sums = sums;
   memset(sums, 0, sizeof(double) * 2 * (size_t)C);
   if (DL__BN_BWD_SUMS(A) && P.g.Ho * P.g.Wo > 0) {
-    DL_PARALLEL_FOR(tp->ctx, planes * P.g.Ho * P.g.Wo, C, c, {
+    DL_PARALLEL_RUNS(tp->ctx, planes * P.g.Ho * P.g.Wo, C, c, {
       if (P.dt == DL_F32) dl__bnp_sum_f32(&P, c);
       else dl__bnp_sum_f64(&P, c);
     });
