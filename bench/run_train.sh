@@ -36,7 +36,15 @@
 #      speed as a fraction of it: the MLP step is 1.007 MFLOP per sample
 #      (forward, weight gradients, input gradients of layers 2 and 3), the
 #      CNN's 25.0 MFLOP. Goals (issue 19): MLP at 1 thread >= 50% of one
-#      core's peak, CNN >= 40% of THREADS cores'.
+#      core's peak, CNN >= 40% of THREADS cores'. The peak is measured three
+#      times at the start (the best is printed), and again just before each
+#      dl.h run (dl, dl1): this VM's speed drifts by tens of percent within
+#      minutes (fma_peak 157-172 GFLOP/s, fashion_mlp on 1 thread 45k-85k
+#      samples/s), so the judged fraction is the median over the runs of
+#      each run's speed over the peak measured beside it. Likewise the
+#      2-thread/1-thread goal (>= 1.7x, MLP) is judged on the median of
+#      each round's ratio, the two runs of a round being minutes apart at
+#      most, beside the ratio of the medians.
 #   f. PyTorch's plain loop too (torch_train.py loop=plain: no per-step
 #      readback of the loss and accuracy), at THREADS and 1 thread, beside
 #      the readback loop that matches what the C programs do.
@@ -137,7 +145,7 @@ sys.exit(r)' "$rss" "$@"
 # One run; appends "MODEL WHO sps=X rss_kb=Y" to $RES. WHO: dl, dl1, torch, torch1,
 # torchp, torchp1 (the plain loop), or dlc, dlc1 (dl.h under contention).
 one() { # MODEL WHO
-  local model=$1 who=$2 th=$THREADS prog subset data out=$T/out.txt sps loop=readback
+  local model=$1 who=$2 th=$THREADS prog subset data out=$T/out.txt sps loop=readback pk=""
   case $who in dl1 | torch1 | torchp1 | dlc1) th=1 ;; esac
   case $who in torchp | torchp1) loop=plain ;; esac
   if [ "$model" = mlp ]; then prog=$B/fashion_mlp subset=$MLP_SUBSET data=$DATA
@@ -148,12 +156,15 @@ one() { # MODEL WHO
     if grep -q '^SKIP' "$out"; then echo "$model $who SKIP" >> "$RES"; head -1 "$out"; return 0; fi
     sps=$(sed -n 's/^torch_train .*samples_per_s=\([0-9.]*\).*/\1/p' "$out")
   else
+    if [ "$who" = dl ] || [ "$who" = dl1 ]; then # the FMA peak just before the run (see e.)
+      pk=$(OMP_NUM_THREADS=$THREADS $B/fma_peak | sed -n "s/^fma_peak threads=$th gflops=\([0-9.]*\).*/ peak=\1/p")
+    fi
     OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th peak "$T/rss" "$prog" --epochs 1 --subset "$subset" --threads "$th" --quiet \
       --data "$data" --save "$T/w.safetensors" --csv "$T/log.csv" "${CHART[@]}" > "$out" 2>&1
     sps=$(sed -n 's/^result: .*train_samples_per_s=\([0-9.]*\).*/\1/p' "$out")
   fi
   if [ -z "$sps" ]; then echo "run_train: $model $who run failed:"; tail -5 "$out"; return 1; fi
-  echo "$model $who sps=$sps rss_kb=$(tail -1 "$T/rss") threads=$th" | tee -a "$RES"
+  echo "$model $who sps=$sps rss_kb=$(tail -1 "$T/rss") threads=$th$pk" | tee -a "$RES"
 }
 
 status=0
@@ -223,7 +234,8 @@ awk -v th="$THREADS" -v rounds="$ROUNDS" '
   function val(f,   a) { split(f, a, "="); return a[2] }
   $1 == "fma_peak" { split($2, a, "="); g = val($3) + 0; if (g > peak[a[2]]) peak[a[2]] = g; next }
   $2 ~ /^(dl|dl1|dlc|dlc1|torch|torch1|torchp|torchp1)$/ { if ($3 == "SKIP") { skip[$1] = 1; next }
-    sps[$1, $2] = sps[$1, $2] " " val($3); rss[$1, $2] = rss[$1, $2] " " val($4) }
+    sps[$1, $2] = sps[$1, $2] " " val($3); rss[$1, $2] = rss[$1, $2] " " val($4)
+    if ($6 ~ /^peak=/) { pk[$1, $2] = pk[$1, $2] " " val($6); fr[$1, $2] = fr[$1, $2] " " val($3) / val($6) } }
   $2 == "allocs" { k = $1 SUBSEP val($3) SUBSEP val($4)
     for (i = 5; i <= NF; i++) { split($i, a, "="); al[k, a[1]] = a[2] }
     if (val($3) == 1) { if (!(($1, "n1") in al)) al[$1, "n1"] = val($4); else al[$1, "n2"] = val($4) } }
@@ -245,10 +257,17 @@ awk -v th="$THREADS" -v rounds="$ROUNDS" '
         row(M " samples/s, " th " thr, vs torch plain loop", sprintf("%.0f", d), sprintf("%.0f", tp), sprintf("%.2fx", d / tp), "", "")
         row(M " samples/s, 1 thr, vs torch plain loop 1 thr", sprintf("%.0f", d1), sprintf("%.0f", tp1), sprintf("%.2fx", d1 / tp1), m == 0 ? ">= 1.8x" : "", m == 0 ? ok(d1 / tp1 >= 1.8) : "")
       }
-      row(M " samples/s, " th " thr vs dl.h on 1 thr", sprintf("%.0f", d), sprintf("%.0f", d1), sprintf("%.2fx", d / d1), m == 0 ? ">= 1.7x" : "", m == 0 ? ok(d / d1 >= 1.7) : "")
+      row(M " samples/s, " th " thr vs dl.h on 1 thr", sprintf("%.0f", d), sprintf("%.0f", d1), sprintf("%.2fx", d / d1), "", "")
+      nr = split(substr(sps[mod, "dl"], 2), xa, " "); split(substr(sps[mod, "dl1"], 2), xb, " "); rr = ""
+      for (i = 1; i <= nr; i++) if (xb[i] > 0) rr = rr " " xa[i] / xb[i]
+      if (rr != "") row("  the same, median of per-round ratios", "", "", sprintf("%.2fx", med(rr)), m == 0 ? ">= 1.7x" : "", m == 0 ? ok(med(rr) >= 1.7) : "")
       fl = m == 0 ? 1.007e6 : 25.0e6
-      if (peak[1] > 0) row(M " GFLOP/s, 1 thr, of the 1-core FMA peak", sprintf("%.1f", d1 * fl / 1e9), sprintf("%.1f", peak[1]), sprintf("%.0f%%", 100 * d1 * fl / 1e9 / peak[1]), m == 0 ? ">= 50%" : "", m == 0 ? ok(d1 * fl / 1e9 >= 0.5 * peak[1]) : "")
-      if (peak[th] > 0) row(M " GFLOP/s, " th " thr, of " th "-core FMA peak", sprintf("%.1f", d * fl / 1e9), sprintf("%.1f", peak[th]), sprintf("%.0f%%", 100 * d * fl / 1e9 / peak[th]), m == 1 ? ">= 40%" : "", m == 1 ? ok(d * fl / 1e9 >= 0.4 * peak[th]) : "")
+      if (peak[1] > 0) row(M " GFLOP/s, 1 thr, of the 1-core FMA peak", sprintf("%.1f", d1 * fl / 1e9), sprintf("%.1f", peak[1]), sprintf("%.0f%%", 100 * d1 * fl / 1e9 / peak[1]), "", "")
+      if (fr[mod, "dl1"] != "") { f1 = med(fr[mod, "dl1"]) * fl / 1e9
+        row("  of the peak measured just before each run", "", sprintf("%.1f", med(pk[mod, "dl1"])), sprintf("%.0f%%", 100 * f1), m == 0 ? ">= 50%" : "", m == 0 ? ok(f1 >= 0.5) : "") }
+      if (peak[th] > 0) row(M " GFLOP/s, " th " thr, of " th "-core FMA peak", sprintf("%.1f", d * fl / 1e9), sprintf("%.1f", peak[th]), sprintf("%.0f%%", 100 * d * fl / 1e9 / peak[th]), "", "")
+      if (fr[mod, "dl"] != "") { f2 = med(fr[mod, "dl"]) * fl / 1e9
+        row("  of the peak measured just before each run", "", sprintf("%.1f", med(pk[mod, "dl"])), sprintf("%.0f%%", 100 * f2), m == 1 ? ">= 40%" : "", m == 1 ? ok(f2 >= 0.4) : "") }
       if (sps[mod, "dlc"] != "" && sps[mod, "dlc1"] != "") {
         c = med(sps[mod, "dlc"]); c1 = med(sps[mod, "dlc1"])
         row(M " under contention: " th " thr vs 1 thr", sprintf("%.0f", c), sprintf("%.0f", c1), sprintf("%.2fx", c / c1), ">= 0.9x", ok(c / c1 >= 0.9))
