@@ -1014,6 +1014,21 @@ DL_API int64_t dl__pfor_run(const dl_ctx *ctx, int64_t n) {
   const int64_t t = 8 * (int64_t)dl_ctx_threads(ctx), per = (n + t - 1) / t;
   return per > 0 ? per : 1;
 }
+/* DL__PARALLEL_RUNS_OF(ctx, work, n, per, I, statements...): DL_PARALLEL_FOR
+ * over runs of `per` consecutive indices of 0 .. n-1 (the last shorter), in
+ * order within a run; per may name dl__run_n (n, evaluated once). The two
+ * forms below. */
+#define DL__PARALLEL_RUNS_OF(ctx_, work_, n_, per_, I, ...)                             \
+  do {                                                                                  \
+    const int64_t dl__run_n = (n_), dl__run_per = (per_);                               \
+    DL_PARALLEL_FOR(ctx_, work_, (dl__run_n + dl__run_per - 1) / dl__run_per, dl__run_b, { \
+      const int64_t dl__run_hi = (dl__run_b + 1) * dl__run_per < dl__run_n ? (dl__run_b + 1) * dl__run_per : dl__run_n; \
+      int64_t I;                                                                        \
+      for (I = dl__run_b * dl__run_per; I < dl__run_hi; I++) {                          \
+        __VA_ARGS__                                                                     \
+      }                                                                                 \
+    });                                                                                 \
+  } while (0)
 /* DL_PARALLEL_RUNS(ctx, work, n, I, statements...): DL_PARALLEL_FOR handing
  * out runs of consecutive indices (about 8 runs a thread), in order within
  * a run. For many small items that write neighbouring memory (the planes
@@ -1023,35 +1038,15 @@ DL_API int64_t dl__pfor_run(const dl_ctx *ctx, int64_t n) {
  * a CNN's batch norm ran slower on 2 threads than on 1). A statement
  * macro. */
 #define DL_PARALLEL_RUNS(ctx_, work_, n_, I, ...)                                       \
-  do {                                                                                  \
-    const int64_t dl__run_n = (n_), dl__run_per = dl__pfor_run(ctx_, dl__run_n);        \
-    DL_PARALLEL_FOR(ctx_, work_, (dl__run_n + dl__run_per - 1) / dl__run_per, dl__run_b, { \
-      const int64_t dl__run_hi = (dl__run_b + 1) * dl__run_per < dl__run_n ? (dl__run_b + 1) * dl__run_per : dl__run_n; \
-      int64_t I;                                                                        \
-      for (I = dl__run_b * dl__run_per; I < dl__run_hi; I++) {                          \
-        __VA_ARGS__                                                                     \
-      }                                                                                 \
-    });                                                                                 \
-  } while (0)
+  DL__PARALLEL_RUNS_OF(ctx_, work_, n_, dl__pfor_run(ctx_, dl__run_n), I, __VA_ARGS__)
 
 /* DL_PARALLEL_RANGE(ctx, work, n, I, statements...): DL_PARALLEL_FOR for
  * element loops: I = 0 .. n-1 in blocks of DL_PARALLEL_BLOCK consecutive
- * indices (one block per team step), in order within a block. */
+ * indices (one block per team step), in order within a block. A statement
+ * macro. */
 #define DL_PARALLEL_BLOCK 4096
-/* DL_PARALLEL_RANGE(ctx, work, n, I, statements...): DL_PARALLEL_FOR over
- * blocks of DL_PARALLEL_BLOCK consecutive indices, for element loops. A
- * statement macro. */
 #define DL_PARALLEL_RANGE(ctx_, work_, n_, I, ...)                                      \
-  do {                                                                                  \
-    const int64_t dl__prn = (n_);                                                       \
-    DL_PARALLEL_FOR(ctx_, work_, (dl__prn + DL_PARALLEL_BLOCK - 1) / DL_PARALLEL_BLOCK, dl__prb, { \
-      const int64_t dl__prhi = (dl__prb + 1) * DL_PARALLEL_BLOCK < dl__prn ? (dl__prb + 1) * DL_PARALLEL_BLOCK : dl__prn; \
-      int64_t I;                                                                        \
-      for (I = dl__prb * DL_PARALLEL_BLOCK; I < dl__prhi; I++) {                        \
-        __VA_ARGS__                                                                     \
-      }                                                                                 \
-    });                                                                                 \
-  } while (0)
+  DL__PARALLEL_RUNS_OF(ctx_, work_, n_, DL_PARALLEL_BLOCK, I, __VA_ARGS__)
 
 /* dl_parallel_for(ctx, n, block, work, fn, arg): DL_PARALLEL_FOR over the
  * blocks of [0, n), `block` indices each, calling fn(arg, lo, hi) for each
