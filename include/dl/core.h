@@ -723,12 +723,12 @@ DL_API uint64_t dl_rng_below(dl_rng *r, uint64_t n) { return dl__below_from(dl_r
  * backed the idle MLP step off to one thread for 200 ms, then 400 ms (its
  * loops come every 20-200 us; under load a caller waits for its core a few
  * ms). The ctx's first team loop, which starts the threads, and the loops
- * of the DL__TEAM_WARMUP (0.1 s) after it are not judged: on the idle VM the members came 3-8 ms late to
- * the second, third and fourth team loops of every run (then 20 us), and
- * the back-offs that followed (200 + 400 ms) ran the first 0.6 s of each
- * run on one thread, a third of a short run such as bench/run_train.sh's
- * CNN rounds. On an idle machine neither sign
- * shows (members start within tens of microseconds), so the team is never
+ * of the DL__TEAM_WARMUP (0.1 s) after it are not judged: on the idle VM
+ * the members came 3-8 ms late to the second, third and fourth team loops
+ * of every run (then 20 us), and the back-offs that followed (200 + 400
+ * ms) ran the first 0.6 s of each run on one thread, a third of a short
+ * run such as bench/run_train.sh's CNN rounds. On an idle machine neither
+ * sign shows (members start within tens of microseconds), so the team is never
  * stopped there. (An earlier guard estimated each loop's gain from the
  * fastest member's pace: under load it kept teams that cost 13-25% of the
  * 1-thread speed, and on an idle machine a start-up cost in its balance
@@ -1040,11 +1040,12 @@ DL_API int64_t dl__pfor_run(const dl_ctx *ctx, int64_t n) {
 #define DL_PARALLEL_RUNS(ctx_, work_, n_, I, ...)                                       \
   DL__PARALLEL_RUNS_OF(ctx_, work_, n_, dl__pfor_run(ctx_, dl__run_n), I, __VA_ARGS__)
 
+/* Indices per block of DL_PARALLEL_RANGE. */
+#define DL_PARALLEL_BLOCK 4096
 /* DL_PARALLEL_RANGE(ctx, work, n, I, statements...): DL_PARALLEL_FOR for
  * element loops: I = 0 .. n-1 in blocks of DL_PARALLEL_BLOCK consecutive
  * indices (one block per team step), in order within a block. A statement
  * macro. */
-#define DL_PARALLEL_BLOCK 4096
 #define DL_PARALLEL_RANGE(ctx_, work_, n_, I, ...)                                      \
   DL__PARALLEL_RUNS_OF(ctx_, work_, n_, DL_PARALLEL_BLOCK, I, __VA_ARGS__)
 
