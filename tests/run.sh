@@ -54,7 +54,10 @@
 #      and UBSan and run for 15 s on a copy of its seed corpus; each target
 #      counts as one pass or fail (skipped with a message when clang cannot
 #      build a libFuzzer program)
-# Set DL_TEST_QUICK=1 to skip steps 5 and 6.
+# Set DL_TEST_QUICK=1 to skip steps 5 and 6. Compiling is most of the time:
+# a step's builds run first, DL_TEST_JOBS at a time (default: the number of
+# CPUs; step 5's builds join step 2's), then its programs one at a time with
+# the machine to themselves. A line "time: STEP: N s" ends each step.
 set -u
 cd "$(dirname "$0")/.."
 B=build/tests
@@ -69,6 +72,23 @@ failed=()
 
 ok()   { pass=$((pass + 1)); }
 bad()  { fail=$((fail + 1)); failed+=("$1"); echo "FAILED: $1"; }
+# how long each step took, on a line of its own ("time: STEP: N s")
+T_STEP=$SECONDS
+section() { echo "time: $1: $((SECONDS - T_STEP)) s"; T_STEP=$SECONDS; }
+
+# Builds run in the background, $JOBS at a time (DL_TEST_JOBS, default the
+# number of CPUs): build P CMD... runs CMD with its output in P.log and, when
+# it succeeds, leaves P.built; built P says whether it did. built_all waits for
+# every build queued. Programs run one at a time, after their builds.
+JOBS=${DL_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
+build() {
+  local p=$1; shift
+  rm -f "$p.built"
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+  { "$@" >"$p.log" 2>&1 && : >"$p.built"; } &
+}
+built() { [ -f "$1.built" ]; }
+built_all() { wait; }
 
 # --- 1. headers on their own -------------------------------------------------
 # the whole matrix (compilers x configurations), in parallel: tests/header_matrix.sh
@@ -86,6 +106,7 @@ else
   echo "SKIP nvcc checks: nvcc not found (the CUDA toolkit is not installed here)"; skip=$((skip + 1))
 fi
 echo "headers: $pass passed, $fail failed"
+section "1. headers"
 
 # --- 1b. one parallel construct ----------------------------------------------
 # Every parallel loop of the library is core.h's DL_PARALLEL_REGION (threads,
@@ -114,37 +135,51 @@ fi
 # A test file may name extra build flags (libraries, feature macros) on a
 # line of its own:  /* dl-test-flags: -DDL_USE_ZLIB -lz */
 test_flags() { sed -n 's|^/\* dl-test-flags: \(.*\) \*/$|\1|p' "$1" | head -n 1; }
+# The builds first, $JOBS at a time (compiling is most of the suite's time),
+# then the programs one after another, each with the machine to itself.
 for t in tests/test_*.c; do
   n=$(basename "$t" .c)
   # DL_TAPE_POISON: gradients dl_backward leaves unzeroed hold NaN, so a rule that adds to one unzeroed shows
-  if $CC $WARN -O2 -fopenmp -DDL_TAPE_POISON -Iinclude -Itests "$t" -o "$B/$n" $(test_flags "$t") -lm 2>"$B/$n.log"; then run_test "$n" "$B/$n"
-  else bad "$n (build)"; head -30 "$B/$n.log"; fi
-  if [ "$n" = test_blas ] || [ "$n" = test_matmul ]; then
-    if [ -n "$BLAS_FLAGS" ]; then
-      if $CC $WARN -O2 -fopenmp $BLAS_FLAGS -Iinclude -Itests "$t" -o "$B/${n}_openblas" -lopenblas -lm 2>"$B/$n.log"; then
-        run_test "${n}_openblas" "$B/${n}_openblas"
-      else bad "${n}_openblas (build)"; head -30 "$B/$n.log"; fi
-      # built for this CPU: dl_gemm may leave an OpenBLAS that runs older kernels (blas.h)
-      if [ "$n" = test_blas ]; then
-        if $CC $WARN -O2 -march=native -fopenmp $BLAS_FLAGS -Iinclude -Itests "$t" -o "$B/${n}_openblas_native" -lopenblas -lm 2>"$B/$n.log"; then
-          run_test "${n}_openblas_native" "$B/${n}_openblas_native"
-        else bad "${n}_openblas_native (build)"; head -30 "$B/$n.log"; fi
-      fi
-    else echo "SKIP test_blas with OpenBLAS: cblas.h not found (apt-get install libopenblas-dev)"; skip=$((skip + 1)); fi
+  build "$B/$n" $CC $WARN -O2 -fopenmp -DDL_TAPE_POISON -Iinclude -Itests "$t" -o "$B/$n" $(test_flags "$t") -lm
+  if { [ "$n" = test_blas ] || [ "$n" = test_matmul ]; } && [ -n "$BLAS_FLAGS" ]; then
+    build "$B/${n}_openblas" $CC $WARN -O2 -fopenmp $BLAS_FLAGS -Iinclude -Itests "$t" -o "$B/${n}_openblas" -lopenblas -lm
+    # built for this CPU: dl_gemm may leave an OpenBLAS that runs older kernels (blas.h)
+    [ "$n" = test_blas ] && build "$B/${n}_openblas_native" $CC $WARN -O2 -march=native -fopenmp $BLAS_FLAGS -Iinclude -Itests \
+      "$t" -o "$B/${n}_openblas_native" -lopenblas -lm
   fi
   # the widest vector bodies (AVX-512 or AVX where this CPU has it), under gcc and clang: the
   # optimizers', the batcher's table gather, the fused attention's tile products, the GEMM's
   # dot-product kernel and the 2x2 max pool (AVX-512 only)
-  if [ "$n" = test_optim ] || [ "$n" = test_data ] || [ "$n" = test_ops_sdpa ] || [ "$n" = test_blas ] ||
-     [ "$n" = test_ops_conv ]; then
+  case $n in test_optim|test_data|test_ops_sdpa|test_blas|test_ops_conv)
     for nc in gcc clang; do
-      command -v $nc >/dev/null || continue
-      if $nc $WARN -O2 -march=native -fopenmp -Iinclude -Itests "$t" -o "$B/${n}_native_$nc" $(test_flags "$t") -lm 2>"$B/$n.log"; then
-        run_test "${n}_native_$nc" "$B/${n}_native_$nc"
-      else bad "${n}_native_$nc (build)"; head -30 "$B/$n.log"; fi
-    done
-  fi
+      command -v $nc >/dev/null && build "$B/${n}_native_$nc" $nc $WARN -O2 -march=native -fopenmp -Iinclude -Itests "$t" \
+        -o "$B/${n}_native_$nc" $(test_flags "$t") -lm
+    done ;;
+  esac
+  # step 5's sanitizer builds join the queue now: it is the longest
+  [ "${DL_TEST_QUICK:-0}" != 1 ] && build "$B/${n}_san" $CC $WARN -O1 -g -fopenmp -fsanitize=address,undefined \
+    -fno-sanitize-recover=all -Iinclude -Itests "$t" -o "$B/${n}_san" $(test_flags "$t") -lm
 done
+built_all
+for t in tests/test_*.c; do
+  n=$(basename "$t" .c)
+  if built "$B/$n"; then run_test "$n" "$B/$n"; else bad "$n (build)"; head -30 "$B/$n.log"; fi
+  if [ "$n" = test_blas ] || [ "$n" = test_matmul ]; then
+    if [ -n "$BLAS_FLAGS" ]; then
+      for v in openblas openblas_native; do
+        [ $v = openblas_native ] && [ "$n" != test_blas ] && continue
+        if built "$B/${n}_$v"; then run_test "${n}_$v" "$B/${n}_$v"; else bad "${n}_$v (build)"; head -30 "$B/${n}_$v.log"; fi
+      done
+    else echo "SKIP $n with OpenBLAS: cblas.h not found (apt-get install libopenblas-dev)"; skip=$((skip + 1)); fi
+  fi
+  case $n in test_optim|test_data|test_ops_sdpa|test_blas|test_ops_conv) ;; *) continue ;; esac
+  for nc in gcc clang; do
+    command -v $nc >/dev/null || continue
+    if built "$B/${n}_native_$nc"; then run_test "${n}_native_$nc" "$B/${n}_native_$nc"
+    else bad "${n}_native_$nc (build)"; head -30 "$B/${n}_native_$nc.log"; fi
+  done
+done
+section "2. unit tests"
 
 # --- 2e. C++: the library as a C++ program uses it ------------------------------
 # The unit tests marked "dl-test-cxx" built as C++ too (g++ -std=c++17; their
@@ -152,15 +187,29 @@ done
 # built as C (gcc) and as C++ (g++, clang++): the MLP trained 50 steps and the
 # API touched; the outputs must be the same bytes (bar the C++-only line).
 if command -v g++ >/dev/null; then
-  for t in $(grep -l '^/\* dl-test-cxx \*/$' tests/test_*.c); do
+  mkdir -p "$B/cxx"
+  cxx_tests=$(grep -l '^/\* dl-test-cxx \*/$' tests/test_*.c)
+  for t in $cxx_tests; do
     n=$(basename "$t" .c)
-    if g++ -std=c++17 -Wall -Wextra -Wno-missing-field-initializers -Werror -O2 -fopenmp -Iinclude -Itests -x c++ \
-        "$t" -o "$B/${n}_cxx" $(test_flags "$t") -lm 2>"$B/${n}_cxx.log"; then run_test "${n}_cxx" "$B/${n}_cxx"
+    build "$B/${n}_cxx" g++ -std=c++17 -Wall -Wextra -Wno-missing-field-initializers -Werror -O2 -fopenmp -Iinclude -Itests \
+      -x c++ "$t" -o "$B/${n}_cxx" $(test_flags "$t") -lm
+  done
+  build "$B/cxx/mlp_c" $CC $WARN -O2 -fopenmp -Iinclude tests/cxx/mlp.c -o "$B/cxx/mlp_c" -lz -lm
+  for cxx in g++ clang++; do
+    command -v $cxx >/dev/null && build "$B/cxx/mlp_$cxx" $cxx -std=c++17 -Wall -Wextra -Wpedantic -Werror -O2 -fopenmp \
+      -Iinclude -x c++ tests/cxx/mlp.c -o "$B/cxx/mlp_$cxx" -lz -lm
+  done
+  # C++11 is enough for the whole API
+  build "$B/cxx/mlp11" g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror -O0 -fopenmp -Iinclude -x c++ tests/cxx/mlp.c -c \
+    -o "$B/cxx/mlp11.o"
+  built_all
+  for t in $cxx_tests; do
+    n=$(basename "$t" .c)
+    if built "$B/${n}_cxx"; then run_test "${n}_cxx" "$B/${n}_cxx"
     else bad "${n}_cxx (built as C++)"; head -30 "$B/${n}_cxx.log"; fi
   done
-  mkdir -p "$B/cxx"
-  if ! $CC $WARN -O2 -fopenmp -Iinclude tests/cxx/mlp.c -o "$B/cxx/mlp_c" -lz -lm 2>"$B/cxx/build.log"; then
-    bad "tests/cxx/mlp.c as C (build)"; head -20 "$B/cxx/build.log"
+  if ! built "$B/cxx/mlp_c"; then
+    bad "tests/cxx/mlp.c as C (build)"; head -20 "$B/cxx/mlp_c.log"
   else
     (cd "$B/cxx" && ./mlp_c mlp_c.safetensors >mlp_c.out 2>&1); rc=$?
     grep '^SKIP' "$B/cxx/mlp_c.out" && skip=$((skip + 1)) # no Fashion-MNIST: the 50 steps are skipped, the rest compared
@@ -168,8 +217,7 @@ if command -v g++ >/dev/null; then
     else
       for cxx in g++ clang++; do
         command -v $cxx >/dev/null || { echo "SKIP tests/cxx/mlp.c with $cxx: not installed"; skip=$((skip + 1)); continue; }
-        if ! $cxx -std=c++17 -Wall -Wextra -Wpedantic -Werror -O2 -fopenmp -Iinclude -x c++ tests/cxx/mlp.c \
-            -o "$B/cxx/mlp_$cxx" -lz -lm 2>"$B/cxx/build.log"; then bad "tests/cxx/mlp.c with $cxx (build)"; head -20 "$B/cxx/build.log"; continue; fi
+        built "$B/cxx/mlp_$cxx" || { bad "tests/cxx/mlp.c with $cxx (build)"; head -20 "$B/cxx/mlp_$cxx.log"; continue; }
         (cd "$B/cxx" && "./mlp_$cxx" "mlp_$cxx.safetensors" >"mlp_$cxx.out" 2>&1) || { bad "tests/cxx/mlp.c with $cxx (exit)"; tail -5 "$B/cxx/mlp_$cxx.out"; continue; }
         if ! grep -q '^c++ ' "$B/cxx/mlp_$cxx.out"; then bad "tests/cxx/mlp.c with $cxx: no C++ line"
         elif grep -v '^c++ ' "$B/cxx/mlp_$cxx.out" | cmp -s - "$B/cxx/mlp_c.out"; then ok; echo "tests/cxx/mlp.c: $cxx's build gives C's bytes ($(grep -c '^step' "$B/cxx/mlp_c.out") steps, $(grep '^weights' "$B/cxx/mlp_c.out"))"
@@ -177,12 +225,12 @@ if command -v g++ >/dev/null; then
       done
     fi
   fi
-  # C++11 is enough for the whole API
-  if g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror -O0 -fopenmp -Iinclude -x c++ tests/cxx/mlp.c -c -o "$B/cxx/mlp11.o" 2>"$B/cxx/build.log"; then ok
-  else bad "tests/cxx/mlp.c as C++11 (build)"; head -20 "$B/cxx/build.log"; fi
+  if built "$B/cxx/mlp11"; then ok
+  else bad "tests/cxx/mlp.c as C++11 (build)"; head -20 "$B/cxx/mlp11.log"; fi
 else
   echo "SKIP the C++ checks: g++ not found (apt-get install g++)"; skip=$((skip + 1))
 fi
+section "2e. C++"
 
 # --- 2c. the GPU backend (gpu.h, src_gpu/) ---------------------------------------
 # Where nvcc exists: `make gpu-lib` builds build/libdlgpu.a; tests/test_gpu*.c
@@ -194,18 +242,37 @@ fi
 if command -v nvcc >/dev/null; then
   CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
   GPU_LINK="build/libdlgpu.a -L$CUDA_HOME/lib64 -lcudnn -lcublas -lcudart -lstdc++"
-  if make -s gpu-lib CUDA="$CUDA_HOME" >"$B/gpu.log" 2>&1; then
+  # what needs no library: the op list's kernel functions and the kernels'
+  # element and row bodies of src_gpu/X.cu on the host against the CPU ops
+  # (tests/gpu_host/X_host.cu + X_ref.c)
+  [ -f tests/gpu_ew_host.cu ] && build "$B/gpu_ew_host" nvcc -std=c++17 -Werror all-warnings -Iinclude tests/gpu_ew_host.cu \
+    -o "$B/gpu_ew_host"
+  for t in tests/gpu_host/*_host.cu; do
+    [ -f "$t" ] || continue
+    n=$(basename "$t" _host.cu)
+    build "$B/${n}_host" bash -c "$CC $WARN -O1 -Iinclude -c tests/gpu_host/${n}_ref.c -o $B/${n}_ref.o &&
+      nvcc -std=c++17 -Werror all-warnings -O1 -Iinclude -Isrc_gpu $t $B/${n}_ref.o -o $B/${n}_host -lm"
+  done
+  if make -s -j"$JOBS" gpu-lib CUDA="$CUDA_HOME" >"$B/gpu.log" 2>&1; then
     ok
     # a user's op kernels (tests/gpu_user_ops.cu), linked as an object as gpu.h says
-    nvcc -std=c++17 -Werror all-warnings -O3 -Iinclude -Itests -gencode arch=compute_80,code=sm_80 \
-      -gencode arch=compute_90,code=sm_90 -c tests/gpu_user_ops.cu -o "$B/gpu_user_ops.o" 2>"$B/gpu.log" ||
-      { bad "tests/gpu_user_ops.cu (build)"; head -20 "$B/gpu.log"; }
+    if nvcc -std=c++17 -Werror all-warnings -O3 -Iinclude -Itests -gencode arch=compute_80,code=sm_80 \
+      -gencode arch=compute_90,code=sm_90 -c tests/gpu_user_ops.cu -o "$B/gpu_user_ops.o" 2>"$B/gpu.log"; then :
+    else bad "tests/gpu_user_ops.cu (build)"; head -20 "$B/gpu.log"; fi
     for t in tests/test_gpu*.c; do
       n=$(basename "$t" .c)_cuda
-      if $CC $WARN -O2 -fopenmp -DDL_USE_CUDA -I"$CUDA_HOME/include" -Iinclude -Itests "$t" \
-          -o "$B/$n" "$B/gpu_user_ops.o" $GPU_LINK -lm 2>"$B/gpu.log"; then
-        run_test "$n" env LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}" "$B/$n"
-      else bad "$n (build with DL_USE_CUDA)"; head -30 "$B/gpu.log"; fi
+      build "$B/$n" $CC $WARN -O2 -fopenmp -DDL_USE_CUDA -I"$CUDA_HOME/include" -Iinclude -Itests "$t" \
+          -o "$B/$n" "$B/gpu_user_ops.o" $GPU_LINK -lm
+    done
+    for ex in fashion_mlp fashion_cnn; do
+      build "$B/${ex}_cuda" $CC $WARN -O2 -DDL_USE_CUDA -I"$CUDA_HOME/include" -Iinclude examples/$ex.c -o "$B/${ex}_cuda" \
+          $GPU_LINK -lz -lm
+    done
+    built_all
+    for t in tests/test_gpu*.c; do
+      n=$(basename "$t" .c)_cuda
+      if built "$B/$n"; then run_test "$n" env LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}" "$B/$n"
+      else bad "$n (build with DL_USE_CUDA)"; head -30 "$B/$n.log"; fi
     done
     # the library's element-wise launchers are reached through weak references:
     # each must have been linked from the archive (a weak one left unresolved
@@ -215,35 +282,30 @@ if command -v nvcc >/dev/null; then
       if [ -z "$weak" ]; then ok; else bad "element-wise launchers not linked: $(echo $weak | head -c 300)"; fi
     fi
     for ex in fashion_mlp fashion_cnn; do
-      if $CC $WARN -O2 -DDL_USE_CUDA -I"$CUDA_HOME/include" -Iinclude examples/$ex.c -o "$B/${ex}_cuda" \
-          $GPU_LINK -lz -lm 2>"$B/gpu.log"; then
+      if built "$B/${ex}_cuda"; then
         out=$(cd "$B" && LD_LIBRARY_PATH="$CUDA_HOME/lib64:${LD_LIBRARY_PATH:-}" timeout 600 ./${ex}_cuda \
               --device cuda --epochs 1 --subset 2000 --quiet --save ${ex}_cuda.safetensors --csv ${ex}_cuda.csv 2>&1); rc=$?
         if [ $rc -eq 0 ] && echo "$out" | grep -q '^result: test_acc='; then ok; echo "$ex --device cuda: $(echo "$out" | tail -n 1)"
         elif [ $rc -eq 1 ] && echo "$out" | grep -q 'no CUDA device'; then ok; echo "$ex --device cuda, no GPU here: $(echo "$out" | tail -n 1)"
         else bad "$ex --device cuda (exit $rc)"; echo "$out" | tail -n 15; fi
-      else bad "$ex with DL_USE_CUDA (build)"; head -30 "$B/gpu.log"; fi
+      else bad "$ex with DL_USE_CUDA (build)"; head -30 "$B/${ex}_cuda.log"; fi
     done
   else bad "make gpu-lib (nvcc build of src_gpu/)"; grep -v '^$' "$B/gpu.log" | head -40; fi
+  built_all
   if [ -f tests/gpu_ew_host.cu ]; then
-    if nvcc -std=c++17 -Werror all-warnings -Iinclude tests/gpu_ew_host.cu -o "$B/gpu_ew_host" 2>"$B/gpu.log"; then
-      run_test gpu_ew_host "$B/gpu_ew_host"
-    else bad "tests/gpu_ew_host.cu (build)"; cut -c1-300 "$B/gpu.log" | head -20; fi
+    if built "$B/gpu_ew_host"; then run_test gpu_ew_host "$B/gpu_ew_host"
+    else bad "tests/gpu_ew_host.cu (build)"; cut -c1-300 "$B/gpu_ew_host.log" | head -20; fi
   fi
-  # the kernels' element and row bodies of src_gpu/X.cu run on the host
-  # against the CPU ops (tests/gpu_host/X_host.cu + X_ref.c)
   for t in tests/gpu_host/*_host.cu; do
     [ -f "$t" ] || continue
     n=$(basename "$t" _host.cu)
-    if $CC $WARN -O1 -Iinclude -c "tests/gpu_host/${n}_ref.c" -o "$B/${n}_ref.o" 2>"$B/gpu.log" &&
-       nvcc -std=c++17 -Werror all-warnings -O1 -Iinclude -Isrc_gpu "$t" "$B/${n}_ref.o" -o "$B/${n}_host" -lm \
-         2>>"$B/gpu.log"; then
-      run_test "gpu_host_$n" "$B/${n}_host"
-    else bad "$t (build)"; cut -c1-300 "$B/gpu.log" | head -20; fi
+    if built "$B/${n}_host"; then run_test "gpu_host_$n" "$B/${n}_host"
+    else bad "$t (build)"; cut -c1-300 "$B/${n}_host.log" | head -20; fi
   done
 else
   echo "SKIP GPU build: nvcc not found (the CUDA toolkit is not installed here)"; skip=$((skip + 1))
 fi
+section "2c. the GPU backend"
 
 # --- 2d. the GPU path on the fake device (src_gpu/fake/) -----------------------
 # No GPU here: `make gpu-fake` compiles the same src_gpu/*.cu with g++ for a
@@ -252,34 +314,49 @@ fi
 # checks of tests/test_gpu*.c really run, and both Fashion examples train
 # with --device cuda and must report the CPU run's test accuracy and loss.
 CXX=${CXX:-g++}
-if command -v "$CXX" >/dev/null && make -s gpu-fake CXX="$CXX" >"$B/fake.log" 2>&1; then
+if command -v "$CXX" >/dev/null && make -s -j"$JOBS" gpu-fake CXX="$CXX" >"$B/fake.log" 2>&1; then
   ok
+  # the programs below, built together
+  for ex in fashion_mlp fashion_cnn gpt char_lm; do
+    case $ex in gpt|char_lm) [ -d /usr/share/games/fortunes ] || continue; lz= ;; *) lz=-lz ;; esac
+    build "$B/${ex}_fake" $CC $WARN -O2 -DDL_USE_CUDA -Iinclude examples/$ex.c -o "$B/${ex}_fake" build/libdlgpu_fake.a \
+      -lstdc++ $lz -lm
+    build "$B/${ex}_host" $CC $WARN -O2 -Iinclude examples/$ex.c -o "$B/${ex}_host" $lz -lm
+  done
   if $CXX -std=c++17 -O1 -DDLG_FAKE -Iinclude -Isrc_gpu -Itests -Wall -Wextra -Werror -x c++ -c tests/gpu_user_ops.cu \
       -o "$B/gpu_user_ops_fake.o" 2>"$B/fake.log"; then
     for t in tests/test_gpu*.c; do
       n=$(basename "$t" .c)_fake
-      if $CC $WARN -O2 -DDL_USE_CUDA -Iinclude -Itests "$t" -o "$B/$n" "$B/gpu_user_ops_fake.o" \
-          build/libdlgpu_fake.a -lstdc++ -lm 2>"$B/fake.log"; then
+      build "$B/$n" $CC $WARN -O2 -DDL_USE_CUDA -Iinclude -Itests "$t" -o "$B/$n" "$B/gpu_user_ops_fake.o" \
+          build/libdlgpu_fake.a -lstdc++ -lm
+    done
+    for t in $(grep -l '^/\* dl-test-cxx \*/$' tests/test_gpu*.c); do
+      n=$(basename "$t" .c)_fake_cxx
+      build "$B/$n" $CXX -std=c++17 -Wall -Wextra -Wno-missing-field-initializers -Werror -O2 -DDL_USE_CUDA -Iinclude -Itests \
+          -x c++ "$t" -x none -o "$B/$n" "$B/gpu_user_ops_fake.o" build/libdlgpu_fake.a -lstdc++ -lm
+    done
+    built_all
+    for t in tests/test_gpu*.c; do
+      n=$(basename "$t" .c)_fake
+      if built "$B/$n"; then
         out=$(timeout 600 "$B/$n" 2>&1)
         if echo "$out" | grep -q '^SKIP test_gpu.*no CUDA device' && [ "$n" != test_gpu_alloc_fake ]; then
           bad "$n: the fake device was not found"; echo "$out" | tail -5
         else run_test "$n" timeout 600 "$B/$n"; fi
-      else bad "$n (build against the fake device)"; head -30 "$B/fake.log"; fi
+      else bad "$n (build against the fake device)"; head -30 "$B/$n.log"; fi
     done
     # the same GPU tests from C++ (those marked dl-test-cxx): a C++ host's launchers and kernels
     for t in $(grep -l '^/\* dl-test-cxx \*/$' tests/test_gpu*.c); do
       n=$(basename "$t" .c)_fake_cxx
-      if $CXX -std=c++17 -Wall -Wextra -Wno-missing-field-initializers -Werror -O2 -DDL_USE_CUDA -Iinclude -Itests \
-          -x c++ "$t" -x none -o "$B/$n" "$B/gpu_user_ops_fake.o" build/libdlgpu_fake.a -lstdc++ -lm 2>"$B/fake.log"; then
-        run_test "$n" timeout 600 "$B/$n"
-      else bad "$n (C++ build against the fake device)"; head -30 "$B/fake.log"; fi
+      if built "$B/$n"; then run_test "$n" timeout 600 "$B/$n"
+      else bad "$n (C++ build against the fake device)"; head -30 "$B/$n.log"; fi
     done
   else bad "tests/gpu_user_ops.cu (build for the fake device)"; head -20 "$B/fake.log"; fi
+  built_all
   for ex in fashion_mlp fashion_cnn; do
     extra=""; [ $ex = fashion_cnn ] && extra="--subset 256 --test-subset 256"
     [ $ex = fashion_mlp ] && extra="--subset 2000"
-    if $CC $WARN -O2 -DDL_USE_CUDA -Iinclude examples/$ex.c -o "$B/${ex}_fake" build/libdlgpu_fake.a -lstdc++ -lz -lm \
-        2>"$B/fake.log" && $CC $WARN -O2 -Iinclude examples/$ex.c -o "$B/${ex}_host" -lz -lm 2>>"$B/fake.log"; then
+    if built "$B/${ex}_fake" && built "$B/${ex}_host"; then
       gpu_out=$(cd "$B" && timeout 900 ./${ex}_fake --device cuda --epochs 1 $extra --quiet --threads 1 \
                 --save ${ex}_fake.safetensors --csv ${ex}_fake.csv 2>&1 | tail -n 1)
       cpu_out=$(cd "$B" && timeout 900 ./${ex}_host --epochs 1 $extra --quiet --threads 1 \
@@ -294,31 +371,30 @@ if command -v "$CXX" >/dev/null && make -s gpu-fake CXX="$CXX" >"$B/fake.log" 2>
       if cmp -s "$B/${ex}_fake.safetensors" "$B/${ex}_fake_ng.safetensors"; then ok
         echo "$ex --device cuda on the fake device: the same weights with CUDA graphs and with --no-graphs"
       else bad "$ex --device cuda on the fake device: the weights differ between CUDA graphs and --no-graphs"; fi
-    else bad "$ex against the fake device (build)"; head -30 "$B/fake.log"; fi
+    else bad "$ex against the fake device (build)"; head -30 "$B/${ex}_fake.log" "$B/${ex}_host.log"; fi
   done
   # the GPT (rotary positions, token shift, composed attention on the device): 2 steps, the CPU's bits per byte
   gx="--subset 16 --ctx 16 --batch 8 --layers 1 --embed 16 --heads 2 --rope --shift --eval-chars 300 --samples 1 --sample-len 20 --threads 1 --quiet"
-  if [ -d /usr/share/games/fortunes ] && $CC $WARN -O2 -DDL_USE_CUDA -Iinclude examples/gpt.c -o "$B/gpt_fake" \
-      build/libdlgpu_fake.a -lstdc++ -lm 2>"$B/fake.log" && $CC $WARN -O2 -Iinclude examples/gpt.c -o "$B/gpt_host" -lm 2>>"$B/fake.log"; then
+  if [ -d /usr/share/games/fortunes ] && built "$B/gpt_fake" && built "$B/gpt_host"; then
     g=$(cd "$B" && timeout 600 ./gpt_fake --device cuda $gx --save gpt_fake.st --csv gpt_fake.csv 2>&1 | grep -o 'test_acc=[0-9.]*\|test_bpb=[0-9.]*' | tr '\n' ' ')
     c=$(cd "$B" && timeout 600 ./gpt_host $gx --save gpt_host.st --csv gpt_host.csv 2>&1 | grep -o 'test_acc=[0-9.]*\|test_bpb=[0-9.]*' | tr '\n' ' ')
     if [ -n "$g" ] && [ "$g" = "$c" ]; then ok; echo "gpt --device cuda on the fake device: $g(the CPU: $c)"
     else bad "gpt --device cuda on the fake device: '$g' vs the CPU '$c'"; fi
-  elif [ -d /usr/share/games/fortunes ]; then bad "gpt against the fake device (build)"; head -30 "$B/fake.log"; fi
+  elif [ -d /usr/share/games/fortunes ]; then bad "gpt against the fake device (build)"; head -30 "$B/gpt_fake.log" "$B/gpt_host.log"; fi
   # the character LSTM: 2 steps, the CPU's bits per character; CUDA graphs and --no-graphs give the same weights
   cx="--subset 16 --seq 16 --batch 8 --hidden 32 --embed 16 --eval-chars 300 --samples 1 --sample-len 20 --threads 1 --quiet"
-  if [ -d /usr/share/games/fortunes ] && $CC $WARN -O2 -DDL_USE_CUDA -Iinclude examples/char_lm.c -o "$B/char_lm_fake" \
-      build/libdlgpu_fake.a -lstdc++ -lm 2>"$B/fake.log" && $CC $WARN -O2 -Iinclude examples/char_lm.c -o "$B/char_lm_host" -lm 2>>"$B/fake.log"; then
+  if [ -d /usr/share/games/fortunes ] && built "$B/char_lm_fake" && built "$B/char_lm_host"; then
     g=$(cd "$B" && timeout 600 ./char_lm_fake --device cuda $cx --save clm_fake.st --csv clm_fake.csv 2>&1 | grep -o 'test_acc=[0-9.]*\|test_bpc=[0-9.]*' | tr '\n' ' ')
     c=$(cd "$B" && timeout 600 ./char_lm_host $cx --save clm_host.st --csv clm_host.csv 2>&1 | grep -o 'test_acc=[0-9.]*\|test_bpc=[0-9.]*' | tr '\n' ' ')
     (cd "$B" && timeout 600 ./char_lm_fake --device cuda $cx --no-graphs --save clm_fake_ng.st --csv clm_fake_ng.csv >/dev/null 2>&1)
     if [ -n "$g" ] && [ "$g" = "$c" ] && cmp -s "$B/clm_fake.st" "$B/clm_fake_ng.st"; then ok
       echo "char_lm --device cuda on the fake device: $g(the CPU: $c); the same weights with and without CUDA graphs"
     else bad "char_lm --device cuda on the fake device: '$g' vs the CPU '$c' (or the weights differ with --no-graphs)"; fi
-  elif [ -d /usr/share/games/fortunes ]; then bad "char_lm against the fake device (build)"; head -30 "$B/fake.log"; fi
+  elif [ -d /usr/share/games/fortunes ]; then bad "char_lm against the fake device (build)"; head -30 "$B/char_lm_fake.log" "$B/char_lm_host.log"; fi
 else
   bad "make gpu-fake (the fake device)"; grep -v '^$' "$B/fake.log" | head -40
 fi
+section "2d. the fake device"
 
 # --- 2b. across MPI ranks (dist.h) ---------------------------------------------
 # tests/mpi/test_dist_mpi.c under mpirun -np 2 (2 ranks = 1 process at twice
@@ -343,6 +419,7 @@ if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
 else
   echo "SKIP MPI tests: mpicc/mpirun not found (apt-get install libopenmpi-dev openmpi-bin)"; skip=$((skip + 1))
 fi
+section "2b. MPI"
 
 # --- 3. misuse that must not compile -----------------------------------------
 for t in tests/compile_fail/*.c tests/compile_fail/*.cc; do
@@ -358,25 +435,35 @@ for t in tests/compile_fail/*.c tests/compile_fail/*.cc; do
   done
 done
 
+section "3. compile failures"
+
 # --- 3b. macro text grows linearly with nesting -------------------------------
 for c in gcc clang; do
   command -v $c >/dev/null || continue
   if bash tests/macro_growth.sh $c "$B/growth_$c" >"$B/growth.log" 2>&1; then ok; cat "$B/growth.log"
   else bad "macro text growth with $c"; cat "$B/growth.log"; fi
 done
+section "3b. macro growth"
 
 # --- 4. examples as a user builds them ---------------------------------------
 # an example's link flags beyond -lm (its " * dl-example-flags: -lz" line)
 example_flags() { sed -n 's|^ \* dl-example-flags: \(.*\)$|\1|p' "$1" | head -n 1; }
 for e in examples/*.c; do
   [ -f "$e" ] || continue
+  build "$B/ex_$(basename "$e" .c)" cc -std=c11 -O2 -Wall -Wextra -Wpedantic -Werror -Iinclude "$e" -o "$B/ex_$(basename "$e" .c)" \
+    $(example_flags "$e") -lm
+done
+built_all
+for e in examples/*.c; do
+  [ -f "$e" ] || continue
   n=$(basename "$e" .c)
-  if cc -std=c11 -O2 -Wall -Wextra -Wpedantic -Werror -Iinclude "$e" -o "$B/ex_$n" $(example_flags "$e") -lm 2>"$B/ex.log"; then ok
-  else bad "example $n (build with cc -O2 $(example_flags "$e") -lm)"; head -20 "$B/ex.log"; continue; fi
+  if built "$B/ex_$n"; then ok
+  else bad "example $n (build with cc -O2 $(example_flags "$e") -lm)"; head -20 "$B/ex_$n.log"; continue; fi
   if [ -f "examples/$n.check" ]; then
     if bash "examples/$n.check" "$B/ex_$n" >"$B/ex.log" 2>&1; then ok; else bad "example $n run"; tail -20 "$B/ex.log"; fi
   fi
 done
+section "4. examples"
 
 # --- 4b. compile once: a program of several files ---------------------------
 # examples/multi/ (three files) built the compile-once way (dl.c defines
@@ -408,6 +495,7 @@ if [ -d /usr/share/datasets/fashion-mnist ] || [ -n "${DL_FASHION_MNIST_DIR:-}" 
 else
   echo "SKIP examples/multi: Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"; skip=$((skip + 1))
 fi
+section "4b. compile once"
 
 # --- 4b. firmware: a trained model on a Cortex-M4 under QEMU ----------------------
 # examples/firmware/run.sh --quick: the MLP and the small CNN trained one
@@ -423,6 +511,7 @@ else
   elif [ $rc = 0 ] && [ "$(echo "$fw" | grep -c '^result: model=')" = 4 ]; then pass=$((pass + 4))
   else bad "firmware (examples/firmware/run.sh --quick, exit $rc)"; echo "$fw" | tail -n 15; fi
 fi
+section "4b. firmware"
 
 # --- 4c. installed, as another project uses it -------------------------------
 ds=$(bash tests/downstream.sh "$B/downstream" 2>&1)
@@ -432,6 +521,7 @@ if [ $# = 4 ]; then
   pass=$((pass + $2)); skip=$((skip + $4))
   [ "$3" -gt 0 ] && { fail=$((fail + $3)); failed+=("installed and used downstream ($3 checks)"); }
 else bad "tests/downstream.sh (no result line)"; echo "$ds" | tail -n 20; fi
+section "4c. installed"
 
 # --- 4d. out of memory as the system reports it ----------------------------------
 om=$(bash tests/oom_ulimit.sh "$B" 2>&1)
@@ -441,6 +531,7 @@ if [ $# = 4 ]; then
   pass=$((pass + $2)); skip=$((skip + $4))
   [ "$3" -gt 0 ] && { fail=$((fail + $3)); failed+=("out of memory under ulimit -v ($3 builds)"); }
 else bad "tests/oom_ulimit.sh (no result line)"; echo "$om" | tail -n 20; fi
+section "4d. out of memory"
 
 # --- 4e. the guides and the API reference -------------------------------------
 dl=$(bash tests/docs_listings.sh "$B/docs" 2>&1)
@@ -450,16 +541,17 @@ if [ $# = 4 ]; then
   pass=$((pass + $2)); skip=$((skip + $4))
   [ "$3" -gt 0 ] && { fail=$((fail + $3)); failed+=("docs: guides' listings or the API reference ($3 checks)"); }
 else bad "tests/docs_listings.sh (no result line)"; echo "$dl" | tail -n 20; fi
+section "4e. guides"
 
 # --- 5. sanitizers ------------------------------------------------------------
 if [ "${DL_TEST_QUICK:-0}" != 1 ]; then
   for t in tests/test_*.c; do
     n=$(basename "$t" .c)
-    if $CC $WARN -O1 -g -fopenmp -fsanitize=address,undefined -fno-sanitize-recover=all -Iinclude -Itests \
-        "$t" -o "$B/${n}_san" $(test_flags "$t") -lm 2>"$B/$n.log"; then
-      ASAN_OPTIONS=detect_leaks=1 DL_TEST_SANITIZER=1 run_test "${n}_sanitized" "$B/${n}_san"
-    else bad "$n (sanitizer build)"; head -30 "$B/$n.log"; fi
+    # built with step 2's
+    if built "$B/${n}_san"; then ASAN_OPTIONS=detect_leaks=1 DL_TEST_SANITIZER=1 run_test "${n}_sanitized" "$B/${n}_san"
+    else bad "$n (sanitizer build)"; head -30 "$B/${n}_san.log"; fi
   done
+  section "5. sanitizers (runs)"
 fi
 
 # --- 6. fuzzing ---------------------------------------------------------------
@@ -476,8 +568,10 @@ if [ "${DL_TEST_QUICK:-0}" != 1 ]; then
   else
     echo "SKIP fuzzing: clang cannot build a libFuzzer program (apt-get install clang)"; skip=$((skip + 1))
   fi
+  section "6. fuzzing"
 fi
 
+echo "time: the whole suite: $SECONDS s"
 echo
 if [ $fail -gt 0 ]; then printf 'failed: %s\n' "${failed[@]}"; fi
 echo "$pass passed, $fail failed, $skip skipped"
