@@ -73,6 +73,12 @@
 #define DLM_API static inline
 #endif
 #endif
+/* restrict for the kernels' row pointers (a C++ compiler's spelling there) */
+#ifdef __cplusplus
+#define DLM__RESTRICT __restrict
+#else
+#define DLM__RESTRICT restrict
+#endif
 
 #ifdef DL__HEADER_BEGIN /* dl.h's compile-once modes (config.h) */
 DL__HEADER_BEGIN
@@ -458,15 +464,19 @@ DLM_API void dlm__conv_f32(const dlm_layer *l, const dlm_tensor *X, const float 
       for (ky = 0; ky < l->kh; ky++)
         for (kx = 0; kx < l->kw; kx++) {
           const float wv = l->wf[(((size_t)co * X->c + ci) * l->kh + ky) * l->kw + kx];
+          const int32_t sw = l->sw, off = kx * l->dw - l->pw;
           int32_t a, b;
-          dlm__cols(X->w, Y->w, l->sw, l->pw, kx * l->dw, &a, &b);
+          dlm__cols(X->w, Y->w, sw, l->pw, kx * l->dw, &a, &b);
           for (oy = 0; oy < Y->h; oy++) {
             const int32_t iy = oy * l->sh - l->ph + ky * l->dh;
-            const float *row;
-            float *orow = out + (size_t)oy * Y->w;
+            const float *DLM__RESTRICT row;
+            float *DLM__RESTRICT orow = out + (size_t)oy * Y->w;
             if (iy < 0 || iy >= X->h) continue;
-            row = x + ((size_t)ci * X->h + iy) * X->w; /* column ox * sw - pw + kx * dw, inside for ox in [a, b) */
-            for (ox = a; ox < b; ox++) orow[ox] += wv * row[ox * l->sw - l->pw + kx * l->dw];
+            row = x + ((size_t)ci * X->h + iy) * X->w + off; /* column ox * sw, inside for ox in [a, b) */
+            if (sw == 1)
+              for (ox = a; ox < b; ox++) orow[ox] += wv * row[ox];
+            else
+              for (ox = a; ox < b; ox++) orow[ox] += wv * row[ox * sw];
           }
         }
     if (l->relu)
@@ -484,16 +494,24 @@ DLM_API void dlm__conv_i8(const dlm_layer *l, const dlm_tensor *X, const int8_t 
       for (ky = 0; ky < l->kh; ky++)
         for (kx = 0; kx < l->kw; kx++) {
           const int32_t wv = l->wq[(((size_t)co * X->c + ci) * l->kh + ky) * l->kw + kx];
+          /* the geometry in locals and the rows restrict: a store to acc
+           * (int32_t) may alias the layer's int32_t fields and the int8_t
+           * input (a char type), so the compiler loaded l's fields again at
+           * every tap and kept the loop scalar */
+          const int32_t sw = l->sw, off = kx * l->dw - l->pw;
           int32_t a, b;
           if (!wv) continue;
-          dlm__cols(X->w, Y->w, l->sw, l->pw, kx * l->dw, &a, &b);
+          dlm__cols(X->w, Y->w, sw, l->pw, kx * l->dw, &a, &b);
           for (oy = 0; oy < Y->h; oy++) {
             const int32_t iy = oy * l->sh - l->ph + ky * l->dh;
-            const int8_t *row;
-            int32_t *arow = acc + (size_t)oy * Y->w;
+            const int8_t *DLM__RESTRICT row;
+            int32_t *DLM__RESTRICT arow = acc + (size_t)oy * Y->w;
             if (iy < 0 || iy >= X->h) continue;
-            row = x + ((size_t)ci * X->h + iy) * X->w;
-            for (ox = a; ox < b; ox++) arow[ox] += wv * ((int32_t)row[ox * l->sw - l->pw + kx * l->dw] - zin);
+            row = x + ((size_t)ci * X->h + iy) * X->w + off; /* column ox * sw, inside for ox in [a, b) */
+            if (sw == 1)
+              for (ox = a; ox < b; ox++) arow[ox] += wv * ((int32_t)row[ox] - zin);
+            else
+              for (ox = a; ox < b; ox++) arow[ox] += wv * ((int32_t)row[ox * sw] - zin);
           }
         }
     for (ox = 0; ox < plane; ox++)
