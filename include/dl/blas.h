@@ -841,13 +841,15 @@ DL_API dl__gemm_plan dl__gemm_make_plan(dl_ctx *ctx, const dl__gemm_kind *k,
 }
 
 /* Private mode: the whole of batch item bi with packing buffers pa (abuf
- * bytes) and pb (bbuf bytes). */
-DL_API void dl__gemm_item(const dl__gemm_kind *k, const dl__gemm_problem *pr, int64_t bi,
-                          void *pa, void *pb) {
+ * bytes) and pb (bbuf bytes); or, when apre is not NULL, op(A) already
+ * packed whole there (dl__gemm_pack_all_a) and pa unused. */
+DL_API void dl__gemm_item_ex(const dl__gemm_kind *k, const dl__gemm_problem *pr, int64_t bi,
+                             void *pa, void *pb, const void *apre) {
   const size_t esz = k->esz;
   const unsigned char *A = pr->A + (size_t)(bi * pr->sa) * esz;
   const unsigned char *B = pr->B + (size_t)(bi * pr->sb) * esz;
   unsigned char *C = pr->C + (size_t)(bi * pr->sc) * esz;
+  const int64_t mp = dl__gemm_ceil(pr->M, k->mr) * k->mr;
   int64_t jc, pc, ic, jr, ir;
   for (jc = 0; jc < pr->N; jc += k->nc) {
     const int64_t nc = dl__gemm_min(pr->N - jc, k->nc);
@@ -857,18 +859,24 @@ DL_API void dl__gemm_item(const dl__gemm_kind *k, const dl__gemm_problem *pr, in
       k->pack_b(pr->tb, B, pr->ldb, pc, kc, jc, nc, pb);
       for (ic = 0; ic < pr->M; ic += k->mc) {
         const int64_t mc = dl__gemm_min(pr->M - ic, k->mc);
-        k->pack_a(pr->ta, A, pr->lda, ic, mc, pc, kc, pa);
+        const unsigned char *ab = (const unsigned char *)pa;
+        if (apre) ab = (const unsigned char *)apre + (size_t)(pc * mp + ic * kc) * esz;
+        else k->pack_a(pr->ta, A, pr->lda, ic, mc, pc, kc, pa);
         for (jr = 0; jr < nc; jr += k->nr) {
           const int n = (int)dl__gemm_min(nc - jr, k->nr);
           const unsigned char *bp = (const unsigned char *)pb + (size_t)(jr * kc) * esz;
           for (ir = 0; ir < mc; ir += k->mr)
-            k->kernel(kc, (const unsigned char *)pa + (size_t)(ir * kc) * esz, bp, pr->alpha, beta,
+            k->kernel(kc, ab + (size_t)(ir * kc) * esz, bp, pr->alpha, beta,
                       C + (size_t)((ic + ir) * pr->ldc + jc + jr) * esz, pr->ldc,
                       (int)dl__gemm_min(mc - ir, k->mr), n);
         }
       }
     }
   }
+}
+DL_API void dl__gemm_item(const dl__gemm_kind *k, const dl__gemm_problem *pr, int64_t bi,
+                          void *pa, void *pb) {
+  dl__gemm_item_ex(k, pr, bi, pa, pb, NULL);
 }
 
 /* Shared mode: the packed KC block q of one panel, from the shared slot when
@@ -988,6 +996,59 @@ DL_API void *dl__gemm_scratch(dl_ctx *ctx, size_t n) {
     dl_ctx_init(&dl__gemm_tls.own, &ctx->desc);
   }
   return dl__gemm_tls.p;
+}
+
+/* op(A), M x K, packed whole for a product repeated over many B (a
+ * convolution's weight, image after image): KC block q at element
+ * q * KC * Mp (Mp: M rounded up to MR), each as pack_a lays out its rows;
+ * dl__gemm_packed_a_bytes bytes at dst. dl__gemm_serial_pa multiplies with
+ * it: the kernel calls of the product packed as it goes, the same bits. */
+DL_API size_t dl__gemm_packed_a_bytes(const dl__gemm_kind *k, int64_t M, int64_t K) {
+  return dl__gemm_round64((size_t)(dl__gemm_ceil(M, k->mr) * k->mr * K) * k->esz);
+}
+DL_API void dl__gemm_pack_all_a(const dl__gemm_kind *k, dl_trans ta, const void *A, int64_t lda, int64_t M,
+                                int64_t K, void *dst) {
+  const int64_t mp = dl__gemm_ceil(M, k->mr) * k->mr;
+  int64_t pc;
+  for (pc = 0; pc < K; pc += k->kc)
+    k->pack_a(ta, A, lda, 0, M, pc, dl__gemm_min(K - pc, k->kc), (unsigned char *)dst + (size_t)(pc * mp) * k->esz);
+}
+/* C = alpha op(A) op(B) + beta C on the calling thread, op(A) packed by
+ * dl__gemm_pack_all_a; 0 when no packing buffer for B could be had (the
+ * caller then multiplies another way). */
+DL_API int dl__gemm_serial_pa(dl_ctx *ctx, const dl__gemm_kind *k, int64_t M, int64_t N, int64_t K, double alpha,
+                              const void *apre, dl_trans tb, const void *B, int64_t ldb, double beta, void *C,
+                              int64_t ldc) {
+  dl__gemm_problem pr;
+  void *pb;
+  if (M == 0 || N == 0) return 1;
+  pb = dl__gemm_scratch(ctx, dl__gemm_round64((size_t)(dl__gemm_min(K, k->kc) *
+                                                       dl__gemm_min(dl__gemm_ceil(N, k->nr) * k->nr, k->nc)) * k->esz));
+  if (!pb) return 0;
+  memset(&pr, 0, sizeof pr);
+  pr.ta = DL_NOTRANS; /* (not read: A is packed) */
+  pr.tb = tb;
+  pr.M = M;
+  pr.N = N;
+  pr.K = K;
+  pr.batch = 1;
+  pr.alpha = alpha;
+  pr.beta = beta;
+  pr.B = (const unsigned char *)B;
+  pr.C = (unsigned char *)C;
+  pr.ldb = ldb;
+  pr.ldc = ldc;
+  if (K == 0 || alpha == 0.0) {
+    if (k->esz == sizeof(float)) dl__gemm_scale_f32(M, N, (float)beta, (float *)C, ldc);
+    else dl__gemm_scale_f64(M, N, beta, (double *)C, ldc);
+    return 1;
+  }
+  {
+    dl_fpmode fm = dl_ctx_fp_enter(ctx);
+    dl__gemm_item_ex(k, &pr, 0, NULL, pb, apre);
+    dl_ftz_leave(fm);
+  }
+  return 1;
 }
 
 /* A small product (2 M N K up to DL_GEMM_SPLIT_FLOPS, one item) on a team:
