@@ -16,7 +16,9 @@
 # the CPU the rest of the machine used meanwhile.
 #
 # Then bench/bench_im2col.c (im2col of the Fashion CNN's two layers against
-# a plain loop and memcpy), built with -O2 and with -O2 -march=native.
+# a plain loop and memcpy), built with -O2 and with -O2 -march=native, and
+# bench/bench_pack.c (the packs and the kernel of one image's products of
+# the CNN's second convolution).
 #
 # Environment: CC (gcc), REPS (7), STEPS (20), ROUNDS (3), THREADS (2).
 set -u
@@ -67,3 +69,10 @@ for march in "" "-march=native"; do
   echo "# bench_im2col built with -O2 $march"
   "$B/bench_im2col" || exit 1
 done
+
+# the parts of one image's product of the CNN's second convolution on the
+# built-in GEMM (bench/bench_pack.c): packing op(A) and op(B), the kernel
+$CC -std=c11 -Wall -Wextra -Wpedantic -Werror -O3 -march=native -Iinclude bench/bench_pack.c -o "$B/bench_pack" -lm ||
+  { echo "FAILED to build bench_pack"; exit 1; }
+echo "# bench_pack built with -O3 -march=native"
+"$B/bench_pack" || exit 1
