@@ -998,59 +998,6 @@ DL_API void *dl__gemm_scratch(dl_ctx *ctx, size_t n) {
   return dl__gemm_tls.p;
 }
 
-/* op(A), M x K, packed whole for a product repeated over many B (a
- * convolution's weight, image after image): KC block q at element
- * q * KC * Mp (Mp: M rounded up to MR), each as pack_a lays out its rows;
- * dl__gemm_packed_a_bytes bytes at dst. dl__gemm_serial_pa multiplies with
- * it: the kernel calls of the product packed as it goes, the same bits. */
-DL_API size_t dl__gemm_packed_a_bytes(const dl__gemm_kind *k, int64_t M, int64_t K) {
-  return dl__gemm_round64((size_t)(dl__gemm_ceil(M, k->mr) * k->mr * K) * k->esz);
-}
-DL_API void dl__gemm_pack_all_a(const dl__gemm_kind *k, dl_trans ta, const void *A, int64_t lda, int64_t M,
-                                int64_t K, void *dst) {
-  const int64_t mp = dl__gemm_ceil(M, k->mr) * k->mr;
-  int64_t pc;
-  for (pc = 0; pc < K; pc += k->kc)
-    k->pack_a(ta, A, lda, 0, M, pc, dl__gemm_min(K - pc, k->kc), (unsigned char *)dst + (size_t)(pc * mp) * k->esz);
-}
-/* C = alpha op(A) op(B) + beta C on the calling thread, op(A) packed by
- * dl__gemm_pack_all_a; 0 when no packing buffer for B could be had (the
- * caller then multiplies another way). */
-DL_API int dl__gemm_serial_pa(dl_ctx *ctx, const dl__gemm_kind *k, int64_t M, int64_t N, int64_t K, double alpha,
-                              const void *apre, dl_trans tb, const void *B, int64_t ldb, double beta, void *C,
-                              int64_t ldc) {
-  dl__gemm_problem pr;
-  void *pb;
-  if (M == 0 || N == 0) return 1;
-  pb = dl__gemm_scratch(ctx, dl__gemm_round64((size_t)(dl__gemm_min(K, k->kc) *
-                                                       dl__gemm_min(dl__gemm_ceil(N, k->nr) * k->nr, k->nc)) * k->esz));
-  if (!pb) return 0;
-  memset(&pr, 0, sizeof pr);
-  pr.ta = DL_NOTRANS; /* (not read: A is packed) */
-  pr.tb = tb;
-  pr.M = M;
-  pr.N = N;
-  pr.K = K;
-  pr.batch = 1;
-  pr.alpha = alpha;
-  pr.beta = beta;
-  pr.B = (const unsigned char *)B;
-  pr.C = (unsigned char *)C;
-  pr.ldb = ldb;
-  pr.ldc = ldc;
-  if (K == 0 || alpha == 0.0) {
-    if (k->esz == sizeof(float)) dl__gemm_scale_f32(M, N, (float)beta, (float *)C, ldc);
-    else dl__gemm_scale_f64(M, N, beta, (double *)C, ldc);
-    return 1;
-  }
-  {
-    dl_fpmode fm = dl_ctx_fp_enter(ctx);
-    dl__gemm_item_ex(k, &pr, 0, NULL, pb, apre);
-    dl_ftz_leave(fm);
-  }
-  return 1;
-}
-
 /* A small product (2 M N K up to DL_GEMM_SPLIT_FLOPS, one item) on a team:
  * C cut into one block of whole micro-panel columns (or rows, when M > N)
  * per thread, each block the serial algorithm with its worker's own packing
@@ -1263,6 +1210,48 @@ DL_API dl__gemm_problem dl__gemm_problem_make(dl_trans ta, dl_trans tb, int64_t 
   pr.sb = sb;
   pr.sc = sc;
   return pr;
+}
+
+/* op(A), M x K, packed whole for a product repeated over many B (a
+ * convolution's weight, image after image): KC block q at element
+ * q * KC * Mp (Mp: M rounded up to MR), each as pack_a lays out its rows;
+ * dl__gemm_packed_a_bytes bytes at dst. dl__gemm_serial_pa multiplies with
+ * it: the kernel calls of the product packed as it goes, the same bits. */
+DL_API size_t dl__gemm_packed_a_bytes(const dl__gemm_kind *k, int64_t M, int64_t K) {
+  return dl__gemm_round64((size_t)(dl__gemm_ceil(M, k->mr) * k->mr * K) * k->esz);
+}
+DL_API void dl__gemm_pack_all_a(const dl__gemm_kind *k, dl_trans ta, const void *A, int64_t lda, int64_t M,
+                                int64_t K, void *dst) {
+  const int64_t mp = dl__gemm_ceil(M, k->mr) * k->mr;
+  int64_t pc;
+  for (pc = 0; pc < K; pc += k->kc)
+    k->pack_a(ta, A, lda, 0, M, pc, dl__gemm_min(K - pc, k->kc), (unsigned char *)dst + (size_t)(pc * mp) * k->esz);
+}
+/* C = alpha op(A) op(B) + beta C on the calling thread, op(A) packed by
+ * dl__gemm_pack_all_a; 0 when no packing buffer for B could be had (the
+ * caller then multiplies another way). */
+DL_API int dl__gemm_serial_pa(dl_ctx *ctx, const dl__gemm_kind *k, int64_t M, int64_t N, int64_t K, double alpha,
+                              const void *apre, dl_trans tb, const void *B, int64_t ldb, double beta, void *C,
+                              int64_t ldc) {
+  dl__gemm_problem pr;
+  void *pb;
+  if (M == 0 || N == 0) return 1;
+  pb = dl__gemm_scratch(ctx, dl__gemm_round64((size_t)(dl__gemm_min(K, k->kc) *
+                                                       dl__gemm_min(dl__gemm_ceil(N, k->nr) * k->nr, k->nc)) * k->esz));
+  if (!pb) return 0;
+  /* (A itself is not read: it is packed) */
+  pr = dl__gemm_problem_make(DL_NOTRANS, tb, M, N, K, alpha, NULL, 0, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+  if (K == 0 || alpha == 0.0) {
+    if (k->esz == sizeof(float)) dl__gemm_scale_f32(M, N, (float)beta, (float *)C, ldc);
+    else dl__gemm_scale_f64(M, N, beta, (double *)C, ldc);
+    return 1;
+  }
+  {
+    dl_fpmode fm = dl_ctx_fp_enter(ctx);
+    dl__gemm_item_ex(k, &pr, 0, NULL, pb, apre);
+    dl_ftz_leave(fm);
+  }
+  return 1;
 }
 
 #ifdef DL_USE_OPENBLAS
