@@ -136,48 +136,39 @@ fi
 # line of its own:  /* dl-test-flags: -DDL_USE_ZLIB -lz */
 test_flags() { sed -n 's|^/\* dl-test-flags: \(.*\) \*/$|\1|p' "$1" | head -n 1; }
 # The builds first, $JOBS at a time (compiling is most of the suite's time),
-# then the programs one after another, each with the machine to itself.
+# then the programs one after another, each with the machine to itself, in
+# the order queue NAME CMD... queued them (NAME: the program in $B and the
+# name its results go under).
+programs=()
+queue() { programs+=("$1"); build "$B/$1" "${@:2}"; }
 for t in tests/test_*.c; do
   n=$(basename "$t" .c)
   # DL_TAPE_POISON: gradients dl_backward leaves unzeroed hold NaN, so a rule that adds to one unzeroed shows
-  build "$B/$n" $CC $WARN -O2 -fopenmp -DDL_TAPE_POISON -Iinclude -Itests "$t" -o "$B/$n" $(test_flags "$t") -lm
-  if { [ "$n" = test_blas ] || [ "$n" = test_matmul ]; } && [ -n "$BLAS_FLAGS" ]; then
-    build "$B/${n}_openblas" $CC $WARN -O2 -fopenmp $BLAS_FLAGS -Iinclude -Itests "$t" -o "$B/${n}_openblas" -lopenblas -lm
-    # built for this CPU: dl_gemm may leave an OpenBLAS that runs older kernels (blas.h)
-    [ "$n" = test_blas ] && build "$B/${n}_openblas_native" $CC $WARN -O2 -march=native -fopenmp $BLAS_FLAGS -Iinclude -Itests \
-      "$t" -o "$B/${n}_openblas_native" -lopenblas -lm
+  queue "$n" $CC $WARN -O2 -fopenmp -DDL_TAPE_POISON -Iinclude -Itests "$t" -o "$B/$n" $(test_flags "$t") -lm
+  if [ "$n" = test_blas ] || [ "$n" = test_matmul ]; then
+    if [ -n "$BLAS_FLAGS" ]; then
+      queue "${n}_openblas" $CC $WARN -O2 -fopenmp $BLAS_FLAGS -Iinclude -Itests "$t" -o "$B/${n}_openblas" -lopenblas -lm
+      # built for this CPU: dl_gemm may leave an OpenBLAS that runs older kernels (blas.h)
+      [ "$n" = test_blas ] && queue "${n}_openblas_native" $CC $WARN -O2 -march=native -fopenmp $BLAS_FLAGS -Iinclude \
+        -Itests "$t" -o "$B/${n}_openblas_native" -lopenblas -lm
+    else echo "SKIP $n with OpenBLAS: cblas.h not found (apt-get install libopenblas-dev)"; skip=$((skip + 1)); fi
   fi
   # the widest vector bodies (AVX-512 or AVX where this CPU has it), under gcc and clang: the
   # optimizers', the batcher's table gather, the fused attention's tile products, the GEMM's
   # dot-product kernel and the 2x2 max pool (AVX-512 only)
   case $n in test_optim|test_data|test_ops_sdpa|test_blas|test_ops_conv)
     for nc in gcc clang; do
-      command -v $nc >/dev/null && build "$B/${n}_native_$nc" $nc $WARN -O2 -march=native -fopenmp -Iinclude -Itests "$t" \
+      command -v $nc >/dev/null && queue "${n}_native_$nc" $nc $WARN -O2 -march=native -fopenmp -Iinclude -Itests "$t" \
         -o "$B/${n}_native_$nc" $(test_flags "$t") -lm
     done ;;
   esac
-  # step 5's sanitizer builds join the queue now: it is the longest
+  # step 5's sanitizer builds join the queue now (run there): it is the longest
   [ "${DL_TEST_QUICK:-0}" != 1 ] && build "$B/${n}_san" $CC $WARN -O1 -g -fopenmp -fsanitize=address,undefined \
     -fno-sanitize-recover=all -Iinclude -Itests "$t" -o "$B/${n}_san" $(test_flags "$t") -lm
 done
 built_all
-for t in tests/test_*.c; do
-  n=$(basename "$t" .c)
-  if built "$B/$n"; then run_test "$n" "$B/$n"; else bad "$n (build)"; head -30 "$B/$n.log"; fi
-  if [ "$n" = test_blas ] || [ "$n" = test_matmul ]; then
-    if [ -n "$BLAS_FLAGS" ]; then
-      for v in openblas openblas_native; do
-        [ $v = openblas_native ] && [ "$n" != test_blas ] && continue
-        if built "$B/${n}_$v"; then run_test "${n}_$v" "$B/${n}_$v"; else bad "${n}_$v (build)"; head -30 "$B/${n}_$v.log"; fi
-      done
-    else echo "SKIP $n with OpenBLAS: cblas.h not found (apt-get install libopenblas-dev)"; skip=$((skip + 1)); fi
-  fi
-  case $n in test_optim|test_data|test_ops_sdpa|test_blas|test_ops_conv) ;; *) continue ;; esac
-  for nc in gcc clang; do
-    command -v $nc >/dev/null || continue
-    if built "$B/${n}_native_$nc"; then run_test "${n}_native_$nc" "$B/${n}_native_$nc"
-    else bad "${n}_native_$nc (build)"; head -30 "$B/${n}_native_$nc.log"; fi
-  done
+for p in "${programs[@]}"; do
+  if built "$B/$p"; then run_test "$p" "$B/$p"; else bad "$p (build)"; head -30 "$B/$p.log"; fi
 done
 section "2. unit tests"
 

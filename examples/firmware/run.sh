@@ -73,13 +73,13 @@ train_export() { # example
   if [ -n "$weights" ]; then args="--load $weights --eval"
   elif [ $ex = fashion_mlp ]; then args="$MLP_ARGS --save $GEN/$ex.safetensors"
   else args="$CNN_ARGS --save $GEN/$ex.safetensors"; fi
-  echo "== $ex $extra $args --export $GEN" >"$GEN/$ex.head"
+  echo "== $ex $extra $args --export $GEN"
   # shellcheck disable=SC2086
   "$OUT/$ex" $extra $args --quiet --data "$DATA" --csv "$GEN/$ex.csv" --chart "$GEN/$ex.png" --export "$GEN" \
     >"$GEN/$ex.log" 2>&1 || { tail -n 5 "$GEN/$ex.log"; echo "FAIL firmware: $ex --export"; return 1; }
+  grep -E '^(micro|result)' "$GEN/$ex.log"
 }
 train_export fashion_mlp || exit 1
-cat "$GEN/fashion_mlp.head"; grep -E '^(micro|result)' "$GEN/fashion_mlp.log"
 
 # --- 2. the test images as C ---------------------------------------------------------
 $CC -std=c11 -O2 -Iinclude examples/firmware/images.c -o "$OUT/images" -lz -lm && "$OUT/images" "$OUT" 1000 "$DATA" ||
@@ -147,7 +147,6 @@ check_one mlp f32 & p1=$!
 check_one mlp int8 & p2=$!
 train_export fashion_cnn || { wait $p1 $p2; exit 1; }
 wait $p1 $p2
-cat "$GEN/fashion_cnn.head"; grep -E '^(micro|result)' "$GEN/fashion_cnn.log"
 check_one cnn f32 & p1=$!
 check_one cnn int8 & p2=$!
 wait $p1 $p2
