@@ -4,8 +4,10 @@
 # optim.h (OpenBLAS GEMM, -O2) against PyTorch eager (Debian's
 # /usr/bin/python3 with python3-torch) in the same run, alternating the two
 # three times; prints medians, the ratio torch_ms / dl_ms (goal >= 2) and
-# dl.h's heap allocations per step (goal 0).  Env: REPS (7), STEPS (50),
-# THREADS (2).
+# dl.h's heap allocations per step (goal 0); then the Adam update alone
+# against a plain C loop of its formula, f32 and f64, in cache and at the
+# MLP's size (bench_adam.c, 1 thread, -O2 -march=native).  Env: REPS (7),
+# STEPS (50), THREADS (2).
 set -u
 cd "$(dirname "$0")/.."
 B=build/bench
@@ -29,3 +31,5 @@ awk '
     if (t == "") { printf "MLP training step: dl.h %.3f ms (SKIP ratio: no PyTorch), allocations per step %s\n", med(d), allocs; exit }
     printf "MLP 784-256-128-10 b64 training step (fwd, bwd, clip, Adam) f32: dl.h %.3f ms, torch %.3f ms, ratio torch/dl = %.2f (goal >= 2); dl.h allocations per step %s (goal 0)\n", med(d), med(t), med(t) / med(d), allocs
   }' $B/step.txt
+echo "== Adam update alone, 1 thread (bench_adam.c): ns per element, dl_adam_update vs a plain C loop, same bits =="
+$CC $WARN -O2 -march=native -fopenmp -Iinclude -Ibench bench/bench_adam.c -o $B/bench_adam -lm && $B/bench_adam
