@@ -417,6 +417,44 @@ static void test_adam_vector_matches_scalar(void) {
         }
 }
 
+/* The gradient norm's sum of squares (dl__sumsq) and the clip's scaling
+ * (dl__scale) run on the ctx's team: the same bits on one thread and on
+ * two (the pieces' sums added in order), the sum within 1e-14 of a long
+ * double one, for lengths of one piece, two, and more than 256 pieces
+ * (longer pieces then); f32 and f64. */
+static void test_sumsq_scale_threads(void) {
+  static const int64_t lens[] = {5, 32768, 32769, 100003, 9000017};
+  int dti, li;
+  for (dti = 0; dti < 2; dti++)
+    for (li = 0; li < (int)(sizeof lens / sizeof lens[0]); li++) {
+      const dl_dtype dt = dti ? DL_F64 : DL_F32;
+      const int64_t n = lens[li];
+      dl_tensor *x = dl_tensor_make(&ctx, dt, DL_SHAPE(n)), *y = dl_tensor_make(&ctx, dt, DL_SHAPE(n));
+      dl_rng rng = dl_rng_make(17 + (uint64_t)li);
+      long double ref = 0;
+      double s1, s2;
+      int64_t i;
+      int same = 1;
+      dl_tensor_rand_normal(x, &rng, 0.5, 2);
+      for (i = 0; i < n; i++) ref += (long double)dl__get_at(x, i) * (long double)dl__get_at(x, i);
+      s1 = dl__sumsq(&ctx, x->data, n, dt);
+      s2 = dl__sumsq(&ctx_par, x->data, n, dt);
+      CHECK_MSG(memcmp(&s1, &s2, sizeof s1) == 0, "dl__sumsq %s n %lld: %.17g on 1 thread, %.17g on 2",
+                dl_dtype_name(dt), (long long)n, s1, s2);
+      CHECK_MSG(fabs(s1 - (double)ref) <= 1e-14 * (double)ref, "dl__sumsq %s n %lld: %.17g, long double %.17Lg",
+                dl_dtype_name(dt), (long long)n, s1, ref);
+      dl_tensor_copy(y, x);
+      dl__scale(&ctx_par, y->data, n, dt, 0.37);
+      for (i = 0; i < n; i++) {
+        double a = dl__get_at(y, i), b = dt == DL_F32 ? (double)((float)dl__get_at(x, i) * 0.37f) : dl__get_at(x, i) * 0.37;
+        same &= memcmp(&a, &b, sizeof a) == 0;
+      }
+      CHECK_MSG(same, "dl__scale %s n %lld on 2 threads differs from x * f", dl_dtype_name(dt), (long long)n);
+      dl_tensor_free(x);
+      dl_tensor_free(y);
+    }
+}
+
 /* The update runs in the ctx's floating-point mode, as every library loop:
  * with the default (flush-to-zero) a gradient of 1e-20, whose square is
  * below FLT_MIN, leaves v at 0 (the product is flushed), with keep_denormals v
@@ -476,6 +514,7 @@ int main(void) {
   RUN(test_panics);
   RUN(test_adam_paths_agree);
   RUN(test_adam_vector_matches_scalar);
+  RUN(test_sumsq_scale_threads);
   RUN(test_optim_fp_mode);
   printf("worst error vs PyTorch, norm-wise (element-wise): f64 %.3g (%.3g), f32 %.3g (%.3g); "
          "schedules %.3g\n", worst[1], worst_el[1], worst[0], worst_el[0], worst_sched);
