@@ -931,8 +931,11 @@ DL_API void dl__batch_gather(dl_batcher *b, int64_t slot, int64_t row, int64_t n
         j = 0;
 #if defined(__AVX512F__) && !defined(__CUDACC__)
         for (; j + 16 <= n; j += 16) { /* 16 bytes widened to indices, one gather from the table */
-          const __m512i ix = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(s + j)));
-          _mm512_storeu_ps(o + j, _mm512_i32gather_ps(ix, lut, 4));
+          /* (the masked forms: with the plain ones g++ 12 warns that their undefined source "may be
+           * used uninitialized") */
+          const __m512i ix = _mm512_maskz_cvtepu8_epi32((__mmask16)0xFFFF,
+                                                        _mm_loadu_si128((const __m128i *)(const void *)(s + j)));
+          _mm512_storeu_ps(o + j, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), (__mmask16)0xFFFF, ix, lut, 4));
         }
 #endif
         for (; j < n; j++) o[j] = lut[s[j]];
