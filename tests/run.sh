@@ -24,7 +24,8 @@
 #      the Fashion-MNIST examples under mpirun)
 #   2e. C++: the unit tests marked "dl-test-cxx" built with g++ and run, and
 #      tests/cxx/mlp.c built as C and as C++ (g++, clang++): the same output
-#      bytes (50 training steps, the API touched once each); C++11 builds it
+#      bytes (50 training steps, the API touched once each); C++11 builds it,
+#      and so does g++ -march=native (this CPU's intrinsics paths)
 #   3. tests/compile_fail/*.c (gcc, clang) and *.cc (g++, clang++) must fail
 #      to compile, with the message the file's "expect:" line names
 #   3b. tests/macro_growth.sh: the preprocessed text of generic-math
@@ -193,6 +194,9 @@ if command -v g++ >/dev/null; then
   # C++11 is enough for the whole API
   build "$B/cxx/mlp11" g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror -O0 -fopenmp -Iinclude -x c++ tests/cxx/mlp.c -c \
     -o "$B/cxx/mlp11.o"
+  # and this CPU's vector paths (AVX-512 intrinsics) compile as C++ too: g++ 12 warned on some at -O2
+  build "$B/cxx/mlp_native" g++ -std=c++17 -Wall -Wextra -Wpedantic -Werror -O2 -march=native -fopenmp -Iinclude \
+    -x c++ tests/cxx/mlp.c -c -o "$B/cxx/mlp_native.o"
   built_all
   for t in $cxx_tests; do
     n=$(basename "$t" .c)
@@ -218,6 +222,8 @@ if command -v g++ >/dev/null; then
   fi
   if built "$B/cxx/mlp11"; then ok
   else bad "tests/cxx/mlp.c as C++11 (build)"; head -20 "$B/cxx/mlp11.log"; fi
+  if built "$B/cxx/mlp_native"; then ok
+  else bad "tests/cxx/mlp.c as C++17 at -march=native (build)"; head -20 "$B/cxx/mlp_native.log"; fi
 else
   echo "SKIP the C++ checks: g++ not found (apt-get install g++)"; skip=$((skip + 1))
 fi
