@@ -230,34 +230,28 @@ DL_API void dl__conv_range(int64_t off, int64_t s, int64_t n, int64_t outn, int6
  * The same additions, the same bits. */
 #if defined(__AVX512F__) && !defined(__CUDACC__)
 #include <immintrin.h>
-DL_API void dl__conv_rows_acc_v_f32(float *d, const float *s, int64_t n, int64_t m, int64_t rs, int64_t ss) {
-  int64_t r, q, par;
-  for (par = 0; par < 2; par++)
-    for (r = par; r < n; r += 2) {
-      float *dr = d + r * rs;
-      const float *sr = s + r * ss;
-      for (q = 0; q + 16 <= m; q += 16)
-        _mm512_storeu_ps(dr + q, _mm512_add_ps(_mm512_loadu_ps(dr + q), _mm512_loadu_ps(sr + q)));
-      if (q < m) {
-        const __mmask16 k = (__mmask16)((1u << (m - q)) - 1u);
-        _mm512_mask_storeu_ps(dr + q, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, dr + q), _mm512_maskz_loadu_ps(k, sr + q)));
-      }
-    }
-}
-DL_API void dl__conv_rows_acc_v_f64(double *d, const double *s, int64_t n, int64_t m, int64_t rs, int64_t ss) {
-  int64_t r, q, par;
-  for (par = 0; par < 2; par++)
-    for (r = par; r < n; r += 2) {
-      double *dr = d + r * rs;
-      const double *sr = s + r * ss;
-      for (q = 0; q + 8 <= m; q += 8)
-        _mm512_storeu_pd(dr + q, _mm512_add_pd(_mm512_loadu_pd(dr + q), _mm512_loadu_pd(sr + q)));
-      if (q < m) {
-        const __mmask8 k = (__mmask8)((1u << (m - q)) - 1u);
-        _mm512_mask_storeu_pd(dr + q, k, _mm512_add_pd(_mm512_maskz_loadu_pd(k, dr + q), _mm512_maskz_loadu_pd(k, sr + q)));
-      }
-    }
-}
+/* (X(op): _mm512_<op>_ps or _pd; MT the mask type of W lanes) */
+#define DL__CONV_ROWS_ACC_V_DEF(T, sfx, W, MT, X)                                                       \
+  DL_API void dl__conv_rows_acc_v_##sfx(T *d, const T *s, int64_t n, int64_t m, int64_t rs, int64_t ss) { \
+    int64_t r, q, par;                                                                                  \
+    for (par = 0; par < 2; par++)                                                                       \
+      for (r = par; r < n; r += 2) {                                                                    \
+        T *dr = d + r * rs;                                                                             \
+        const T *sr = s + r * ss;                                                                       \
+        for (q = 0; q + (W) <= m; q += (W)) X(storeu)(dr + q, X(add)(X(loadu)(dr + q), X(loadu)(sr + q))); \
+        if (q < m) {                                                                                    \
+          const MT k = (MT)((1u << (m - q)) - 1u);                                                      \
+          X(mask_storeu)(dr + q, k, X(add)(X(maskz_loadu)(k, dr + q), X(maskz_loadu)(k, sr + q)));     \
+        }                                                                                               \
+      }                                                                                                 \
+  }
+#define DL__CONV_XS(op) _mm512_##op##_ps
+#define DL__CONV_XD(op) _mm512_##op##_pd
+DL__CONV_ROWS_ACC_V_DEF(float, f32, 16, __mmask16, DL__CONV_XS)
+DL__CONV_ROWS_ACC_V_DEF(double, f64, 8, __mmask8, DL__CONV_XD)
+#undef DL__CONV_ROWS_ACC_V_DEF
+#undef DL__CONV_XS
+#undef DL__CONV_XD
 #define DL__CONV_ROWS_ACC_V(sfx, d, s, n, m, rs, ss) \
   {                                                 \
     dl__conv_rows_acc_v_##sfx(d, s, n, m, rs, ss);  \
