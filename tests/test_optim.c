@@ -417,11 +417,12 @@ static void test_adam_vector_matches_scalar(void) {
         }
 }
 
-/* The gradient norm's sum of squares (dl__sumsq) and the clip's scaling
- * (dl__scale) run on the ctx's team: the same bits on one thread and on
- * two (the pieces' sums added in order), the sum within 1e-14 of a long
- * double one, for lengths of one piece, two, and more than 256 pieces
- * (longer pieces then); f32 and f64. */
+/* The gradient norm's sum of squares (dl__sumsq), the clip's scaling
+ * (dl__scale) and its clamp (dl__clamp_buf) run on the ctx's team: the sum
+ * the same bits on one thread and on two (the pieces' sums added in
+ * order) and within 1e-14 of a long double one, for lengths of one piece,
+ * two, and more than 256 pieces (longer pieces then); the scaled and
+ * clamped values those of the scalar loop (NaN kept); f32 and f64. */
 static void test_sumsq_scale_threads(void) {
   static const int64_t lens[] = {5, 32768, 32769, 100003, 9000017};
   int dti, li;
@@ -450,6 +451,15 @@ static void test_sumsq_scale_threads(void) {
         same &= memcmp(&a, &b, sizeof a) == 0;
       }
       CHECK_MSG(same, "dl__scale %s n %lld on 2 threads differs from x * f", dl_dtype_name(dt), (long long)n);
+      dl_tensor_copy(y, x);
+      dl__set_at(y, n / 2, NAN);
+      dl__clamp_buf(&ctx_par, y->data, n, dt, 1.25);
+      for (i = 0, same = 1; i < n; i++) {
+        const double a = dl__get_at(y, i), e = dl__get_at(x, i);
+        same &= i == n / 2 ? a != a : a == (e < -1.25 ? -1.25 : e > 1.25 ? 1.25 : e);
+      }
+      CHECK_MSG(same, "dl__clamp_buf %s n %lld on 2 threads: not x clamped to [-1.25, 1.25], NaN kept",
+                dl_dtype_name(dt), (long long)n);
       dl_tensor_free(x);
       dl_tensor_free(y);
     }

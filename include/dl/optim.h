@@ -1535,14 +1535,15 @@ DL_API void dl__scale(dl_ctx *ctx, void *data, int64_t n, dl_dtype dt, double f)
     DL_PARALLEL_RANGE(ctx, n, n, i, { x[i] *= f; });
   }
 }
-DL_API void dl__clamp_buf(void *data, int64_t n, dl_dtype dt, double v) {
-  int64_t i;
+/* x clamped to [-v, v] (NaN stays) over a contiguous buffer, run by the
+ * ctx's team. */
+DL_API void dl__clamp_buf(dl_ctx *ctx, void *data, int64_t n, dl_dtype dt, double v) {
   if (dt == DL_F32) {
     float *x = (float *)data, lo = (float)-v, hi = (float)v;
-    for (i = 0; i < n; i++) x[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+    DL_PARALLEL_RANGE(ctx, n, n, i, { x[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i]; });
   } else {
     double *x = (double *)data;
-    for (i = 0; i < n; i++) x[i] = x[i] < -v ? -v : x[i] > v ? v : x[i];
+    DL_PARALLEL_RANGE(ctx, n, n, i, { x[i] = x[i] < -v ? -v : x[i] > v ? v : x[i]; });
   }
 }
 /* The gradient memory of parameter p: the touched rows' values of a sparse
@@ -1645,7 +1646,7 @@ DL_API void dl__gbuf_clamp(const dl_param *p, void *g, int64_t n, double v) {
     return;
   }
 #endif
-  dl__clamp_buf(g, n, p->t.dtype, v);
+  dl__clamp_buf(p->t.ctx, g, n, p->t.dtype, v);
 }
 DL_API void dl__gbuf_scale(const dl_param *p, void *g, int64_t n, double f) {
 #ifdef DL_USE_CUDA

@@ -588,7 +588,10 @@ void kref_optim_sparse(int dt, int opt, const double *hp, int64_t step, int64_t 
 }
 
 /* x[i] clamped to [-v, v] (dl__clamp_buf). */
-void kref_clamp(int dt, void *x, int64_t n, double v) { dl__clamp_buf(x, n, dt ? DL_F64 : DL_F32, v); }
+void kref_clamp(int dt, void *x, int64_t n, double v) {
+  kref_init();
+  dl__clamp_buf(&ref_ctx, x, n, dt ? DL_F64 : DL_F32, v);
+}
 /* sum of x[i]^2 in double (dl__sumsq). */
 double kref_sumsq(int dt, const void *x, int64_t n) {
   kref_init();
