@@ -735,11 +735,12 @@ static double rel_diff(const dl_tensor *a, const dl_tensor *b) {
  * 1e-6 (f32): the double sums of the masked loop may vectorise otherwise
  * than the plain one (the same bits where they vectorise alike); in the
  * row form ([16, 3, 5, 5]), the plane form (a batch of 2 of 9 x 9 maps),
- * rows wider than 16 (34, 33) and over [N, C] (BatchNorm1d), f32 and f64, training and evaluation;
- * H v (dl_hvp, a tangent only on a factor after the op) likewise; and a
- * Sequential of BatchNorm2d, ReLU records the one fused node. */
+ * rows wider than 16 (34, 33) and over [N, C] (BatchNorm1d), f32 and
+ * f64, training and evaluation; H v (dl_hvp, a tangent only on a factor
+ * after the op) likewise; and a Sequential of BatchNorm2d, ReLU records
+ * the one fused node. */
 static void test_bn_relu_fused(void) {
-  static const int64_t shapes[7][4] = {{16, 3, 5, 5}, {2, 4, 9, 9},   {20, 6, 0, 0}, {4, 3, 8, 6},
+  static const int64_t shapes[7][4] = {{16, 3, 5, 5},  {2, 4, 9, 9},  {20, 6, 0, 0}, {4, 3, 8, 6},
                                        {700, 8, 3, 3}, {3, 2, 6, 34}, {2, 3, 5, 33}};
   /* [700, 8, 3, 3]: 3 row tiles of 228 samples and a last of 16; rows of 34 and 33: wider than
    * a vector of 16 floats (the pool's plane kernel, the map's loops) */
