@@ -208,10 +208,11 @@ static int team_loop(dl_ctx *ctx, double late, double wait, double wall) {
 
 /* The team guard: a team loop whose member started late (a stall: 2 ms),
  * or a span of team loops in which the process got less than 0.8 of the CPU
- * time its threads would use, makes the ctx's loops run alone for 200 ms,
+ * time its threads would use, or its calling thread less than 0.7 of the
+ * span's wall time, makes the ctx's loops run alone for 200 ms,
  * doubling on the next one (at most 2 s); a clean span forgets it; the
- * ctx's first team loop and the loops of the 0.1 s after it are not
- * judged; a span starts again after a gap of over 10 ms between team
+ * ctx's first team loop is not judged, nor stalls in the 0.1 s after it;
+ * a span starts again after a gap of over 10 ms between team
  * loops; an unbalanced loop on an idle machine is no stall; small or
  * nested loops never start a team; a real 2-thread region runs every index
  * once. */
@@ -270,8 +271,42 @@ static void test_team_guard(void) {
   team_loop(&ctx, 20e-6, 0, 0.001);
   ctx.team.span0 -= 0.020;
   ctx.team.cpu0 = (long)clock() - (long)(0.050 * CLOCKS_PER_SEC);
+  ctx.team.tcpu0 -= 0.020; /* (the caller ran all of it) */
   for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
   CHECK(ctx.team.window == 0.0 && ctx.team.until == 0.0);
+  /* the caller's own share, where the system has a per-thread CPU clock: a
+   * span of 20 ms in which the process had 50 ms of CPU time (its spinning
+   * members) but the calling thread none backs off; with 20 ms of the
+   * caller's it is clean */
+  if (dl__thread_cpu() >= 0) {
+    ctx.team.until = 0;
+    team_loop(&ctx, 20e-6, 0, 0.001);
+    ctx.team.span0 -= 0.020;
+    ctx.team.cpu0 = (long)clock() - (long)(0.050 * CLOCKS_PER_SEC);
+    ctx.team.tcpu0 = dl__thread_cpu();
+    for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
+    CHECK(ctx.team.window == 0.2 && ctx.team.until > omp_get_wtime());
+    ctx.team.until = 0;
+    team_loop(&ctx, 20e-6, 0, 0.001);
+    ctx.team.span0 -= 0.020;
+    ctx.team.cpu0 = (long)clock() - (long)(0.050 * CLOCKS_PER_SEC);
+    ctx.team.tcpu0 = dl__thread_cpu() - 0.020;
+    for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
+    CHECK(ctx.team.window == 0.0 && ctx.team.until == 0.0);
+    /* and it is judged in the warm-up too, where stalls are not */
+    ctx.team.t_start = omp_get_wtime();
+    team_loop(&ctx, 20e-6, 0, 0.001);
+    ctx.team.span0 -= 0.020;
+    ctx.team.cpu0 = (long)clock() - (long)(0.050 * CLOCKS_PER_SEC);
+    ctx.team.tcpu0 = dl__thread_cpu();
+    for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
+    CHECK(ctx.team.window == 0.2 && ctx.team.until > omp_get_wtime());
+    ctx.team.until = 0;
+    ctx.team.window = 0;
+    ctx.team.t_start -= 0.2;
+  } else {
+    printf("note: no per-thread CPU clock here; the caller's share is not judged\n");
+  }
   /* a gap of over 10 ms before a team loop (the caller slept, or read a
    * file) starts the span again: the same 20 ms without CPU time does not
    * back off when it holds such a gap */

@@ -145,6 +145,7 @@ typedef struct dl__team_state {
   double span0;  /* omp_get_wtime() at the start of the span being judged (0: none) */
   double extra;  /* the members' time in the span's team loops beyond the caller's */
   long cpu0;     /* the process's clock() at span0 */
+  double tcpu0;  /* the calling thread's CPU seconds at span0 (dl__thread_cpu; < 0: unknown) */
   int loops;     /* team loops in the span */
   int started;   /* 1 after the ctx's first team loop (which starts threads) */
   double t_start; /* omp_get_wtime() at the end of that first loop */
@@ -714,6 +715,15 @@ DL_API uint64_t dl_rng_below(dl_rng *r, uint64_t n) { return dl__below_from(dl_r
  *     members adding to it; under one busy process per core it is
  *     0.5-0.7). A member's wait for the others is left out because a long
  *     one sleeps: an unbalanced loop on an idle machine is not a stall.
+ *     Or, where the system has a per-thread CPU clock (POSIX's
+ *     CLOCK_THREAD_CPUTIME_ID), the calling thread's own CPU time is below
+ *     0.7 of the span's wall time: it does not sleep inside a span (libgomp
+ *     spins at a loop's end for longer than these loops wait), so idle it
+ *     ran 0.79-1.0 of the time (median 0.997; the dips, a system thread
+ *     taking a core), and under one busy process per core 0.33-0.62 (the
+ *     MLP and the CNN). The process's share alone missed the load for the
+ *     MLP's first 0.3 s and again later (its spinning members filled it to
+ *     about 0.8); the caller's share backed off 37 ms after the start.
  * The first back-off lasts 200 ms, each next one in a row twice as long (at
  * most 2 s); a span judged clean forgets them. A span does not reach over
  * a gap of more than DL__TEAM_GAP (10 ms) between two team loops: it starts
@@ -722,8 +732,9 @@ DL_API uint64_t dl_rng_below(dl_rng *r, uint64_t n) { return dl__below_from(dl_r
  * which read as a short share: a benchmark's 20 ms pause between repeats
  * backed the idle MLP step off to one thread for 200 ms, then 400 ms (its
  * loops come every 20-200 us; under load a caller waits for its core a few
- * ms). The ctx's first team loop, which starts the threads, and the loops
- * of the DL__TEAM_WARMUP (0.1 s) after it are not judged: on the idle VM
+ * ms). The ctx's first team loop, which starts the threads, is not judged,
+ * nor are stalls in the DL__TEAM_WARMUP (0.1 s) after it (the CPU shares
+ * are: the caller spins while a member is late): on the idle VM
  * the members came 3-8 ms late to the second, third and fourth team loops
  * of every run (then 20 us), and the back-offs that followed (200 + 400
  * ms) ran the first 0.6 s of each run on one thread, a third of a short
@@ -737,6 +748,29 @@ DL_API uint64_t dl_rng_below(dl_rng *r, uint64_t n) { return dl__below_from(dl_r
  * static per translation unit. It only ever chooses between 1 and the ctx's
  * thread count: results are the same either way (loops that reduce keep
  * one partial per piece). */
+#if !defined(__cplusplus) && !defined(CLOCK_THREAD_CPUTIME_ID) && defined(__linux__)
+/* glibc hides clock_gettime under plain -std=c11 (as report.h notes);
+ * Linux's clockid_t is an int and CLOCK_THREAD_CPUTIME_ID is 3 in its ABI. */
+extern int clock_gettime(int, struct timespec *);
+#define DL__LINUX_CLOCK_THREAD_CPUTIME 3
+#endif
+/* The calling thread's CPU time in seconds (user and system), or -1 where
+ * the system has no such clock (the team guard then judges the process's
+ * share alone). */
+DL_API double dl__thread_cpu(void) {
+#if defined(CLOCK_THREAD_CPUTIME_ID) || defined(DL__LINUX_CLOCK_THREAD_CPUTIME)
+  struct timespec ts;
+#if defined(CLOCK_THREAD_CPUTIME_ID)
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
+#else
+  if (clock_gettime(DL__LINUX_CLOCK_THREAD_CPUTIME, &ts) != 0) return -1;
+#endif
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#else
+  return -1;
+#endif
+}
+
 #ifdef _OPENMP
 #define DL__TEAM_MAX 64
 #define DL__TEAM_STALL 0.002
@@ -792,26 +826,28 @@ DL_API void dl__team_end(dl__team *tm, dl_ctx *ctx) {
     if (!st->started) {
       st->started = 1; /* thread start-up: not judged */
       st->t_start = now;
-    } else if (now - st->t_start < DL__TEAM_WARMUP) {
-      /* members still settling: not judged either */
-    } else if (stall) {
-      back = 1;
+    } else if (stall && now - st->t_start >= DL__TEAM_WARMUP) {
+      back = 1; /* (a late member in the warm-up is the members settling) */
     } else if (st->span0 == 0 || tm->t0 - st->last > DL__TEAM_GAP) {
       st->span0 = now;
       st->cpu0 = (long)clock();
+      st->tcpu0 = dl__thread_cpu();
       st->extra = 0;
       st->loops = 0;
     } else {
       st->extra += extra;
       if (++st->loops >= 4 && now - st->span0 >= 0.01) {
         const long c = (long)clock();
+        const double tc = dl__thread_cpu(), wall = now - st->span0;
         const double cpu = (double)(c - st->cpu0) / (double)CLOCKS_PER_SEC;
-        if (cpu >= 0 && cpu < 0.8 * (now - st->span0 + st->extra)) {
+        if ((cpu >= 0 && cpu < 0.8 * (wall + st->extra)) ||
+            (tc >= 0 && st->tcpu0 >= 0 && tc - st->tcpu0 < 0.7 * wall)) {
           back = 1;
         } else { /* clean: forget the back-offs, judge the next span */
           st->window = 0;
           st->span0 = now;
           st->cpu0 = c;
+          st->tcpu0 = tc;
           st->extra = 0;
           st->loops = 0;
         }
