@@ -210,7 +210,8 @@ static int team_loop(dl_ctx *ctx, double late, double wait, double wall) {
  * or a span of team loops in which the process got less than 0.8 of the CPU
  * time its threads would use, or its calling thread less than 0.7 of the
  * span's wall time, makes the ctx's loops run alone for 200 ms,
- * doubling on the next one (at most 2 s); a clean span forgets it; the
+ * doubling on the next one (at most 2 s); a clean span halves it, and
+ * forgets it from 0.2 s; the
  * ctx's first team loop is not judged, nor stalls in the 0.1 s after it;
  * a span starts again after a gap of over 10 ms between team
  * loops; an unbalanced loop on an idle machine is no stall; small or
@@ -265,8 +266,18 @@ static void test_team_guard(void) {
   ctx.team.cpu0 = (long)clock();
   for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
   CHECK(ctx.team.window == 0.2 && ctx.team.until > omp_get_wtime());
-  /* ...one in which it used 50 ms of CPU time in 20 ms is clean, and forgets
-   * the back-off */
+  /* ...one in which it used 50 ms of CPU time in 20 ms is clean: it halves
+   * a back-off of 2 s... */
+  ctx.team.until = 0;
+  ctx.team.window = 2.0;
+  team_loop(&ctx, 20e-6, 0, 0.001);
+  ctx.team.span0 -= 0.020;
+  ctx.team.cpu0 = (long)clock() - (long)(0.050 * CLOCKS_PER_SEC);
+  ctx.team.tcpu0 -= 0.020; /* (the caller ran all of it) */
+  for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
+  CHECK(ctx.team.window == 1.0 && ctx.team.until == 0.0);
+  ctx.team.window = 0.2;
+  /* ...and forgets one of 0.2 s */
   ctx.team.until = 0;
   team_loop(&ctx, 20e-6, 0, 0.001);
   ctx.team.span0 -= 0.020;

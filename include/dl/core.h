@@ -725,7 +725,12 @@ DL_API uint64_t dl_rng_below(dl_rng *r, uint64_t n) { return dl__below_from(dl_r
  *     MLP's first 0.3 s and again later (its spinning members filled it to
  *     about 0.8); the caller's share backed off 37 ms after the start.
  * The first back-off lasts 200 ms, each next one in a row twice as long (at
- * most 2 s); a span judged clean forgets them. A span does not reach over
+ * most 2 s); a span judged clean halves the back-off, and forgets it from
+ * 0.2 s. (It forgot them all at once before: under one busy process per
+ * core a 10 ms span now and then came out clean, so the back-offs went back
+ * to 200 ms every 0.2-0.4 s, each return to the team costing 10-30 ms at
+ * half speed: the MLP ran 0.96x its 1-thread speed there, 1.01x halving;
+ * medians of 8 alternated rounds.) A span does not reach over
  * a gap of more than DL__TEAM_GAP (10 ms) between two team loops: it starts
  * again after it. A caller that sleeps, waits for a file or does long work
  * of its own between steps uses no CPU time, or its own only, in the gap,
@@ -843,8 +848,8 @@ DL_API void dl__team_end(dl__team *tm, dl_ctx *ctx) {
         if ((cpu >= 0 && cpu < 0.8 * (wall + st->extra)) ||
             (tc >= 0 && st->tcpu0 >= 0 && tc - st->tcpu0 < 0.7 * wall)) {
           back = 1;
-        } else { /* clean: forget the back-offs, judge the next span */
-          st->window = 0;
+        } else { /* clean: halve the back-off (forget it below 0.2 s), judge the next span */
+          st->window = st->window > 0.2 ? st->window / 2 : 0;
           st->span0 = now;
           st->cpu0 = c;
           st->tcpu0 = tc;
