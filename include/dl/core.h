@@ -707,7 +707,9 @@ DL_API uint64_t dl_rng_below(dl_rng *r, uint64_t n) { return dl__below_from(dl_r
  *     (2 ms) after the loop (idle, a member parked by libgomp starts within
  *     tens of microseconds; this VM's idle core took up to 2.4 ms to wake,
  *     which the team does not earn back on loops that short either);
- *   - a short CPU share: over a span of at least 10 ms and 4 team loops,
+ *   - a short CPU share: over a span of at least 10 ms and 2 team loops
+ *     (4 loops before: under load a loop took 4-8 ms, and the first
+ *     back-off came 48 ms into the run instead of 24),
  *     the process's CPU time (clock()) is below 0.8 of what its threads
  *     would use running freely: the span's wall time for the caller, less
  *     its waits at the loops' ends, plus each member's time from the start
@@ -841,7 +843,7 @@ DL_API void dl__team_end(dl__team *tm, dl_ctx *ctx) {
       st->loops = 0;
     } else {
       st->extra += extra;
-      if (++st->loops >= 4 && now - st->span0 >= 0.01) {
+      if (++st->loops >= 2 && now - st->span0 >= 0.01) {
         const long c = (long)clock();
         const double tc = dl__thread_cpu(), wall = now - st->span0;
         const double cpu = (double)(c - st->cpu0) / (double)CLOCKS_PER_SEC;
