@@ -204,6 +204,18 @@ static int team_loop(dl_ctx *ctx, double late, double wait, double wall) {
   dl__team_end(&tm, ctx);
   return 1;
 }
+/* A span of team loops judged by the guard: 20 ms (faked: its start moved
+ * back) in which the process used cpu seconds of CPU time and the calling
+ * thread tcpu (< 0: its clock left as the span found it). */
+static void span_judged(dl_ctx *ctx, double cpu, double tcpu) {
+  int k;
+  ctx->team.until = 0;
+  team_loop(ctx, 20e-6, 0, 0.001); /* starts a span, or goes on with one */
+  ctx->team.span0 -= 0.020;
+  ctx->team.cpu0 = (long)clock() - (long)(cpu * CLOCKS_PER_SEC);
+  if (tcpu >= 0) ctx->team.tcpu0 = dl__thread_cpu() - tcpu;
+  for (k = 0; k < 4; k++) team_loop(ctx, 20e-6, 0, 0.0001);
+}
 #endif
 
 /* The team guard: a team loop whose member started late (a stall: 2 ms),
@@ -257,60 +269,29 @@ static void test_team_guard(void) {
   }
   CHECK(ctx.team.window == 2.0);
   /* the CPU share: a span of 20 ms in which the process used no CPU time
-   * (faked: the span's start moved back) backs off... */
-  ctx.team.until = 0;
+   * backs off... */
   ctx.team.window = 0;
-  team_loop(&ctx, 20e-6, 0, 0.001);               /* starts a span */
-  CHECK(ctx.team.span0 > 0);
-  ctx.team.span0 -= 0.020;
-  ctx.team.cpu0 = (long)clock();
-  for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
+  span_judged(&ctx, 0, -1);
   CHECK(ctx.team.window == 0.2 && ctx.team.until > omp_get_wtime());
-  /* ...one in which it used 50 ms of CPU time in 20 ms is clean: it halves
-   * a back-off of 2 s... */
-  ctx.team.until = 0;
+  /* ...one in which it used 50 ms of CPU time in 20 ms (the caller all of
+   * it) is clean: it halves a back-off of 2 s, and forgets one of 0.2 s */
   ctx.team.window = 2.0;
-  team_loop(&ctx, 20e-6, 0, 0.001);
-  ctx.team.span0 -= 0.020;
-  ctx.team.cpu0 = (long)clock() - (long)(0.050 * CLOCKS_PER_SEC);
-  ctx.team.tcpu0 -= 0.020; /* (the caller ran all of it) */
-  for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
+  span_judged(&ctx, 0.050, 0.020);
   CHECK(ctx.team.window == 1.0 && ctx.team.until == 0.0);
   ctx.team.window = 0.2;
-  /* ...and forgets one of 0.2 s */
-  ctx.team.until = 0;
-  team_loop(&ctx, 20e-6, 0, 0.001);
-  ctx.team.span0 -= 0.020;
-  ctx.team.cpu0 = (long)clock() - (long)(0.050 * CLOCKS_PER_SEC);
-  ctx.team.tcpu0 -= 0.020; /* (the caller ran all of it) */
-  for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
+  span_judged(&ctx, 0.050, 0.020);
   CHECK(ctx.team.window == 0.0 && ctx.team.until == 0.0);
   /* the caller's own share, where the system has a per-thread CPU clock: a
-   * span of 20 ms in which the process had 50 ms of CPU time (its spinning
-   * members) but the calling thread none backs off; with 20 ms of the
-   * caller's it is clean */
+   * span in which the process had 50 ms of CPU time (its spinning members)
+   * but the calling thread none backs off, also in the warm-up (where
+   * stalls are not judged) */
   if (dl__thread_cpu() >= 0) {
-    ctx.team.until = 0;
-    team_loop(&ctx, 20e-6, 0, 0.001);
-    ctx.team.span0 -= 0.020;
-    ctx.team.cpu0 = (long)clock() - (long)(0.050 * CLOCKS_PER_SEC);
-    ctx.team.tcpu0 = dl__thread_cpu();
-    for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
+    span_judged(&ctx, 0.050, 0);
     CHECK(ctx.team.window == 0.2 && ctx.team.until > omp_get_wtime());
-    ctx.team.until = 0;
-    team_loop(&ctx, 20e-6, 0, 0.001);
-    ctx.team.span0 -= 0.020;
-    ctx.team.cpu0 = (long)clock() - (long)(0.050 * CLOCKS_PER_SEC);
-    ctx.team.tcpu0 = dl__thread_cpu() - 0.020;
-    for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
+    span_judged(&ctx, 0.050, 0.020);
     CHECK(ctx.team.window == 0.0 && ctx.team.until == 0.0);
-    /* and it is judged in the warm-up too, where stalls are not */
     ctx.team.t_start = omp_get_wtime();
-    team_loop(&ctx, 20e-6, 0, 0.001);
-    ctx.team.span0 -= 0.020;
-    ctx.team.cpu0 = (long)clock() - (long)(0.050 * CLOCKS_PER_SEC);
-    ctx.team.tcpu0 = dl__thread_cpu();
-    for (k = 0; k < 4; k++) team_loop(&ctx, 20e-6, 0, 0.0001);
+    span_judged(&ctx, 0.050, 0);
     CHECK(ctx.team.window == 0.2 && ctx.team.until > omp_get_wtime());
     ctx.team.until = 0;
     ctx.team.window = 0;
