@@ -755,6 +755,7 @@ DL_API uint64_t dl_rng_below(dl_rng *r, uint64_t n) { return dl__below_from(dl_r
  * static per translation unit. It only ever chooses between 1 and the ctx's
  * thread count: results are the same either way (loops that reduce keep
  * one partial per piece). */
+#ifdef _OPENMP
 #if !defined(__cplusplus) && !defined(CLOCK_THREAD_CPUTIME_ID) && defined(__linux__)
 /* glibc hides clock_gettime under plain -std=c11 (as report.h notes);
  * Linux's clockid_t is an int and CLOCK_THREAD_CPUTIME_ID is 3 in its ABI. */
@@ -763,9 +764,12 @@ extern int clock_gettime(int, struct timespec *);
 #endif
 /* The calling thread's CPU time in seconds (user and system), or -1 where
  * the system has no such clock (the team guard then judges the process's
- * share alone). */
+ * share alone; on Windows, where clock() is wall time too, only stalls). A
+ * ctx that several threads of the caller's own use in turn gives the rule
+ * another thread's clock now and then: at worst a back-off, never other
+ * results. */
 DL_API double dl__thread_cpu(void) {
-#if defined(CLOCK_THREAD_CPUTIME_ID) || defined(DL__LINUX_CLOCK_THREAD_CPUTIME)
+#if !defined(_WIN32) && (defined(CLOCK_THREAD_CPUTIME_ID) || defined(DL__LINUX_CLOCK_THREAD_CPUTIME))
   struct timespec ts;
 #if defined(CLOCK_THREAD_CPUTIME_ID)
   if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
@@ -778,7 +782,6 @@ DL_API double dl__thread_cpu(void) {
 #endif
 }
 
-#ifdef _OPENMP
 #define DL__TEAM_MAX 64
 #define DL__TEAM_STALL 0.002
 #define DL__TEAM_WARMUP 0.1
