@@ -1322,6 +1322,28 @@ DL_API void dl__cblas_unit(size_t es, int ta, int tb, int64_t M, int64_t N, int6
     dl__cblas_block(es, ta, tb, hi - lo, N, K, alpha, a + (size_t)(ta ? lo : lo * lda) * es, lda, bb, ldb, beta,
                     c + (size_t)(lo * ldc) * es, ldc);
 }
+/* The smallest part dl__cblas_unit cuts from an item's dim into parts (0:
+ * some part is empty). */
+DL_API int64_t dl__cblas_min_part(int64_t dim, int64_t parts) {
+  const int64_t chunk = ((dim + parts - 1) / parts + 15) / 16 * 16, last = dim - (parts - 1) * chunk;
+  return last < chunk ? (last > 0 ? last : 0) : chunk;
+}
+/* Each part of an item that dl__openblas_gemm splits over the team keeps
+ * M * N * K above this: OpenBLAS computes smaller products with other
+ * kernels (0.3.21 on SkylakeX / Cooperlake: its small-matrix kernels up to
+ * 100^3), whose sums run in another order, so a product split at 2 threads
+ * and whole at 1 gave other bits (sgemm, 20 x 67 x 611: 1212 of 1340
+ * elements; 100 x 100 x 101 in halves: 347). Below it an item is never
+ * split, at any thread count. Above it, sgemm gave the same bits however it
+ * was cut (408 splits into 2-6 parts of 20 shapes, the Fashion MLP's among
+ * them, NN and NT, beta 0 and 1); dgemm did not for some odd shapes (301 x
+ * 203 x 611 in halves: 31 elements of 61103 split by rows, 819 by
+ * columns), so with OpenBLAS an f64 product may differ in its last bits
+ * between thread counts. At one thread count it never does: the split
+ * follows the ctx's thread count, not the team guard's choice. */
+#ifndef DL_OPENBLAS_SMALL_MNK
+#define DL_OPENBLAS_SMALL_MNK 1000000.0
+#endif
 /* OpenBLAS takes a work buffer per concurrent call from its own pool and,
  * when the pool has none free, maps a new one (BUFFER_SIZE: 128 MiB in
  * Debian's build); when that mapping fails it retries for ever (measured:
@@ -1427,6 +1449,9 @@ DL_API int dl__openblas_gemm(dl_ctx *ctx, size_t es, int ta, int tb, int64_t M, 
   if (flops <= (double)DL_GEMM_PARALLEL_FLOPS) threads = 1;
   parts = batch >= 2 * (int64_t)threads ? 1 : threads;
   if (parts > 1 && (split_n ? N : M) < 32) parts = 1;
+  while (parts > 1 && (double)dl__cblas_min_part(split_n ? N : M, parts) * (double)(split_n ? M : N) * (double)K <=
+                          DL_OPENBLAS_SMALL_MNK)
+    parts--; /* every part above OpenBLAS's small sizes (DL_OPENBLAS_SMALL_MNK) */
   units = batch * parts;
   callers = units < (int64_t)threads ? (int)units : threads;
 #ifdef _OPENMP
