@@ -1303,6 +1303,9 @@ DL_API void dl__cblas_block(size_t es, int ta, int tb, int64_t M, int64_t N, int
                 (int)K, alpha, (const double *)A, (int)lda, (const double *)B, (int)ldb, beta, (double *)C,
                 (int)ldc);
 }
+/* The size of each part when a dim is cut into parts (a multiple of 16; the
+ * last part gets what is left). */
+DL_API int64_t dl__cblas_chunk(int64_t dim, int64_t parts) { return ((dim + parts - 1) / parts + 15) / 16 * 16; }
 /* Unit u of a split GEMM: item u / parts, part u % parts of its columns
  * (split_n) or rows, in multiples of 16. */
 DL_API void dl__cblas_unit(size_t es, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
@@ -1310,7 +1313,7 @@ DL_API void dl__cblas_unit(size_t es, int ta, int tb, int64_t M, int64_t N, int6
                            int64_t sb, double beta, unsigned char *C, int64_t ldc, int64_t sc, int64_t parts,
                            int split_n, int64_t u) {
   const int64_t b = u / parts, p = u % parts, dim = split_n ? N : M;
-  const int64_t chunk = ((dim + parts - 1) / parts + 15) / 16 * 16;
+  const int64_t chunk = dl__cblas_chunk(dim, parts);
   const int64_t lo = p * chunk, hi = lo + chunk < dim ? lo + chunk : dim;
   const unsigned char *a = A + (size_t)(b * sa) * es, *bb = B + (size_t)(b * sb) * es;
   unsigned char *c = C + (size_t)(b * sc) * es;
@@ -1325,7 +1328,7 @@ DL_API void dl__cblas_unit(size_t es, int ta, int tb, int64_t M, int64_t N, int6
 /* The smallest part dl__cblas_unit cuts from an item's dim into parts (0:
  * some part is empty). */
 DL_API int64_t dl__cblas_min_part(int64_t dim, int64_t parts) {
-  const int64_t chunk = ((dim + parts - 1) / parts + 15) / 16 * 16, last = dim - (parts - 1) * chunk;
+  const int64_t chunk = dl__cblas_chunk(dim, parts), last = dim - (parts - 1) * chunk;
   return last < chunk ? (last > 0 ? last : 0) : chunk;
 }
 /* Each part of an item that dl__openblas_gemm splits over the team keeps
