@@ -185,15 +185,20 @@ for model in mlp cnn; do
     for who in $order; do one "$model" "$who" || status=1; done
   done
 done
+# N rounds of runs A and B back to back, the order alternating
+alternate() { # MODEL N A B
+  local r who order
+  for r in $(seq 1 "$2"); do
+    if [ $((r % 2)) = 1 ]; then order="$3 $4"; else order="$4 $3"; fi
+    for who in $order; do one "$1" "$who" || status=1; done
+  done
+}
 # scaling: PAIRS back-to-back pairs of dl.h at THREADS and at 1 thread (dlp,
-# dlp1), the order alternating, judged on the median of the pairs' ratios
+# dlp1), judged on the median of the pairs' ratios
 for model in mlp cnn; do
   [ -x $B/fashion_$model ] || continue
   echo "== $model: $PAIRS back-to-back pairs of dl.h at $THREADS threads and 1 thread =="
-  for r in $(seq 1 "$PAIRS"); do
-    if [ $((r % 2)) = 1 ]; then order="dlp dlp1"; else order="dlp1 dlp"; fi
-    for who in $order; do one "$model" "$who" || status=1; done
-  done
+  alternate "$model" "$PAIRS" dlp dlp1
 done
 # contention: one spinning process per core, started here, for the dlc runs
 busy_pids=()
@@ -204,10 +209,7 @@ for model in mlp cnn; do
   [ -x $B/fashion_$model ] || continue
   echo "== $model under contention: one busy process per core, $CONTENDED rounds of dl.h at $THREADS threads and 1 thread =="
   busy_start
-  for r in $(seq 1 "$CONTENDED"); do
-    if [ $((r % 2)) = 1 ]; then order="dlc dlc1"; else order="dlc1 dlc"; fi
-    for who in $order; do one "$model" "$who" || status=1; done
-  done
+  alternate "$model" "$CONTENDED" dlc dlc1
   busy_stop
 done
 
