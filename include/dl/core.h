@@ -1054,12 +1054,34 @@ DL_API int dl_parallel_allowed(dl_ctx *ctx) { (void)ctx; return 0; }
     }                                                                                   \
   })
 
-/* Indices per task for DL_PARALLEL_RUNS over n small items: about 8 tasks a
- * thread of the ctx (at least one index each). */
-DL_API int64_t dl__pfor_run(const dl_ctx *ctx, int64_t n) {
-  const int64_t t = 8 * (int64_t)dl_ctx_threads(ctx), per = (n + t - 1) / t;
-  return per > 0 ? per : 1;
-}
+/* DL_PARALLEL_SPLIT(ctx, work, n, I, statements...): the statements for I
+ * = 0 .. n-1 on the ctx's team, member t of nt taking the consecutive
+ * indices [n t / nt, n (t + 1) / nt) in order (alone, the caller all of
+ * them). For the per-image and per-plane loops of a batch: every such loop
+ * gives member t the same share of the batch (images [N t / nt, ...), and
+ * of N C planes the planes of about those images), so what one loop wrote
+ * the next reads from its own core's cache. With the dynamic schedule an
+ * image's convolution, its batch norm and its pooling ran on whichever
+ * member came first, and half the data crossed between the cores at each
+ * op: on this VM, in the stretches where its two cores sit far apart (a
+ * cache line's round trip 330-360 ns instead of 55-90), fashion_cnn's
+ * convolution forward (im2col) took 4x its time and the fused batch norm,
+ * ReLU and pool 2.4x. A statement macro; n is evaluated more than once. */
+#ifdef _OPENMP
+#define DL__PSPLIT_TEAM(n_, I, ...)                                                     \
+  ({                                                                                    \
+    const int64_t dl__spn = (n_), dl__spt = omp_get_thread_num(), dl__spk = omp_get_num_threads(); \
+    int64_t I;                                                                          \
+    for (I = dl__spn * dl__spt / dl__spk; I < dl__spn * (dl__spt + 1) / dl__spk; I++) { \
+      __VA_ARGS__                                                                       \
+    }                                                                                   \
+  })
+#define DL_PARALLEL_SPLIT(ctx_, work_, n_, I, ...)                                      \
+  DL_PARALLEL_REGION(ctx_, work_, (n_), DL__PSPLIT_TEAM(n_, I, __VA_ARGS__), DL__PFOR_ALONE(n_, I, __VA_ARGS__))
+#else
+#define DL_PARALLEL_SPLIT(ctx_, work_, n_, I, ...) DL_PARALLEL_FOR(ctx_, work_, n_, I, __VA_ARGS__)
+#endif
+
 /* DL__PARALLEL_RUNS_OF(ctx, work, n, per, I, statements...): DL_PARALLEL_FOR
  * over runs of `per` consecutive indices of 0 .. n-1 (the last shorter), in
  * order within a run; per may name dl__run_n (n, evaluated once). The two
@@ -1075,16 +1097,16 @@ DL_API int64_t dl__pfor_run(const dl_ctx *ctx, int64_t n) {
       }                                                                                 \
     });                                                                                 \
   } while (0)
-/* DL_PARALLEL_RUNS(ctx, work, n, I, statements...): DL_PARALLEL_FOR handing
- * out runs of consecutive indices (about 8 runs a thread), in order within
- * a run. For many small items that write neighbouring memory (the planes
- * of a batch): handed out one at a time, two threads' items alternate, so
- * both write the cache line at each boundary of a plane not a multiple of
- * 64 bytes, and the dynamic schedule takes a step per item (2048 planes of
- * a CNN's batch norm ran slower on 2 threads than on 1). A statement
- * macro. */
-#define DL_PARALLEL_RUNS(ctx_, work_, n_, I, ...)                                       \
-  DL__PARALLEL_RUNS_OF(ctx_, work_, n_, dl__pfor_run(ctx_, dl__run_n), I, __VA_ARGS__)
+/* DL_PARALLEL_RUNS(ctx, work, n, I, statements...): DL_PARALLEL_SPLIT
+ * (one run of consecutive indices a member, in order). For many small
+ * items that write neighbouring memory (the planes of a batch): handed out
+ * one at a time, two threads' items alternate, so both write the cache
+ * line at each boundary of a plane not a multiple of 64 bytes, and the
+ * dynamic schedule takes a step per item (2048 planes of a CNN's batch
+ * norm ran slower on 2 threads than on 1). (It handed out about 8 runs a
+ * thread, dynamically, before; see DL_PARALLEL_SPLIT for why a member's
+ * share is now fixed.) A statement macro. */
+#define DL_PARALLEL_RUNS(ctx_, work_, n_, I, ...) DL_PARALLEL_SPLIT(ctx_, work_, n_, I, __VA_ARGS__)
 
 /* Indices per block of DL_PARALLEL_RANGE. */
 #define DL_PARALLEL_BLOCK 4096

@@ -84,7 +84,7 @@ DL_API dl_tensor *dl__norm_dvec(dl_tape *tp, const char *op, const dl_tensor *t,
 typedef void (*dl__norm_tile_fn)(const void *args, int64_t tile);
 DL_API void dl__norm_run(dl_tape *tp, dl__norm_tile_fn fn, const void *args, int64_t ntiles,
                          int64_t work) {
-  DL_PARALLEL_FOR(tp->ctx, work, ntiles, dl__tile, fn(args, dl__tile););
+  DL_PARALLEL_SPLIT(tp->ctx, work, ntiles, dl__tile, fn(args, dl__tile););
 }
 /* x's dtype and eps, shared by the three ops. */
 DL_API void dl__norm_check_x(const char *op, const dl_tensor *x, double eps) {
@@ -627,7 +627,13 @@ typedef struct dl__bnp_args {
   const void *gy;          /* BWD: [N, C, Ho, Wo] */
   void *gx;                /* BWD: [N, C, H, W] or NULL */
   double *sums;            /* BWD: [2, C] s0 = sum g, s1 = sum g (x - mu) */
+  double *part;            /* BWD: [tiles, 2, C] those sums over each tile of DL__BNP_TILE images */
 } dl__bnp_args;
+/* Images a tile of the backward's sums: a member's tiles are its share of
+ * the batch (DL_PARALLEL_SPLIT), the tiles' partial sums added in tile
+ * order (the same at any thread count). Split by channel, each member read
+ * every image's planes, half of them written on the other core. */
+#define DL__BNP_TILE 4
 
 #define DL__BNP_KERNELS(T, SFX)                                                                     \
   /* FWD of plane pl: pooled relu(bn(x)) and the indices */                                         \
@@ -657,26 +663,31 @@ typedef struct dl__bnp_args {
     for (q = 0; q < Q; q++) /* (no branch: the mask is random, a branch mispredicts half the time) */ \
       buf[ip[q]] += (T)DL__BN_SEL(yp[q], gy[q]);                                                    \
   }                                                                                                 \
-  /* BWD sums of channel c over the batch: only the pool's chosen elements have a gradient, so   \
-   * the sums run over the outputs, with x there saved by FWD (a quarter of the plane's work,      \
-   * and contiguous: a gather from x was 4-5 ns an element, its planes far apart in memory) */     \
-  DL_API void dl__bnp_sum_##SFX(const dl__bnp_args *A, int64_t c) {                                \
-    const int64_t C = A->g.C, Q = A->g.Ho * A->g.Wo;                                                \
-    const double mu = A->mean[c];                                                                   \
-    double s0 = 0, s1 = 0;                                                                          \
-    int64_t n, q;                                                                                   \
-    for (n = 0; n < A->g.N; n++) {                                                                  \
-      const T *gy = (const T *)A->gy + (n * C + c) * Q, *yp = (const T *)A->y + (n * C + c) * Q;    \
-      const T *xs = (const T *)A->xs + (n * C + c) * Q;                                             \
-      DL__NSIMD_SUM2(s0, s1)                                                                        \
-      for (q = 0; q < Q; q++) {                                                                     \
-        const double g = (double)(T)DL__BN_SEL(yp[q], gy[q]);                                       \
-        s0 += g;                                                                                    \
-        s1 += g * ((double)xs[q] - mu);                                                             \
+  /* BWD sums of the images of tile t (DL__BNP_TILE images) for every channel: only the       \
+   * pool's chosen elements have a gradient, so the sums run over the outputs, with x there      \
+   * saved by FWD (a quarter of the plane's work, and contiguous: a gather from x was 4-5 ns an  \
+   * element, its planes far apart in memory); into part[t][2][C] */                               \
+  DL_API void dl__bnp_sum_##SFX(const dl__bnp_args *A, int64_t t) {                                \
+    const int64_t C = A->g.C, Q = A->g.Ho * A->g.Wo, n0 = t * DL__BNP_TILE;                         \
+    const int64_t n1 = A->g.N - n0 < DL__BNP_TILE ? A->g.N : n0 + DL__BNP_TILE;                     \
+    double *p0 = A->part + t * 2 * C, *p1 = p0 + C;                                                 \
+    int64_t n, c, q;                                                                                \
+    for (c = 0; c < C; c++) p0[c] = p1[c] = 0;                                                      \
+    for (n = n0; n < n1; n++)                                                                       \
+      for (c = 0; c < C; c++) {                                                                     \
+        const T *gy = (const T *)A->gy + (n * C + c) * Q, *yp = (const T *)A->y + (n * C + c) * Q;  \
+        const T *xs = (const T *)A->xs + (n * C + c) * Q;                                           \
+        const double mu = A->mean[c];                                                               \
+        double s0 = 0, s1 = 0;                                                                      \
+        DL__NSIMD_SUM2(s0, s1)                                                                      \
+        for (q = 0; q < Q; q++) {                                                                   \
+          const double g = (double)(T)DL__BN_SEL(yp[q], gy[q]);                                     \
+          s0 += g;                                                                                  \
+          s1 += g * ((double)xs[q] - mu);                                                           \
+        }                                                                                           \
+        p0[c] += s0;                                                                                \
+        p1[c] += s1;                                                                                \
       }                                                                                             \
-    }                                                                                               \
-    A->sums[c] = s0;                                                                                \
-    A->sums[C + c] = s1;                                                                            \
   }                                                                                                 \
   /* BWD map of plane pl: gx (=, +=) k1 g + (x - mu) k2 + k3 */                                     \
   DL_API void dl__bnp_map_##SFX(const dl__bnp_args *A, int64_t pl) {                               \
@@ -770,7 +781,7 @@ DL_API void dl__bnp_backward(dl_tape *tp, const dl_node *n, dl__bn_args *A) {
   dl__bnp_args P;
   const int64_t C = A->C;
   double *sums = (double *)dl_tape_scratch(tp, n->op, sizeof(double) * 5 * (size_t)C), *kk = sums + 2 * C;
-  int64_t planes, work;
+  int64_t planes, work, tiles, t, c;
   memset(&P, 0, sizeof P);
   P.g = dl__bnp_geom(n->in[0]);
   planes = P.g.N * C;
@@ -786,11 +797,15 @@ DL_API void dl__bnp_backward(dl_tape *tp, const dl_node *n, dl__bn_args *A) {
   P.assign = A->assign;
   P.sums = sums;
   memset(sums, 0, sizeof(double) * 2 * (size_t)C);
-  if (DL__BN_BWD_SUMS(A) && P.g.Ho * P.g.Wo > 0) {
-    DL_PARALLEL_RUNS(tp->ctx, planes * P.g.Ho * P.g.Wo, C, c, {
-      if (P.dt == DL_F32) dl__bnp_sum_f32(&P, c);
-      else dl__bnp_sum_f64(&P, c);
+  tiles = (P.g.N + DL__BNP_TILE - 1) / DL__BNP_TILE;
+  if (DL__BN_BWD_SUMS(A) && P.g.Ho * P.g.Wo > 0 && tiles > 0) {
+    P.part = (double *)dl_tape_scratch(tp, n->op, sizeof(double) * 2 * (size_t)C * (size_t)tiles);
+    DL_PARALLEL_SPLIT(tp->ctx, planes * P.g.Ho * P.g.Wo, tiles, tl, {
+      if (P.dt == DL_F32) dl__bnp_sum_f32(&P, tl);
+      else dl__bnp_sum_f64(&P, tl);
     });
+    for (t = 0; t < tiles; t++)
+      for (c = 0; c < 2 * C; c++) sums[c] += P.part[t * 2 * C + c];
   }
   dl__bn_consts(A, 0, C, sums, sums + C, kk, kk + C, kk + 2 * C);
   P.k = kk;
