@@ -1002,8 +1002,9 @@ DL_API void *dl__gemm_scratch(dl_ctx *ctx, size_t n) {
  * C cut into one block of whole micro-panel columns (or rows, when M > N)
  * per thread, each block the serial algorithm with its worker's own packing
  * buffers (pl is the serial plan, scratch one pair of its buffers per
- * worker); the blocks go out one at a time to whichever worker is free, so
- * a worker that lost its core does not hold the other's block. Against the
+ * worker); member t takes block t (DL_PARALLEL_FOR's fixed shares: a
+ * member that lost its core holds its block up, which the team guard
+ * answers by running the ctx's loops alone for a while). Against the
  * shared tiles below, nothing is packed by one core for another (measured
  * at 2 threads, bench/bench_gemm.c, two alternating runs: the MLP's
  * 64 x 256 x 784 product 202 / 201 us shared, 139 / 174 us split; its nine

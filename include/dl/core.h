@@ -949,10 +949,28 @@ DL_API dl_fpmode dl_ctx_fp_enter(const dl_ctx *ctx) {
  * keeps one partial per piece and adds them in order afterwards).
  *
  * DL_PARALLEL_FOR(ctx, work, n, I, statements...): the statements for
- * I = 0 .. n-1 (an int64_t the macro declares), one index at a time to
- * whichever worker is free (dynamic schedule). n is evaluated more than
- * once. Statement macros; the statements may not contain preprocessor
- * directives or `break` out of the loop. */
+ * I = 0 .. n-1 (an int64_t the macro declares), member t of a team of nt
+ * taking the consecutive indices [n t / nt, n (t + 1) / nt) in order
+ * (alone, the caller all of them). So every loop over a batch gives member
+ * t the same share of it (images [N t / nt, ...), and of N C planes those
+ * of about the same images; of the elements of a tensor, the same part),
+ * and what one loop wrote the next reads from its own core's cache. It
+ * handed out one index at a time to whichever member was free (OpenMP's
+ * dynamic schedule) before: an image's convolution, its batch norm and its
+ * pooling, and a block's gradient and its Adam update, ran on whichever
+ * member came first, and half the data crossed between the cores at each
+ * op. On this VM that cost little while its two cores shared a cache (a
+ * cache line's round trip 55-90 ns) but a lot in the stretches, minutes
+ * long, where they sat far apart (330-360 ns): there fashion_cnn's
+ * im2col took 4x its time, the fused batch norm, ReLU and pool 2.4x, the
+ * MLP's Adam 4.5x, and the MLP at 2 threads ran 73k samples/s against
+ * 78k on one thread; with fixed shares 82k (alternated runs, far stretches
+ * only; the CNN 3700 -> 4600), and the same speed where the cores are near
+ * (the CNN 2-3% faster). Under one busy process per core, where the team
+ * guard lets a team run, a fixed share waits for a descheduled member
+ * where a dynamic one would not; measured there: the same speed.
+ * n is evaluated more than once. Statement macros; the statements may not
+ * contain preprocessor directives or `break` out of the loop. */
 #define DL__UNPAREN(...) __VA_ARGS__
 #ifdef _OPENMP
 /* DL_PARALLEL_REGION(ctx, work, units, (team statements), (alone
@@ -1040,9 +1058,9 @@ DL_API int dl_parallel_allowed(dl_ctx *ctx) { (void)ctx; return 0; }
   DL__PARALLEL_REGION_AS(tm_, ctx_, DL__PFOR_TEAM(n_, I, __VA_ARGS__), DL__PFOR_ALONE(n_, I, __VA_ARGS__))
 #define DL__PFOR_TEAM(n_, I, ...)                                                       \
   ({                                                                                    \
+    const int64_t dl__pfn = (n_), dl__pft = omp_get_thread_num(), dl__pfk = omp_get_num_threads(); \
     int64_t I;                                                                          \
-    DL__OMP("omp for schedule(dynamic, 1) nowait")                                      \
-    for (I = 0; I < (n_); I++) {                                                        \
+    for (I = dl__pfn * dl__pft / dl__pfk; I < dl__pfn * (dl__pft + 1) / dl__pfk; I++) { \
       __VA_ARGS__                                                                       \
     }                                                                                   \
   })
@@ -1053,34 +1071,6 @@ DL_API int dl_parallel_allowed(dl_ctx *ctx) { (void)ctx; return 0; }
       __VA_ARGS__                                                                       \
     }                                                                                   \
   })
-
-/* DL_PARALLEL_SPLIT(ctx, work, n, I, statements...): the statements for I
- * = 0 .. n-1 on the ctx's team, member t of nt taking the consecutive
- * indices [n t / nt, n (t + 1) / nt) in order (alone, the caller all of
- * them). For the per-image and per-plane loops of a batch: every such loop
- * gives member t the same share of the batch (images [N t / nt, ...), and
- * of N C planes the planes of about those images), so what one loop wrote
- * the next reads from its own core's cache. With the dynamic schedule an
- * image's convolution, its batch norm and its pooling ran on whichever
- * member came first, and half the data crossed between the cores at each
- * op: on this VM, in the stretches where its two cores sit far apart (a
- * cache line's round trip 330-360 ns instead of 55-90), fashion_cnn's
- * convolution forward (im2col) took 4x its time and the fused batch norm,
- * ReLU and pool 2.4x. A statement macro; n is evaluated more than once. */
-#ifdef _OPENMP
-#define DL__PSPLIT_TEAM(n_, I, ...)                                                     \
-  ({                                                                                    \
-    const int64_t dl__spn = (n_), dl__spt = omp_get_thread_num(), dl__spk = omp_get_num_threads(); \
-    int64_t I;                                                                          \
-    for (I = dl__spn * dl__spt / dl__spk; I < dl__spn * (dl__spt + 1) / dl__spk; I++) { \
-      __VA_ARGS__                                                                       \
-    }                                                                                   \
-  })
-#define DL_PARALLEL_SPLIT(ctx_, work_, n_, I, ...)                                      \
-  DL_PARALLEL_REGION(ctx_, work_, (n_), DL__PSPLIT_TEAM(n_, I, __VA_ARGS__), DL__PFOR_ALONE(n_, I, __VA_ARGS__))
-#else
-#define DL_PARALLEL_SPLIT(ctx_, work_, n_, I, ...) DL_PARALLEL_FOR(ctx_, work_, n_, I, __VA_ARGS__)
-#endif
 
 /* DL__PARALLEL_RUNS_OF(ctx, work, n, per, I, statements...): DL_PARALLEL_FOR
  * over runs of `per` consecutive indices of 0 .. n-1 (the last shorter), in
@@ -1097,16 +1087,13 @@ DL_API int dl_parallel_allowed(dl_ctx *ctx) { (void)ctx; return 0; }
       }                                                                                 \
     });                                                                                 \
   } while (0)
-/* DL_PARALLEL_RUNS(ctx, work, n, I, statements...): DL_PARALLEL_SPLIT
- * (one run of consecutive indices a member, in order). For many small
- * items that write neighbouring memory (the planes of a batch): handed out
- * one at a time, two threads' items alternate, so both write the cache
- * line at each boundary of a plane not a multiple of 64 bytes, and the
- * dynamic schedule takes a step per item (2048 planes of a CNN's batch
- * norm ran slower on 2 threads than on 1). (It handed out about 8 runs a
- * thread, dynamically, before; see DL_PARALLEL_SPLIT for why a member's
- * share is now fixed.) A statement macro. */
-#define DL_PARALLEL_RUNS(ctx_, work_, n_, I, ...) DL_PARALLEL_SPLIT(ctx_, work_, n_, I, __VA_ARGS__)
+/* DL_PARALLEL_RUNS(ctx, work, n, I, statements...): DL_PARALLEL_FOR, kept
+ * under this name for the loops over many small items that write
+ * neighbouring memory (the planes of a batch), which it once handed out in
+ * runs of consecutive indices, about 8 a thread, dynamically. Every member
+ * now takes one run (see DL_PARALLEL_FOR), so two members share a cache
+ * line only at the one boundary between their runs. A statement macro. */
+#define DL_PARALLEL_RUNS(ctx_, work_, n_, I, ...) DL_PARALLEL_FOR(ctx_, work_, n_, I, __VA_ARGS__)
 
 /* Indices per block of DL_PARALLEL_RANGE. */
 #define DL_PARALLEL_BLOCK 4096

@@ -25,8 +25,8 @@
  *   tree, evaluated once; DL_ASSIGN is a template over it, with the same
  *   checks and loops.) dst is evaluated once.
  * - Threads: core.h's DL_PARALLEL_FOR: above the ctx's parallel threshold
- *   (DL_PARALLEL_THRESHOLD elements by default) an OpenMP team takes blocks
- *   dynamically; below it no team is started. Its team guard falls back to
+ *   (DL_PARALLEL_THRESHOLD elements by default) each member of an OpenMP
+ *   team takes a fixed share of the blocks; below it no team is started. Its team guard falls back to
  *   one thread for a while when the team stops paying for itself, as it
  *   does when another process holds a core. Every thread flushes denormals
  *   to zero unless the ctx keeps them, and restores its mode afterwards.
@@ -254,7 +254,7 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
 
 #ifndef __cplusplus
 /* Both loops run on core.h's DL_PARALLEL_FOR: blocks (contiguous) or tiles
- * (general) taken dynamically by the ctx's team above its threshold, behind
+ * (general), a fixed share a member of the ctx's team above its threshold, behind
  * the team guard, flush-to-zero per the ctx on every worker. */
 
 /* Contiguous: blocks of DL__BLOCK elements. */

@@ -564,7 +564,7 @@ DL_API void dl__conv_forward(dl_tape *tp, const char *op, const dl__conv_geom *g
   unsigned char *yb = (unsigned char *)y;
   const void *wpack = g->N > 1 ? dl__conv_wpack(tp, op, g, dt, w, nt, 0) : NULL;
   if (nt > 1) dl__conv_blas_single();
-  DL_PARALLEL_SPLIT(ctx, nt > 1 ? g->N * g->G * g->K * g->P : 0, g->N, i, {
+  DL_PARALLEL_FOR(ctx, nt > 1 ? g->N * g->G * g->K * g->P : 0, g->N, i, {
     /* alone (nt 1: inside a caller's parallel region, dl_worker() is the
      * caller's thread number) the one buffer allocated above */
     unsigned char *mine = col ? col + (size_t)(nt > 1 ? dl_worker() : 0) * colb : NULL;
@@ -651,7 +651,7 @@ DL_API void dl__conv_backward(dl_tape *tp, const char *op, const dl__conv_geom *
   if (nch == 0) { /* the bias alone */
     DL_PARALLEL_RUNS(ctx, g->N * g->O * g->P, g->N, k, { dl__conv_bias_part(g, dt, gy, k, bpart); });
   } else {
-    DL_PARALLEL_SPLIT(ctx, g->N * g->G * g->K * g->P, nch, k, {
+    DL_PARALLEL_FOR(ctx, g->N * g->G * g->K * g->P, nch, k, {
       unsigned char *mine = col ? col + (size_t)dl_worker() * colb : NULL;
       void *mygw = !gw ? NULL : k == 0 ? gw : (void *)(parts + (size_t)(k - 1) * wb);
       int64_t i;

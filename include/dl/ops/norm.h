@@ -84,7 +84,7 @@ DL_API dl_tensor *dl__norm_dvec(dl_tape *tp, const char *op, const dl_tensor *t,
 typedef void (*dl__norm_tile_fn)(const void *args, int64_t tile);
 DL_API void dl__norm_run(dl_tape *tp, dl__norm_tile_fn fn, const void *args, int64_t ntiles,
                          int64_t work) {
-  DL_PARALLEL_SPLIT(tp->ctx, work, ntiles, dl__tile, fn(args, dl__tile););
+  DL_PARALLEL_FOR(tp->ctx, work, ntiles, dl__tile, fn(args, dl__tile););
 }
 /* x's dtype and eps, shared by the three ops. */
 DL_API void dl__norm_check_x(const char *op, const dl_tensor *x, double eps) {
@@ -630,7 +630,7 @@ typedef struct dl__bnp_args {
   double *part;            /* BWD: [tiles, 2, C] those sums over each tile of DL__BNP_TILE images */
 } dl__bnp_args;
 /* Images a tile of the backward's sums: a member's tiles are its share of
- * the batch (DL_PARALLEL_SPLIT), the tiles' partial sums added in tile
+ * the batch (DL_PARALLEL_FOR), the tiles' partial sums added in tile
  * order (the same at any thread count). Split by channel, each member read
  * every image's planes, half of them written on the other core. */
 #define DL__BNP_TILE 4
@@ -800,7 +800,7 @@ DL_API void dl__bnp_backward(dl_tape *tp, const dl_node *n, dl__bn_args *A) {
   tiles = (P.g.N + DL__BNP_TILE - 1) / DL__BNP_TILE;
   if (DL__BN_BWD_SUMS(A) && P.g.Ho * P.g.Wo > 0 && tiles > 0) {
     P.part = (double *)dl_tape_scratch(tp, n->op, sizeof(double) * 2 * (size_t)C * (size_t)tiles);
-    DL_PARALLEL_SPLIT(tp->ctx, planes * P.g.Ho * P.g.Wo, tiles, tl, {
+    DL_PARALLEL_FOR(tp->ctx, planes * P.g.Ho * P.g.Wo, tiles, tl, {
       if (P.dt == DL_F32) dl__bnp_sum_f32(&P, tl);
       else dl__bnp_sum_f64(&P, tl);
     });
