@@ -57,6 +57,16 @@
 #   g. under contention: one busy process per core (a spinning loop started
 #      by this script), dl.h at THREADS threads and at 1 thread, CONTENDED
 #      rounds; goal >= 0.9x of its own 1-thread speed.
+#   h. how far apart the cores are: bench/core_latency.c (one cache line
+#      passed between two pinned threads, the round trip) just before each
+#      dl.h run, printed as rt_ns=. This VM's two cores are 55-90 ns apart
+#      most of the time and 330-360 ns for stretches of minutes, where the
+#      2-thread runs are slower (the MLP at about 80k samples/s against 134k,
+#      the CNN about 10% slower). The pairs' goal is judged on all pairs; the
+#      median of the pairs run with the cores near (both under 150 ns) is
+#      printed beside it, unjudged.
+# PyTorch at its best (f.): the fastest of its four medians, readback or
+# plain loop, THREADS or 1 thread; goal for the CNN (issue 19): >= 3x.
 #
 # The CNN runs use a copy of the data set cut to the first CNN_TEST test
 # images (and the first CNN_SUBSET training images) through --data, so that
@@ -111,6 +121,7 @@ done
 $CC -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 -fPIC -shared bench/malloc_count.c -o $B/malloc_count.so -ldl ||
   { echo "run_train: building malloc_count.so failed"; exit 1; }
 $CC -O3 -march=native -ffp-contract=fast -fopenmp bench/fma_peak.c -o $B/fma_peak -lm || { echo "run_train: building fma_peak failed"; exit 1; }
+$CC -std=c11 -O2 -pthread bench/core_latency.c -o $B/core_latency || { echo "run_train: building core_latency failed"; exit 1; }
 
 # The CNN's data: the same IDX gzip files, cut to fewer images.
 cut_data() { # DIR NTRAIN NTEST
@@ -162,10 +173,13 @@ one() { # MODEL WHO
     if grep -q '^SKIP' "$out"; then echo "$model $who SKIP" >> "$RES"; head -1 "$out"; return 0; fi
     sps=$(sed -n 's/^torch_train .*samples_per_s=\([0-9.]*\).*/\1/p' "$out")
   else
+    # how far apart the two cores are just before the run (see h.); not under contention,
+    # where the busy processes hold the cores the two threads would pass the line between
+    case $who in dlc | dlc1) ;; *) pk=" rt_ns=$($B/core_latency | sed -n 's/^core_latency roundtrip_ns=\([-0-9.]*\).*/\1/p')" ;; esac
     OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th peak "$T/rss" "$prog" --epochs 1 --subset "$subset" --threads "$th" --quiet \
       --data "$data" --save "$T/w.safetensors" --csv "$T/log.csv" "${CHART[@]}" > "$out" 2>&1
     if [ "$who" = dl ] || [ "$who" = dl1 ]; then # the FMA peak just after the run (see e.), then 4 s for it to wear off
-      pk=$(OMP_NUM_THREADS=$THREADS $B/fma_peak | sed -n "s/^fma_peak threads=$th gflops=\([0-9.]*\).*/ peak=\1/p")
+      pk="$pk$(OMP_NUM_THREADS=$THREADS $B/fma_peak | sed -n "s/^fma_peak threads=$th gflops=\([0-9.]*\).*/ peak=\1/p")"
       sleep 4
     fi
     sps=$(sed -n 's/^result: .*train_samples_per_s=\([0-9.]*\).*/\1/p' "$out")
@@ -254,7 +268,9 @@ awk -v th="$THREADS" -v rounds="$ROUNDS" '
   $1 == "fma_peak" { split($2, a, "="); g = val($3) + 0; if (g > peak[a[2]]) peak[a[2]] = g; next }
   $2 ~ /^(dl|dl1|dlc|dlc1|dlp|dlp1|torch|torch1|torchp|torchp1)$/ { if ($3 == "SKIP") { skip[$1] = 1; next }
     sps[$1, $2] = sps[$1, $2] " " val($3); rss[$1, $2] = rss[$1, $2] " " val($4)
-    if ($6 ~ /^peak=/) { pk[$1, $2] = pk[$1, $2] " " val($6); fr[$1, $2] = fr[$1, $2] " " val($3) / val($6) } }
+    for (i = 6; i <= NF; i++) {
+      if ($i ~ /^peak=/) { pk[$1, $2] = pk[$1, $2] " " val($i); fr[$1, $2] = fr[$1, $2] " " val($3) / val($i) }
+      if ($i ~ /^rt_ns=/) rt[$1, $2] = rt[$1, $2] " " val($i) } }
   $2 == "allocs" { k = $1 SUBSEP val($3) SUBSEP val($4)
     for (i = 5; i <= NF; i++) { split($i, a, "="); al[k, a[1]] = a[2] }
     if (val($3) == 1) { if (!(($1, "n1") in al)) al[$1, "n1"] = val($4); else al[$1, "n2"] = val($4) } }
@@ -275,6 +291,13 @@ awk -v th="$THREADS" -v rounds="$ROUNDS" '
         tp = med(sps[mod, "torchp"]); tp1 = med(sps[mod, "torchp1"])
         row(M " samples/s, " th " thr, vs torch plain loop", sprintf("%.0f", d), sprintf("%.0f", tp), sprintf("%.2fx", d / tp), "", "")
         row(M " samples/s, 1 thr, vs torch plain loop 1 thr", sprintf("%.0f", d1), sprintf("%.0f", tp1), sprintf("%.2fx", d1 / tp1), m == 0 ? ">= 1.8x" : "", m == 0 ? ok(d1 / tp1 >= 1.8) : "")
+        # PyTorch at its best: the fastest of its four medians (either loop, THREADS or 1 thread)
+        tb = t; tbn = "readback, " th " thr"
+        if (t1 > tb) { tb = t1; tbn = "readback, 1 thr" }
+        if (tp > tb) { tb = tp; tbn = "plain, " th " thr" }
+        if (tp1 > tb) { tb = tp1; tbn = "plain, 1 thr" }
+        row(M " samples/s, " th " thr, vs torch at its best", sprintf("%.0f", d), sprintf("%.0f", tb), sprintf("%.2fx", d / tb), m == 1 ? ">= 3x" : "", m == 1 ? ok(d / tb >= 3) : "")
+        printf "    (torch at its best: the %s loop)\n", tbn
       }
       row(M " samples/s, " th " thr vs dl.h on 1 thr", sprintf("%.0f", d), sprintf("%.0f", d1), sprintf("%.2fx", d / d1), "", "")
       nr = split(substr(sps[mod, "dl"], 2), xa, " "); split(substr(sps[mod, "dl1"], 2), xb, " "); rr = ""
@@ -285,6 +308,15 @@ awk -v th="$THREADS" -v rounds="$ROUNDS" '
       if (rr != "") {
         row("  median of " np " back-to-back pair ratios", sprintf("%.0f", med(sps[mod, "dlp"])), sprintf("%.0f", med(sps[mod, "dlp1"])), sprintf("%.2fx", med(rr)), m == 0 ? ">= 1.7x" : "", m == 0 ? ok(med(rr) >= 1.7) : "")
         printf "    ratio of each pair:%s\n", rl
+        # how far apart the cores were (core_latency, h.): a pair counts as near when both runs began under 150 ns
+        split(substr(rt[mod, "dlp"], 2), ya, " "); split(substr(rt[mod, "dlp1"], 2), yb, " "); rl = ""; rn = ""; nn = 0
+        for (i = 1; i <= np; i++) if (xb[i] > 0 && (i in ya) && (i in yb)) {
+          q = ya[i] + 0 > yb[i] + 0 ? ya[i] + 0 : yb[i] + 0; rl = rl sprintf(" %.0f", q)
+          if (q >= 0 && q < 150) { rn = rn " " xa[i] / xb[i]; nn++ } }
+        if (rl != "") {
+          printf "    cores round trip (ns), each pair:%s\n", rl
+          if (nn > 0) row("  median of the " nn " pairs run with the cores near", "", "", sprintf("%.2fx", med(rn)), "", "")
+        }
       }
       fl = m == 0 ? 1.007e6 : 25.0e6
       if (peak[1] > 0) row(M " GFLOP/s, 1 thr, of the 1-core FMA peak", sprintf("%.1f", d1 * fl / 1e9), sprintf("%.1f", peak[1]), sprintf("%.0f%%", 100 * d1 * fl / 1e9 / peak[1]), "", "")
