@@ -345,6 +345,59 @@ static void test_team_guard(void) {
 #endif
 }
 
+/* DL_PARALLEL_FOR's fixed shares: on a team of nt, member t runs the
+ * indices [n t / nt, n (t + 1) / nt), in order, so that two loops over the
+ * same batch (64 images, then their 64 * 3 planes) give each image's data
+ * to the same member; alone (one thread, or the guard backed off) the
+ * caller runs them all, in order. */
+static int shares_ok(const int *who, const int *order, int n, int nt) {
+  int k, t, ok = 1;
+  for (k = 0; k < n; k++) {
+    int want = 0;
+    for (t = 0; t < nt; t++)
+      if (k >= n * t / nt && k < n * (t + 1) / nt) want = t;
+    ok &= who[k] == want;
+    if (k > 0 && who[k] == who[k - 1]) ok &= order[k] == order[k - 1] + 1; /* one member's indices in order */
+  }
+  return ok;
+}
+static void test_parallel_shares(void) {
+#ifdef _OPENMP
+  dl_ctx c2;
+  dl_ctx_desc d;
+  int img[64], imgo[64], pl[192], plo[192], r, k, teams = 0, ok = 1;
+  memset(&d, 0, sizeof d);
+  d.threads = 2;
+  d.parallel_threshold = 1;
+  dl_ctx_init(&c2, &d);
+  for (r = 0; r < 20; r++) {
+    int seen[2] = {0, 0}, nt1 = 1, nt2 = 1;
+    DL_PARALLEL_FOR(&c2, 64, 64, i, {
+      const int w = dl_worker();
+      img[i] = w;
+      imgo[i] = w >= 0 && w < 2 ? seen[w]++ : -1; /* the member's count so far */
+    });
+    seen[0] = seen[1] = 0;
+    DL_PARALLEL_FOR(&c2, 192, 192, i, {
+      const int w = dl_worker();
+      pl[i] = w;
+      plo[i] = w >= 0 && w < 2 ? seen[w]++ : -1;
+    });
+    for (k = 0; k < 64; k++) nt1 = img[k] + 1 > nt1 ? img[k] + 1 : nt1;
+    for (k = 0; k < 192; k++) nt2 = pl[k] + 1 > nt2 ? pl[k] + 1 : nt2;
+    ok &= shares_ok(img, imgo, 64, nt1) && shares_ok(pl, plo, 192, nt2);
+    if (nt1 == 2 && nt2 == 2) {
+      teams++;
+      for (k = 0; k < 192; k++) ok &= pl[k] == img[k / 3]; /* an image's planes on its member */
+    }
+  }
+  CHECK_MSG(ok, "a member ran indices outside its share, or out of order");
+  if (!teams) printf("note: every loop ran alone (the team guard backed off): the shares were not seen\n");
+#else
+  SKIP("built without OpenMP: no team");
+#endif
+}
+
 int main(void) {
   RUN(test_status);
   RUN(test_ctx_messages);
@@ -356,5 +409,6 @@ int main(void) {
   RUN(test_rng);
   RUN(test_ftz);
   RUN(test_team_guard);
+  RUN(test_parallel_shares);
   return harness_finish();
 }
