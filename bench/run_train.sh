@@ -43,7 +43,9 @@
 #      134k (each member's share of a team loop took 91 us instead of 54)
 #      and the CNN 12% slower, while the 1-thread runs and PyTorch (whose
 #      start takes longer) were unchanged; measured before the runs, it
-#      halved 2 of the 3 rounds' MLP figures. The speed drifts by tens of
+#      halved 2 of the 3 rounds' MLP figures. (The cause, found since: after
+#      fma_peak the host often moves the two virtual CPUs far apart, h.;
+#      twice in 4 tries, each time for tens of seconds.) The speed drifts by tens of
 #      percent within minutes too (fma_peak 157-172 GFLOP/s, fashion_mlp
 #      on 1 thread 45k-85k samples/s), so the judged fraction is the median
 #      over the runs of each run's speed over the peak measured beside it.
