@@ -1074,8 +1074,8 @@ DL_API int dl_parallel_allowed(dl_ctx *ctx) { (void)ctx; return 0; }
 
 /* DL__PARALLEL_RUNS_OF(ctx, work, n, per, I, statements...): DL_PARALLEL_FOR
  * over runs of `per` consecutive indices of 0 .. n-1 (the last shorter), in
- * order within a run; per may name dl__run_n (n, evaluated once). The two
- * forms below. */
+ * order within a run; per may name dl__run_n (n, evaluated once). For
+ * DL_PARALLEL_RANGE below. */
 #define DL__PARALLEL_RUNS_OF(ctx_, work_, n_, per_, I, ...)                             \
   do {                                                                                  \
     const int64_t dl__run_n = (n_), dl__run_per = (per_);                               \

@@ -26,10 +26,11 @@
  *   checks and loops.) dst is evaluated once.
  * - Threads: core.h's DL_PARALLEL_FOR: above the ctx's parallel threshold
  *   (DL_PARALLEL_THRESHOLD elements by default) each member of an OpenMP
- *   team takes a fixed share of the blocks; below it no team is started. Its team guard falls back to
- *   one thread for a while when the team stops paying for itself, as it
- *   does when another process holds a core. Every thread flushes denormals
- *   to zero unless the ctx keeps them, and restores its mode afterwards.
+ *   team takes a fixed share of the blocks; below it no team is started.
+ *   Its team guard falls back to one thread for a while when the team
+ *   stops paying for itself, as it does when another process holds a core.
+ *   Every thread flushes denormals to zero unless the ctx keeps them, and
+ *   restores its mode afterwards.
  *
  * The op list: the library's element-wise ops are written once below as
  * X(name, expression in x0 [, x1] [, p0]) and each entry generates
@@ -254,8 +255,9 @@ DL_API char *dl__plan_tile(const dl__plan *pl, const dl_tensor *y, dl__gcur *g, 
 
 #ifndef __cplusplus
 /* Both loops run on core.h's DL_PARALLEL_FOR: blocks (contiguous) or tiles
- * (general), a fixed share a member of the ctx's team above its threshold, behind
- * the team guard, flush-to-zero per the ctx on every worker. */
+ * (general), a fixed share of them for each member of the ctx's team above
+ * its threshold, behind the team guard, flush-to-zero per the ctx on every
+ * worker. */
 
 /* Contiguous: blocks of DL__BLOCK elements. */
 #define DL__LOOP_C(T, CUR, expr)                                                       \

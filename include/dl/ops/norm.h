@@ -626,8 +626,7 @@ typedef struct dl__bnp_args {
   void *xs;                /* [N, C, Ho, Wo]: x at those indices (FWD writes them, BWD's sums read them) */
   const void *gy;          /* BWD: [N, C, Ho, Wo] */
   void *gx;                /* BWD: [N, C, H, W] or NULL */
-  double *sums;            /* BWD: [2, C] s0 = sum g, s1 = sum g (x - mu) */
-  double *part;            /* BWD: [tiles, 2, C] those sums over each tile of DL__BNP_TILE images */
+  double *part;            /* BWD: [tiles, 2, C] s0 = sum g, s1 = sum g (x - mu) over each tile of DL__BNP_TILE images */
 } dl__bnp_args;
 /* Images a tile of the backward's sums: a member's tiles are its share of
  * the batch (DL_PARALLEL_FOR), the tiles' partial sums added in tile
@@ -795,7 +794,6 @@ DL_API void dl__bnp_backward(dl_tape *tp, const dl_node *n, dl__bn_args *A) {
   P.gy = n->out->grad->data;
   P.gx = A->out;
   P.assign = A->assign;
-  P.sums = sums;
   memset(sums, 0, sizeof(double) * 2 * (size_t)C);
   tiles = (P.g.N + DL__BNP_TILE - 1) / DL__BNP_TILE;
   if (DL__BN_BWD_SUMS(A) && P.g.Ho * P.g.Wo > 0 && tiles > 0) {
