@@ -164,7 +164,7 @@ sys.exit(r)' "$rss" "$@"
 # One run; appends "MODEL WHO sps=X rss_kb=Y" to $RES. WHO: dl, dl1, torch, torch1,
 # torchp, torchp1 (the plain loop), or dlc, dlc1 (dl.h under contention).
 one() { # MODEL WHO
-  local model=$1 who=$2 th=$THREADS prog subset data out=$T/out.txt sps loop=readback pk=""
+  local model=$1 who=$2 th=$THREADS prog subset data out=$T/out.txt sps loop=readback tags="" # tags: " rt_ns=..." and " peak=..." appended to the result line
   case $who in dl1 | torch1 | torchp1 | dlc1 | dlp1) th=1 ;; esac
   case $who in torchp | torchp1) loop=plain ;; esac
   if [ "$model" = mlp ]; then prog=$B/fashion_mlp subset=$MLP_SUBSET data=$DATA
@@ -177,17 +177,17 @@ one() { # MODEL WHO
   else
     # how far apart the two cores are just before the run (see h.); not under contention,
     # where the busy processes hold the cores the two threads would pass the line between
-    case $who in dlc | dlc1) ;; *) pk=" rt_ns=$($B/core_latency | sed -n 's/^core_latency roundtrip_ns=\([-0-9.]*\).*/\1/p')" ;; esac
+    case $who in dlc | dlc1) ;; *) tags=" rt_ns=$($B/core_latency | sed -n 's/^core_latency roundtrip_ns=\([-0-9.]*\).*/\1/p')" ;; esac
     OMP_NUM_THREADS=$th OPENBLAS_NUM_THREADS=$th peak "$T/rss" "$prog" --epochs 1 --subset "$subset" --threads "$th" --quiet \
       --data "$data" --save "$T/w.safetensors" --csv "$T/log.csv" "${CHART[@]}" > "$out" 2>&1
     if [ "$who" = dl ] || [ "$who" = dl1 ]; then # the FMA peak just after the run (see e.), then 4 s for it to wear off
-      pk="$pk$(OMP_NUM_THREADS=$THREADS $B/fma_peak | sed -n "s/^fma_peak threads=$th gflops=\([0-9.]*\).*/ peak=\1/p")"
+      tags="$tags$(OMP_NUM_THREADS=$THREADS $B/fma_peak | sed -n "s/^fma_peak threads=$th gflops=\([0-9.]*\).*/ peak=\1/p")"
       sleep 4
     fi
     sps=$(sed -n 's/^result: .*train_samples_per_s=\([0-9.]*\).*/\1/p' "$out")
   fi
   if [ -z "$sps" ]; then echo "run_train: $model $who run failed:"; tail -5 "$out"; return 1; fi
-  echo "$model $who sps=$sps rss_kb=$(tail -1 "$T/rss") threads=$th$pk" | tee -a "$RES"
+  echo "$model $who sps=$sps rss_kb=$(tail -1 "$T/rss") threads=$th$tags" | tee -a "$RES"
 }
 
 status=0
