@@ -8,8 +8,17 @@
  *   (also with -fopenmp, with -DDL_USE_OPENBLAS ... -lopenblas, with clang,
  *   with -DDL_GEMM_NO_VECTOR_EXT, and under -fsanitize=address,undefined)
  */
+#if defined(__linux__) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* fork, execve, pipe, opendir: test_openblas_env's second process */
+#endif
 #include "dl/blas.h"
 #include "harness.h"
+#if defined(DL_USE_OPENBLAS) && defined(__linux__)
+#include <dirent.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#endif
 
 static dl_ctx panic_ctx;
 
@@ -686,6 +695,57 @@ static void test_openblas_threads(void) {
   }
   free(A); free(B); free(C1); free(C2); free(C3);
 }
+#ifdef __linux__
+/* The threads this process has now. */
+static int tasks_now(void) {
+  DIR *d = opendir("/proc/self/task");
+  struct dirent *e;
+  int n = 0;
+  if (!d) return -1;
+  while ((e = readdir(d)) != NULL) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+/* This binary run again with OPENBLAS_NUM_THREADS=3 (main's probe mode, before
+ * any GEMM): OpenBLAS is at one thread and started no worker (the pre-init
+ * sets it whatever the variable says: workers spinning after their start
+ * took a core from the team), and asking for 3 threads starts them. */
+static void test_openblas_env(void) {
+  char buf[256];
+  int fd[2], status = -1, before = -1, tasks = -1, after = -1, tasks3 = -1;
+  ssize_t n = 0, r;
+  pid_t pid;
+  CHECK(pipe(fd) == 0);
+  fflush(stdout);
+  fflush(stderr);
+  pid = fork();
+  if (pid == 0) {
+    char *argv[] = {(char *)"test_blas", (char *)"--openblas-env-probe", NULL};
+    char *envp[] = {(char *)"OPENBLAS_NUM_THREADS=3", NULL};
+    dup2(fd[1], 1);
+    close(fd[0]);
+    close(fd[1]);
+    execve("/proc/self/exe", argv, envp);
+    _exit(127);
+  }
+  close(fd[1]);
+  while (n < (ssize_t)sizeof buf - 1 && (r = read(fd[0], buf + n, sizeof buf - 1 - (size_t)n)) > 0) n += r;
+  buf[n > 0 ? n : 0] = 0;
+  close(fd[0]);
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK_MSG(sscanf(buf, "openblas_threads=%d tasks=%d then=%d tasks=%d", &before, &tasks, &after, &tasks3) == 4,
+            "the probe printed \"%s\"", buf);
+  CHECK_MSG(before == 1 && tasks == 1, "OPENBLAS_NUM_THREADS=3: OpenBLAS at %d threads, %d threads running at start",
+            before, tasks);
+  CHECK_MSG(after > 1 && tasks3 == after, "openblas_set_num_threads(3): %d threads, %d running", after, tasks3);
+}
+static int openblas_env_probe(void) {
+  const int before = openblas_get_num_threads(), tasks = tasks_now();
+  openblas_set_num_threads(3);
+  printf("openblas_threads=%d tasks=%d then=%d tasks=%d\n", before, tasks, openblas_get_num_threads(), tasks_now());
+  return 0;
+}
+#endif
 /* Which kernel dl_gemm uses under DL_USE_OPENBLAS: OpenBLAS unless this
  * build has AVX2 and FMA (x86) and OpenBLAS runs a core it has no AVX2
  * kernels for; the name is matched whole, in any case. */
@@ -714,8 +774,14 @@ static void test_openblas_core(void) {
 
 #endif
 
-int main(void) {
+int main(int argc, char **argv) {
   dl_ctx_desc d;
+#if defined(DL_USE_OPENBLAS) && defined(__linux__)
+  if (argc > 1 && strcmp(argv[1], "--openblas-env-probe") == 0) return openblas_env_probe();
+#else
+  (void)argc;
+  (void)argv;
+#endif
   memset(&d, 0, sizeof d);
   d.panic = harness_panic;
   dl_ctx_init(&panic_ctx, &d);
@@ -736,6 +802,9 @@ int main(void) {
 #ifdef DL_USE_OPENBLAS
   RUN(test_openblas_threads);
   RUN(test_openblas_core);
+#ifdef __linux__
+  RUN(test_openblas_env);
+#endif
 #else
   CHECK(!strcmp(dl_gemm_backend(), "builtin"));
 #endif
