@@ -16,7 +16,8 @@
 # the CPU the rest of the machine used meanwhile.
 #
 # Then bench/bench_im2col.c (im2col of the Fashion CNN's two layers against
-# a plain loop and memcpy), built with -O2 and with -O2 -march=native, and
+# a plain loop and memcpy), built with -O2 and with -O2 -march=native, the
+# same for bench/bench_pool.c (the 2x2 max pool with indices), and
 # bench/bench_pack.c (the packs and the kernel of one image's products of
 # the CNN's second convolution).
 #
@@ -68,6 +69,16 @@ for march in "" "-march=native"; do
     { echo "FAILED to build bench_im2col"; exit 1; }
   echo "# bench_im2col built with -O2 $march"
   "$B/bench_im2col" || exit 1
+done
+
+# the 2x2 max pool with indices on the CNN's two pools (bench/bench_pool.c):
+# the library's kernel (the block form plain; the AVX2 / AVX-512 form built
+# for this CPU) against the rule as a plain loop and memcpy of the input
+for march in "" "-march=native"; do
+  $CC -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 $march -Iinclude bench/bench_pool.c -o "$B/bench_pool" -lm ||
+    { echo "FAILED to build bench_pool"; exit 1; }
+  echo "# bench_pool built with -O2 $march"
+  "$B/bench_pool" || exit 1
 done
 
 # the parts of one image's product of the CNN's second convolution on the

@@ -156,13 +156,17 @@ for t in tests/test_*.c; do
   fi
   # the widest vector bodies (AVX-512 or AVX where this CPU has it), under gcc and clang: the
   # optimizers', the batcher's table gather, the fused attention's tile products, the GEMM's
-  # dot-product kernel and the 2x2 max pool (AVX-512 only)
+  # dot-product kernel and the 2x2 max pool (AVX-512 or AVX2)
   case $n in test_optim|test_data|test_ops_sdpa|test_blas|test_ops_conv)
     for nc in gcc clang; do
       command -v $nc >/dev/null && queue "${n}_native_$nc" $nc $WARN -O2 -march=native -fopenmp -Iinclude -Itests "$t" \
         -o "$B/${n}_native_$nc" $(test_flags "$t") -lm
     done ;;
   esac
+  # on an AVX-512 CPU, the 2x2 max pool's AVX2 form too (-march=native builds the AVX-512 one)
+  if [ "$n" = test_ops_conv ] && grep -qw avx512f /proc/cpuinfo 2>/dev/null && grep -qw avx2 /proc/cpuinfo; then
+    queue "${n}_avx2" $CC $WARN -O2 -mavx2 -mfma -fopenmp -Iinclude -Itests "$t" -o "$B/${n}_avx2" $(test_flags "$t") -lm
+  fi
   # step 5's sanitizer builds join the queue now (run there): it is the longest
   [ "${DL_TEST_QUICK:-0}" != 1 ] && build "$B/${n}_san" $CC $WARN -O1 -g -fopenmp -fsanitize=address,undefined \
     -fno-sanitize-recover=all -Iinclude -Itests "$t" -o "$B/${n}_san" $(test_flags "$t") -lm
