@@ -50,11 +50,6 @@ static void plain_im2col(const dl__conv_geom *g, const float *x, float *col) {
           }
 }
 
-static double median(double *t, int n) {
-  qsort(t, (size_t)n, sizeof t[0], bench_cmp);
-  return t[n / 2];
-}
-
 int main(int argc, char **argv) {
   const int reps = argc > 1 ? atoi(argv[1]) : 31;
   static const int64_t layers[2][3] = {{1, 28, 28}, {32, 14, 14}};
@@ -117,9 +112,9 @@ int main(int argc, char **argv) {
              (long long)g.H, (long long)g.W);
       status = 1;
     }
-    d = median(td, reps);
-    p = median(tp, reps);
-    m = median(tm, reps);
+    d = bench_median(td, reps);
+    p = bench_median(tp, reps);
+    m = bench_median(tm, reps);
     printf("im2col [%lld,%lld,%lld] x%d: dl %.1f us, plain %.1f us (%.2fx), memcpy %.1f us (dl takes %.2fx of it)\n",
            (long long)g.C, (long long)g.H, (long long)g.W, IMAGES, d, p, p / d, m, d / m);
     free(x);

@@ -61,24 +61,18 @@ t=$(median "${TORCH[@]}")
 awk -v d="$d" -v t="$t" 'BEGIN {
   printf "conv2d 5x5 32->64 12x12 b64 fwd+bwd: dl.h %.2f ms, torch %.2f ms, ratio torch/dl = %.2f\n", d, t, t / d }'
 
-# im2col, the copy the convolutions above multiply, on the CNN's two layers
-# (bench/bench_im2col.c): the library's kernel against a plain loop and
-# against memcpy of as many bytes, one thread, built plain and for this CPU.
-for march in "" "-march=native"; do
-  $CC -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 $march -Iinclude bench/bench_im2col.c -o "$B/bench_im2col" -lm ||
-    { echo "FAILED to build bench_im2col"; exit 1; }
-  echo "# bench_im2col built with -O2 $march"
-  "$B/bench_im2col" || exit 1
-done
-
-# the 2x2 max pool with indices on the CNN's two pools (bench/bench_pool.c):
-# the library's kernel (the block form plain; the AVX2 / AVX-512 form built
-# for this CPU) against the rule as a plain loop and memcpy of the input
-for march in "" "-march=native"; do
-  $CC -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 $march -Iinclude bench/bench_pool.c -o "$B/bench_pool" -lm ||
-    { echo "FAILED to build bench_pool"; exit 1; }
-  echo "# bench_pool built with -O2 $march"
-  "$B/bench_pool" || exit 1
+# Two passes of the CNN's layers, each on one thread, built plain and for
+# this CPU: im2col, the copy the convolutions above multiply
+# (bench/bench_im2col.c), and the 2x2 max pool with indices
+# (bench/bench_pool.c: the block form plain, the AVX2 / AVX-512 form built
+# for such a CPU); each against a plain loop and memcpy of as many bytes.
+for prog in bench_im2col bench_pool; do
+  for march in "" "-march=native"; do
+    $CC -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 $march -Iinclude bench/$prog.c -o "$B/$prog" -lm ||
+      { echo "FAILED to build $prog"; exit 1; }
+    echo "# $prog built with -O2 $march"
+    "$B/$prog" || exit 1
+  done
 done
 
 # the parts of one image's product of the CNN's second convolution on the
