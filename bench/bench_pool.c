@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
       for (k = 0; k < planes; k++) plain_pool(&g, x + k * HW, yr + k * Q, idr + k * Q);
       t2 = bench_now();
       memcpy(dst, x, sizeof(float) * (size_t)(planes * HW));
-      x[r + 1] = dst[planes * HW - 1 - (r + 1)] + 0.0f * x[r + 1]; /* (a dependence, so no copy is dropped) */
+      x[r + 1] = dst[planes * HW - 1 - (r + 1)]; /* (a dependence, so no copy is dropped) */
       t3 = bench_now();
       if (r >= 0) {
         td[r] = (t1 - t0) * 1e6;

@@ -1195,6 +1195,16 @@ DL_API void dl__maxpool2_f32(const float *x, float *y, int32_t *idx, int32_t W, 
  * block form on Zen 3). f32 [64, 32, 28, 28] 361-386 us against the block
  * form's 1096-1406, [64, 64, 14, 14] 298 against 541-577, one core of a
  * Zen 3, same run. */
+/* the even (odd) lanes of a, then of b: [a0 a2 b0 b2 | a4 a6 b4 b6] from the
+ * shuffle, 64-bit pieces 0, 2, 1, 3 from the permute */
+DL__INL __m256 dl__evens8(__m256 a, __m256 b) {
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))),
+                                                _MM_SHUFFLE(3, 1, 2, 0)));
+}
+DL__INL __m256 dl__odds8(__m256 a, __m256 b) {
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))),
+                                                _MM_SHUFFLE(3, 1, 2, 0)));
+}
 DL_API void dl__maxpool2_f32(const float *x, float *y, int32_t *idx, int32_t W, int32_t Ho, int32_t Wo) {
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i ev = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
@@ -1218,16 +1228,9 @@ DL_API void dl__maxpool2_f32(const float *x, float *y, int32_t *idx, int32_t W, 
         bl = _mm256_maskload_ps(r1 + 2 * o0, ml);
         bh = _mm256_maskload_ps(r1 + 2 * o0 + 8, mh);
       }
-      /* [l0 l2 h0 h2 | l4 l6 h4 h6] -> 64-bit pieces 0, 2, 1, 3: the even (odd) columns in order */
-      const __m256 v1 = _mm256_castpd_ps(_mm256_permute4x64_pd(
-          _mm256_castps_pd(_mm256_shuffle_ps(al, ah, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0)));
-      const __m256 v2 = _mm256_castpd_ps(_mm256_permute4x64_pd(
-          _mm256_castps_pd(_mm256_shuffle_ps(bl, bh, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
-      const __m256 v3 = _mm256_castpd_ps(_mm256_permute4x64_pd(
-          _mm256_castps_pd(_mm256_shuffle_ps(bl, bh, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0)));
+      const __m256 v1 = dl__odds8(al, ah), v2 = dl__evens8(bl, bh), v3 = dl__odds8(bl, bh);
       const __m256i a0 = _mm256_add_epi32(_mm256_set1_epi32(2 * oh * W + 2 * o0), ev);
-      __m256 m = _mm256_castpd_ps(_mm256_permute4x64_pd(
-          _mm256_castps_pd(_mm256_shuffle_ps(al, ah, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
+      __m256 m = dl__evens8(al, ah);
       __m256 at = _mm256_castsi256_ps(a0), c;
       c = _mm256_or_ps(_mm256_cmp_ps(v1, m, _CMP_GT_OQ), _mm256_cmp_ps(v1, v1, _CMP_UNORD_Q));
       m = _mm256_blendv_ps(m, v1, c);
