@@ -1,7 +1,10 @@
 /* bench/bench_conv.c - one training step of a convolution layer on the tape.
  *
  * The step: y = dl_t_conv2d(x, w, b) with a 5x5 kernel, 32 -> 64 channels,
- * 12x12 input, padding 0, stride 1, batch 64, f32; then dl_backward with a
+ * 12x12 input, padding 0, stride 1, batch 64, f32 (shape "5x5"), or with
+ * fashion_cnn's second convolution, a 3x3 kernel, 32 -> 64 channels, 14x14
+ * input, padding 1 (shape "3x3": Winograd where the build has AVX2 and
+ * FMA, unless algo is "im2col"); then dl_backward with a
  * fixed seed gradient gy, so x, w and b all receive gradients (x requires
  * one as it does in a network whose earlier layers train); then the
  * gradients are zeroed and the tape rewound, as a training loop does.
@@ -14,7 +17,7 @@
  *
  *   gcc -std=c11 -O2 -fopenmp -DDL_USE_OPENBLAS -Iinclude bench/bench_conv.c \
  *       -o build/bench/bench_conv -lopenblas -lm
- *   build/bench/bench_conv [reps=7] [steps=20] [threads=2] [batch=64]
+ *   build/bench/bench_conv [reps=7] [steps=20] [threads=2] [batch=64] [shape=5x5|3x3] [algo=auto|im2col]
  * (bench/run_conv.sh builds it and runs it beside PyTorch.)
  */
 #define _POSIX_C_SOURCE 200809L
@@ -22,6 +25,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench_util.h"
 
@@ -38,6 +42,9 @@ int main(int argc, char **argv) {
   int steps = argc > 2 ? atoi(argv[2]) : 20;
   int threads = argc > 3 ? atoi(argv[3]) : 2;
   int batch = argc > 4 ? atoi(argv[4]) : 64;
+  const int k3 = argc > 5 && strcmp(argv[5], "3x3") == 0, im2col = argc > 6 && strcmp(argv[6], "im2col") == 0;
+  const int ks = k3 ? 3 : 5, hw = k3 ? 14 : 12, pad = k3 ? 1 : 0, ho = hw + 2 * pad - ks + 1;
+  const dl_conv2d_args args = {0, 0, pad, pad, 0, 0, 0, 0, 0, 0};
   dl_ctx ctx;
   dl_ctx_desc desc;
   dl_tape tp;
@@ -47,18 +54,20 @@ int main(int argc, char **argv) {
   int r, s;
   int64_t i;
 
-  if (reps < 1 || reps > BENCH_MAX_REPS || steps < 1 || threads < 1 || batch < 1) {
-    fprintf(stderr, "usage: %s [reps 1..%d] [steps >= 1] [threads >= 1] [batch >= 1]\n", argv[0],
+  if (reps < 1 || reps > BENCH_MAX_REPS || steps < 1 || threads < 1 || batch < 1 ||
+      (argc > 5 && !k3 && strcmp(argv[5], "5x5") != 0) || (argc > 6 && !im2col && strcmp(argv[6], "auto") != 0)) {
+    fprintf(stderr, "usage: %s [reps 1..%d] [steps >= 1] [threads >= 1] [batch >= 1] [5x5|3x3] [auto|im2col]\n", argv[0],
             BENCH_MAX_REPS);
     return 2;
   }
   memset(&desc, 0, sizeof desc);
   desc.threads = threads;
+  desc.conv_algo = im2col ? DL_CONV_IM2COL : DL_CONV_AUTO;
   dl_ctx_init(&ctx, &desc);
-  x = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(batch, 32, 12, 12));
-  w = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(64, 32, 5, 5));
+  x = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(batch, 32, hw, hw));
+  w = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(64, 32, ks, ks));
   b = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(64));
-  gy = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(batch, 64, 8, 8));
+  gy = dl_tensor_make(&ctx, DL_F32, DL_SHAPE(batch, 64, ho, ho));
   if (!x || !w || !b || !gy || dl_tape_init(&tp, &ctx, 0) != DL_OK || dl_requires_grad(x) != DL_OK ||
       dl_requires_grad(w) != DL_OK || dl_requires_grad(b) != DL_OK) {
     fprintf(stderr, "bench_conv: %s\n", dl_ctx_message(&ctx));
@@ -78,7 +87,7 @@ int main(int argc, char **argv) {
       dl_zero_grad(x);
       dl_zero_grad(w);
       dl_zero_grad(b);
-      y = dl_t_conv2d(&tp, x, w, b, NULL);
+      y = dl_t_conv2d(&tp, x, w, b, &args);
       dl_backward(&tp, y, gy);
       dl_tape_rewind(&tp);
     }
@@ -87,17 +96,21 @@ int main(int argc, char **argv) {
   other = bench_other_load();
   for (i = 0; i < w->numel; i++) check += ((const float *)w->grad->data)[i];
   ms = bench_median(times, reps) * 1e3;
-  printf("# bench_conv conv2d 5x5 32->64 12x12 pad 0 batch=%d f32 threads=%d reps=%d steps=%d "
-         "(median) %s check sum(grad_w)=%.6g\n",
-         batch, threads, reps, steps,
+  {
+    int64_t gi[8] = {1, 1, pad, pad, 1, 1, 1, 0};
+    const dl__conv_geom g = dl__conv_geom_of(x, w, gi);
+    printf("# bench_conv conv2d %dx%d 32->64 %dx%d pad %d batch=%d f32 threads=%d reps=%d steps=%d "
+           "(median) %s, %s check sum(grad_w)=%.6g\n",
+           ks, ks, hw, hw, pad, batch, threads, reps, steps, dl__wino_ok(&ctx, &g, DL_F32) ? "Winograd" : "im2col",
 #ifdef DL_USE_OPENBLAS
-         "OpenBLAS",
+           "OpenBLAS",
 #else
-         "built-in GEMM",
+           "built-in GEMM",
 #endif
-         check);
+           check);
+  }
   printf("dl_ms=%.3f gflops=%.1f other_load_cores=%.2f\n", ms,
-         3.0 * 2.0 * batch * 64 * 64 * 800 / (ms * 1e-3) * 1e-9, other);
+         3.0 * 2.0 * batch * 64 * 32 * ks * ks * ho * ho / (ms * 1e-3) * 1e-9, other);
   dl_tape_free(&tp);
   dl_tensor_free(x);
   dl_tensor_free(w);

@@ -15,7 +15,9 @@
 # (Z >= 1: dl.h is at least as fast). other_load_cores in dl.h's lines is
 # the CPU the rest of the machine used meanwhile.
 #
-# Then bench/bench_im2col.c (im2col of the Fashion CNN's two layers against
+# Then the same step on fashion_cnn's second convolution (3x3, padding 1),
+# dl.h's default (Winograd where the CPU has AVX2) and im2col beside
+# PyTorch; then bench/bench_im2col.c (im2col of the Fashion CNN's two layers against
 # a plain loop and memcpy), built with -O2 and with -O2 -march=native, the
 # same for bench/bench_pool.c (the 2x2 max pool with indices), and
 # bench/bench_pack.c (the packs and the kernel of one image's products of
@@ -60,6 +62,27 @@ d=$(median "${DL[@]}")
 t=$(median "${TORCH[@]}")
 awk -v d="$d" -v t="$t" 'BEGIN {
   printf "conv2d 5x5 32->64 12x12 b64 fwd+bwd: dl.h %.2f ms, torch %.2f ms, ratio torch/dl = %.2f\n", d, t, t / d }'
+
+# fashion_cnn's second convolution (3x3, 32 -> 64, 14x14, padding 1, batch
+# 64), built for this CPU (-O2 -march=native: Winograd F(2x2, 3x3) where it
+# has AVX2 and FMA, see dl/ops/conv.h), with the default algorithm and
+# with conv_algo = DL_CONV_IM2COL, beside PyTorch, alternating, medians:
+#   conv2d 3x3 32->64 14x14 b64 fwd+bwd: dl.h X ms (Winograd), im2col Y ms, torch Z ms, ratios ...
+$CC -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 -march=native -fopenmp -DDL_USE_OPENBLAS -Iinclude \
+  bench/bench_conv.c -o "$B/bench_conv_native" -lopenblas -lm || { echo "FAILED to build bench_conv (native)"; exit 1; }
+W=(); I=(); T3=()
+for r in $(seq 1 "$ROUNDS"); do
+  out=$("$B/bench_conv_native" "$REPS" "$STEPS" "$THREADS" 64 3x3 auto); echo "$out"
+  W+=("$(echo "$out" | sed -n 's/^dl_ms=\([0-9.]*\).*/\1/p')")
+  algo=$(echo "$out" | sed -n 's/.*(median) \([A-Za-z0-9]*\),.*/\1/p')
+  out=$("$B/bench_conv_native" "$REPS" "$STEPS" "$THREADS" 64 3x3 im2col); echo "$out"
+  I+=("$(echo "$out" | sed -n 's/^dl_ms=\([0-9.]*\).*/\1/p')")
+  tout=$(env "${TORCH_ENV[@]}" $PY bench/torch_conv.py "$REPS" "$STEPS" "$THREADS" 64 3x3 2>&1); echo "$tout"
+  T3+=("$(echo "$tout" | sed -n 's/^torch_ms=\([0-9.]*\).*/\1/p')")
+done
+w=$(median "${W[@]}"); i=$(median "${I[@]}"); t=$(median "${T3[@]}")
+awk -v w="$w" -v i="$i" -v t="$t" -v a="$algo" 'BEGIN {
+  printf "conv2d 3x3 32->64 14x14 b64 fwd+bwd: dl.h %.2f ms (%s), im2col %.2f ms, torch %.2f ms; im2col/dl = %.2f, torch/dl = %.2f\n", w, a, i, t, i / w, t / w }'
 
 # Two passes of the CNN's layers, each on one thread, built plain and for
 # this CPU: im2col, the copy the convolutions above multiply

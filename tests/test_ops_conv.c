@@ -918,6 +918,203 @@ static void test_naive_and_threads(void) {
   dl_tensor_free(gy);
 }
 
+/* ---- Winograd F(2x2, 3x3) (f32 3x3 stride 1, AVX2 + FMA builds) -------------- */
+
+static dl_tensor *f64_of(const dl_tensor *t) {
+  dl_tensor *d = dl_tensor_make(&pctx, DL_F64, t->ndim, t->shape);
+  int64_t i;
+  for (i = 0; i < t->numel; i++) ((double *)d->data)[i] = ((const float *)t->data)[i];
+  return d;
+}
+/* max |a - ref| / max |ref| of an f32 tensor against an f64 one */
+static double rel_to(const dl_tensor *a, const dl_tensor *ref) {
+  double num = 0, den = 0;
+  int64_t i;
+  for (i = 0; i < ref->numel; i++) {
+    const double r = ((const double *)ref->data)[i];
+    num = fmax(num, fabs(((const float *)a->data)[i] - r));
+    den = fmax(den, fabs(r));
+  }
+  return den > 0 ? num / den : num;
+}
+static dl_tensor *keep(dl_tensor *t) { /* a copy that outlives the tape */
+  dl_tensor *c = dl_tensor_make(&pctx, t->dtype, t->ndim, t->shape);
+  dl_tensor_copy(c, t);
+  return c;
+}
+
+/* Winograd against the f64 convolution (im2col: f64 never takes Winograd)
+ * on shapes with odd and even sizes, padding 0 to 2, channel counts that
+ * are not multiples of 8, one image and more than a block of them, bias or
+ * none: the output, grad_x (written, then added to by a second
+ * convolution of the same x), grad_w and grad_b within 2e-5 of the largest
+ * value (an error in the transforms is of the values' size), the tangent
+ * (forward mode: conv(tx, w) + conv(x, tw) + tb) likewise against im2col
+ * in f32. y and grad_x do not depend on the thread count; grad_w is the
+ * same run after run. And which layers take it under DL_CONV_AUTO. */
+static void test_winograd(void) {
+  static const int sh[][8] = { /* N C O H W ph pw bias */
+      {3, 5, 7, 9, 11, 1, 1, 1}, {2, 16, 24, 13, 15, 2, 0, 0}, {5, 9, 13, 6, 7, 0, 2, 1}, {1, 3, 2, 3, 3, 0, 0, 1},
+      {6, 8, 16, 14, 14, 1, 1, 1}, {9, 17, 6, 5, 20, 1, 2, 1}, {1, 1, 1, 4, 4, 2, 2, 0}};
+  dl_ctx wctx1, wctx2, ictx;
+  dl_ctx_desc d;
+  size_t k;
+  double worst = 0;
+#ifndef DL__WINO
+  SKIP("this build has no Winograd convolution (it needs AVX2 and FMA: -march=native or -mavx2 -mfma)");
+#endif
+  memset(&d, 0, sizeof d);
+  d.panic = harness_panic;
+  d.conv_algo = DL_CONV_IM2COL;
+  d.threads = 2;
+  d.parallel_threshold = 1;
+  dl_ctx_init(&ictx, &d);
+  d.conv_algo = DL_CONV_WINOGRAD;
+  dl_ctx_init(&wctx2, &d);
+  d.threads = 1;
+  dl_ctx_init(&wctx1, &d);
+  for (k = 0; k < sizeof sh / sizeof sh[0]; k++) {
+    const int *s = sh[k];
+    dl_conv2d_args a;
+    dl_tensor *x = mk(DL_F32, DL_SHAPE(s[0], s[1], s[3], s[4]), 100 + k), *w = mk(DL_F32, DL_SHAPE(s[2], s[1], 3, 3), 200 + k);
+    dl_tensor *w2 = mk(DL_F32, DL_SHAPE(s[2], s[1], 3, 3), 300 + k), *b = s[7] ? mk(DL_F32, DL_SHAPE(s[2]), 400 + k) : NULL;
+    dl_tensor *x64 = f64_of(x), *w64 = f64_of(w), *w264 = f64_of(w2), *b64 = b ? f64_of(b) : NULL, *gy, *gy64;
+    dl_tensor *ref[5], *got[3][5];
+    dl_tape tp;
+    int run, i;
+    memset(&a, 0, sizeof a);
+    a.pad_h = s[5];
+    a.pad_w = s[6];
+    { /* the geometry takes Winograd under the forcing ctx */
+      int64_t gi[8] = {1, 1, s[5], s[6], 1, 1, 1, 0};
+      const dl__conv_geom g = dl__conv_geom_of(x, w, gi);
+      CHECK_MSG(dl__wino_ok(&wctx2, &g, DL_F32) && !dl__wino_ok(&wctx2, &g, DL_F64) && !dl__wino_ok(&ictx, &g, DL_F32),
+                "case %d: dl__wino_ok", (int)k);
+    }
+    { /* reference: f64, y = conv(x, w) + b and z = y + conv(x, w2) (x's gradient from two convolutions) */
+      dl_tensor *y, *z;
+      dl_tape_init(&tp, &pctx, 0);
+      dl_requires_grad(x64);
+      dl_requires_grad(w64);
+      if (b64) dl_requires_grad(b64);
+      y = dl_t_conv2d(&tp, x64, w64, b64, &a);
+      gy = mk(DL_F32, 4, y->shape, 500 + k);
+      gy64 = f64_of(gy);
+      z = dl_t_add(&tp, y, dl_t_conv2d(&tp, x64, w264, NULL, &a));
+      ref[0] = keep(z);
+      dl_backward(&tp, z, gy64);
+      ref[1] = keep(x64->grad);
+      ref[2] = keep(w64->grad);
+      ref[3] = b64 ? keep(b64->grad) : NULL;
+      dl_tape_free(&tp);
+    }
+    for (run = 0; run < 3; run++) { /* Winograd on 1 thread, on 2, on 2 again */
+      dl_tensor *y, *z;
+      dl_tape_init(&tp, run == 0 ? &wctx1 : &wctx2, 0);
+      dl_requires_grad(x);
+      dl_requires_grad(w);
+      if (b) dl_requires_grad(b);
+      dl_zero_grad(x);
+      dl_zero_grad(w);
+      if (b) dl_zero_grad(b);
+      y = dl_t_conv2d(&tp, x, w, b, &a);
+      z = dl_t_add(&tp, y, dl_t_conv2d(&tp, x, w2, NULL, &a));
+      got[run][0] = keep(z);
+      dl_backward(&tp, z, gy);
+      got[run][1] = keep(x->grad);
+      got[run][2] = keep(w->grad);
+      got[run][3] = b ? keep(b->grad) : NULL;
+      dl_tape_free(&tp);
+    }
+    for (i = 0; i < 4; i++) {
+      double e;
+      if (!ref[i]) continue;
+      e = rel_to(got[1][i], ref[i]);
+      if (e > worst) worst = e;
+      CHECK_MSG(e <= 2e-5, "case %d (x [%d, %d, %d, %d], %d outputs, padding %d x %d): %s off the f64 result by %.3g "
+                "of its largest value", (int)k, s[0], s[1], s[3], s[4], s[2], s[5], s[6],
+                i == 0 ? "y" : i == 1 ? "grad_x" : i == 2 ? "grad_w" : "grad_b", e);
+    }
+    CHECK_MSG(memcmp(got[0][0]->data, got[1][0]->data, sizeof(float) * (size_t)got[0][0]->numel) == 0,
+              "case %d: y differs between 1 and 2 threads", (int)k);
+    CHECK_MSG(memcmp(got[0][1]->data, got[1][1]->data, sizeof(float) * (size_t)got[0][1]->numel) == 0,
+              "case %d: grad_x differs between 1 and 2 threads", (int)k);
+    CHECK_MSG(memcmp(got[1][2]->data, got[2][2]->data, sizeof(float) * (size_t)got[1][2]->numel) == 0,
+              "case %d: grad_w differs between two runs", (int)k);
+    { /* forward mode: the tangent against im2col's */
+      dl_tensor *tx = mk(DL_F32, 4, x->shape, 600 + k), *tw = mk(DL_F32, 4, w->shape, 700 + k);
+      dl_tensor *tb = b ? mk(DL_F32, 1, b->shape, 800 + k) : NULL, *t1, *t2;
+      dl_tensor *xd = dl_tensor_make(&pctx, DL_F32, 4, x->shape), *wd = dl_tensor_make(&pctx, DL_F32, 4, w->shape);
+      dl_tensor *bd = b ? dl_tensor_make(&pctx, DL_F32, 1, b->shape) : NULL;
+      dl_tape tq;
+      double num = 0, den = 0;
+      int64_t e;
+      dl_tensor_copy(xd, x);
+      dl_tensor_copy(wd, w);
+      if (bd) dl_tensor_copy(bd, b);
+      dl_set_tangent(xd, tx);
+      dl_set_tangent(wd, tw);
+      if (bd) dl_set_tangent(bd, tb);
+      dl_tape_init(&tp, &wctx2, 0);
+      dl_tape_init(&tq, &ictx, 0);
+      t1 = dl_t_conv2d(&tp, xd, wd, bd, &a)->tangent;
+      t2 = dl_t_conv2d(&tq, xd, wd, bd, &a)->tangent;
+      for (e = 0; e < t2->numel; e++) {
+        num = fmax(num, fabs(((const float *)t1->data)[e] - ((const float *)t2->data)[e]));
+        den = fmax(den, fabs(((const float *)t2->data)[e]));
+      }
+      CHECK_MSG(num <= 2e-5 * den, "case %d: tangent off im2col's by %.3g of %.3g", (int)k, num, den);
+      dl_tape_free(&tp);
+      dl_tape_free(&tq);
+      dl_tensor_free(tx);
+      dl_tensor_free(tw);
+      dl_tensor_free(tb);
+      dl_tensor_free(xd);
+      dl_tensor_free(wd);
+      dl_tensor_free(bd);
+    }
+    for (i = 0; i < 4; i++) {
+      dl_tensor_free(ref[i]);
+      for (run = 0; run < 3; run++) dl_tensor_free(got[run][i]);
+    }
+    dl_tensor_free(x);
+    dl_tensor_free(w);
+    dl_tensor_free(w2);
+    dl_tensor_free(b);
+    dl_tensor_free(x64);
+    dl_tensor_free(w64);
+    dl_tensor_free(w264);
+    dl_tensor_free(b64);
+    dl_tensor_free(gy);
+    dl_tensor_free(gy64);
+  }
+  { /* DL_CONV_AUTO: fashion_cnn's second convolution, not its first, not f64, not a 5x5, strided or grouped one */
+    dl_tensor *x = mk(DL_F32, DL_SHAPE(64, 32, 14, 14), 1), *w = mk(DL_F32, DL_SHAPE(64, 32, 3, 3), 2);
+    dl_tensor *x1 = mk(DL_F32, DL_SHAPE(64, 1, 28, 28), 3), *w1 = mk(DL_F32, DL_SHAPE(32, 1, 3, 3), 4);
+    dl_tensor *w5 = mk(DL_F32, DL_SHAPE(64, 32, 5, 5), 5), *wg = mk(DL_F32, DL_SHAPE(64, 16, 3, 3), 6);
+    int64_t i1[8] = {1, 1, 1, 1, 1, 1, 1, 0}, i2[8] = {2, 2, 1, 1, 1, 1, 1, 0}, ig[8] = {1, 1, 1, 1, 1, 1, 2, 0};
+    dl__conv_geom g = dl__conv_geom_of(x, w, i1);
+    CHECK(dl__wino_ok(&pctx, &g, DL_F32));
+    CHECK(!dl__wino_ok(&pctx, &g, DL_F64));
+    CHECK(!dl__wino_ok(&ictx, &g, DL_F32));
+    g = dl__conv_geom_of(x1, w1, i1);
+    CHECK(!dl__wino_ok(&pctx, &g, DL_F32));
+    g = dl__conv_geom_of(x, w5, i1);
+    CHECK(!dl__wino_ok(&pctx, &g, DL_F32));
+    g = dl__conv_geom_of(x, w, i2);
+    CHECK(!dl__wino_ok(&pctx, &g, DL_F32));
+    g = dl__conv_geom_of(x, wg, ig);
+    CHECK(!dl__wino_ok(&pctx, &g, DL_F32));
+    dl_tensor_free(x);
+    dl_tensor_free(w);
+    dl_tensor_free(x1);
+    dl_tensor_free(w1);
+    dl_tensor_free(w5);
+    dl_tensor_free(wg);
+  }
+  printf("winograd: worst error against f64, of the largest value: %.3g\n", worst);
+}
+
 /* ---- pooling specifics ---------------------------------------------------------- */
 
 static void test_pool_ties_nan(void) {
@@ -1428,6 +1625,7 @@ int main(void) {
   RUN(test_3d_steady_state_empty);
   RUN(test_torch_fixtures);
   RUN(test_naive_and_threads);
+  RUN(test_winograd);
   RUN(test_pool_ties_nan);
   RUN(test_indices_unpool);
   RUN(test_no_grad_and_steady_state);

@@ -125,7 +125,15 @@ typedef void (*dl_log_fn)(void *user, int level, const char *message);
  *   parallel_threshold 0: DL_PARALLEL_THRESHOLD elements
  *   keep_denormals     0: library loops flush denormals to zero (FTZ/DAZ) on
  *                      every thread they run on, restoring the caller's
- *                      floating-point mode afterwards; 1: leave them alone */
+ *                      floating-point mode afterwards; 1: leave them alone
+ *   conv_algo          DL_CONV_AUTO (0): in builds for AVX2 and FMA, f32 3x3
+ *                      convolutions with stride 1, dilation 1, one group,
+ *                      at least 16 input and output channels and enough
+ *                      work run Winograd's F(2x2, 3x3) (2.25x fewer
+ *                      multiply-adds, other rounding: see ops/conv.h), the
+ *                      rest im2col + GEMM; DL_CONV_IM2COL: all by im2col;
+ *                      DL_CONV_WINOGRAD: every f32 3x3 stride-1 convolution
+ *                      of one group by Winograd (in those builds) */
 typedef struct dl_ctx_desc {
   dl_allocator allocator; /* {0}: DL_MALLOC / DL_REALLOC / DL_FREE */
   dl_panic_fn panic; /* NULL: print to stderr, abort() */
@@ -135,7 +143,10 @@ typedef struct dl_ctx_desc {
   int threads; /* 0: OpenMP's default (1 without OpenMP) */
   int64_t parallel_threshold; /* 0: DL_PARALLEL_THRESHOLD elements */
   int keep_denormals; /* 1: leave denormals alone (0: flush them to zero in library loops) */
+  int conv_algo; /* DL_CONV_AUTO (0), DL_CONV_IM2COL or DL_CONV_WINOGRAD: see above */
 } dl_ctx_desc;
+/* dl_ctx_desc.conv_algo */
+enum { DL_CONV_AUTO = 0, DL_CONV_IM2COL = 1, DL_CONV_WINOGRAD = 2 };
 
 /* The team guard's record (see "team guard" below); zero is the initial
  * state. */
