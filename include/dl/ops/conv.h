@@ -703,15 +703,19 @@ DL_API void dl__conv_backward_im2col(dl_tape *tp, const char *op, const dl__conv
  *   dM[p] = (A gy A^T)[p],  dV[p] = U[p]^T @ dM[p],  dU[p] = dM[p] @ V[p]^T,
  *   grad_x += B dV B^T (the tiles' 4x4 patches overlap by 2: added up),
  *   grad_w += G^T dU G.
- * The work goes a group of DL__WL = 8 tiles of a tile row at a time (a
- * tile row of 14 outputs has 7: lane 8 computes a tile that is dropped):
- * its transforms (plain C loops of fixed length 8, vectorised by the
- * compiler) and its products (dl__wino_mk_f32: 8 rows of the output in 8
- * registers, one vector of V or dM and 8 broadcast weights a step) stay
- * in the core's first caches. Products of C or O terms are short; OpenBLAS
- * ran them at half the FMA peak, with C written out and read back. The
- * weight gradient's products sum over tiles: they go through dl_gemm over
- * a block of DL__WINO_BLOCK images (dropped lanes zero in dM).
+ * The work goes in groups of DL__WL = 8 tiles of a tile row (a row of 14
+ * outputs has 7 tiles: lane 8 computes a tile that is dropped), and in
+ * blocks of DL__WINO_BLOCK images: V (or dM) of a block's groups, columns
+ * of [16][C][lanes]; then the channel products two groups at a time
+ * (dl__wino_mk_f32: 6 rows of the output by 16 lanes in 12 registers) and
+ * their outputs (or grad_x patches); then grad_w's products, summed over
+ * the block's lanes (dl__wino_gwk_f32, against V turned tiles by
+ * channels). The transforms of a group are AVX2 intrinsics (in plain C
+ * loops of 8, gcc -O2 took twice its -O3 time for them). Measured on a
+ * Zen 3: the
+ * channel products as 16 OpenBLAS calls a block (K = 32) ran at half the
+ * FMA peak and made the convolution no faster than im2col; the kernels
+ * here run at about 70-75%.
  * y and grad_x are computed per image, the same at any thread count;
  * grad_w is summed per chunk of images (one chunk per thread), the chunks
  * added in order, as im2col's is. The rounding is not im2col's (the
@@ -725,7 +729,7 @@ DL_API void dl__conv_backward_im2col(dl_tape *tp, const char *op, const dl__conv
 #define DL__WINO_BLOCK 4 /* images whose tiles one weight-gradient product sums */
 #endif
 #define DL__WINO_MIN_CH 16 /* fewer input or output channels: the transforms cost more than they save */
-#define DL__WINO_MIN_WORK 1048576.0 /* N x tiles x C x O below this: im2col (the batch of 3x16x24 14x14 took 1.6x longer) */
+#define DL__WINO_MIN_WORK 1048576.0 /* N x tiles x C x O below this: im2col (3 images, 16 -> 24 channels, 14x14: 0.6-1.0x its speed) */
 #define DL__WL 8
 
 typedef struct dl__wino {
