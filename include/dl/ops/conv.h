@@ -742,7 +742,7 @@ typedef struct dl__wino {
 
 DL_API int dl__wino_ok(const dl_ctx *ctx, const dl__conv_geom *g, dl_dtype dt) {
 #ifdef DL__WINO
-  const int algo = ctx->desc.conv_algo;
+  const int algo = ctx ? ctx->desc.conv_algo : DL_CONV_AUTO;
   if (dt != DL_F32 || algo == DL_CONV_IM2COL || g->D != 1 || g->kd != 1 || g->kh != 3 || g->kw != 3 || g->sh != 1 ||
       g->sw != 1 || g->dh != 1 || g->dw != 1 || g->G != 1 || g->Ho < 1 || g->Wo < 1 || g->N < 1)
     return 0;
