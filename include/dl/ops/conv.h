@@ -965,68 +965,30 @@ DL_API void dl__wino_unsplit_f32(const dl__conv_geom *g, const dl__wino *w, cons
  * m] b[p bs + k ldb + l], m < rows, k < K, l < 16: R rows (6, then 4, 2,
  * 1) at a time in 2 R registers, two vectors of b and R broadcasts of a a
  * step. */
-/* (written out: at -O2 gcc keeps an array of accumulators in memory) */
-#define DL__WINO_MK6                                                                      \
-  for (; m + 6 <= rows; m += 6) {                                                       \
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps(), c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps(), c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps(), c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps(), c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps(); \
-    for (k = 0; k < K; k++) {                                                            \
-      const __m256 v0 = _mm256_loadu_ps(bp + k * ldb), v1 = _mm256_loadu_ps(bp + k * ldb + 8); \
-      const float *ar = ap + k * ak + m;                                                   \
-      __m256 u;                                                                            \
-      u = _mm256_broadcast_ss(ar + 0); c00 = _mm256_fmadd_ps(u, v0, c00); c01 = _mm256_fmadd_ps(u, v1, c01); \
-      u = _mm256_broadcast_ss(ar + 1); c10 = _mm256_fmadd_ps(u, v0, c10); c11 = _mm256_fmadd_ps(u, v1, c11); \
-      u = _mm256_broadcast_ss(ar + 2); c20 = _mm256_fmadd_ps(u, v0, c20); c21 = _mm256_fmadd_ps(u, v1, c21); \
-      u = _mm256_broadcast_ss(ar + 3); c30 = _mm256_fmadd_ps(u, v0, c30); c31 = _mm256_fmadd_ps(u, v1, c31); \
-      u = _mm256_broadcast_ss(ar + 4); c40 = _mm256_fmadd_ps(u, v0, c40); c41 = _mm256_fmadd_ps(u, v1, c41); \
-      u = _mm256_broadcast_ss(ar + 5); c50 = _mm256_fmadd_ps(u, v0, c50); c51 = _mm256_fmadd_ps(u, v1, c51); \
-    }                                                                                      \
-    _mm256_storeu_ps(dp + (m + 0) * 16, c00); _mm256_storeu_ps(dp + (m + 0) * 16 + 8, c01); \
-    _mm256_storeu_ps(dp + (m + 1) * 16, c10); _mm256_storeu_ps(dp + (m + 1) * 16 + 8, c11); \
-    _mm256_storeu_ps(dp + (m + 2) * 16, c20); _mm256_storeu_ps(dp + (m + 2) * 16 + 8, c21); \
-    _mm256_storeu_ps(dp + (m + 3) * 16, c30); _mm256_storeu_ps(dp + (m + 3) * 16 + 8, c31); \
-    _mm256_storeu_ps(dp + (m + 4) * 16, c40); _mm256_storeu_ps(dp + (m + 4) * 16 + 8, c41); \
-    _mm256_storeu_ps(dp + (m + 5) * 16, c50); _mm256_storeu_ps(dp + (m + 5) * 16 + 8, c51); \
-  }
-#define DL__WINO_MK4                                                                      \
-  for (; m + 4 <= rows; m += 4) {                                                       \
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps(), c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps(), c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps(); \
-    for (k = 0; k < K; k++) {                                                            \
-      const __m256 v0 = _mm256_loadu_ps(bp + k * ldb), v1 = _mm256_loadu_ps(bp + k * ldb + 8); \
-      const float *ar = ap + k * ak + m;                                                   \
-      __m256 u;                                                                            \
-      u = _mm256_broadcast_ss(ar + 0); c00 = _mm256_fmadd_ps(u, v0, c00); c01 = _mm256_fmadd_ps(u, v1, c01); \
-      u = _mm256_broadcast_ss(ar + 1); c10 = _mm256_fmadd_ps(u, v0, c10); c11 = _mm256_fmadd_ps(u, v1, c11); \
-      u = _mm256_broadcast_ss(ar + 2); c20 = _mm256_fmadd_ps(u, v0, c20); c21 = _mm256_fmadd_ps(u, v1, c21); \
-      u = _mm256_broadcast_ss(ar + 3); c30 = _mm256_fmadd_ps(u, v0, c30); c31 = _mm256_fmadd_ps(u, v1, c31); \
-    }                                                                                      \
-    _mm256_storeu_ps(dp + (m + 0) * 16, c00); _mm256_storeu_ps(dp + (m + 0) * 16 + 8, c01); \
-    _mm256_storeu_ps(dp + (m + 1) * 16, c10); _mm256_storeu_ps(dp + (m + 1) * 16 + 8, c11); \
-    _mm256_storeu_ps(dp + (m + 2) * 16, c20); _mm256_storeu_ps(dp + (m + 2) * 16 + 8, c21); \
-    _mm256_storeu_ps(dp + (m + 3) * 16, c30); _mm256_storeu_ps(dp + (m + 3) * 16 + 8, c31); \
-  }
-#define DL__WINO_MK2                                                                      \
-  for (; m + 2 <= rows; m += 2) {                                                       \
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps(); \
-    for (k = 0; k < K; k++) {                                                            \
-      const __m256 v0 = _mm256_loadu_ps(bp + k * ldb), v1 = _mm256_loadu_ps(bp + k * ldb + 8); \
-      const float *ar = ap + k * ak + m;                                                   \
-      __m256 u;                                                                            \
-      u = _mm256_broadcast_ss(ar + 0); c00 = _mm256_fmadd_ps(u, v0, c00); c01 = _mm256_fmadd_ps(u, v1, c01); \
-      u = _mm256_broadcast_ss(ar + 1); c10 = _mm256_fmadd_ps(u, v0, c10); c11 = _mm256_fmadd_ps(u, v1, c11); \
-    }                                                                                      \
-    _mm256_storeu_ps(dp + (m + 0) * 16, c00); _mm256_storeu_ps(dp + (m + 0) * 16 + 8, c01); \
-    _mm256_storeu_ps(dp + (m + 1) * 16, c10); _mm256_storeu_ps(dp + (m + 1) * 16 + 8, c11); \
-  }
-#define DL__WINO_MK1                                                                      \
-  for (; m + 1 <= rows; m += 1) {                                                       \
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(); \
-    for (k = 0; k < K; k++) {                                                            \
-      const __m256 v0 = _mm256_loadu_ps(bp + k * ldb), v1 = _mm256_loadu_ps(bp + k * ldb + 8); \
-      const float *ar = ap + k * ak + m;                                                   \
-      __m256 u;                                                                            \
-      u = _mm256_broadcast_ss(ar + 0); c00 = _mm256_fmadd_ps(u, v0, c00); c01 = _mm256_fmadd_ps(u, v1, c01); \
-    }                                                                                      \
-    _mm256_storeu_ps(dp + (m + 0) * 16, c00); _mm256_storeu_ps(dp + (m + 0) * 16 + 8, c01); \
+/* (the registers named one by one: at -O2 gcc kept a loop's array of
+ * accumulators in memory, at 40% of this speed) */
+#define DL__WINO_R6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define DL__WINO_R4(X) X(0) X(1) X(2) X(3)
+#define DL__WINO_R2(X) X(0) X(1)
+#define DL__WINO_R1(X) X(0)
+#define DL__WINO_MK_ZERO(r) __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();
+#define DL__WINO_MK_STEP(r)                                                                      \
+  u = _mm256_broadcast_ss(ar + (r));                                                             \
+  c##r##0 = _mm256_fmadd_ps(u, v0, c##r##0);                                                     \
+  c##r##1 = _mm256_fmadd_ps(u, v1, c##r##1);
+#define DL__WINO_MK_STORE(r)                                                                     \
+  _mm256_storeu_ps(dp + (m + (r)) * 16, c##r##0);                                                \
+  _mm256_storeu_ps(dp + (m + (r)) * 16 + 8, c##r##1);
+#define DL__WINO_MK(R)                                                                           \
+  for (; m + (R) <= rows; m += (R)) {                                                            \
+    DL__WINO_R##R(DL__WINO_MK_ZERO)                                                              \
+    for (k = 0; k < K; k++) {                                                                    \
+      const __m256 v0 = _mm256_loadu_ps(bp + k * ldb), v1 = _mm256_loadu_ps(bp + k * ldb + 8);   \
+      const float *ar = ap + k * ak + m;                                                         \
+      __m256 u;                                                                                  \
+      DL__WINO_R##R(DL__WINO_MK_STEP)                                                            \
+    }                                                                                            \
+    DL__WINO_R##R(DL__WINO_MK_STORE)                                                             \
   }
 DL_API void dl__wino_mk_f32(int64_t rows, int64_t K, const float *a, int64_t as, int64_t ak, const float *b,
                             int64_t bs, int64_t ldb, float *d, int64_t ds) {
@@ -1035,10 +997,10 @@ DL_API void dl__wino_mk_f32(int64_t rows, int64_t K, const float *a, int64_t as,
     const float *ap = a + p * as, *bp = b + p * bs;
     float *dp = d + p * ds;
     m = 0;
-    DL__WINO_MK6
-    DL__WINO_MK4
-    DL__WINO_MK2
-    DL__WINO_MK1
+    DL__WINO_MK(6)
+    DL__WINO_MK(4)
+    DL__WINO_MK(2)
+    DL__WINO_MK(1)
   }
 }
 
@@ -1057,121 +1019,31 @@ DL__INL void dl__wino_addrow(float *d, __m256 v, int64_t n) {
  * VT[p][t][c] over its n tiles (dM's rows ld apart, p O ld apart; VT's rows
  * cp (C rounded up to 8) apart, p ld cp apart): R rows (6, 4, 2, 1) of dM
  * broadcast against 16 (then 8) columns of VT, 2 R registers. */
-#define DL__WINO_GWK6_2                                                                      \
-  for (; o + 6 <= O; o += 6) {                                                        \
-    __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps(), a10 = _mm256_setzero_ps(), a11 = _mm256_setzero_ps(), a20 = _mm256_setzero_ps(), a21 = _mm256_setzero_ps(), a30 = _mm256_setzero_ps(), a31 = _mm256_setzero_ps(), a40 = _mm256_setzero_ps(), a41 = _mm256_setzero_ps(), a50 = _mm256_setzero_ps(), a51 = _mm256_setzero_ps(); \
-    for (t = 0; t < n; t++) {                                                            \
-      const __m256 v0 = _mm256_loadu_ps(vp + t * cp + c), v1 = _mm256_loadu_ps(vp + t * cp + c + 8); \
-      __m256 u;                                                                            \
-      u = _mm256_broadcast_ss(mp + (o + 0) * ld + t); a00 = _mm256_fmadd_ps(u, v0, a00); a01 = _mm256_fmadd_ps(u, v1, a01); \
-      u = _mm256_broadcast_ss(mp + (o + 1) * ld + t); a10 = _mm256_fmadd_ps(u, v0, a10); a11 = _mm256_fmadd_ps(u, v1, a11); \
-      u = _mm256_broadcast_ss(mp + (o + 2) * ld + t); a20 = _mm256_fmadd_ps(u, v0, a20); a21 = _mm256_fmadd_ps(u, v1, a21); \
-      u = _mm256_broadcast_ss(mp + (o + 3) * ld + t); a30 = _mm256_fmadd_ps(u, v0, a30); a31 = _mm256_fmadd_ps(u, v1, a31); \
-      u = _mm256_broadcast_ss(mp + (o + 4) * ld + t); a40 = _mm256_fmadd_ps(u, v0, a40); a41 = _mm256_fmadd_ps(u, v1, a41); \
-      u = _mm256_broadcast_ss(mp + (o + 5) * ld + t); a50 = _mm256_fmadd_ps(u, v0, a50); a51 = _mm256_fmadd_ps(u, v1, a51); \
-    }                                                                                      \
-    dl__wino_addrow(up + (o + 0) * C + c, a00, C - c); dl__wino_addrow(up + (o + 0) * C + c + 8, a01, C - c - 8); \
-    dl__wino_addrow(up + (o + 1) * C + c, a10, C - c); dl__wino_addrow(up + (o + 1) * C + c + 8, a11, C - c - 8); \
-    dl__wino_addrow(up + (o + 2) * C + c, a20, C - c); dl__wino_addrow(up + (o + 2) * C + c + 8, a21, C - c - 8); \
-    dl__wino_addrow(up + (o + 3) * C + c, a30, C - c); dl__wino_addrow(up + (o + 3) * C + c + 8, a31, C - c - 8); \
-    dl__wino_addrow(up + (o + 4) * C + c, a40, C - c); dl__wino_addrow(up + (o + 4) * C + c + 8, a41, C - c - 8); \
-    dl__wino_addrow(up + (o + 5) * C + c, a50, C - c); dl__wino_addrow(up + (o + 5) * C + c + 8, a51, C - c - 8); \
-  }
-#define DL__WINO_GWK4_2                                                                      \
-  for (; o + 4 <= O; o += 4) {                                                        \
-    __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps(), a10 = _mm256_setzero_ps(), a11 = _mm256_setzero_ps(), a20 = _mm256_setzero_ps(), a21 = _mm256_setzero_ps(), a30 = _mm256_setzero_ps(), a31 = _mm256_setzero_ps(); \
-    for (t = 0; t < n; t++) {                                                            \
-      const __m256 v0 = _mm256_loadu_ps(vp + t * cp + c), v1 = _mm256_loadu_ps(vp + t * cp + c + 8); \
-      __m256 u;                                                                            \
-      u = _mm256_broadcast_ss(mp + (o + 0) * ld + t); a00 = _mm256_fmadd_ps(u, v0, a00); a01 = _mm256_fmadd_ps(u, v1, a01); \
-      u = _mm256_broadcast_ss(mp + (o + 1) * ld + t); a10 = _mm256_fmadd_ps(u, v0, a10); a11 = _mm256_fmadd_ps(u, v1, a11); \
-      u = _mm256_broadcast_ss(mp + (o + 2) * ld + t); a20 = _mm256_fmadd_ps(u, v0, a20); a21 = _mm256_fmadd_ps(u, v1, a21); \
-      u = _mm256_broadcast_ss(mp + (o + 3) * ld + t); a30 = _mm256_fmadd_ps(u, v0, a30); a31 = _mm256_fmadd_ps(u, v1, a31); \
-    }                                                                                      \
-    dl__wino_addrow(up + (o + 0) * C + c, a00, C - c); dl__wino_addrow(up + (o + 0) * C + c + 8, a01, C - c - 8); \
-    dl__wino_addrow(up + (o + 1) * C + c, a10, C - c); dl__wino_addrow(up + (o + 1) * C + c + 8, a11, C - c - 8); \
-    dl__wino_addrow(up + (o + 2) * C + c, a20, C - c); dl__wino_addrow(up + (o + 2) * C + c + 8, a21, C - c - 8); \
-    dl__wino_addrow(up + (o + 3) * C + c, a30, C - c); dl__wino_addrow(up + (o + 3) * C + c + 8, a31, C - c - 8); \
-  }
-#define DL__WINO_GWK2_2                                                                      \
-  for (; o + 2 <= O; o += 2) {                                                        \
-    __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps(), a10 = _mm256_setzero_ps(), a11 = _mm256_setzero_ps(); \
-    for (t = 0; t < n; t++) {                                                            \
-      const __m256 v0 = _mm256_loadu_ps(vp + t * cp + c), v1 = _mm256_loadu_ps(vp + t * cp + c + 8); \
-      __m256 u;                                                                            \
-      u = _mm256_broadcast_ss(mp + (o + 0) * ld + t); a00 = _mm256_fmadd_ps(u, v0, a00); a01 = _mm256_fmadd_ps(u, v1, a01); \
-      u = _mm256_broadcast_ss(mp + (o + 1) * ld + t); a10 = _mm256_fmadd_ps(u, v0, a10); a11 = _mm256_fmadd_ps(u, v1, a11); \
-    }                                                                                      \
-    dl__wino_addrow(up + (o + 0) * C + c, a00, C - c); dl__wino_addrow(up + (o + 0) * C + c + 8, a01, C - c - 8); \
-    dl__wino_addrow(up + (o + 1) * C + c, a10, C - c); dl__wino_addrow(up + (o + 1) * C + c + 8, a11, C - c - 8); \
-  }
-#define DL__WINO_GWK1_2                                                                      \
-  for (; o + 1 <= O; o += 1) {                                                        \
-    __m256 a00 = _mm256_setzero_ps(), a01 = _mm256_setzero_ps(); \
-    for (t = 0; t < n; t++) {                                                            \
-      const __m256 v0 = _mm256_loadu_ps(vp + t * cp + c), v1 = _mm256_loadu_ps(vp + t * cp + c + 8); \
-      __m256 u;                                                                            \
-      u = _mm256_broadcast_ss(mp + (o + 0) * ld + t); a00 = _mm256_fmadd_ps(u, v0, a00); a01 = _mm256_fmadd_ps(u, v1, a01); \
-    }                                                                                      \
-    dl__wino_addrow(up + (o + 0) * C + c, a00, C - c); dl__wino_addrow(up + (o + 0) * C + c + 8, a01, C - c - 8); \
-  }
-#define DL__WINO_GWK6_1                                                                      \
-  for (; o + 6 <= O; o += 6) {                                                        \
-    __m256 a00 = _mm256_setzero_ps(), a10 = _mm256_setzero_ps(), a20 = _mm256_setzero_ps(), a30 = _mm256_setzero_ps(), a40 = _mm256_setzero_ps(), a50 = _mm256_setzero_ps(); \
-    for (t = 0; t < n; t++) {                                                            \
-      const __m256 v0 = _mm256_loadu_ps(vp + t * cp + c); \
-      __m256 u;                                                                            \
-      u = _mm256_broadcast_ss(mp + (o + 0) * ld + t); a00 = _mm256_fmadd_ps(u, v0, a00); \
-      u = _mm256_broadcast_ss(mp + (o + 1) * ld + t); a10 = _mm256_fmadd_ps(u, v0, a10); \
-      u = _mm256_broadcast_ss(mp + (o + 2) * ld + t); a20 = _mm256_fmadd_ps(u, v0, a20); \
-      u = _mm256_broadcast_ss(mp + (o + 3) * ld + t); a30 = _mm256_fmadd_ps(u, v0, a30); \
-      u = _mm256_broadcast_ss(mp + (o + 4) * ld + t); a40 = _mm256_fmadd_ps(u, v0, a40); \
-      u = _mm256_broadcast_ss(mp + (o + 5) * ld + t); a50 = _mm256_fmadd_ps(u, v0, a50); \
-    }                                                                                      \
-    dl__wino_addrow(up + (o + 0) * C + c, a00, C - c); \
-    dl__wino_addrow(up + (o + 1) * C + c, a10, C - c); \
-    dl__wino_addrow(up + (o + 2) * C + c, a20, C - c); \
-    dl__wino_addrow(up + (o + 3) * C + c, a30, C - c); \
-    dl__wino_addrow(up + (o + 4) * C + c, a40, C - c); \
-    dl__wino_addrow(up + (o + 5) * C + c, a50, C - c); \
-  }
-#define DL__WINO_GWK4_1                                                                      \
-  for (; o + 4 <= O; o += 4) {                                                        \
-    __m256 a00 = _mm256_setzero_ps(), a10 = _mm256_setzero_ps(), a20 = _mm256_setzero_ps(), a30 = _mm256_setzero_ps(); \
-    for (t = 0; t < n; t++) {                                                            \
-      const __m256 v0 = _mm256_loadu_ps(vp + t * cp + c); \
-      __m256 u;                                                                            \
-      u = _mm256_broadcast_ss(mp + (o + 0) * ld + t); a00 = _mm256_fmadd_ps(u, v0, a00); \
-      u = _mm256_broadcast_ss(mp + (o + 1) * ld + t); a10 = _mm256_fmadd_ps(u, v0, a10); \
-      u = _mm256_broadcast_ss(mp + (o + 2) * ld + t); a20 = _mm256_fmadd_ps(u, v0, a20); \
-      u = _mm256_broadcast_ss(mp + (o + 3) * ld + t); a30 = _mm256_fmadd_ps(u, v0, a30); \
-    }                                                                                      \
-    dl__wino_addrow(up + (o + 0) * C + c, a00, C - c); \
-    dl__wino_addrow(up + (o + 1) * C + c, a10, C - c); \
-    dl__wino_addrow(up + (o + 2) * C + c, a20, C - c); \
-    dl__wino_addrow(up + (o + 3) * C + c, a30, C - c); \
-  }
-#define DL__WINO_GWK2_1                                                                      \
-  for (; o + 2 <= O; o += 2) {                                                        \
-    __m256 a00 = _mm256_setzero_ps(), a10 = _mm256_setzero_ps(); \
-    for (t = 0; t < n; t++) {                                                            \
-      const __m256 v0 = _mm256_loadu_ps(vp + t * cp + c); \
-      __m256 u;                                                                            \
-      u = _mm256_broadcast_ss(mp + (o + 0) * ld + t); a00 = _mm256_fmadd_ps(u, v0, a00); \
-      u = _mm256_broadcast_ss(mp + (o + 1) * ld + t); a10 = _mm256_fmadd_ps(u, v0, a10); \
-    }                                                                                      \
-    dl__wino_addrow(up + (o + 0) * C + c, a00, C - c); \
-    dl__wino_addrow(up + (o + 1) * C + c, a10, C - c); \
-  }
-#define DL__WINO_GWK1_1                                                                      \
-  for (; o + 1 <= O; o += 1) {                                                        \
-    __m256 a00 = _mm256_setzero_ps(); \
-    for (t = 0; t < n; t++) {                                                            \
-      const __m256 v0 = _mm256_loadu_ps(vp + t * cp + c); \
-      __m256 u;                                                                            \
-      u = _mm256_broadcast_ss(mp + (o + 0) * ld + t); a00 = _mm256_fmadd_ps(u, v0, a00); \
-    }                                                                                      \
-    dl__wino_addrow(up + (o + 0) * C + c, a00, C - c); \
+/* (NV = 2 or 1 vectors of VT's columns; the rows as dl__wino_mk_f32's) */
+#define DL__WINO_GW_LOAD2 const __m256 v0 = _mm256_loadu_ps(vp + t * cp + c), v1 = _mm256_loadu_ps(vp + t * cp + c + 8);
+#define DL__WINO_GW_LOAD1 const __m256 v0 = _mm256_loadu_ps(vp + t * cp + c);
+#define DL__WINO_GW_ZERO2(r) __m256 a##r##0 = _mm256_setzero_ps(), a##r##1 = _mm256_setzero_ps();
+#define DL__WINO_GW_ZERO1(r) __m256 a##r##0 = _mm256_setzero_ps();
+#define DL__WINO_GW_STEP2(r)                                                                     \
+  u = _mm256_broadcast_ss(mp + (o + (r)) * ld + t);                                              \
+  a##r##0 = _mm256_fmadd_ps(u, v0, a##r##0);                                                     \
+  a##r##1 = _mm256_fmadd_ps(u, v1, a##r##1);
+#define DL__WINO_GW_STEP1(r)                                                                     \
+  u = _mm256_broadcast_ss(mp + (o + (r)) * ld + t);                                              \
+  a##r##0 = _mm256_fmadd_ps(u, v0, a##r##0);
+#define DL__WINO_GW_STORE2(r)                                                                    \
+  dl__wino_addrow(up + (o + (r)) * C + c, a##r##0, C - c);                                       \
+  dl__wino_addrow(up + (o + (r)) * C + c + 8, a##r##1, C - c - 8);
+#define DL__WINO_GW_STORE1(r) dl__wino_addrow(up + (o + (r)) * C + c, a##r##0, C - c);
+#define DL__WINO_GWK(R, NV)                                                                      \
+  for (; o + (R) <= O; o += (R)) {                                                               \
+    DL__WINO_R##R(DL__WINO_GW_ZERO##NV)                                                          \
+    for (t = 0; t < n; t++) {                                                                    \
+      DL__WINO_GW_LOAD##NV                                                                       \
+      __m256 u;                                                                                  \
+      DL__WINO_R##R(DL__WINO_GW_STEP##NV)                                                        \
+    }                                                                                            \
+    DL__WINO_R##R(DL__WINO_GW_STORE##NV)                                                         \
   }
 DL_API void dl__wino_gwk_f32(int64_t O, int64_t C, int64_t n, const float *dM, int64_t ld, const float *VT,
                              float *dU) {
@@ -1182,17 +1054,17 @@ DL_API void dl__wino_gwk_f32(int64_t O, int64_t C, int64_t n, const float *dM, i
     float *up = dU + p * O * C;
     for (c = 0; c + 16 <= cp; c += 16) {
       o = 0;
-      DL__WINO_GWK6_2
-      DL__WINO_GWK4_2
-      DL__WINO_GWK2_2
-      DL__WINO_GWK1_2
+      DL__WINO_GWK(6, 2)
+      DL__WINO_GWK(4, 2)
+      DL__WINO_GWK(2, 2)
+      DL__WINO_GWK(1, 2)
     }
     if (c < cp) {
       o = 0;
-      DL__WINO_GWK6_1
-      DL__WINO_GWK4_1
-      DL__WINO_GWK2_1
-      DL__WINO_GWK1_1
+      DL__WINO_GWK(6, 1)
+      DL__WINO_GWK(4, 1)
+      DL__WINO_GWK(2, 1)
+      DL__WINO_GWK(1, 1)
     }
   }
 }
