@@ -50,7 +50,8 @@
 #      firmware guide also for a Cortex-M4) and runs it; then Doxygen
 #      (docs/Doxyfile, as `make docs`) must give no warning: a public name
 #      without a comment fails, and the names are listed
-#   5. the test programs again under -fsanitize=address,undefined
+#   5. the test programs again under -fsanitize=address,undefined (test_ops_conv
+#      also built for this CPU: the Winograd convolution)
 #   6. fuzz/run.sh 15: every fuzz/fuzz_*.c built with clang's libFuzzer, ASan
 #      and UBSan and run for 15 s on a copy of its seed corpus; each target
 #      counts as one pass or fail (skipped with a message when clang cannot
@@ -170,6 +171,10 @@ for t in tests/test_*.c; do
   # step 5's sanitizer builds join the queue now (run there): it is the longest
   [ "${DL_TEST_QUICK:-0}" != 1 ] && build "$B/${n}_san" $CC $WARN -O1 -g -fopenmp -fsanitize=address,undefined \
     -fno-sanitize-recover=all -Iinclude -Itests "$t" -o "$B/${n}_san" $(test_flags "$t") -lm
+  # and built for this CPU: the Winograd convolution (AVX2 + FMA) under the sanitizers too
+  [ "${DL_TEST_QUICK:-0}" != 1 ] && [ "$n" = test_ops_conv ] && build "$B/${n}_native_san" $CC $WARN -O1 -g -march=native \
+    -fopenmp -fsanitize=address,undefined -fno-sanitize-recover=all -Iinclude -Itests "$t" -o "$B/${n}_native_san" \
+    $(test_flags "$t") -lm
 done
 built_all
 for p in "${programs[@]}"; do
@@ -551,6 +556,11 @@ if [ "${DL_TEST_QUICK:-0}" != 1 ]; then
     # built with step 2's
     if built "$B/${n}_san"; then ASAN_OPTIONS=detect_leaks=1 DL_TEST_SANITIZER=1 run_test "${n}_sanitized" "$B/${n}_san"
     else bad "$n (sanitizer build)"; head -30 "$B/${n}_san.log"; fi
+    if [ "$n" = test_ops_conv ]; then
+      if built "$B/${n}_native_san"; then
+        ASAN_OPTIONS=detect_leaks=1 DL_TEST_SANITIZER=1 run_test "${n}_native_sanitized" "$B/${n}_native_san"
+      else bad "$n (sanitizer build for this CPU)"; head -30 "$B/${n}_native_san.log"; fi
+    fi
   done
   section "5. sanitizers (runs)"
 fi
