@@ -976,8 +976,9 @@ static void test_winograd(void) {
   for (k = 0; k < sizeof sh / sizeof sh[0]; k++) {
     const int *s = sh[k];
     dl_conv2d_args a;
-    dl_tensor *x = mk(DL_F32, DL_SHAPE(s[0], s[1], s[3], s[4]), 100 + k), *w = mk(DL_F32, DL_SHAPE(s[2], s[1], 3, 3), 200 + k);
-    dl_tensor *w2 = mk(DL_F32, DL_SHAPE(s[2], s[1], 3, 3), 300 + k), *b = s[7] ? mk(DL_F32, DL_SHAPE(s[2]), 400 + k) : NULL;
+    dl_tensor *x = mk(DL_F32, DL_SHAPE(s[0], s[1], s[3], s[4]), 100 + k);
+    dl_tensor *w = mk(DL_F32, DL_SHAPE(s[2], s[1], 3, 3), 200 + k), *w2 = mk(DL_F32, DL_SHAPE(s[2], s[1], 3, 3), 300 + k);
+    dl_tensor *b = s[7] ? mk(DL_F32, DL_SHAPE(s[2]), 400 + k) : NULL;
     dl_tensor *x64 = f64_of(x), *w64 = f64_of(w), *w264 = f64_of(w2), *b64 = b ? f64_of(b) : NULL, *gy, *gy64;
     dl_tensor *ref[5], *got[3][5];
     dl_tape tp;

@@ -554,7 +554,7 @@ DL_API void *dl__conv_wpack(dl_tape *tp, const char *op, const dl__conv_geom *g,
 
 /* dl__conv_forward by im2col + GEMM. */
 DL_API void dl__conv_forward_im2col(dl_tape *tp, const char *op, const dl__conv_geom *g, dl_dtype dt,
-                             const void *x, const void *w, const void *b, void *y, int acc) {
+                                    const void *x, const void *w, const void *b, void *y, int acc) {
   dl_ctx *ctx = tp->ctx;
   const size_t es = dl_dtype_size(dt), colb = dl__conv_col_bytes(g, es);
   const size_t xs = (size_t)(g->C * g->D * g->H * g->W) * es, ys = (size_t)(g->O * g->P) * es;
@@ -620,8 +620,8 @@ DL_API void dl__conv_bias_fold(const dl__conv_geom *g, dl_dtype dt, const double
  * order (as serially), grad_b as dl__conv_bias_part says (the same at any
  * thread count). */
 DL_API void dl__conv_backward_im2col(dl_tape *tp, const char *op, const dl__conv_geom *g, dl_dtype dt,
-                              const void *x, const void *w, const void *gy, void *gx, void *gw,
-                              void *gb, int gx0) {
+                                     const void *x, const void *w, const void *gy, void *gx, void *gw,
+                                     void *gb, int gx0) {
   dl_ctx *ctx = tp->ctx;
   const size_t es = dl_dtype_size(dt), colb = dl__conv_col_bytes(g, es);
   const size_t xs = (size_t)(g->C * g->D * g->H * g->W) * es, ys = (size_t)(g->O * g->P) * es;
@@ -712,10 +712,9 @@ DL_API void dl__conv_backward_im2col(dl_tape *tp, const char *op, const dl__conv
  * the block's lanes (dl__wino_gwk_f32, against V turned tiles by
  * channels). The transforms of a group are AVX2 intrinsics (in plain C
  * loops of 8, gcc -O2 took twice its -O3 time for them). Measured on a
- * Zen 3: the
- * channel products as 16 OpenBLAS calls a block (K = 32) ran at half the
- * FMA peak and made the convolution no faster than im2col; the kernels
- * here run at about 70-75%.
+ * Zen 3: the channel products as 16 OpenBLAS calls a block (K = 32) ran
+ * at half the FMA peak and made the convolution no faster than im2col;
+ * the kernels here run at about 70-80% of it.
  * y and grad_x are computed per image, the same at any thread count;
  * grad_w is summed per chunk of images (one chunk per thread), the chunks
  * added in order, as im2col's is. The rounding is not im2col's (the
@@ -729,7 +728,8 @@ DL_API void dl__conv_backward_im2col(dl_tape *tp, const char *op, const dl__conv
 #define DL__WINO_BLOCK 4 /* images whose tiles one weight-gradient product sums */
 #endif
 #define DL__WINO_MIN_CH 16 /* fewer input or output channels: the transforms cost more than they save */
-#define DL__WINO_MIN_WORK 1048576.0 /* N x tiles x C x O below this: im2col (3 images, 16 -> 24 channels, 14x14: 0.6-1.0x its speed) */
+/* N x tiles x C x O below this: im2col (3 images, 16 -> 24 channels, 14x14 ran at 0.6-1.0x its speed) */
+#define DL__WINO_MIN_WORK 1048576.0
 #define DL__WL 8
 
 typedef struct dl__wino {
@@ -828,17 +828,19 @@ DL_API void dl__wino_split_f32(const dl__conv_geom *g, const dl__wino *w, const 
   for (r = 0; r < w->hp; r++) {
     const int64_t yy = r - g->ph;
     float *er = S + r * w->lw, *orow = S + (w->hp + r) * w->lw;
-    const float *xr = x + yy * g->W - pw;
+    const float *xr;
     if (yy < 0 || yy >= g->H) continue;
-    for (m = ae; m < be && m < w->lw; m++) er[m] = xr[2 * m];
-    for (m = ao; m < bo && m < w->lw; m++) orow[m] = xr[2 * m + 1];
+    xr = x + yy * g->W;
+    for (m = ae; m < be && m < w->lw; m++) er[m] = xr[2 * m - pw];
+    for (m = ao; m < bo && m < w->lw; m++) orow[m] = xr[2 * m + 1 - pw];
   }
 }
 /* V of group (ty, q) of a split plane S: d[p ps + l] = (B^T patch B)[p]. */
 DL_API void dl__wino_v8_f32(const dl__wino *w, const float *S, int64_t ty, int64_t q, float *d, int64_t ps) {
   __m256 h[4][4];
   int a, k;
-  for (a = 0; a < 4; a++) { /* B^T on the columns of patch row a: E[m] - E[m+1], O[m] + E[m+1], E[m+1] - O[m], O[m] - O[m+1] */
+  /* B^T on the columns of patch row a: E[m] - E[m+1], O[m] + E[m+1], E[m+1] - O[m], O[m] - O[m+1] */
+  for (a = 0; a < 4; a++) {
     const float *e = S + (2 * ty + a) * w->lw + q * DL__WL, *o = e + w->hp * w->lw;
     const __m256 e0 = _mm256_loadu_ps(e), e1 = _mm256_loadu_ps(e + 1), o0 = _mm256_loadu_ps(o),
                  o1 = _mm256_loadu_ps(o + 1);
@@ -933,8 +935,10 @@ DL_API void dl__wino_gx8_f32(const dl__wino *w, const float *dv, int64_t ps, int
   __m256 t[4][4];
   int i, j;
   for (j = 0; j < 4; j++) { /* B on the rows of column j: v0, v1 - v2 + v3, v1 + v2 - v0, -v3 */
-    const __m256 a = _mm256_and_ps(keep, _mm256_loadu_ps(dv + j * ps)), b = _mm256_and_ps(keep, _mm256_loadu_ps(dv + (4 + j) * ps));
-    const __m256 c = _mm256_and_ps(keep, _mm256_loadu_ps(dv + (8 + j) * ps)), e = _mm256_and_ps(keep, _mm256_loadu_ps(dv + (12 + j) * ps));
+    const __m256 a = _mm256_and_ps(keep, _mm256_loadu_ps(dv + j * ps));
+    const __m256 b = _mm256_and_ps(keep, _mm256_loadu_ps(dv + (4 + j) * ps));
+    const __m256 c = _mm256_and_ps(keep, _mm256_loadu_ps(dv + (8 + j) * ps));
+    const __m256 e = _mm256_and_ps(keep, _mm256_loadu_ps(dv + (12 + j) * ps));
     t[0][j] = a;
     t[1][j] = _mm256_add_ps(_mm256_sub_ps(b, c), e);
     t[2][j] = _mm256_sub_ps(_mm256_add_ps(b, c), a);
@@ -942,9 +946,11 @@ DL_API void dl__wino_gx8_f32(const dl__wino *w, const float *dv, int64_t ps, int
   }
   for (i = 0; i < 4; i++) { /* then on the columns, added into the patch: even columns m and m + 1, odd ones likewise */
     float *e = G + (2 * ty + i) * w->lw + q * DL__WL, *o = e + w->hp * w->lw;
+    const __m256 d1 = _mm256_add_ps(_mm256_sub_ps(t[i][1], t[i][2]), t[i][3]);
+    const __m256 d2 = _mm256_sub_ps(_mm256_add_ps(t[i][1], t[i][2]), t[i][0]);
     _mm256_storeu_ps(e, _mm256_add_ps(_mm256_loadu_ps(e), t[i][0]));
-    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), _mm256_add_ps(_mm256_sub_ps(t[i][1], t[i][2]), t[i][3])));
-    _mm256_storeu_ps(e + 1, _mm256_add_ps(_mm256_loadu_ps(e + 1), _mm256_sub_ps(_mm256_add_ps(t[i][1], t[i][2]), t[i][0])));
+    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), d1));
+    _mm256_storeu_ps(e + 1, _mm256_add_ps(_mm256_loadu_ps(e + 1), d2));
     _mm256_storeu_ps(o + 1, _mm256_sub_ps(_mm256_loadu_ps(o + 1), t[i][3]));
   }
 }
@@ -1112,7 +1118,8 @@ DL_API void dl__wino_forward(dl_tape *tp, const char *op, const dl__conv_geom *g
   dl_ctx *ctx = tp->ctx;
   const dl__wino wn = dl__wino_make(g);
   const int64_t nblk = (g->N + wn.nb - 1) / wn.nb, gpi = wn.th * wn.nq;
-  const int64_t mps = 2 * g->O * DL__WL + 16; /* M's p stride: 64 bytes off a multiple of 4 KB (the 16 loads of a tile would share a cache set) */
+  /* M's p stride: 64 bytes off a multiple of 4 KB, so that a tile's 16 loads do not all map to one L1 set */
+  const int64_t mps = 2 * g->O * DL__WL + 16;
   const int64_t per = (wn.sp + 16 * g->C * wn.tb + 16 * mps + 15) / 16 * 16;
   const int64_t work = g->N * g->O * g->C * gpi;
   const int nt = dl__conv_team(ctx, nblk, work);
@@ -1189,14 +1196,17 @@ DL_API void dl__wino_backward(dl_tape *tp, const char *op, const dl__conv_geom *
           for (c0 = 0; c0 < g->C; c0 += 8) {
             float *T8 = T + 8 * wn.sp;
             for (cc = 0; cc < 8; cc++) {
-              if (c0 + cc < g->C) dl__wino_split_f32(g, &wn, x + ((n0 + j) * g->C + c0 + cc) * g->H * g->W, T + cc * wn.sp);
-              else memset(T + cc * wn.sp, 0, sizeof(float) * (size_t)wn.sp);
+              if (c0 + cc < g->C)
+                dl__wino_split_f32(g, &wn, x + ((n0 + j) * g->C + c0 + cc) * g->H * g->W, T + cc * wn.sp);
+              else
+                memset(T + cc * wn.sp, 0, sizeof(float) * (size_t)wn.sp);
             }
             for (ty = 0; ty < wn.th; ty++)
               for (q = 0; q < wn.nq; q++) {
                 const int64_t col = ((j * wn.th + ty) * wn.nq + q) * DL__WL;
                 for (cc = 0; cc < 8; cc++) dl__wino_v8_f32(&wn, T + cc * wn.sp, ty, q, T8 + cc * DL__WL, 64);
-                for (p_ = 0; p_ < 16; p_++) dl__wino_tr8(T8 + p_ * 64, DL__WL, VT + (p_ * wn.tb + col) * wn.cp + c0, wn.cp);
+                for (p_ = 0; p_ < 16; p_++)
+                  dl__wino_tr8(T8 + p_ * 64, DL__WL, VT + (p_ * wn.tb + col) * wn.cp + c0, wn.cp);
               }
           }
       if (gx) {
