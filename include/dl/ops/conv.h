@@ -1010,17 +1010,6 @@ DL_API void dl__wino_mk_f32(int64_t rows, int64_t K, const float *a, int64_t as,
   }
 }
 
-/* d[0 .. min(8, n)) += the lanes of v. */
-DL__INL void dl__wino_addrow(float *d, __m256 v, int64_t n) {
-  if (n >= 8) {
-    _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), v));
-  } else {
-    float t[8];
-    int64_t i;
-    _mm256_storeu_ps(t, v);
-    for (i = 0; i < n; i++) d[i] += t[i];
-  }
-}
 /* The weight gradient's products of a block: dU[p][o][c] += sum_t dM[p][o][t]
  * VT[p][t][c] over its n tiles (dM's rows ld apart, p O ld apart; VT's rows
  * cp (C rounded up to 8) apart, p ld cp apart): R rows (6, 4, 2, 1) of dM
@@ -1038,9 +1027,9 @@ DL__INL void dl__wino_addrow(float *d, __m256 v, int64_t n) {
   u = _mm256_broadcast_ss(mp + (o + (r)) * ld + t);                                              \
   a##r##0 = _mm256_fmadd_ps(u, v0, a##r##0);
 #define DL__WINO_GW_STORE2(r)                                                                    \
-  dl__wino_addrow(up + (o + (r)) * C + c, a##r##0, C - c);                                       \
-  dl__wino_addrow(up + (o + (r)) * C + c + 8, a##r##1, C - c - 8);
-#define DL__WINO_GW_STORE1(r) dl__wino_addrow(up + (o + (r)) * C + c, a##r##0, C - c);
+  dl__wino_put8(up + (o + (r)) * C + c, a##r##0, C - c, 1);                                       \
+  dl__wino_put8(up + (o + (r)) * C + c + 8, a##r##1, C - c - 8, 1);
+#define DL__WINO_GW_STORE1(r) dl__wino_put8(up + (o + (r)) * C + c, a##r##0, C - c, 1);
 #define DL__WINO_GWK(R, NV)                                                                      \
   for (; o + (R) <= O; o += (R)) {                                                               \
     DL__WINO_R##R(DL__WINO_GW_ZERO##NV)                                                          \
@@ -1234,7 +1223,7 @@ DL_API void dl__wino_backward(dl_tape *tp, const char *op, const dl__conv_geom *
     dl__wino_gw_f32(g->O, g->C, dU, gw);
   }
 }
-#else
+#else /* never called (dl__wino_ok is 0): the dispatchers below still name them */
 DL_API void dl__wino_forward(dl_tape *tp, const char *op, const dl__conv_geom *g, const float *x, const float *w,
                              const float *b, float *y, int acc) {
   (void)tp, (void)op, (void)g, (void)x, (void)w, (void)b, (void)y, (void)acc;
